@@ -1,0 +1,216 @@
+package config
+
+import "time"
+
+// Config is one immutable snapshot of the proxy's configuration. The loader
+// fills every default, so consumers never look at zero values to mean
+// "unset": Pool in each Database is the effective pool (global defaults with
+// the database's overrides applied), and every Shard has its credentials
+// resolved at connection time from the User (see ServerCredentials).
+type Config struct {
+	// Path is the file this snapshot was loaded from ("" when built in code).
+	Path string `yaml:"-"`
+
+	Listen          string        `yaml:"listen"`           // client listener, default 127.0.0.1:6432
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"` // default 30s
+	Admin           Admin         `yaml:"admin"`
+	Metrics         Metrics       `yaml:"metrics"`
+	Pool            Pool          `yaml:"pool"` // defaults for every pool
+	Limits          Limits        `yaml:"limits"`
+	TLS             *TLS          `yaml:"tls"` // nil: no TLS towards clients, sslmode prefer towards servers
+	// AuthType is the default client authentication method for users:
+	// scram (default) | md5 | plain | trust.
+	AuthType  AuthType   `yaml:"auth_type"`
+	Users     []User     `yaml:"users"`
+	Databases []Database `yaml:"databases"`
+}
+
+// AuthType is how the proxy authenticates clients.
+type AuthType string
+
+const (
+	AuthSCRAM AuthType = "scram" // SCRAM-SHA-256 (default)
+	AuthMD5   AuthType = "md5"   // md5 password; needs a plaintext password in the config
+	AuthPlain AuthType = "plain" // cleartext password over the (ideally TLS) connection
+	AuthTrust AuthType = "trust" // no password
+)
+
+// PoolMode says how long a client keeps a server connection.
+type PoolMode string
+
+const (
+	// PoolTransaction gives a client a server connection for one transaction.
+	PoolTransaction PoolMode = "transaction"
+	// PoolSession gives a client a server connection until it disconnects.
+	PoolSession PoolMode = "session"
+)
+
+// Admin holds the credentials of the virtual admin database.
+type Admin struct {
+	Database string `yaml:"database"` // default "admin"
+	User     string `yaml:"user"`     // default "admin"
+	Password string `yaml:"password"` // required when any admin access is wanted; may be ${ENV}
+}
+
+// Metrics configures the optional HTTP listener for /metrics and /healthz.
+type Metrics struct {
+	Listen string `yaml:"listen"` // "" (default): off
+}
+
+// Pool holds pool settings. At the top level they are the defaults; the
+// loader resolves each database's overrides into Database.Pool.
+type Pool struct {
+	Mode            PoolMode      `yaml:"mode"`             // default transaction
+	Size            int           `yaml:"size"`             // default 20, per database × user × shard
+	MinSize         int           `yaml:"min_size"`         // default 0
+	CheckoutTimeout time.Duration `yaml:"checkout_timeout"` // default 5s
+	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // default 60s; 0 disables
+	ServerLifetime  time.Duration `yaml:"server_lifetime"`  // default 1h; 0 disables
+	ConnectTimeout  time.Duration `yaml:"connect_timeout"`  // default 5s
+}
+
+// Limits bounds what clients may do.
+type Limits struct {
+	MaxClientConn      int           `yaml:"max_client_conn"`      // default 10000
+	ClientLoginTimeout time.Duration `yaml:"client_login_timeout"` // default 60s
+	// MaxMessageSize is the largest message a client may send, in bytes.
+	// Default 1 GiB (PostgreSQL's own limit); larger ones get 08P01.
+	MaxMessageSize int `yaml:"max_message_size"`
+}
+
+// TLS configures TLS towards clients and the sslmode towards servers.
+type TLS struct {
+	Cert          string  `yaml:"cert"` // PEM file; with Key, clients may use TLS
+	Key           string  `yaml:"key"`
+	ServerSSLMode SSLMode `yaml:"server_sslmode"` // default prefer
+	// ServerCA is an optional PEM bundle to verify servers with verify-full.
+	ServerCA string `yaml:"server_ca"`
+}
+
+// SSLMode is the libpq-like sslmode used towards PostgreSQL servers.
+type SSLMode string
+
+const (
+	SSLDisable    SSLMode = "disable"
+	SSLPrefer     SSLMode = "prefer"
+	SSLRequire    SSLMode = "require"
+	SSLVerifyFull SSLMode = "verify-full"
+)
+
+// User is a client identity the proxy accepts.
+type User struct {
+	Name string `yaml:"name"`
+	// Password is plaintext or a SCRAM-SHA-256 verifier
+	// ("SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>").
+	Password  string   `yaml:"password"`
+	Databases []string `yaml:"databases"` // empty: all databases
+	// AuthType overrides Config.AuthType for this user ("" = inherit; the
+	// loader fills the effective value).
+	AuthType AuthType `yaml:"auth_type"`
+	// ServerUser and ServerPassword are what the proxy uses towards
+	// PostgreSQL; the loader defaults them to Name and Password (a SCRAM
+	// verifier cannot be used towards servers: then ServerPassword must be
+	// given unless the servers trust the user).
+	ServerUser     string `yaml:"server_user"`
+	ServerPassword string `yaml:"server_password"`
+}
+
+// Database is a logical database that clients name in their URL.
+type Database struct {
+	Name string `yaml:"name"`
+	// Pool is the effective pool for this database after the loader applied
+	// the database's `pool:` overrides to the global defaults.
+	Pool           Pool            `yaml:"pool"`
+	Shards         []Shard         `yaml:"shards"` // shard 0, 1, … in this order
+	ShardedTables  []ShardedTable  `yaml:"sharded_tables"`
+	ShardedSchemas []ShardedSchema `yaml:"sharded_schemas"`
+	OmniTables     []string        `yaml:"omni_tables"`
+}
+
+// Shard is one PostgreSQL primary (with optional replicas) holding a slice
+// of a logical database.
+type Shard struct {
+	Host     string    `yaml:"host"`
+	Port     int       `yaml:"port"`     // default 5432
+	Database string    `yaml:"database"` // default: the logical database's name
+	User     string    `yaml:"user"`     // optional: overrides the user's server_user
+	Password string    `yaml:"password"` // optional: overrides the user's server_password
+	Replicas []Replica `yaml:"replicas"`
+}
+
+// Replica is a read-only copy of a shard's primary.
+type Replica struct {
+	Host string `yaml:"host"`
+	Port int    `yaml:"port"` // default 5432
+}
+
+// ShardedTable says how one table (or every table with Column) is split.
+type ShardedTable struct {
+	Table        string         `yaml:"table"`    // optional; "" means every table with Column
+	Column       string         `yaml:"column"`   // required
+	Type         string         `yaml:"type"`     // bigint | integer | smallint | text | varchar | uuid
+	Function     string         `yaml:"function"` // hash (default) | list | range
+	Mapping      []ShardMapping `yaml:"mapping"`  // list and range only
+	DefaultShard *int           `yaml:"default_shard"`
+	Line         int            `yaml:"-"` // line in the file, for later error messages
+}
+
+// ShardMapping maps list values or a [From, To) range to a shard.
+type ShardMapping struct {
+	Values []string `yaml:"values"` // list: values as text
+	From   *string  `yaml:"from"`   // range: inclusive lower bound as text; nil = unbounded
+	To     *string  `yaml:"to"`     // range: exclusive upper bound as text; nil = unbounded
+	Shard  int      `yaml:"shard"`
+}
+
+// ShardedSchema pins every table of a schema to one shard.
+type ShardedSchema struct {
+	Schema string `yaml:"schema"`
+	Shard  int    `yaml:"shard"`
+}
+
+// ServerCredentials returns the user name and password the proxy uses
+// towards the servers of shard s for client user u.
+func ServerCredentials(u *User, s *Shard) (user, password string) {
+	user, password = u.ServerUser, u.ServerPassword
+	if s.User != "" {
+		user = s.User
+	}
+	if s.Password != "" {
+		password = s.Password
+	}
+	return user, password
+}
+
+// Database returns the logical database with this name, or nil.
+func (c *Config) Database(name string) *Database {
+	for i := range c.Databases {
+		if c.Databases[i].Name == name {
+			return &c.Databases[i]
+		}
+	}
+	return nil
+}
+
+// User returns the user with this name, or nil.
+func (c *Config) User(name string) *User {
+	for i := range c.Users {
+		if c.Users[i].Name == name {
+			return &c.Users[i]
+		}
+	}
+	return nil
+}
+
+// Allows reports whether user u may connect to database db.
+func (u *User) Allows(db string) bool {
+	if len(u.Databases) == 0 {
+		return true
+	}
+	for _, d := range u.Databases {
+		if d == db {
+			return true
+		}
+	}
+	return false
+}
