@@ -1,0 +1,137 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SQLSTATE codes the proxy itself answers with. Codes are PostgreSQL's own
+// (Appendix A of the manual); the proxy's reason goes into Detail or Hint.
+const (
+	ProtocolViolation     = "08P01"
+	ConnectionFailure     = "08006"
+	ConnectionException   = "08000"
+	InvalidPassword       = "28P01"
+	InvalidAuthSpec       = "28000"
+	InvalidCatalogName    = "3D000" // unknown database
+	TooManyConnections    = "53300"
+	AdminShutdown         = "57P01"
+	QueryCanceled         = "57014"
+	FeatureNotSupported   = "0A000"
+	SyntaxError           = "42601"
+	InsufficientPrivilege = "42501"
+	InternalError         = "XX000"
+	InvalidParameterValue = "22023"
+	ObjectInUse           = "55006"
+	CannotConnectNow      = "57P03"
+)
+
+// Error is an ErrorResponse the proxy sends to a client. It implements
+// error so that it can travel up the stack and be sent where it lands.
+type Error struct {
+	Severity string // ERROR, FATAL
+	Code     string // SQLSTATE
+	Message  string
+	Detail   string
+	Hint     string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: %s (SQLSTATE %s)", e.Severity, e.Message, e.Code)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Fatal reports whether the client connection must close after sending e.
+func (e *Error) Fatal() bool { return e.Severity == "FATAL" || e.Severity == "PANIC" }
+
+// Errorf returns an ERROR-severity error with code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Severity: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Fatalf returns a FATAL-severity error with code and a formatted message.
+func Fatalf(code, format string, args ...any) *Error {
+	return &Error{Severity: "FATAL", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns err as an *Error if it is one (or wraps one).
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// AppendError appends e as an ErrorResponse message.
+func AppendError(buf []byte, e *Error) []byte {
+	return appendFields(buf, 'E', e)
+}
+
+// AppendNotice appends e as a NoticeResponse message.
+func AppendNotice(buf []byte, e *Error) []byte {
+	return appendFields(buf, 'N', e)
+}
+
+func appendFields(buf []byte, typ byte, e *Error) []byte {
+	sev := e.Severity
+	if sev == "" {
+		sev = "ERROR"
+	}
+	start := len(buf)
+	buf = append(buf, typ, 0, 0, 0, 0)
+	buf = appendField(buf, 'S', sev)
+	buf = appendField(buf, 'V', sev)
+	buf = appendField(buf, 'C', e.Code)
+	buf = appendField(buf, 'M', e.Message)
+	if e.Detail != "" {
+		buf = appendField(buf, 'D', e.Detail)
+	}
+	if e.Hint != "" {
+		buf = appendField(buf, 'H', e.Hint)
+	}
+	buf = append(buf, 0)
+	return FinishMessage(buf, start)
+}
+
+func appendField(buf []byte, f byte, v string) []byte {
+	buf = append(buf, f)
+	buf = append(buf, v...)
+	return append(buf, 0)
+}
+
+// ParseError decodes the fields of an ErrorResponse or NoticeResponse body.
+func ParseError(body []byte) *Error {
+	e := &Error{}
+	for len(body) > 0 && body[0] != 0 {
+		f := body[0]
+		body = body[1:]
+		i := 0
+		for i < len(body) && body[i] != 0 {
+			i++
+		}
+		v := string(body[:i])
+		if i < len(body) {
+			i++
+		}
+		body = body[i:]
+		switch f {
+		case 'V':
+			e.Severity = v
+		case 'S':
+			if e.Severity == "" {
+				e.Severity = v
+			}
+		case 'C':
+			e.Code = v
+		case 'M':
+			e.Message = v
+		case 'D':
+			e.Detail = v
+		case 'H':
+			e.Hint = v
+		}
+	}
+	return e
+}

@@ -1,0 +1,135 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+)
+
+func msg(typ byte, body string) []byte {
+	b := []byte{typ, 0, 0, 0, 0}
+	b = append(b, body...)
+	return FinishMessage(b, 0)
+}
+
+func TestReaderNext(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 100_000)
+	stream := append(msg('Q', "SELECT 1\x00"), msg('d', string(big))...)
+	stream = append(stream, msg('S', "")...)
+	r := NewReader(bytes.NewReader(stream), 4096, 1<<20)
+	tests := []struct {
+		typ  byte
+		body []byte
+	}{
+		{'Q', []byte("SELECT 1\x00")},
+		{'d', big},
+		{'S', nil},
+	}
+	for _, tc := range tests {
+		typ, raw, body, err := r.Next()
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		if typ != tc.typ || !bytes.Equal(body, tc.body) || len(raw) != len(body)+5 {
+			t.Fatalf("got %q body %d bytes, want %q %d bytes", typ, len(body), tc.typ, len(tc.body))
+		}
+	}
+	if _, _, _, err := r.Next(); err != io.EOF {
+		t.Fatalf("want EOF, got %v", err)
+	}
+}
+
+func TestReaderRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream []byte
+		max    int
+		want   string // SQLSTATE, "" for a plain error
+	}{
+		{"negative length", []byte{'Q', 0xff, 0xff, 0xff, 0xff}, 1 << 20, ProtocolViolation},
+		{"length below four", []byte{'Q', 0, 0, 0, 3}, 1 << 20, ProtocolViolation},
+		{"too large", msg('Q', "0123456789"), 5, ProtocolViolation},
+		{"truncated body", msg('Q', "0123456789")[:8], 1 << 20, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReader(bytes.NewReader(tc.stream), 4096, tc.max)
+			_, _, _, err := r.Next()
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			e, ok := AsError(err)
+			if tc.want == "" {
+				if ok || !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Fatalf("want unexpected EOF, got %v", err)
+				}
+				return
+			}
+			if !ok || e.Code != tc.want {
+				t.Fatalf("want SQLSTATE %s, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestStartup(t *testing.T) {
+	pkt := []byte{0, 0, 0, 0, 0, 3, 0, 0}
+	pkt = append(pkt, "user\x00bob\x00\x00"...)
+	pkt[3] = byte(len(pkt))
+	r := NewReader(bytes.NewReader(pkt), 4096, 1<<20)
+	body, err := r.Startup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(body, pkt[4:]) {
+		t.Fatalf("body %q", body)
+	}
+	for _, bad := range [][]byte{{0, 0, 0, 4}, {0, 1, 0, 0, 0}, {0xff, 0, 0, 0}} {
+		r := NewReader(bytes.NewReader(bad), 4096, 1<<20)
+		if _, err := r.Startup(); err == nil {
+			t.Fatalf("%v: want an error", bad)
+		}
+	}
+}
+
+func TestErrorRoundTrip(t *testing.T) {
+	e := &Error{Severity: "FATAL", Code: InvalidPassword, Message: "no", Detail: "d", Hint: "h"}
+	b := AppendError(nil, e)
+	r := NewReader(bytes.NewReader(b), 4096, 1<<20)
+	typ, _, body, err := r.Next()
+	if err != nil || typ != 'E' {
+		t.Fatalf("typ %q err %v", typ, err)
+	}
+	if got := ParseError(body); *got != *e {
+		t.Fatalf("got %+v want %+v", got, e)
+	}
+}
+
+// FuzzReader feeds arbitrary bytes to the framing code: it must never
+// panic, and every message it returns must lie within the input.
+func FuzzReader(f *testing.F) {
+	f.Add(msg('Q', "SELECT 1\x00"))
+	f.Add([]byte{'Q', 0xff, 0xff, 0xff, 0xff})
+	f.Add(append(msg('P', "s\x00SELECT $1\x00\x00\x01\x00\x00\x00\x17"), msg('S', "")...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewReader(bytes.NewReader(data), 64, 1<<16)
+		total := 0
+		for {
+			_, raw, body, err := r.Next()
+			if err != nil {
+				break
+			}
+			if len(raw) != len(body)+5 {
+				t.Fatalf("raw %d body %d", len(raw), len(body))
+			}
+			total += len(raw)
+			if total > len(data) {
+				t.Fatalf("read %d bytes from %d", total, len(data))
+			}
+		}
+		r = NewReader(bytes.NewReader(data), 64, 1<<16)
+		r.Startup()
+		ParseError(data)
+	})
+}
