@@ -1,0 +1,390 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Key names one pool.
+type Key struct {
+	Database string
+	User     string
+	Shard    int
+	Role     string // "primary" or "replica"
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s/shard%d/%s", k.Database, k.User, k.Shard, k.Role)
+}
+
+// ErrClosed is returned by Checkout on a pool that was closed (reload or
+// shutdown).
+var ErrClosed = errors.New("pool closed")
+
+// Stats are a pool's counters, read by the admin database and metrics.
+type Stats struct {
+	Checkouts   atomic.Uint64
+	WaitNanos   atomic.Uint64 // total time clients waited for a server
+	Timeouts    atomic.Uint64
+	ConnectErrs atomic.Uint64
+	Opened      atomic.Uint64
+	Closed      atomic.Uint64
+}
+
+// Pool lends server connections of one Key.
+type Pool struct {
+	Key    Key
+	Target Target
+	Config config.Pool
+	Stats  Stats
+
+	log    *slog.Logger
+	nextID *atomic.Uint64
+
+	mu       sync.Mutex // guards the following
+	idle     []*Server  // LIFO stack
+	waiters  []*waiter  // FIFO queue
+	open     int        // servers open or being opened
+	active   int
+	closed   bool
+	params   map[string]string // ParameterStatus of the first connection
+	maxWait  time.Time         // oldest waiter's start, for SHOW POOLS
+	stopReap chan struct{}
+	reapDone chan struct{}
+}
+
+type waiter struct {
+	ch    chan result
+	start time.Time
+}
+
+type result struct {
+	s   *Server
+	err error
+}
+
+// New creates a pool and starts its maintenance goroutine.
+func New(key Key, t Target, cfg config.Pool, log *slog.Logger, ids *atomic.Uint64) *Pool {
+	p := &Pool{Key: key, Target: t, Config: cfg, log: log.With("pool", key.String()), nextID: ids,
+		stopReap: make(chan struct{}), reapDone: make(chan struct{})}
+	go p.maintain()
+	return p
+}
+
+// Checkout returns a server connection, waiting up to checkout_timeout (or
+// ctx) for one.
+func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
+	start := time.Now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	for len(p.idle) > 0 {
+		s := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if p.expired(s, start) || !s.Alive() {
+			p.open--
+			p.mu.Unlock()
+			p.discard(s)
+			p.mu.Lock()
+			continue
+		}
+		s.state = ServerActive
+		p.active++
+		p.mu.Unlock()
+		p.Stats.Checkouts.Add(1)
+		return s, nil
+	}
+	if p.open < p.Config.Size {
+		p.open++
+		p.active++
+		p.mu.Unlock()
+		s, err := p.connect(ctx)
+		if err != nil {
+			p.mu.Lock()
+			p.open--
+			p.active--
+			p.mu.Unlock()
+			return nil, err
+		}
+		s.state = ServerActive
+		p.Stats.Checkouts.Add(1)
+		return s, nil
+	}
+	w := &waiter{ch: make(chan result, 1), start: start}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
+	timer := time.NewTimer(p.Config.CheckoutTimeout)
+	defer timer.Stop()
+	var cause error
+	select {
+	case r := <-w.ch:
+		p.Stats.WaitNanos.Add(uint64(time.Since(start)))
+		if r.err == nil {
+			p.Stats.Checkouts.Add(1)
+		}
+		return r.s, r.err
+	case <-timer.C:
+		cause = fmt.Errorf("no server connection became free within checkout_timeout (%s)", p.Config.CheckoutTimeout)
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+	p.mu.Lock()
+	removed := p.removeWaiter(w)
+	p.mu.Unlock()
+	if !removed {
+		// A server was handed to us while we gave up: take it anyway.
+		r := <-w.ch
+		return r.s, r.err
+	}
+	p.Stats.WaitNanos.Add(uint64(time.Since(start)))
+	p.Stats.Timeouts.Add(1)
+	return nil, &wire.Error{Severity: "ERROR", Code: wire.TooManyConnections,
+		Message: fmt.Sprintf("pool %s is exhausted: all %d server connections are busy", p.Key, p.Config.Size),
+		Detail:  cause.Error(),
+		Hint:    "raise pool size or checkout_timeout, or shorten transactions"}
+}
+
+func (p *Pool) removeWaiter(w *waiter) bool {
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Checkin returns a server to the pool (or closes it when it is broken,
+// expired, or the pool is closed).
+func (p *Pool) Checkin(s *Server) {
+	now := time.Now()
+	s.lastUsed = now
+	p.mu.Lock()
+	p.active--
+	if s.Broken || p.closed || p.expired(s, now) {
+		p.open--
+		refill := !p.closed && len(p.waiters) > 0
+		if refill {
+			p.open++
+			p.active++
+		}
+		p.mu.Unlock()
+		p.discard(s)
+		if refill {
+			go p.refill()
+		}
+		return
+	}
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.active++
+		p.mu.Unlock()
+		w.ch <- result{s: s}
+		return
+	}
+	s.state = ServerIdle
+	p.idle = append(p.idle, s)
+	p.mu.Unlock()
+}
+
+// refill opens a connection for the first waiter; the caller counted it in
+// open and active already.
+func (p *Pool) refill() {
+	s, err := p.connect(context.Background())
+	p.mu.Lock()
+	if err != nil {
+		p.open--
+		p.active--
+		// Waiters keep waiting: another checkin may serve them, or their
+		// timeout tells them.
+		p.mu.Unlock()
+		return
+	}
+	if len(p.waiters) == 0 || p.closed {
+		p.active--
+		s.state = ServerIdle
+		if p.closed {
+			p.open--
+			p.mu.Unlock()
+			p.discard(s)
+			return
+		}
+		p.idle = append(p.idle, s)
+		p.mu.Unlock()
+		return
+	}
+	w := p.waiters[0]
+	p.waiters = p.waiters[1:]
+	p.mu.Unlock()
+	s.state = ServerActive
+	w.ch <- result{s: s}
+}
+
+func (p *Pool) expired(s *Server, now time.Time) bool {
+	return p.Config.ServerLifetime > 0 && now.Sub(s.created) > p.Config.ServerLifetime
+}
+
+func (p *Pool) discard(s *Server) {
+	s.Close()
+	p.Stats.Closed.Add(1)
+}
+
+func (p *Pool) connect(ctx context.Context) (*Server, error) {
+	s, err := Dial(ctx, p.Target, p.Config.ConnectTimeout)
+	if err != nil {
+		p.Stats.ConnectErrs.Add(1)
+		p.log.Warn("server connection failed", "err", err)
+		return nil, err
+	}
+	s.ID = p.nextID.Add(1)
+	s.pool = p
+	p.Stats.Opened.Add(1)
+	p.mu.Lock()
+	if p.params == nil {
+		p.params = make(map[string]string, len(s.Params))
+		for k, v := range s.Params {
+			p.params[k] = v
+		}
+	}
+	p.mu.Unlock()
+	return s, nil
+}
+
+// CachedParams returns the parameters the pool's servers reported, or nil
+// before the first connection.
+func (p *Pool) CachedParams() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.params
+}
+
+// Params returns the parameters the pool's servers report, connecting
+// once if no connection was made yet.
+func (p *Pool) Params(ctx context.Context) (map[string]string, error) {
+	p.mu.Lock()
+	params := p.params
+	p.mu.Unlock()
+	if params != nil {
+		return params, nil
+	}
+	s, err := p.Checkout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.Checkin(s)
+	p.mu.Lock()
+	params = p.params
+	p.mu.Unlock()
+	return params, nil
+}
+
+// Close closes idle connections, fails waiters, and makes checked-out
+// servers close at checkin.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.open -= len(idle)
+	waiters := p.waiters
+	p.waiters = nil
+	p.mu.Unlock()
+	close(p.stopReap)
+	<-p.reapDone
+	for _, s := range idle {
+		p.discard(s)
+	}
+	for _, w := range waiters {
+		w.ch <- result{err: ErrClosed}
+	}
+}
+
+// Snapshot is a point-in-time view of a pool for SHOW POOLS and metrics.
+type Snapshot struct {
+	Key          Key
+	Target       Target
+	Mode         config.PoolMode
+	Size         int
+	Idle, Active int
+	Waiting      int
+	MaxWait      time.Duration
+	Closed       bool
+}
+
+// Snapshot returns the pool's current numbers.
+func (p *Pool) Snapshot() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Snapshot{Key: p.Key, Target: p.Target, Mode: p.Config.Mode, Size: p.Config.Size,
+		Idle: len(p.idle), Active: p.active, Waiting: len(p.waiters), Closed: p.closed}
+	if len(p.waiters) > 0 {
+		s.MaxWait = time.Since(p.waiters[0].start)
+	}
+	return s
+}
+
+// maintain closes idle connections past idle_timeout or server_lifetime and
+// keeps min_size connections open.
+func (p *Pool) maintain() {
+	defer close(p.reapDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopReap:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var drop []*Server
+		p.mu.Lock()
+		keep := p.idle[:0]
+		for i, s := range p.idle {
+			tooIdle := p.Config.IdleTimeout > 0 && now.Sub(s.lastUsed) > p.Config.IdleTimeout && p.open-len(drop) > p.Config.MinSize
+			// The oldest idle servers sit at the bottom of the stack.
+			_ = i
+			if tooIdle || p.expired(s, now) {
+				drop = append(drop, s)
+				continue
+			}
+			keep = append(keep, s)
+		}
+		p.idle = keep
+		p.open -= len(drop)
+		need := p.Config.MinSize - p.open
+		if need > 0 {
+			p.open += need
+		}
+		p.mu.Unlock()
+		for _, s := range drop {
+			p.discard(s)
+		}
+		for range max(need, 0) {
+			s, err := p.connect(context.Background())
+			p.mu.Lock()
+			if err != nil {
+				p.open--
+			} else {
+				s.state = ServerIdle
+				p.idle = append([]*Server{s}, p.idle...) // cold end of the stack
+			}
+			p.mu.Unlock()
+		}
+	}
+}

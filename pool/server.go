@@ -1,0 +1,247 @@
+package pool
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// ServerState is where a server connection is in its life.
+type ServerState int32
+
+const (
+	// ServerIdle is in the pool, ready to be checked out.
+	ServerIdle ServerState = iota
+	// ServerActive is checked out by one client.
+	ServerActive
+	// ServerClosed is closed and out of the pool.
+	ServerClosed
+)
+
+func (s ServerState) String() string {
+	switch s {
+	case ServerIdle:
+		return "idle"
+	case ServerActive:
+		return "active"
+	case ServerClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// Target says where and as whom a pool connects.
+type Target struct {
+	Host     string
+	Port     int
+	Database string
+	User     string
+	Password string
+	SSLMode  config.SSLMode
+	ServerCA string
+}
+
+func (t Target) String() string {
+	return fmt.Sprintf("%s@%s:%d/%s", t.User, t.Host, t.Port, t.Database)
+}
+
+// Server is one connection to a PostgreSQL server.
+type Server struct {
+	ID     uint64
+	Conn   net.Conn
+	R      *wire.Reader
+	W      *bufio.Writer
+	PID    uint32
+	Secret []byte
+	Addr   string // host:port, for cancel requests
+
+	// Params are the parameters the server last reported (ParameterStatus).
+	Params map[string]string
+	// Session maps a lower-cased setting name to the SET statement that the
+	// proxy applied on behalf of clients and that is in effect now.
+	Session map[string]string
+	// Prepared holds the proxy-wide prepared statement names this server
+	// has parsed.
+	Prepared map[string]struct{}
+	// Unnamed identifies the statement text in the server's unnamed
+	// prepared statement slot (the Parse body; empty when unknown).
+	Unnamed []byte
+	// Broken is set by the owner when the connection cannot be reused.
+	Broken bool
+
+	state    ServerState
+	created  time.Time
+	lastUsed time.Time
+	pool     *Pool
+}
+
+// State returns the server's state.
+func (s *Server) State() ServerState { return s.state }
+
+// Created returns when the connection was established.
+func (s *Server) Created() time.Time { return s.created }
+
+// Flush writes buffered messages to the server, marking it broken on
+// failure.
+func (s *Server) Flush() error {
+	if err := s.W.Flush(); err != nil {
+		s.Broken = true
+		return fmt.Errorf("server %s: write: %w", s.Addr, err)
+	}
+	return nil
+}
+
+// Close closes the connection, politely (Terminate) when it is healthy.
+func (s *Server) Close() {
+	if s.state == ServerClosed {
+		return
+	}
+	s.state = ServerClosed
+	if !s.Broken {
+		s.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		s.W.Write([]byte{'X', 0, 0, 0, 4})
+		s.W.Flush()
+	}
+	s.Conn.Close()
+}
+
+// Alive reports whether an idle connection still looks usable. An idle
+// server sends nothing, so anything readable means it is going away: EOF
+// after a restart or pg_terminate_backend, or a FATAL ErrorResponse before
+// the close. The probe is one non-blocking MSG_PEEK recv.
+func (s *Server) Alive() bool {
+	if s.R.Buffered() > 0 {
+		return false
+	}
+	sc, ok := s.Conn.(syscall.Conn)
+	if !ok {
+		return true // TLS: the first read will tell
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	var buf [1]byte
+	rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		case err != nil, n >= 0:
+			alive = false
+		}
+		return true
+	})
+	return alive
+}
+
+// Cancel asks the server to cancel the query this connection runs, on a
+// new connection, as the protocol's CancelRequest works.
+func (s *Server) Cancel(ctx context.Context) error {
+	return SendCancel(ctx, s.Addr, s.PID, s.Secret)
+}
+
+// SendCancel sends a CancelRequest for (pid, secret) to addr.
+func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cancel: dial %s: %w", addr, err)
+	}
+	defer c.Close()
+	buf := make([]byte, 0, 12+len(secret))
+	buf = binary.BigEndian.AppendUint32(buf, uint32(12+len(secret)))
+	buf = binary.BigEndian.AppendUint32(buf, 80877102)
+	buf = binary.BigEndian.AppendUint32(buf, pid)
+	buf = append(buf, secret...)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(buf); err != nil {
+		return fmt.Errorf("cancel: write %s: %w", addr, err)
+	}
+	// The server closes the connection after it read the request; waiting
+	// for that makes the cancel land before the caller goes on.
+	var one [1]byte
+	c.Read(one[:])
+	return nil
+}
+
+// Dial connects and authenticates to t, then takes the raw connection over.
+func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server, error) {
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=%s connect_timeout=%d",
+		quoteDSN(t.Host), t.Port, sslmode(t.SSLMode), max(1, int(connectTimeout/time.Second))))
+	if err != nil {
+		return nil, fmt.Errorf("server %s: config: %w", t, err)
+	}
+	cfg.User = t.User
+	cfg.Password = t.Password
+	cfg.Database = t.Database
+	cfg.RuntimeParams = map[string]string{}
+	cfg.ConnectTimeout = connectTimeout
+	if t.SSLMode == config.SSLVerifyFull && t.ServerCA != "" && cfg.TLSConfig != nil {
+		pem, err := os.ReadFile(t.ServerCA)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: server_ca: %w", t, err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		cfg.TLSConfig = &tls.Config{RootCAs: pool, ServerName: t.Host}
+		cfg.Fallbacks = nil
+	}
+	if connectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: connect: %w", t, err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		pc.Close(context.Background())
+		return nil, fmt.Errorf("server %s: hijack: %w", t, err)
+	}
+	now := time.Now()
+	s := &Server{
+		Conn:     hc.Conn,
+		R:        wire.NewReader(hc.Conn, 32<<10, 1<<30),
+		W:        bufio.NewWriterSize(hc.Conn, 32<<10),
+		PID:      hc.PID,
+		Secret:   hc.SecretKey,
+		Addr:     net.JoinHostPort(t.Host, strconv.Itoa(t.Port)),
+		Params:   hc.ParameterStatuses,
+		Session:  map[string]string{},
+		Prepared: map[string]struct{}{},
+		created:  now,
+		lastUsed: now,
+	}
+	if tc, ok := hc.Conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlive(true)
+	}
+	return s, nil
+}
+
+func sslmode(m config.SSLMode) string {
+	switch m {
+	case config.SSLDisable, config.SSLRequire, config.SSLVerifyFull:
+		return string(m)
+	}
+	return "prefer"
+}
+
+func quoteDSN(s string) string {
+	return "'" + s + "'"
+}
