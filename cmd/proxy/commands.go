@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/shardgate/shardgate/config"
+)
+
+const usage = `usage:
+  proxy [serve] -config FILE      run the proxy
+  proxy check-config FILE         validate FILE and print the effective config (passwords redacted)
+  proxy demo [-listen ADDR]       start two local PostgreSQL shards and the proxy in front of them
+`
+
+func run(ctx context.Context, args []string) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		path := fs.String("config", "shardgate.yaml", "config file")
+		level := fs.String("log-level", "info", "debug | info | warn | error")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		log := newLogger(os.Stderr, *level)
+		cfg, err := config.Load(*path)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, log, nil)
+	case "check-config":
+		if len(args) != 1 {
+			return fmt.Errorf("check-config takes one file\n%s", usage)
+		}
+		cfg, err := config.Load(args[0])
+		if err != nil {
+			return err
+		}
+		out, err := cfg.Redacted().YAML()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("# %s is valid; effective configuration:\n%s", args[0], out)
+		return nil
+	case "demo":
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		listen := fs.String("listen", "127.0.0.1:6432", "client listen address")
+		level := fs.String("log-level", "info", "debug | info | warn | error")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return demo(ctx, *listen, newLogger(os.Stderr, *level))
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}

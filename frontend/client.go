@@ -1,0 +1,532 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// ClientState is where a client connection is in its life.
+type ClientState int32
+
+const (
+	// ClientLogin is negotiating startup and authentication.
+	ClientLogin ClientState = iota
+	// ClientIdle is logged in and holds no server connection.
+	ClientIdle
+	// ClientWaiting is waiting for a server connection from the pool.
+	ClientWaiting
+	// ClientActive holds a server connection.
+	ClientActive
+	// ClientClosed is gone.
+	ClientClosed
+)
+
+func (s ClientState) String() string {
+	return [...]string{"login", "idle", "waiting", "active", "closed"}[s]
+}
+
+// ClientInfo is a snapshot of one client for SHOW CLIENTS.
+type ClientInfo struct {
+	ID          uint64
+	Addr        string
+	User        string
+	Database    string
+	AppName     string
+	State       ClientState
+	TLS         bool
+	ConnectedAt time.Time
+	Server      uint64 // id of the attached server, 0 if none
+	Queries     uint64
+}
+
+type cancelTarget struct {
+	addr   string
+	pid    uint32
+	secret []byte
+}
+
+// client is one client connection and its goroutine's state. Fields are
+// owned by that goroutine unless noted.
+type client struct {
+	l    *Listener
+	conn net.Conn
+	r    *wire.Reader
+	w    *bufio.Writer
+	log  *slog.Logger
+
+	id      uint64
+	pid     uint32
+	secret  [4]byte
+	tls     bool
+	started time.Time
+
+	st   *State
+	user *config.User
+	db   *config.Database
+	mode config.PoolMode
+	pool *pool.Pool
+
+	server *pool.Server
+	tx     byte // transaction status of the last ReadyForQuery sent: I, T or E
+
+	sess    session
+	stmts   map[string]*stmt // client statement name → proxy-wide statement
+	unnamed []byte           // body of the client's last unnamed Parse
+
+	out       []byte // messages waiting to be written to the server
+	q         []req  // answers expected from the server, in order
+	skipping  bool   // the server discards messages until Sync after an error
+	localSkip bool   // the proxy failed a message itself: drop until Sync
+	lastTag   []byte // tag of the last CommandComplete relayed
+	txErr     bool   // an error happened since the last ReadyForQuery
+	clientErr error  // the client socket failed while relaying
+	loggingIn bool   // keep the server attached through login
+
+	cancelTarget atomic.Pointer[cancelTarget]
+	state        atomic.Int32
+	queries      atomic.Uint64
+	killed       atomic.Bool
+	infoMu       sync.Mutex // guards appName
+	appName      string
+}
+
+func newClient(l *Listener, conn net.Conn) *client {
+	c := &client{
+		l:       l,
+		conn:    conn,
+		r:       wire.NewReader(conn, 16<<10, 1<<30),
+		w:       bufio.NewWriterSize(conn, 32<<10),
+		id:      l.nextID.Add(1),
+		started: time.Now(),
+		tx:      'I',
+		stmts:   map[string]*stmt{},
+	}
+	c.pid = randUint32()
+	copy(c.secret[:], randomBytes(4))
+	c.log = l.log.With("client", c.id, "addr", conn.RemoteAddr().String())
+	return c
+}
+
+func (c *client) setState(s ClientState) { c.state.Store(int32(s)) }
+
+func (c *client) info() ClientInfo {
+	c.infoMu.Lock()
+	app := c.appName
+	c.infoMu.Unlock()
+	ci := ClientInfo{ID: c.id, Addr: c.conn.RemoteAddr().String(), AppName: app,
+		State: ClientState(c.state.Load()), TLS: c.tls, ConnectedAt: c.started, Queries: c.queries.Load()}
+	if c.user != nil {
+		ci.User = c.user.Name
+	}
+	if c.db != nil {
+		ci.Database = c.db.Name
+	}
+	return ci
+}
+
+// run serves the client from startup to disconnect.
+func (c *client) run(ctx context.Context, st *State) error {
+	c.st = st
+	c.loginDeadline(st.Config.Limits.ClientLoginTimeout)
+	s, err := c.negotiate(st)
+	if err != nil {
+		return c.loginFailed(err)
+	}
+	if s == nil {
+		return nil // cancel request
+	}
+	if err := c.login(ctx, st, s); err != nil {
+		var ad *adminDone
+		if errors.As(err, &ad) {
+			return ad.err
+		}
+		return c.loginFailed(err)
+	}
+	c.conn.SetDeadline(time.Time{})
+	c.r.SetMax(st.Config.Limits.MaxMessageSize)
+	c.l.register(c)
+	defer c.l.unregister(c)
+	// BackendKeyData with the proxy's own pid and secret, then ready.
+	key := []byte{'K', 0, 0, 0, 12}
+	key = wire.AppendInt32(key, int32(c.pid))
+	key = append(key, c.secret[:]...)
+	c.w.Write(key)
+	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	if err := c.w.Flush(); err != nil {
+		return err
+	}
+	if c.mode == config.PoolTransaction && c.server != nil {
+		c.detach()
+	}
+	c.setState(ClientIdle)
+	return c.loop(ctx)
+}
+
+func (c *client) loginFailed(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		c.log.Info("client login timed out")
+		c.sendFatal(wire.Fatalf(wire.ProtocolViolation, "client_login_timeout: startup and authentication took too long"))
+		return err
+	}
+	if e, ok := wire.AsError(err); ok {
+		if e.Code == wire.InvalidPassword || e.Code == wire.InvalidAuthSpec {
+			c.log.Info("client authentication failed", "err", e.Message)
+		}
+		e.Severity = "FATAL"
+		c.sendFatal(e)
+		return err
+	}
+	c.log.Warn("client login failed", "err", err)
+	c.sendFatal(wire.Fatalf(wire.ConnectionFailure, "%v", err))
+	return err
+}
+
+// login authenticates the client, attaches it to its pool and sends the
+// startup parameters.
+func (c *client) login(ctx context.Context, st *State, s *startup) error {
+	cfg := st.Config
+	if s.database == cfg.Admin.Database && c.l.Admin != nil {
+		return c.adminLogin(ctx, s)
+	}
+	u := cfg.User(s.user)
+	method := cfg.AuthType
+	password := ""
+	if u != nil {
+		method = u.AuthType
+		password = u.Password
+	}
+	if method == "" {
+		method = config.AuthSCRAM
+	}
+	if err := c.authenticate(s.user, method, password, u != nil); err != nil {
+		return err
+	}
+	db := cfg.Database(s.database)
+	if db == nil {
+		return wire.Fatalf(wire.InvalidCatalogName, "database %q does not exist", s.database)
+	}
+	if !u.Allows(db.Name) {
+		return &wire.Error{Severity: "FATAL", Code: wire.InsufficientPrivilege,
+			Message: fmt.Sprintf("permission denied for database %q", db.Name),
+			Detail:  fmt.Sprintf("user %q is not allowed to connect to database %q", u.Name, db.Name)}
+	}
+	c.user, c.db, c.mode = u, db, db.Pool.Mode
+	c.log = c.log.With("user", u.Name, "database", db.Name)
+	c.pool = st.Pools.Get(db, u, 0)
+	c.sess.startup = startupSettings(s.params)
+	c.infoMu.Lock()
+	c.appName = s.params["application_name"]
+	c.infoMu.Unlock()
+
+	// A client whose startup parameters need checking by a server, or the
+	// first client of a pool, attaches once: that proves the servers accept
+	// us, applies the parameters, and yields the ParameterStatus values to
+	// report. Other clients log in without waiting for a server, so that a
+	// busy pool does not block logins.
+	params := c.pool.CachedParams()
+	if params == nil || needsValidation(s.params) {
+		c.loggingIn = true
+		defer func() { c.loggingIn = false }()
+		if err := c.attach(ctx); err != nil {
+			e, _ := wire.AsError(err)
+			if e == nil {
+				return err
+			}
+			return &wire.Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+		}
+		if len(c.q) > 0 {
+			if err := c.roundTrip(); err != nil {
+				return err
+			}
+		}
+		if c.sess.lastError != "" {
+			return wire.Fatalf(wire.InvalidParameterValue, "invalid startup parameter: %s", c.sess.lastError)
+		}
+		for k, v := range c.server.Params {
+			c.w.Write(wire.AppendParameterStatus(nil, k, v))
+		}
+		return nil
+	}
+	for k, v := range params {
+		switch k {
+		case "application_name":
+			v = s.params[k]
+		case "client_encoding":
+			if ce, ok := s.params[k]; ok {
+				v = strings.ToUpper(ce)
+			}
+		}
+		c.w.Write(wire.AppendParameterStatus(nil, k, v))
+	}
+	return nil
+}
+
+// needsValidation reports whether startup parameters include settings that
+// only a server can validate (anything beyond application_name and a
+// UTF8 client_encoding).
+func needsValidation(params map[string]string) bool {
+	for k, v := range params {
+		switch {
+		case k == "application_name":
+		case k == "client_encoding" && (strings.EqualFold(v, "UTF8") || strings.EqualFold(v, "UTF-8")):
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// attach checks a server out for the client and queues the SETs that bring
+// the server's session settings to the client's.
+func (c *client) attach(ctx context.Context) error {
+	if c.server != nil {
+		return nil
+	}
+	c.setState(ClientWaiting)
+	s, err := c.pool.Checkout(ctx)
+	if err != nil {
+		c.setState(ClientIdle)
+		return checkoutError(c.pool, err)
+	}
+	c.server = s
+	c.setState(ClientActive)
+	c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
+	{
+		if sql := c.sess.diff(s.Session); sql != "" {
+			c.out = wire.AppendQuery(c.out, sql)
+			c.q = append(c.q, req{kind: reqInternal})
+			c.sess.syncTo(s.Session)
+		}
+	}
+	return nil
+}
+
+func checkoutError(p *pool.Pool, err error) error {
+	if e, ok := wire.AsError(err); ok {
+		return e
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return &wire.Error{Severity: "ERROR", Code: pe.Code,
+			Message: fmt.Sprintf("server login failed for %s: %s", p.Key, pe.Message), Detail: pe.Detail, Hint: pe.Hint}
+	}
+	if errors.Is(err, pool.ErrClosed) {
+		return &wire.Error{Severity: "ERROR", Code: wire.AdminShutdown, Message: "the pool was closed (reload or shutdown)"}
+	}
+	return &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure,
+		Message: fmt.Sprintf("cannot connect to server for %s", p.Key), Detail: err.Error()}
+}
+
+// detach returns the server to the pool.
+func (c *client) detach() {
+	s := c.server
+	if s == nil {
+		return
+	}
+	c.server = nil
+	c.cancelTarget.Store(nil)
+	c.pool.Checkin(s)
+	c.setState(ClientIdle)
+}
+
+// loop reads and serves client messages until the client leaves.
+func (c *client) loop(ctx context.Context) error {
+	for {
+		if c.l.shutting.Load() && c.server == nil || c.killed.Load() {
+			code := wire.AdminShutdown
+			c.sendFatal(wire.Fatalf(code, "terminating connection due to administrator command"))
+			return nil
+		}
+		typ, raw, body, err := c.r.Next()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && (c.l.shutting.Load() || c.killed.Load()) {
+				c.conn.SetReadDeadline(time.Time{})
+				if c.server != nil && !c.killed.Load() {
+					continue // finish the transaction first
+				}
+				continue
+			}
+			if e, ok := wire.AsError(err); ok {
+				c.sendFatal(e)
+			}
+			c.abandon()
+			return err
+		}
+		switch typ {
+		case 'Q':
+			err = c.simpleQuery(ctx, raw, body)
+		case 'P', 'B', 'D', 'E', 'C', 'H', 'S':
+			err = c.extended(ctx, typ, raw, body)
+		case 'F':
+			err = c.functionCall(ctx, raw)
+		case 'X':
+			c.abandon()
+			return nil
+		case 'd', 'c', 'f':
+			// CopyData/Done/Fail outside COPY: ignored, as PostgreSQL does
+			// (the client may still be sending after a failed COPY).
+		default:
+			c.sendFatal(wire.Fatalf(wire.ProtocolViolation, "invalid frontend message type %d", typ))
+			c.abandon()
+			return fmt.Errorf("invalid message type %d", typ)
+		}
+		if err != nil {
+			c.abandon()
+			return err
+		}
+		if c.clientErr != nil {
+			c.abandon()
+			return c.clientErr
+		}
+	}
+}
+
+// sendFatal writes e and flushes, ignoring write errors (the connection is
+// closing anyway).
+func (c *client) sendFatal(e *wire.Error) {
+	c.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.w.Write(wire.AppendError(nil, e))
+	c.w.Flush()
+}
+
+// refuse answers a client we will not serve, after reading its startup
+// packet so that it sees the error.
+func (c *client) refuse(e *wire.Error, reason string) {
+	c.log.Warn("refusing client", "reason", reason)
+	c.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	for {
+		body, err := c.r.Startup()
+		if err != nil {
+			return
+		}
+		code, _, _ := wire.Uint32(body)
+		if code == codeSSLRequest || code == codeGSSENCRequest {
+			c.conn.Write([]byte{'N'})
+			continue
+		}
+		break
+	}
+	c.sendFatal(e)
+}
+
+// abandon cleans up after the client left or failed: a server it still
+// holds is brought back to idle (rolled back) or closed.
+func (c *client) abandon() {
+	s := c.server
+	if s == nil {
+		return
+	}
+	if c.mode == config.PoolSession {
+		c.resetSession()
+		c.detach()
+		return
+	}
+	if len(c.q) > 0 || c.tx != 'I' {
+		c.clientErr = io.EOF // stop writing to the client
+		c.rollback()
+	}
+	c.detach()
+}
+
+// rollback drains whatever the server still answers, then rolls back an
+// open transaction so the server can be reused; on any failure the server
+// is marked broken and closed at checkin.
+func (c *client) rollback() {
+	s := c.server
+	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
+	defer s.Conn.SetDeadline(time.Time{})
+	c.out = c.out[:0]
+	if len(c.q) > 0 {
+		// Close an unfinished extended-protocol batch, then wait for
+		// every answer.
+		s.W.Write([]byte{'S', 0, 0, 0, 4})
+		c.q = append(c.q, req{kind: reqSync})
+		if err := s.Flush(); err != nil || c.relay() != nil {
+			s.Broken = true
+			return
+		}
+	}
+	if s.Broken || c.tx == 'I' {
+		return
+	}
+	s.W.Write(wire.AppendQuery(nil, "ROLLBACK"))
+	c.q = append(c.q[:0], req{kind: reqInternal})
+	if err := s.Flush(); err != nil || c.relay() != nil {
+		s.Broken = true
+		return
+	}
+	if c.tx != 'I' {
+		s.Broken = true
+	}
+}
+
+// resetSession cleans a session-mode server with DISCARD ALL before it goes
+// back to the pool.
+func (c *client) resetSession() {
+	s := c.server
+	c.clientErr = io.EOF
+	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
+	defer s.Conn.SetDeadline(time.Time{})
+	if len(c.q) > 0 {
+		s.W.Write([]byte{'S', 0, 0, 0, 4})
+		c.q = append(c.q, req{kind: reqSync})
+		if err := s.Flush(); err != nil || c.relay() != nil {
+			s.Broken = true
+			return
+		}
+	}
+	sql := "DISCARD ALL"
+	if c.tx != 'I' {
+		sql = "ROLLBACK; DISCARD ALL"
+	}
+	s.W.Write(wire.AppendQuery(nil, sql))
+	c.q = append(c.q[:0], req{kind: reqInternal})
+	if err := s.Flush(); err != nil || c.relay() != nil || c.txErr {
+		s.Broken = true
+		return
+	}
+	clear(s.Session)
+	clear(s.Prepared)
+	s.Unnamed = s.Unnamed[:0]
+}
+
+// nudge wakes a client blocked reading so it notices shutdown or kill.
+func (c *client) nudge() {
+	c.conn.SetReadDeadline(time.Now())
+}
+
+func (c *client) kill() {
+	c.killed.Store(true)
+	c.nudge()
+}
+
+func (c *client) close() {
+	c.setState(ClientClosed)
+	c.conn.Close()
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}

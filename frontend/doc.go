@@ -1,0 +1,48 @@
+// Package frontend speaks the PostgreSQL protocol to clients.
+//
+// # Layers
+//
+// Listener accepts TCP connections, enforces max_client_conn, and runs one
+// goroutine per client. That goroutine negotiates the startup phase
+// (SSLRequest, GSSENCRequest, CancelRequest, StartupMessage), authenticates
+// the client (SCRAM-SHA-256, MD5, cleartext or trust, see auth.go), hands
+// out the proxy's own BackendKeyData, and then runs the client's message
+// loop (client.go).
+//
+// # Message loop and server attachment
+//
+// The loop reads one client message at a time. The first message of a
+// transaction checks a server out of the pool ("attach"); messages are
+// batched until Sync, Flush or a simple Query, written to the server in one
+// write, and the server's answers are relayed back (relay.go) until every
+// message of the batch has been answered. In transaction mode the server is
+// returned to the pool when it reports ReadyForQuery with status 'I' and no
+// request is outstanding; in session mode at disconnect, after DISCARD ALL.
+//
+// The relay tracks one expected-response entry per message sent (see req),
+// which is how it knows when a Flush has been fully answered, which
+// ParseComplete/CloseComplete answers belong to messages the proxy injected
+// (and must not reach the client), and when the session-restoring SETs the
+// proxy prepends have finished.
+//
+// # Session state and prepared statements in transaction mode
+//
+// Startup parameters and SET/RESET are tracked per client (session.go); on
+// attach the proxy sends only the settings in which the server differs from
+// what the client expects. Named prepared statements are mapped to
+// proxy-wide names (prepared.go) so that a client's statement survives
+// moving to another server: Parse is sent to a server only when it lacks the
+// statement, and a client's Close never closes a shared statement.
+//
+// # Invariants
+//
+//   - A checked-out server is touched only by the client goroutine that owns
+//     it; cancel requests read the owner's cancel target through an atomic
+//     pointer.
+//   - The client sees exactly one answer per message it sent, in order.
+//   - Errors a client can cause are ErrorResponses with SQLSTATEs (package
+//     wire); a panic in a client goroutine is recovered, logged, and only
+//     that client is closed with XX000.
+//
+// Protocol reference: https://www.postgresql.org/docs/current/protocol.html
+package frontend

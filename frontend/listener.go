@@ -1,0 +1,221 @@
+package frontend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// State is one configuration snapshot with the pools built for it. It is
+// swapped as a whole on reload.
+type State struct {
+	Config *config.Config
+	Pools  *pool.Registry
+	TLS    *tls.Config // nil when clients cannot use TLS
+}
+
+// NewState builds the runtime state for cfg.
+func NewState(cfg *config.Config, log *slog.Logger) (*State, error) {
+	st := &State{Config: cfg, Pools: pool.NewRegistry(cfg, log)}
+	if cfg.TLS != nil && cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls: load key pair: %w", err)
+		}
+		st.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return st, nil
+}
+
+// AdminHandler serves connections to the admin database. It is set by the
+// caller (package admin) so that frontend does not depend on it.
+type AdminHandler interface {
+	Serve(ctx context.Context, cl *AdminConn) error
+}
+
+// Listener accepts clients and runs them.
+type Listener struct {
+	log       *slog.Logger
+	state     atomic.Pointer[State]
+	stmts     *stmtCache
+	verifiers verifiers
+	Admin     AdminHandler
+
+	nextID     atomic.Uint64
+	clientsNum atomic.Int64
+	shutting   atomic.Bool
+
+	mu      sync.Mutex // guards the following
+	ln      net.Listener
+	clients map[uint32]*client // by the pid handed out in BackendKeyData
+	wg      sync.WaitGroup
+}
+
+// NewListener returns a Listener serving st.
+func NewListener(st *State, log *slog.Logger) *Listener {
+	l := &Listener{log: log, stmts: newStmtCache(), clients: map[uint32]*client{}}
+	l.state.Store(st)
+	return l
+}
+
+// State returns the current state.
+func (l *Listener) State() *State { return l.state.Load() }
+
+// SetState installs a new state; clients read it at their next login or
+// checkout.
+func (l *Listener) SetState(st *State) { l.state.Store(st) }
+
+// Serve accepts connections on ln until Shutdown or an accept error.
+func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
+	l.mu.Lock()
+	l.ln = ln
+	l.mu.Unlock()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if l.shutting.Load() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+			tc.SetKeepAlive(true)
+		}
+		l.wg.Add(1)
+		go l.handle(ctx, conn)
+	}
+}
+
+func (l *Listener) handle(ctx context.Context, conn net.Conn) {
+	defer l.wg.Done()
+	n := l.clientsNum.Add(1)
+	defer l.clientsNum.Add(-1)
+	c := newClient(l, conn)
+	defer func() {
+		if r := recover(); r != nil {
+			l.log.Error("client goroutine panicked", "client", c.id, "panic", r, "stack", string(debug.Stack()))
+			c.sendFatal(wire.Fatalf(wire.InternalError, "internal error in shardgate: %v", r))
+		}
+		c.close()
+	}()
+	st := l.State()
+	if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
+		c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
+			fmt.Sprintf("max_client_conn (%d) reached", max))
+		return
+	}
+	if err := c.run(ctx, st); err != nil {
+		c.log.Debug("client closed", "err", err)
+	}
+}
+
+func (l *Listener) register(c *client) {
+	l.mu.Lock()
+	for {
+		if _, taken := l.clients[c.pid]; !taken && c.pid != 0 {
+			break
+		}
+		c.pid = randUint32()
+	}
+	l.clients[c.pid] = c
+	l.mu.Unlock()
+}
+
+func (l *Listener) unregister(c *client) {
+	l.mu.Lock()
+	if l.clients[c.pid] == c {
+		delete(l.clients, c.pid)
+	}
+	l.mu.Unlock()
+}
+
+// cancel forwards a client's CancelRequest to the server running its query.
+func (l *Listener) cancel(pid uint32, secret []byte) {
+	l.mu.Lock()
+	c := l.clients[pid]
+	l.mu.Unlock()
+	if c == nil || !c.secretMatches(secret) {
+		l.log.Debug("cancel request for unknown client", "pid", pid)
+		return
+	}
+	t := c.cancelTarget.Load()
+	if t == nil {
+		return
+	}
+	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
+		l.log.Warn("cancel failed", "client", c.id, "err", err)
+	}
+}
+
+// Clients returns a snapshot of connected clients, for the admin database.
+func (l *Listener) Clients() []ClientInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]ClientInfo, 0, len(l.clients))
+	for _, c := range l.clients {
+		out = append(out, c.info())
+	}
+	return out
+}
+
+// Kill closes the client with the given id; it reports whether one was
+// found.
+func (l *Listener) Kill(id uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.clients {
+		if c.id == id {
+			c.kill()
+			return true
+		}
+	}
+	return false
+}
+
+// Shutdown stops accepting, lets clients finish their transactions, closes
+// idle clients with 57P01, and waits until all clients are gone or ctx ends
+// (then closes the rest).
+func (l *Listener) Shutdown(ctx context.Context) error {
+	l.shutting.Store(true)
+	l.mu.Lock()
+	if l.ln != nil {
+		l.ln.Close()
+	}
+	for _, c := range l.clients {
+		c.nudge()
+	}
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		for _, c := range l.clients {
+			c.conn.Close()
+		}
+		l.mu.Unlock()
+		<-done
+		return fmt.Errorf("shutdown: clients still connected after timeout: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,198 @@
+package frontend
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"github.com/shardgate/shardgate/wire"
+)
+
+// stmt is a proxy-wide prepared statement: one per distinct statement text
+// and parameter types, whatever names clients give it.
+type stmt struct {
+	name  string // proxy-wide name, "sg_<n>"
+	parse []byte // the Parse message that prepares it under name
+}
+
+// stmtCache maps statement text + parameter types to proxy-wide statements.
+type stmtCache struct {
+	mu   sync.Mutex // guards the following
+	m    map[string]*stmt
+	next uint64
+}
+
+func newStmtCache() *stmtCache { return &stmtCache{m: map[string]*stmt{}} }
+
+// get returns the statement for the tail of a Parse body (text, NUL,
+// parameter count and types), creating it on first use.
+func (sc *stmtCache) get(tail []byte) *stmt {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if st := sc.m[string(tail)]; st != nil {
+		return st
+	}
+	sc.next++
+	name := "sg_" + strconv.FormatUint(sc.next, 10)
+	msg := []byte{'P', 0, 0, 0, 0}
+	msg = append(msg, name...)
+	msg = append(msg, 0)
+	msg = append(msg, tail...)
+	st := &stmt{name: name, parse: wire.FinishMessage(msg, 0)}
+	sc.m[string(tail)] = st
+	return st
+}
+
+// Len returns the number of cached statements.
+func (sc *stmtCache) Len() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.m)
+}
+
+// emptyParse prepares the empty query as the unnamed statement: the
+// cheapest message that the server answers with ParseComplete, used where a
+// client's Parse names a statement the server already has.
+var emptyParse = []byte{'P', 0, 0, 0, 8, 0, 0, 0, 0}
+
+// closeNoop closes a statement that never exists: the server answers
+// CloseComplete in the position of the client's Close, without touching
+// shared statements.
+var closeNoop = wire.FinishMessage(append([]byte{'C', 0, 0, 0, 0, 'S'}, "shardgate_noop\x00"...), 0)
+
+// rewrite translates one extended-protocol message for transaction
+// pooling and appends it (plus any Parse the server needs first) to c.out.
+func (c *client) rewrite(typ byte, raw, body []byte) error {
+	s := c.server
+	switch typ {
+	case 'P':
+		name, tail, ok := wire.CString(body)
+		if !ok {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
+		}
+		if len(name) == 0 {
+			c.unnamed = append(c.unnamed[:0], body...)
+			s.Unnamed = append(s.Unnamed[:0], body...)
+			c.out = append(c.out, raw...)
+			c.expect('P')
+			return nil
+		}
+		st := c.l.stmts.get(tail)
+		c.stmts[string(name)] = st
+		if c.skipping {
+			return nil
+		}
+		if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st.name) {
+			c.out = append(c.out, emptyParse...)
+			s.Unnamed = s.Unnamed[:0]
+			c.q = append(c.q, req{kind: reqParse})
+			return nil
+		}
+		c.out = append(c.out, st.parse...)
+		c.q = append(c.q, req{kind: reqParse, confirm: st.name})
+		return nil
+	case 'B':
+		portal, rest, ok := wire.CString(body)
+		if !ok {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+		}
+		name, rest, ok := wire.CString(rest)
+		if !ok {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+		}
+		st := c.resolve(name)
+		if st == nil {
+			c.out = append(c.out, raw...)
+			c.expect('B')
+			return nil
+		}
+		start := len(c.out)
+		c.out = append(c.out, 'B', 0, 0, 0, 0)
+		c.out = append(c.out, portal...)
+		c.out = append(c.out, 0)
+		c.out = append(c.out, st.name...)
+		c.out = append(c.out, 0)
+		c.out = append(c.out, rest...)
+		c.out = wire.FinishMessage(c.out, start)
+		c.expect('B')
+		return nil
+	case 'D', 'C':
+		if len(body) < 2 {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
+		}
+		kind := body[0]
+		name, _, ok := wire.CString(body[1:])
+		if !ok {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
+		}
+		if kind != 'S' {
+			c.out = append(c.out, raw...)
+			c.expect(typ)
+			return nil
+		}
+		if typ == 'C' {
+			if len(name) == 0 {
+				c.unnamed = c.unnamed[:0]
+				s.Unnamed = s.Unnamed[:0]
+				c.out = append(c.out, raw...)
+			} else {
+				delete(c.stmts, string(name))
+				c.out = append(c.out, closeNoop...)
+			}
+			c.expect('C')
+			return nil
+		}
+		st := c.resolve(name)
+		if st == nil {
+			c.out = append(c.out, raw...)
+		} else {
+			start := len(c.out)
+			c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
+			c.out = append(c.out, st.name...)
+			c.out = append(c.out, 0)
+			c.out = wire.FinishMessage(c.out, start)
+		}
+		c.expect('D')
+		return nil
+	}
+	c.out = append(c.out, raw...)
+	c.expect(typ)
+	return nil
+}
+
+// resolve returns the proxy-wide statement for a client statement name
+// (nil for the unnamed statement or an unknown name), first queuing a Parse
+// if the server lacks the statement.
+func (c *client) resolve(name []byte) *stmt {
+	s := c.server
+	if len(name) == 0 {
+		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.skipping {
+			// The client's unnamed statement was parsed on another server.
+			c.out = append(c.out, 'P', 0, 0, 0, 0)
+			c.out = append(c.out, c.unnamed...)
+			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
+			c.q = append(c.q, req{kind: reqParse, injected: true})
+			s.Unnamed = append(s.Unnamed[:0], c.unnamed...)
+		}
+		return nil
+	}
+	st := c.stmts[string(name)]
+	if st == nil {
+		return nil
+	}
+	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st.name) && !c.skipping {
+		c.out = append(c.out, st.parse...)
+		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st.name})
+	}
+	return st
+}
+
+// pendingParse reports whether a Parse of name is queued in this batch.
+func (c *client) pendingParse(name string) bool {
+	for i := range c.q {
+		if c.q[i].confirm == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,492 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// reqKind is a message sent to the server that the relay expects an answer
+// to.
+type reqKind uint8
+
+const (
+	reqParse    reqKind = iota // answered by ParseComplete
+	reqBind                    // BindComplete
+	reqDescribe                // [ParameterDescription] RowDescription | NoData
+	reqExecute                 // CommandComplete | EmptyQueryResponse | PortalSuspended (after rows or COPY)
+	reqClose                   // CloseComplete
+	reqSync                    // ReadyForQuery
+	reqQuery                   // everything up to ReadyForQuery (simple Query, FunctionCall)
+	reqInternal                // a Query the proxy sent itself: nothing reaches the client
+)
+
+// req is one expected answer.
+type req struct {
+	kind     reqKind
+	injected bool   // the proxy added the message: swallow its answer
+	confirm  string // reqParse: proxy-wide statement name to mark prepared on success
+	ops      []setOp
+}
+
+// flushWriteThreshold is the batch size above which the proxy writes to the
+// server concurrently with relaying answers, so that a server blocked on
+// writing results cannot deadlock against a proxy blocked on writing input.
+const flushWriteThreshold = 256 << 10
+
+// simpleQuery handles a Query message.
+func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
+	c.queries.Add(1)
+	if c.localSkip {
+		return nil
+	}
+	sql := body
+	if n := len(sql); n > 0 && sql[n-1] == 0 {
+		sql = sql[:n-1]
+	}
+	var ops []setOp
+	if c.mode == config.PoolTransaction && mayChangeSession(sql) {
+		var err error
+		ops, err = sessionOps(string(sql))
+		if err != nil {
+			c.log.Debug("could not parse session statement; forwarding", "err", err)
+		}
+	}
+	if err := c.attach(ctx); err != nil {
+		return c.answerLocally(err, true)
+	}
+	c.out = append(c.out, raw...)
+	c.q = append(c.q, req{kind: reqQuery, ops: ops})
+	return c.roundTrip()
+}
+
+// functionCall handles the legacy FunctionCall message.
+func (c *client) functionCall(ctx context.Context, raw []byte) error {
+	if c.localSkip {
+		return nil
+	}
+	if err := c.attach(ctx); err != nil {
+		return c.answerLocally(err, true)
+	}
+	c.out = append(c.out, raw...)
+	c.q = append(c.q, req{kind: reqQuery})
+	return c.roundTrip()
+}
+
+// answerLocally sends an error the proxy produced itself. With ready, it
+// also sends ReadyForQuery (simple protocol); otherwise the proxy drops the
+// client's messages until Sync, as a server does after an error.
+func (c *client) answerLocally(err error, ready bool) error {
+	e, ok := wire.AsError(err)
+	if !ok {
+		e = wire.Errorf(wire.InternalError, "%v", err)
+	}
+	c.w.Write(wire.AppendError(nil, e))
+	if e.Fatal() {
+		c.w.Flush()
+		return err
+	}
+	if ready {
+		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	} else {
+		c.localSkip = true
+	}
+	return c.flushClient()
+}
+
+// extended handles Parse, Bind, Describe, Execute, Close, Flush and Sync.
+func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error {
+	if c.localSkip {
+		if typ == 'S' {
+			c.localSkip = false
+			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+			return c.flushClient()
+		}
+		return nil
+	}
+	if typ == 'E' {
+		c.queries.Add(1)
+	}
+	if err := c.attach(ctx); err != nil {
+		return c.answerLocally(err, false)
+	}
+	if c.mode == config.PoolTransaction {
+		if err := c.rewrite(typ, raw, body); err != nil {
+			return c.answerLocally(err, false)
+		}
+	} else {
+		c.out = append(c.out, raw...)
+		c.expect(typ)
+	}
+	switch typ {
+	case 'S':
+		// Pipelined batches already in the buffer go out in the same write.
+		if c.r.Buffered() > 0 && len(c.out) < 64<<10 {
+			return nil
+		}
+		return c.roundTrip()
+	case 'H':
+		return c.roundTrip()
+	}
+	return nil
+}
+
+// expect records the answer the server owes for a client message.
+func (c *client) expect(typ byte) {
+	if c.skipping && typ != 'S' {
+		return // the server discards it
+	}
+	switch typ {
+	case 'P':
+		c.q = append(c.q, req{kind: reqParse})
+	case 'B':
+		c.q = append(c.q, req{kind: reqBind})
+	case 'D':
+		c.q = append(c.q, req{kind: reqDescribe})
+	case 'E':
+		c.q = append(c.q, req{kind: reqExecute})
+	case 'C':
+		c.q = append(c.q, req{kind: reqClose})
+	case 'S':
+		c.q = append(c.q, req{kind: reqSync})
+	}
+}
+
+// roundTrip writes the batch to the server and relays the answers, then
+// returns the server to the pool if the transaction is over.
+func (c *client) roundTrip() error {
+	s := c.server
+	var werr chan error
+	if len(c.out) > flushWriteThreshold {
+		werr = make(chan error, 1)
+		out := c.out
+		go func() {
+			_, err := s.W.Write(out)
+			if err == nil {
+				err = s.W.Flush()
+			}
+			werr <- err
+		}()
+	} else {
+		s.W.Write(c.out)
+		if err := s.Flush(); err != nil {
+			return c.serverFailed(err)
+		}
+	}
+	err := c.relay()
+	if werr != nil {
+		if e := <-werr; e != nil && err == nil {
+			s.Broken = true
+			err = e
+		}
+	}
+	c.out = c.out[:0]
+	if cap(c.out) > 1<<20 {
+		c.out = nil
+	}
+	if err != nil {
+		return c.serverFailed(err)
+	}
+	if err := c.flushClient(); err != nil {
+		return err
+	}
+	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.loggingIn {
+		c.detach()
+	}
+	return nil
+}
+
+func (c *client) flushClient() error {
+	if c.clientErr != nil {
+		return c.clientErr
+	}
+	if err := c.w.Flush(); err != nil {
+		c.clientErr = err
+		return err
+	}
+	return nil
+}
+
+// toClient writes b to the client unless the client is gone.
+func (c *client) toClient(b []byte) {
+	if c.clientErr != nil {
+		return
+	}
+	if _, err := c.w.Write(b); err != nil {
+		c.clientErr = err
+	}
+}
+
+// serverFailed handles a broken server connection: the client gets an
+// error; outside a transaction it stays connected, inside one it is closed
+// (its transaction is gone).
+func (c *client) serverFailed(err error) error {
+	if c.clientErr != nil {
+		return c.clientErr
+	}
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		err = pe.err
+	}
+	var sg *serverGone
+	forwarded := errors.As(err, &sg) && sg.forwarded
+	s := c.server
+	s.Broken = true
+	c.log.Warn("server connection failed", "server", s.Addr, "err", err)
+	inTx := c.tx != 'I'
+	c.q = c.q[:0]
+	c.out = c.out[:0]
+	c.skipping = false
+	c.detach()
+	e := &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure,
+		Message: "server connection lost", Detail: err.Error()}
+	if inTx {
+		e.Severity = "FATAL"
+		e.Detail += "; the transaction was aborted"
+		c.sendFatal(e)
+		return err
+	}
+	if !forwarded {
+		c.w.Write(wire.AppendError(nil, e))
+	}
+	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	c.tx = 'I'
+	return c.flushClient()
+}
+
+// serverGone is a server that announced it is closing; forwarded says the
+// client already got the server's error.
+type serverGone struct {
+	forwarded bool
+	err       error
+}
+
+func (e *serverGone) Error() string { return e.err.Error() }
+
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return e.err.Error() }
+
+// relay reads the server's answers and forwards them to the client until
+// every expected answer arrived.
+func (c *client) relay() error {
+	s := c.server
+	for len(c.q) > 0 {
+		if s.R.Buffered() == 0 && c.w.Buffered() > 0 && c.clientErr == nil {
+			// About to block on the server: let the client see what it
+			// has so far (streaming results, notices).
+			if err := c.w.Flush(); err != nil {
+				c.clientErr = err
+			}
+		}
+		typ, n, err := s.R.PeekHeader()
+		if err != nil {
+			return err
+		}
+		if n > s.R.Size()-5 {
+			// A large row or COPY chunk: stream it through.
+			if c.q[0].kind == reqInternal || c.clientErr != nil {
+				err = s.R.Copy(io.Discard, n)
+			} else {
+				err = s.R.Copy(c.w, n)
+			}
+			if err != nil {
+				return err
+			}
+			if typ == 'E' || typ == 'Z' || typ == 'G' {
+				return &protocolError{fmt.Errorf("oversized %q message from server", typ)}
+			}
+			continue
+		}
+		typ, raw, body, err := s.R.Next()
+		if err != nil {
+			return err
+		}
+		head := &c.q[0]
+		internal := head.kind == reqInternal
+		whole := head.kind == reqQuery || internal
+		switch typ {
+		case 'Z':
+			if len(body) != 1 {
+				return &protocolError{errors.New("malformed ReadyForQuery from server")}
+			}
+			// Pop through the Sync or Query this answers.
+			for len(c.q) > 0 {
+				k := c.q[0].kind
+				ops := c.q[0].ops
+				c.q = c.q[1:]
+				if ops != nil && !c.txErr {
+					c.sess.pending = append(c.sess.pending, ops...)
+				}
+				if k == reqSync || k == reqQuery || k == reqInternal {
+					break
+				}
+			}
+			c.skipping = false
+			c.onReady(body[0], internal)
+			if !internal {
+				c.tx = body[0]
+				c.toClient(raw)
+			}
+			c.txErr = false
+			c.lastTag = c.lastTag[:0]
+		case 'E':
+			c.txErr = true
+			e := wire.ParseError(body)
+			if e.Fatal() {
+				// The server is closing this connection (shutdown,
+				// pg_terminate_backend, idle timeout...). The client's
+				// connection to the proxy lives on: it gets the error as
+				// an ERROR.
+				s.Broken = true
+				if !internal {
+					e.Severity = "ERROR"
+					c.toClient(wire.AppendError(nil, e))
+				}
+				return &serverGone{forwarded: !internal, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+			}
+			if internal {
+				c.sess.lastError = e.Message
+				c.log.Warn("internal query failed on server", "server", s.Addr, "err", e.Error())
+			} else {
+				c.toClient(raw)
+			}
+			if !whole {
+				// The server skips everything up to the next Sync.
+				i := 0
+				for i < len(c.q) && c.q[i].kind != reqSync {
+					i++
+				}
+				c.q = c.q[i:]
+				c.skipping = true
+			}
+		case '1': // ParseComplete
+			if !whole {
+				if head.confirm != "" {
+					s.Prepared[head.confirm] = struct{}{}
+				}
+				if !head.injected {
+					c.toClient(raw)
+				}
+				c.q = c.q[1:]
+			} else if !internal {
+				c.toClient(raw)
+			}
+		case '3': // CloseComplete
+			if !whole {
+				if !head.injected {
+					c.toClient(raw)
+				}
+				c.q = c.q[1:]
+			} else if !internal {
+				c.toClient(raw)
+			}
+		case '2', 'T', 'n', 'C', 'I', 's':
+			if !internal {
+				c.toClient(raw)
+			}
+			if typ == 'C' {
+				c.lastTag = append(c.lastTag[:0], body...)
+			}
+			if !whole {
+				c.q = c.q[1:]
+			}
+		case 'G': // CopyInResponse
+			if internal {
+				return &protocolError{errors.New("unexpected COPY in an internal query")}
+			}
+			c.toClient(raw)
+			if err := c.copyIn(); err != nil {
+				return err
+			}
+		case 'W':
+			return &protocolError{errors.New("COPY BOTH (replication) is not supported through the proxy")}
+		case 'S':
+			name, rest, _ := wire.CString(body)
+			val, _, _ := wire.CString(rest)
+			s.Params[string(name)] = string(val)
+			if !internal {
+				c.toClient(raw)
+			}
+		default:
+			// DataRow, CopyOutResponse, CopyData, CopyDone, NoticeResponse,
+			// NotificationResponse, ParameterDescription,
+			// FunctionCallResponse, EmptyQueryResponse...
+			if typ == 'I' && !whole {
+				c.q = c.q[1:]
+			}
+			if !internal {
+				c.toClient(raw)
+			}
+		}
+	}
+	return nil
+}
+
+// copyIn relays the client's COPY data to the server until CopyDone or
+// CopyFail.
+func (c *client) copyIn() error {
+	if err := c.flushClient(); err != nil {
+		return c.failCopy("client connection lost")
+	}
+	s := c.server
+	for {
+		typ, raw, _, err := c.r.Next()
+		if err != nil {
+			c.clientErr = err
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.clientErr = nil
+				c.conn.SetReadDeadline(time.Time{})
+				continue
+			}
+			return c.failCopy("client connection lost during COPY")
+		}
+		if _, err := s.W.Write(raw); err != nil {
+			s.Broken = true
+			return err
+		}
+		switch typ {
+		case 'd', 'H', 'S':
+		default:
+			// CopyDone, CopyFail, or a message that makes the server
+			// abort the COPY.
+			return s.Flush()
+		}
+	}
+}
+
+// failCopy aborts a COPY FROM STDIN whose client went away.
+func (c *client) failCopy(reason string) error {
+	s := c.server
+	msg := []byte{'f', 0, 0, 0, 0}
+	msg = append(msg, reason...)
+	msg = append(msg, 0)
+	s.W.Write(wire.FinishMessage(msg, 0))
+	return s.Flush()
+}
+
+// onReady updates tracked session state at a transaction boundary.
+func (c *client) onReady(status byte, internal bool) {
+	if internal || c.server == nil {
+		return
+	}
+	if status != 'I' {
+		return
+	}
+	if len(c.sess.pending) == 0 {
+		return
+	}
+	rolledBack := c.txErr || bytes.Equal(c.lastTag, []byte("ROLLBACK"))
+	if !rolledBack {
+		c.applyOps(c.sess.pending)
+	}
+	c.sess.pending = c.sess.pending[:0]
+}
