@@ -1,0 +1,443 @@
+package executor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+
+	"github.com/shardgate/shardgate/wire"
+)
+
+// group is one GROUP BY group (or DISTINCT row) being combined.
+type group struct {
+	cols [][]byte // the first row's values, owned copies; aggregates updated in place
+	avg  map[int]*avgState
+}
+
+type avgState struct {
+	sum   decimal
+	fsum  float64
+	count int64
+	float bool
+	null  bool
+}
+
+// aggregate reads every row, combines partial aggregates per group, and
+// sends the groups (sorted by ORDER BY when given). Memory is bounded by
+// the number of groups, not rows.
+func (m *Merger) aggregate(sources []Rows) error {
+	keyCols := m.spec.GroupBy
+	if len(m.spec.Aggs) == 0 && len(keyCols) == 0 {
+		keyCols = make([]int, m.visible)
+		for i := range keyCols {
+			keyCols[i] = i
+		}
+	}
+	groups := map[string]*group{}
+	var order []*group
+	var cols [][]byte
+	var key []byte
+	for _, src := range sources {
+		for {
+			b, err := src.Next()
+			if err != nil {
+				return err
+			}
+			if b == nil {
+				break
+			}
+			if cols, err = splitRow(b, cols); err != nil {
+				return err
+			}
+			key = key[:0]
+			for _, c := range keyCols {
+				if cols[c] == nil {
+					key = append(key, 0xff, 0xff, 0xff, 0xff)
+					continue
+				}
+				key = binary.BigEndian.AppendUint32(key, uint32(len(cols[c])))
+				key = append(key, cols[c]...)
+			}
+			g := groups[string(key)]
+			if g == nil {
+				g = &group{cols: make([][]byte, len(cols))}
+				for i, v := range cols {
+					if v != nil {
+						g.cols[i] = append([]byte{}, v...)
+					}
+				}
+				groups[string(key)] = g
+				order = append(order, g)
+				if err := m.initAvg(g); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := m.combine(g, cols); err != nil {
+				return err
+			}
+		}
+	}
+	// An aggregate without GROUP BY over no rows: shards each answered
+	// one row, so there is always one group.
+	for _, g := range order {
+		if err := m.finishAvg(g); err != nil {
+			return err
+		}
+	}
+	if len(m.spec.OrderBy) > 0 {
+		var serr error
+		sort.SliceStable(order, func(i, j int) bool {
+			c, err := m.compareRows(order[i].cols, order[j].cols)
+			if err != nil && serr == nil {
+				serr = err
+			}
+			return c < 0
+		})
+		if serr != nil {
+			return serr
+		}
+	}
+	for _, g := range order {
+		more, err := m.emit(g.cols)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Merger) initAvg(g *group) error {
+	for _, a := range m.spec.Aggs {
+		if a.Kind != AggAvg {
+			continue
+		}
+		if g.avg == nil {
+			g.avg = map[int]*avgState{}
+		}
+		st := &avgState{null: true, float: m.cols[a.Col].OID == oidFloat8 || m.cols[a.Col].OID == oidFloat4}
+		g.avg[a.Col] = st
+		if err := m.addAvg(st, a, g.cols); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Merger) addAvg(st *avgState, a Agg, cols [][]byte) error {
+	s, c := cols[a.SumCol], cols[a.CountCol]
+	if c == nil {
+		return nil
+	}
+	n, err := m.intValue(a.CountCol, c)
+	if err != nil {
+		return err
+	}
+	st.count += n
+	if s == nil {
+		return nil
+	}
+	st.null = false
+	if st.float {
+		f, err := m.floatValue(a.SumCol, s)
+		if err != nil {
+			return err
+		}
+		st.fsum += f
+		return nil
+	}
+	d, err := m.decimalValue(a.SumCol, s)
+	if err != nil {
+		return err
+	}
+	if st.sum.unscaled == nil && st.sum.special == 0 {
+		st.sum = d
+	} else {
+		st.sum = st.sum.add(d)
+	}
+	return nil
+}
+
+func (m *Merger) finishAvg(g *group) error {
+	for _, a := range m.spec.Aggs {
+		if a.Kind != AggAvg {
+			continue
+		}
+		st := g.avg[a.Col]
+		if st.null || st.count == 0 {
+			g.cols[a.Col] = nil
+			continue
+		}
+		bin := m.cols[a.Col].Format == 1
+		if st.float {
+			f := st.fsum / float64(st.count)
+			if bin {
+				g.cols[a.Col] = binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
+			} else {
+				g.cols[a.Col] = []byte(formatFloat8(f))
+			}
+			continue
+		}
+		q := divideNumeric(st.sum, decimal{unscaled: big.NewInt(st.count)})
+		if bin {
+			g.cols[a.Col] = encodeBinaryNumeric(q)
+		} else {
+			g.cols[a.Col] = []byte(q.String())
+		}
+	}
+	return nil
+}
+
+// combine folds a row's partial aggregates into its group.
+func (m *Merger) combine(g *group, cols [][]byte) error {
+	for _, a := range m.spec.Aggs {
+		v := cols[a.Col]
+		cur := g.cols[a.Col]
+		switch a.Kind {
+		case AggAvg:
+			if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {
+				return err
+			}
+			continue
+		}
+		if v == nil {
+			continue
+		}
+		if cur == nil {
+			g.cols[a.Col] = append([]byte{}, v...)
+			continue
+		}
+		var out []byte
+		var err error
+		switch a.Kind {
+		case AggCount, AggSum:
+			out, err = m.add(a.Col, cur, v)
+		case AggMin, AggMax:
+			var c int
+			c, err = m.cmp[a.Col](v, cur)
+			if err == nil && (a.Kind == AggMin && c < 0 || a.Kind == AggMax && c > 0) {
+				out = append([]byte{}, v...)
+			} else {
+				out = cur
+			}
+		case AggBoolAnd, AggBoolOr:
+			x, y := boolValue(cur), boolValue(v)
+			r := x && y
+			if a.Kind == AggBoolOr {
+				r = x || y
+			}
+			out = encodeBool(r, m.cols[a.Col].Format == 1)
+		default:
+			err = fmt.Errorf("merge: aggregate %v not supported", a.Kind)
+		}
+		if err != nil {
+			return err
+		}
+		g.cols[a.Col] = out
+	}
+	return nil
+}
+
+func boolValue(b []byte) bool { return len(b) == 1 && (b[0] == 't' || b[0] == 1) }
+
+func encodeBool(v, bin bool) []byte {
+	switch {
+	case bin && v:
+		return []byte{1}
+	case bin:
+		return []byte{0}
+	case v:
+		return []byte{'t'}
+	}
+	return []byte{'f'}
+}
+
+// add sums two partial counts or sums of a column's type.
+func (m *Merger) add(col int, a, b []byte) ([]byte, error) {
+	c := m.cols[col]
+	bin := c.Format == 1
+	switch c.OID {
+	case oidInt8, oidInt4, oidInt2:
+		x, err := m.intValue(col, a)
+		if err != nil {
+			return nil, err
+		}
+		y, err := m.intValue(col, b)
+		if err != nil {
+			return nil, err
+		}
+		s := x + y
+		if (s > x) != (y > 0) {
+			return nil, wire.Errorf("22003", "bigint out of range")
+		}
+		if bin {
+			return binary.BigEndian.AppendUint64(nil, uint64(s)), nil
+		}
+		return strconv.AppendInt(nil, s, 10), nil
+	case oidNumeric:
+		x, err := m.decimalValue(col, a)
+		if err != nil {
+			return nil, err
+		}
+		y, err := m.decimalValue(col, b)
+		if err != nil {
+			return nil, err
+		}
+		if bin {
+			return encodeBinaryNumeric(x.add(y)), nil
+		}
+		return []byte(x.add(y).String()), nil
+	case oidFloat4, oidFloat8:
+		x, err := m.floatValue(col, a)
+		if err != nil {
+			return nil, err
+		}
+		y, err := m.floatValue(col, b)
+		if err != nil {
+			return nil, err
+		}
+		if bin {
+			if c.OID == oidFloat4 {
+				return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(x+y))), nil
+			}
+			return binary.BigEndian.AppendUint64(nil, math.Float64bits(x+y)), nil
+		}
+		if c.OID == oidFloat4 {
+			return []byte(strconv.FormatFloat(float64(float32(x+y)), 'g', -1, 32)), nil
+		}
+		return []byte(formatFloat8(x + y)), nil
+	}
+	return nil, wire.Errorf(wire.FeatureNotSupported, "cannot add partial aggregates of type OID %d across shards", c.OID)
+}
+
+func (m *Merger) intValue(col int, b []byte) (int64, error) {
+	if m.cols[col].Format == 1 {
+		return binaryInt(b)
+	}
+	return strconv.ParseInt(string(b), 10, 64)
+}
+
+func (m *Merger) floatValue(col int, b []byte) (float64, error) {
+	if m.cols[col].Format == 1 {
+		return binaryFloat(b)
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil && !isRangeErr(err) {
+		return 0, err
+	}
+	return f, nil
+}
+
+func (m *Merger) decimalValue(col int, b []byte) (decimal, error) {
+	c := m.cols[col]
+	switch {
+	case c.OID == oidNumeric && c.Format == 1:
+		return decodeBinaryNumeric(b)
+	case c.OID == oidNumeric:
+		return parseDecimal(string(b))
+	}
+	n, err := m.intValue(col, b)
+	if err != nil {
+		return decimal{}, err
+	}
+	return decimal{unscaled: big.NewInt(n)}, nil
+}
+
+// formatFloat8 prints like PostgreSQL's float8out with the default
+// extra_float_digits (shortest exact representation).
+func formatFloat8(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	exp := 0
+	if f != 0 {
+		exp = int(math.Floor(math.Log10(math.Abs(f))))
+	}
+	if exp < -4 || exp >= 15 {
+		s := strconv.FormatFloat(f, 'e', -1, 64)
+		return s
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// divideNumeric divides like PostgreSQL's numeric_div: the result scale
+// comes from select_div_scale (at least 16 significant digits), rounded
+// half away from zero.
+func divideNumeric(a, b decimal) decimal {
+	if a.special != 0 {
+		return a
+	}
+	// Weight and first base-10000 digit of each operand.
+	w1, f1 := numericWeight(a)
+	w2, f2 := numericWeight(b)
+	qweight := w1 - w2
+	if f1 <= f2 {
+		qweight--
+	}
+	rscale := int32(16 - qweight*4)
+	rscale = max(rscale, a.scale, b.scale, 0)
+	rscale = min(rscale, 1000)
+	// q = a / b at rscale: (a.unscaled × 10^(rscale - a.scale + b.scale)) / b.unscaled
+	num := new(big.Int).Set(a.unscaled)
+	shift := int64(rscale) - int64(a.scale) + int64(b.scale)
+	if shift >= 0 {
+		num.Mul(num, new(big.Int).Exp(big.NewInt(10), big.NewInt(shift), nil))
+	}
+	den := new(big.Int).Set(b.unscaled)
+	if shift < 0 {
+		den.Mul(den, new(big.Int).Exp(big.NewInt(10), big.NewInt(-shift), nil))
+	}
+	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
+	// Round half away from zero.
+	r2 := new(big.Int).Abs(r)
+	r2.Mul(r2, big.NewInt(2))
+	if r2.Cmp(new(big.Int).Abs(den)) >= 0 {
+		if (num.Sign() < 0) != (den.Sign() < 0) {
+			q.Sub(q, big.NewInt(1))
+		} else {
+			q.Add(q, big.NewInt(1))
+		}
+	}
+	return decimal{unscaled: q, scale: rscale}
+}
+
+// numericWeight returns the base-10000 weight and first digit of d as
+// PostgreSQL's NumericVar holds them.
+func numericWeight(d decimal) (weight int, first int) {
+	u := new(big.Int).Abs(d.unscaled)
+	if u.Sign() == 0 {
+		return 0, 0
+	}
+	s := u.String()
+	// digits before the decimal point
+	intDigits := len(s) - int(d.scale)
+	// weight: index of the first base-10000 group relative to the point.
+	if intDigits > 0 {
+		weight = (intDigits - 1) / 4
+		lead := intDigits - weight*4
+		first, _ = strconv.Atoi(s[:lead])
+		return weight, first
+	}
+	// Pure fraction: leading zeros after the point.
+	zeros := -intDigits
+	weight = -(zeros/4 + 1)
+	groupStart := (-weight - 1) * 4 // zeros consumed before the first group
+	digitsInGroup := 4 - (zeros - groupStart)
+	if digitsInGroup > len(s) {
+		first, _ = strconv.Atoi(s)
+		for i := len(s); i < digitsInGroup; i++ {
+			first *= 10
+		}
+		return weight, first
+	}
+	first, _ = strconv.Atoi(s[:digitsInGroup])
+	return weight, first
+}

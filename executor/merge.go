@@ -1,0 +1,400 @@
+package executor
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/shardgate/shardgate/wire"
+)
+
+// SortKey is one ORDER BY item over a result column.
+type SortKey struct {
+	Col        int
+	Desc       bool
+	NullsFirst bool
+}
+
+// AggKind is how partial aggregates from shards combine.
+type AggKind uint8
+
+const (
+	AggCount   AggKind = iota + 1 // sum of counts
+	AggSum                        // sum of sums
+	AggMin                        // least
+	AggMax                        // greatest
+	AggBoolAnd                    // AND
+	AggBoolOr                     // OR
+	AggAvg                        // sum(SumCol) / sum(CountCol), in the column's own type
+)
+
+func (k AggKind) String() string {
+	return [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg"}[k]
+}
+
+// Agg combines one output column across shards.
+type Agg struct {
+	Col      int
+	Kind     AggKind
+	SumCol   int // AggAvg: hidden column holding sum(x)
+	CountCol int // AggAvg: hidden column holding count(x)
+}
+
+// Spec says how rows from several shards become one result.
+type Spec struct {
+	OrderBy []SortKey
+	Limit   int64 // < 0: no limit
+	Offset  int64
+	// GroupBy lists the columns whose values form a group when Aggs is
+	// not empty; with Distinct and no Aggs, every visible column is the
+	// key.
+	GroupBy  []int
+	Aggs     []Agg
+	Distinct bool
+	// Visible is the number of leading columns the client sees; the rest
+	// are hidden columns the proxy added (0: all columns are visible).
+	Visible int
+}
+
+// Rows is one shard's stream of DataRow bodies. Next returns nil, nil at
+// the end of the result. A body stays valid until the next call.
+type Rows interface {
+	Next() ([]byte, error)
+}
+
+// Sink receives the merged result.
+type Sink interface {
+	Write([]byte) (int, error)
+}
+
+// Column describes one result column (from RowDescription).
+type Column struct {
+	Name   string
+	OID    uint32
+	Format int16
+}
+
+// ParseRowDescription decodes the columns of a RowDescription body.
+func ParseRowDescription(body []byte) ([]Column, error) {
+	n, rest, ok := wire.Uint16(body)
+	if !ok {
+		return nil, fmt.Errorf("malformed RowDescription")
+	}
+	cols := make([]Column, int(n))
+	for i := range cols {
+		name, r, ok := wire.CString(rest)
+		if !ok || len(r) < 18 {
+			return nil, fmt.Errorf("malformed RowDescription")
+		}
+		cols[i] = Column{Name: string(name), OID: binary.BigEndian.Uint32(r[6:]), Format: int16(binary.BigEndian.Uint16(r[16:]))}
+		rest = r[18:]
+	}
+	return cols, nil
+}
+
+// TrimRowDescription returns a RowDescription message with only the first
+// n columns of body.
+func TrimRowDescription(body []byte, n int) []byte {
+	_, rest, _ := wire.Uint16(body)
+	out := []byte{'T', 0, 0, 0, 0}
+	out = wire.AppendInt16(out, int16(n))
+	for i := 0; i < n; i++ {
+		_, r, _ := wire.CString(rest)
+		end := len(rest) - len(r) + 18
+		out = append(out, rest[:end]...)
+		rest = rest[end:]
+	}
+	return wire.FinishMessage(out, 0)
+}
+
+// splitRow parses a DataRow body into column values (nil for NULL),
+// reusing cols.
+func splitRow(body []byte, cols [][]byte) ([][]byte, error) {
+	n, rest, ok := wire.Uint16(body)
+	if !ok {
+		return nil, fmt.Errorf("malformed DataRow")
+	}
+	cols = cols[:0]
+	for i := 0; i < int(n); i++ {
+		l, r, ok := wire.Uint32(rest)
+		if !ok {
+			return nil, fmt.Errorf("malformed DataRow")
+		}
+		if int32(l) < 0 {
+			cols = append(cols, nil)
+			rest = r
+			continue
+		}
+		if int(l) > len(r) {
+			return nil, fmt.Errorf("malformed DataRow")
+		}
+		cols = append(cols, r[:l:l])
+		rest = r[l:]
+	}
+	return cols, nil
+}
+
+// appendDataRow appends a DataRow message with the first n of cols.
+func appendDataRow(buf []byte, cols [][]byte, n int) []byte {
+	start := len(buf)
+	buf = append(buf, 'D', 0, 0, 0, 0)
+	buf = wire.AppendInt16(buf, int16(n))
+	for _, v := range cols[:n] {
+		if v == nil {
+			buf = wire.AppendInt32(buf, -1)
+			continue
+		}
+		buf = wire.AppendInt32(buf, int32(len(v)))
+		buf = append(buf, v...)
+	}
+	return wire.FinishMessage(buf, start)
+}
+
+// Merger combines the results of one statement from several shards.
+type Merger struct {
+	spec    Spec
+	cols    []Column
+	cmp     []compareFunc // per column, built on demand
+	visible int
+	out     Sink
+	buf     []byte
+	sent    int64 // rows sent
+	skipped int64 // rows skipped for OFFSET
+}
+
+// NewMerger prepares a merge of results with columns cols into out.
+func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
+	m := &Merger{spec: spec, cols: cols, cmp: make([]compareFunc, len(cols)), out: out, visible: spec.Visible}
+	if m.visible <= 0 || m.visible > len(cols) {
+		m.visible = len(cols)
+	}
+	for _, k := range spec.OrderBy {
+		if err := m.needCmp(k.Col); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range spec.Aggs {
+		if a.Kind == AggMin || a.Kind == AggMax {
+			if err := m.needCmp(a.Col); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *Merger) needCmp(col int) error {
+	if col < 0 || col >= len(m.cols) {
+		return fmt.Errorf("merge: column %d out of range", col)
+	}
+	if m.cmp[col] != nil {
+		return nil
+	}
+	f, err := comparator(m.cols[col].OID, m.cols[col].Format)
+	if err != nil {
+		return err
+	}
+	m.cmp[col] = f
+	return nil
+}
+
+// Run merges every source and returns the number of rows sent.
+func (m *Merger) Run(sources []Rows) (int64, error) {
+	var err error
+	switch {
+	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct:
+		err = m.aggregate(sources)
+	case len(m.spec.OrderBy) > 0:
+		err = m.ordered(sources)
+	default:
+		err = m.concat(sources)
+	}
+	if err == nil && len(m.buf) > 0 {
+		_, err = m.out.Write(m.buf)
+		m.buf = m.buf[:0]
+	}
+	return m.sent, err
+}
+
+// emit sends one row, applying OFFSET and LIMIT; it reports false once the
+// limit is reached.
+func (m *Merger) emit(cols [][]byte) (bool, error) {
+	if m.spec.Limit >= 0 && m.sent >= m.spec.Limit {
+		return false, nil
+	}
+	if m.skipped < m.spec.Offset {
+		m.skipped++
+		return true, nil
+	}
+	m.buf = appendDataRow(m.buf, cols, m.visible)
+	m.sent++
+	if len(m.buf) > 32<<10 {
+		if _, err := m.out.Write(m.buf); err != nil {
+			return false, err
+		}
+		m.buf = m.buf[:0]
+	}
+	return m.spec.Limit < 0 || m.sent < m.spec.Limit, nil
+}
+
+// drain reads a source to its end (after LIMIT was reached) so that its
+// server connection is back at a message boundary.
+func drain(r Rows) error {
+	for {
+		b, err := r.Next()
+		if err != nil || b == nil {
+			return err
+		}
+	}
+}
+
+func (m *Merger) concat(sources []Rows) error {
+	var cols [][]byte
+	more := true
+	for _, src := range sources {
+		for {
+			b, err := src.Next()
+			if err != nil {
+				return err
+			}
+			if b == nil {
+				break
+			}
+			if !more {
+				continue // keep reading to the end of the stream
+			}
+			if cols, err = splitRow(b, cols); err != nil {
+				return err
+			}
+			if more, err = m.emit(cols); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// compareRows orders two rows by the spec's ORDER BY.
+func (m *Merger) compareRows(a, b [][]byte) (int, error) {
+	for _, k := range m.spec.OrderBy {
+		x, y := a[k.Col], b[k.Col]
+		var c int
+		switch {
+		case x == nil && y == nil:
+			continue
+		case x == nil:
+			// NULL placement follows NULLS FIRST/LAST, whatever the
+			// direction.
+			if k.NullsFirst {
+				return -1, nil
+			}
+			return 1, nil
+		case y == nil:
+			if k.NullsFirst {
+				return 1, nil
+			}
+			return -1, nil
+		default:
+			var err error
+			c, err = m.cmp[k.Col](x, y)
+			if err != nil {
+				return 0, err
+			}
+		}
+		if k.Desc {
+			c = -c
+		}
+		if c != 0 {
+			return c, nil
+		}
+	}
+	return 0, nil
+}
+
+type cursor struct {
+	src  Rows
+	cols [][]byte
+	idx  int
+}
+
+type mergeHeap struct {
+	m   *Merger
+	cur []*cursor
+	err error
+}
+
+func (h *mergeHeap) Len() int { return len(h.cur) }
+func (h *mergeHeap) Less(i, j int) bool {
+	c, err := h.m.compareRows(h.cur[i].cols, h.cur[j].cols)
+	if err != nil && h.err == nil {
+		h.err = err
+	}
+	if c == 0 {
+		return h.cur[i].idx < h.cur[j].idx // stable: lower shard first
+	}
+	return c < 0
+}
+func (h *mergeHeap) Swap(i, j int) { h.cur[i], h.cur[j] = h.cur[j], h.cur[i] }
+func (h *mergeHeap) Push(x any)   { h.cur = append(h.cur, x.(*cursor)) }
+func (h *mergeHeap) Pop() any {
+	c := h.cur[len(h.cur)-1]
+	h.cur = h.cur[:len(h.cur)-1]
+	return c
+}
+
+// ordered is a streaming k-way merge: memory holds one row per shard.
+func (m *Merger) ordered(sources []Rows) error {
+	h := &mergeHeap{m: m}
+	for i, src := range sources {
+		c := &cursor{src: src, idx: i}
+		ok, err := c.advance()
+		if err != nil {
+			return err
+		}
+		if ok {
+			h.cur = append(h.cur, c)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		if h.err != nil {
+			return h.err
+		}
+		c := h.cur[0]
+		more, err := m.emit(c.cols)
+		if err != nil {
+			return err
+		}
+		if !more {
+			for _, c := range h.cur {
+				if err := drain(c.src); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		ok, err := c.advance()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heap.Fix(h, 0)
+		} else {
+			heap.Pop(h)
+		}
+	}
+	return h.err
+}
+
+func (c *cursor) advance() (bool, error) {
+	b, err := c.src.Next()
+	if err != nil || b == nil {
+		return false, err
+	}
+	c.cols, err = splitRow(b, c.cols)
+	return err == nil, err
+}
+
+// SelectTag is the CommandComplete tag for n rows.
+func SelectTag(n int64) string { return "SELECT " + strconv.FormatInt(n, 10) }
