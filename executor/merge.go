@@ -336,7 +336,7 @@ func (h *mergeHeap) Less(i, j int) bool {
 	return c < 0
 }
 func (h *mergeHeap) Swap(i, j int) { h.cur[i], h.cur[j] = h.cur[j], h.cur[i] }
-func (h *mergeHeap) Push(x any)   { h.cur = append(h.cur, x.(*cursor)) }
+func (h *mergeHeap) Push(x any)    { h.cur = append(h.cur, x.(*cursor)) }
 func (h *mergeHeap) Pop() any {
 	c := h.cur[len(h.cur)-1]
 	h.cur = h.cur[:len(h.cur)-1]
