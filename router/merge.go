@@ -1,0 +1,618 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// mergeable are the aggregates whose per-shard results the executor can
+// combine exactly.
+var mergeable = map[string]AggFunc{
+	"count": AggCount, "sum": AggSum, "min": AggMin, "max": AggMax, "avg": AggAvg,
+	"bool_and": AggBoolAnd, "every": AggBoolAnd, "bool_or": AggBoolOr,
+}
+
+// aggregates are PostgreSQL's other built-in aggregates: across shards they
+// would return one partial result per shard.
+var aggregates = map[string]bool{}
+
+func init() {
+	for _, name := range strings.Fields(`array_agg string_agg json_agg json_agg_strict jsonb_agg jsonb_agg_strict
+		json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
+		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
+		xmlagg bit_and bit_or bit_xor range_agg range_intersect_agg any_value corr covar_pop covar_samp
+		regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
+		stddev stddev_pop stddev_samp variance var_pop var_samp mode percentile_cont percentile_disc
+		rank dense_rank percent_rank cume_dist`) {
+		aggregates[name] = true
+	}
+}
+
+// isAggregate reports whether a function call is an aggregate (not a
+// window function).
+func isAggregate(fc *pg_query.FuncCall) bool {
+	if fc.Over != nil {
+		return false
+	}
+	name := funcName(fc)
+	_, ok := mergeable[name]
+	return ok || aggregates[name] || fc.AggStar || fc.AggDistinct || fc.AggWithinGroup || len(fc.AggOrder) > 0 || fc.AggFilter != nil
+}
+
+// ref is a column of a fan-out SELECT while the Merge is built: an item of
+// the select list, a hidden column, or a position in the expanded list.
+type ref struct {
+	kind byte // 't' target, 'h' hidden, 'p' position
+	i    int
+}
+
+// mergeTarget is one item of the select list.
+type mergeTarget struct {
+	val  *pg_query.Node // nil for * and t.*
+	name string         // the output column name
+	agg  AggFunc
+}
+
+// mergeAgg is an aggregate column; count is the hidden count of an avg.
+type mergeAgg struct {
+	at, count ref
+	f         AggFunc
+}
+
+// mergeBuilder builds the Merge of one SELECT.
+type mergeBuilder struct {
+	sel     *pg_query.SelectStmt
+	targets []mergeTarget
+	star    int              // index of the first * target, or -1
+	hidden  []*pg_query.Node // expressions appended to the select list
+	groups  []*pg_query.Node // GROUP BY expressions
+	aggs    []mergeAgg
+	grouped bool
+	m       Merge
+	// The columns of m's fields, turned into Columns once every hidden
+	// column is known.
+	groupRefs, havingRefs, orderRefs, distinctRefs []ref
+}
+
+// buildMerge returns how to combine the answers of several shards to sel,
+// nil when they are simply concatenated, or a 0A000 error naming what
+// cannot be combined correctly.
+func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
+		return nil, nil // set operations over sharded tables need one shard anyway
+	}
+	b := &mergeBuilder{sel: sel, star: -1}
+	if err := b.reject(); err != nil {
+		return nil, err
+	}
+	if err := b.selectList(); err != nil {
+		return nil, err
+	}
+	steps := []func() error{b.groupBy, b.having, b.orderBy, b.distinct, b.limit}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	m := &b.m
+	if !m.Grouped && len(m.OrderBy) == 0 && m.Limit == nil && m.Offset == nil && !m.Distinct && len(m.DistinctOn) == 0 {
+		return nil, nil
+	}
+	b.columns()
+	for _, a := range b.aggs {
+		agg := Aggregate{Column: b.column(a.at), Func: a.f}
+		if a.f == AggAvg {
+			agg.Count = b.column(a.count)
+		}
+		m.Aggregates = append(m.Aggregates, agg)
+	}
+	m.HiddenColumns = len(b.hidden)
+	sql, err := b.rewrite(version)
+	if err != nil {
+		return nil, err
+	}
+	m.Rewritten = sql
+	return m, nil
+}
+
+// rejectf returns the error for a construct that cannot run across shards.
+func rejectf(format string, args ...any) error {
+	return unsupported(hintOneShard, format+" is not supported across shards", args...)
+}
+
+// reject finds constructs whose results cannot be combined: window
+// functions, grouping sets, non-mergeable aggregates, WITH TIES.
+func (b *mergeBuilder) reject() error {
+	sel := b.sel
+	if len(sel.WindowClause) > 0 {
+		return rejectf("WINDOW")
+	}
+	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		return rejectf("FETCH … WITH TIES")
+	}
+	var err error
+	check := func(n *pg_query.Node) bool {
+		switch {
+		case err != nil:
+			return false
+		case n.GetFuncCall() != nil && n.GetFuncCall().Over != nil:
+			err = rejectf("window function %s()", funcName(n.GetFuncCall()))
+		case n.GetGroupingSet() != nil:
+			err = rejectf("GROUPING SETS, ROLLUP and CUBE")
+		case n.GetGroupingFunc() != nil:
+			err = rejectf("GROUPING()")
+		case n.GetJsonArrayAgg() != nil, n.GetJsonObjectAgg() != nil:
+			err = rejectf("JSON_ARRAYAGG and JSON_OBJECTAGG")
+		case n.GetFuncCall() != nil && isAggregate(n.GetFuncCall()):
+			b.grouped = true
+			_, err = aggFunc(n.GetFuncCall())
+			return false
+		}
+		return err == nil
+	}
+	for _, list := range [][]*pg_query.Node{sel.TargetList, sel.SortClause, sel.GroupClause, {sel.HavingClause}} {
+		for _, n := range list {
+			walkExpr(n, check, nil)
+		}
+	}
+	if len(sel.GroupClause) > 0 || sel.HavingClause != nil {
+		b.grouped = true
+	}
+	b.m.Grouped = b.grouped
+	return err
+}
+
+// aggFunc returns the mergeable aggregate fc calls.
+func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
+	name := funcName(fc)
+	f, ok := mergeable[name]
+	switch {
+	case !ok:
+		return 0, rejectf("aggregate %s()", name)
+	case fc.AggDistinct:
+		return 0, rejectf("%s(DISTINCT …)", name)
+	case fc.AggWithinGroup:
+		return 0, rejectf("%s() WITHIN GROUP", name)
+	}
+	return f, nil
+}
+
+// selectList classifies the items of the select list.
+func (b *mergeBuilder) selectList() error {
+	for i, n := range b.sel.TargetList {
+		rt := n.GetResTarget()
+		if rt == nil {
+			continue
+		}
+		if isStar(rt.Val) {
+			if b.grouped {
+				return rejectf("SELECT * with aggregates or GROUP BY")
+			}
+			if b.star < 0 {
+				b.star = i
+			}
+			b.targets = append(b.targets, mergeTarget{})
+			continue
+		}
+		t := mergeTarget{val: rt.Val, name: outputName(rt)}
+		if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
+			f, err := aggFunc(fc)
+			if err != nil {
+				return err
+			}
+			t.agg = f
+		} else if fc := findAggregate(rt.Val); fc != nil {
+			return rejectf("an expression over aggregate %s() (%s)", funcName(fc), t.name)
+		}
+		b.targets = append(b.targets, t)
+		if t.agg != 0 {
+			at := ref{'t', len(b.targets) - 1}
+			count := at
+			if t.agg == AggAvg {
+				count = b.hide(countOf(rt.Val.GetFuncCall()))
+			}
+			b.aggs = append(b.aggs, mergeAgg{at, count, t.agg})
+		}
+	}
+	return nil
+}
+
+// findAggregate returns an aggregate call inside an expression, outside
+// subqueries.
+func findAggregate(n *pg_query.Node) *pg_query.FuncCall {
+	var found *pg_query.FuncCall
+	walkExpr(n, func(x *pg_query.Node) bool {
+		if f := x.GetFuncCall(); f != nil && found == nil && isAggregate(f) {
+			found = f
+		}
+		return found == nil
+	}, nil)
+	return found
+}
+
+// outputName is the column name PostgreSQL gives a select list item, as
+// far as ORDER BY by name needs it.
+func outputName(rt *pg_query.ResTarget) string {
+	if rt.Name != "" {
+		return rt.Name
+	}
+	if f := columnRef(rt.Val); f != nil {
+		return f[len(f)-1]
+	}
+	if fc := rt.Val.GetFuncCall(); fc != nil && len(fc.Funcname) > 0 {
+		return str(fc.Funcname[len(fc.Funcname)-1])
+	}
+	return "?column?"
+}
+
+// countOf returns count(x) for avg(x), keeping FILTER.
+func countOf(avg *pg_query.FuncCall) *pg_query.Node {
+	c := proto.Clone(avg).(*pg_query.FuncCall)
+	c.Funcname = []*pg_query.Node{pg_query.MakeStrNode("count")}
+	return &pg_query.Node{Node: &pg_query.Node_FuncCall{FuncCall: c}}
+}
+
+// hide appends an expression to the select list, or finds it there.
+func (b *mergeBuilder) hide(n *pg_query.Node) ref {
+	for i, h := range b.hidden {
+		if sameExpr(h, n) {
+			return ref{'h', i}
+		}
+	}
+	b.hidden = append(b.hidden, n)
+	return ref{'h', len(b.hidden) - 1}
+}
+
+// find returns the select list item written like n.
+func (b *mergeBuilder) find(n *pg_query.Node) (ref, bool) {
+	for i, t := range b.targets {
+		if t.val != nil && sameExpr(t.val, n) {
+			return ref{'t', i}, true
+		}
+	}
+	return ref{}, false
+}
+
+// byName returns the select list item named like a bare column reference.
+func (b *mergeBuilder) byName(n *pg_query.Node) (ref, bool) {
+	if f := columnRef(n); len(f) == 1 {
+		for i, t := range b.targets {
+			if t.val != nil && t.name == f[0] {
+				return ref{'t', i}, true
+			}
+		}
+	}
+	return ref{}, false
+}
+
+// position reads ORDER BY 2 / GROUP BY 2.
+func (b *mergeBuilder) position(n *pg_query.Node) (int, bool) {
+	if v, ok := intConst(n); ok {
+		return int(v) - 1, true
+	}
+	return 0, false
+}
+
+// groupBy records the group key: the non-aggregate select list items and
+// the GROUP BY expressions missing from it.
+func (b *mergeBuilder) groupBy() error {
+	if !b.grouped {
+		return nil
+	}
+	var key []ref
+	for i, t := range b.targets {
+		if t.agg == 0 {
+			key = append(key, ref{'t', i})
+		}
+	}
+	for _, g := range b.sel.GroupClause {
+		r, ok := b.find(g)
+		if !ok {
+			if p, isPos := b.position(g); isPos {
+				if p < 0 || p >= len(b.targets) {
+					return rejectf("GROUP BY position %d", p+1)
+				}
+				r, ok = ref{'t', p}, true
+			} else {
+				r, ok = b.byName(g)
+			}
+		}
+		if !ok {
+			r = b.hide(g)
+		}
+		b.groups = append(b.groups, g)
+		if !slices.Contains(key, r) {
+			key = append(key, r)
+		}
+	}
+	b.groupRefs = key
+	return nil
+}
+
+// grouped resolves an expression of a grouped query that the executor must
+// read after grouping: a select list item, an aggregate, a GROUP BY
+// expression.
+func (b *mergeBuilder) groupedRef(n *pg_query.Node, what string) (ref, error) {
+	if r, ok := b.find(n); ok {
+		return r, nil
+	}
+	if f := n.GetFuncCall(); f != nil && isAggregate(f) {
+		agg, err := aggFunc(f)
+		if err != nil {
+			return ref{}, err
+		}
+		at := b.hide(n)
+		count := at
+		if agg == AggAvg {
+			count = b.hide(countOf(f))
+		}
+		for _, a := range b.aggs {
+			if a.at == at {
+				return at, nil
+			}
+		}
+		b.aggs = append(b.aggs, mergeAgg{at, count, agg})
+		return at, nil
+	}
+	for _, g := range b.groups {
+		if sameExpr(g, n) {
+			return b.hide(n), nil
+		}
+	}
+	return ref{}, rejectf("%s expression that is neither an aggregate nor a GROUP BY expression", what)
+}
+
+// having turns HAVING into conditions the executor evaluates after
+// grouping: comparisons of an aggregate or group column with a constant or
+// parameter.
+func (b *mergeBuilder) having() error {
+	for _, c := range conjuncts(b.sel.HavingClause) {
+		e := c.GetAExpr()
+		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP {
+			return rejectf("HAVING other than comparisons with constants joined by AND")
+		}
+		op := operatorName(e)
+		flip := map[string]string{"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+		if _, ok := flip[op]; !ok {
+			return rejectf("HAVING with operator %s", op)
+		}
+		side, value := e.Lexpr, e.Rexpr
+		v, ok := exprOf(value)
+		if !ok {
+			side, value, op = e.Rexpr, e.Lexpr, flip[op]
+			if v, ok = exprOf(value); !ok {
+				return rejectf("HAVING other than comparisons with constants or parameters")
+			}
+		}
+		r, err := b.groupedRef(side, "HAVING")
+		if err != nil {
+			return err
+		}
+		b.m.Having = append(b.m.Having, Cond{Op: op, Value: v})
+		b.havingRefs = append(b.havingRefs, r)
+	}
+	return nil
+}
+
+// exprOf reads a constant or parameter, possibly cast.
+func exprOf(n *pg_query.Node) (Expr, bool) {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	if p := n.GetParamRef(); p != nil && p.Number >= 1 {
+		return Expr{Param: int(p.Number)}, true
+	}
+	if c := n.GetAConst(); c != nil {
+		text, null, ok := constText(c)
+		return Expr{Const: text, Null: null}, ok
+	}
+	return Expr{}, false
+}
+
+// orderBy records the sort keys; expressions missing from the select list
+// become hidden columns.
+func (b *mergeBuilder) orderBy() error {
+	for _, n := range b.sel.SortClause {
+		s := n.GetSortBy()
+		if s == nil {
+			continue
+		}
+		if s.SortbyDir == pg_query.SortByDir_SORTBY_USING || len(s.UseOp) > 0 {
+			return rejectf("ORDER BY … USING")
+		}
+		r, err := b.sortRef(s.Node, "ORDER BY")
+		if err != nil {
+			return err
+		}
+		b.orderRefs = append(b.orderRefs, r)
+		k := SortKey{Desc: s.SortbyDir == pg_query.SortByDir_SORTBY_DESC}
+		switch s.SortbyNulls {
+		case pg_query.SortByNulls_SORTBY_NULLS_FIRST:
+			k.NullsFirst = true
+		case pg_query.SortByNulls_SORTBY_NULLS_LAST:
+		default:
+			k.NullsFirst = k.Desc
+		}
+		b.m.OrderBy = append(b.m.OrderBy, k)
+	}
+	return nil
+}
+
+// sortRef resolves an ORDER BY or DISTINCT ON item as PostgreSQL does: a
+// position, an output column name, an expression of the select list, or
+// else a new (hidden) expression.
+func (b *mergeBuilder) sortRef(n *pg_query.Node, what string) (ref, error) {
+	if p, ok := b.position(n); ok {
+		if b.grouped {
+			if p < 0 || p >= len(b.targets) {
+				return ref{}, rejectf("%s position %d", what, p+1)
+			}
+			return ref{'t', p}, nil
+		}
+		return ref{'p', p}, nil
+	}
+	if r, ok := b.byName(n); ok {
+		return r, nil
+	}
+	if b.grouped {
+		return b.groupedRef(n, what)
+	}
+	if r, ok := b.find(n); ok {
+		return r, nil
+	}
+	return b.hide(n), nil
+}
+
+// distinct records DISTINCT and DISTINCT ON.
+func (b *mergeBuilder) distinct() error {
+	d := b.sel.DistinctClause
+	switch {
+	case len(d) == 0:
+	case len(d) == 1 && d[0].GetNode() == nil:
+		b.m.Distinct = true
+	case b.grouped:
+		return rejectf("DISTINCT ON with aggregates or GROUP BY")
+	default:
+		for _, n := range d {
+			r, err := b.sortRef(n, "DISTINCT ON")
+			if err != nil {
+				return err
+			}
+			b.distinctRefs = append(b.distinctRefs, r)
+		}
+	}
+	return nil
+}
+
+// limit records LIMIT and OFFSET.
+func (b *mergeBuilder) limit() error {
+	for _, x := range []struct {
+		n   *pg_query.Node
+		dst **Expr
+	}{{b.sel.LimitCount, &b.m.Limit}, {b.sel.LimitOffset, &b.m.Offset}} {
+		if x.n == nil {
+			continue
+		}
+		e, ok := exprOf(x.n)
+		if !ok {
+			return rejectf("LIMIT or OFFSET other than a constant or parameter")
+		}
+		if !e.Null {
+			*x.dst = &e
+		}
+	}
+	return nil
+}
+
+// columns fills the Columns of the Merge.
+func (b *mergeBuilder) columns() {
+	for _, r := range b.groupRefs {
+		b.m.GroupBy = append(b.m.GroupBy, b.column(r))
+	}
+	for i, r := range b.havingRefs {
+		b.m.Having[i].Column = b.column(r)
+	}
+	for i, r := range b.orderRefs {
+		b.m.OrderBy[i].Column = b.column(r)
+	}
+	for _, r := range b.distinctRefs {
+		b.m.DistinctOn = append(b.m.DistinctOn, b.column(r))
+	}
+}
+
+// column turns a ref into a Column of the rows shards return.
+func (b *mergeBuilder) column(r ref) Column {
+	switch r.kind {
+	case 'h':
+		return Column(-(len(b.hidden) - r.i))
+	case 't':
+		if b.star >= 0 && r.i > b.star {
+			return Column(-(len(b.targets) - r.i + len(b.hidden)))
+		}
+	}
+	return Column(r.i)
+}
+
+// rewrite returns the SQL shards run instead of the client's: avg split
+// into sum and count, hidden columns appended, LIMIT widened by OFFSET,
+// and for grouped queries no HAVING, ORDER BY, DISTINCT or LIMIT (the
+// executor applies them to the combined groups). It returns "" when the
+// client's SQL serves as it is.
+func (b *mergeBuilder) rewrite(version int32) (string, error) {
+	out := proto.Clone(b.sel).(*pg_query.SelectStmt)
+	changed := false
+	for i, n := range out.TargetList {
+		rt := n.GetResTarget()
+		if rt != nil && i < len(b.targets) && b.targets[i].agg == AggAvg {
+			rt.Val.GetFuncCall().Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
+			if rt.Name == "" {
+				rt.Name = "avg"
+			}
+			changed = true
+		}
+	}
+	for i, h := range b.hidden {
+		val := proto.Clone(h).(*pg_query.Node)
+		if f := val.GetFuncCall(); f != nil && funcName(f) == "avg" {
+			f.Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
+		}
+		out.TargetList = append(out.TargetList, pg_query.MakeResTargetNodeWithNameAndVal(fmt.Sprintf("__shardgate_%d", i+1), val, -1))
+		changed = true
+	}
+	switch {
+	case b.grouped:
+		changed = changed || out.HavingClause != nil || out.SortClause != nil || out.DistinctClause != nil || out.LimitCount != nil || out.LimitOffset != nil
+		out.HavingClause, out.SortClause, out.DistinctClause = nil, nil, nil
+		out.LimitCount, out.LimitOffset, out.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
+	case out.LimitOffset != nil:
+		changed = true
+		if b.m.Limit != nil && b.m.Offset != nil {
+			out.LimitCount = limitPlusOffset(b.m.Limit, b.m.Offset)
+		}
+		out.LimitOffset = nil
+	}
+	if !changed {
+		return "", nil
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: out}})
+	if err != nil {
+		return "", fmt.Errorf("router: rewrite for shards: %w", err)
+	}
+	return sql, nil
+}
+
+// limitPlusOffset builds LIMIT limit + offset: a constant when both are,
+// else a sum of bigint casts (so that parameter types stay inferable).
+func limitPlusOffset(limit, offset *Expr) *pg_query.Node {
+	if limit.Param == 0 && offset.Param == 0 {
+		l, lok := parseInt64(limit.Const)
+		o, ook := parseInt64(offset.Const)
+		if lok && ook && l >= 0 && o >= 0 && l <= math.MaxInt64-o {
+			return pg_query.MakeAConstIntNode(l+o, -1)
+		}
+	}
+	side := func(e *Expr) *pg_query.Node {
+		var n *pg_query.Node
+		if e.Param != 0 {
+			n = pg_query.MakeParamRefNode(int32(e.Param), -1)
+		} else {
+			n = pg_query.MakeAConstStrNode(e.Const, -1)
+		}
+		return &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+			Arg:      n,
+			TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+		}}}
+	}
+	return pg_query.MakeAExprNode(pg_query.A_Expr_Kind_AEXPR_OP, []*pg_query.Node{pg_query.MakeStrNode("+")}, side(limit), side(offset), -1)
+}
+
+func parseInt64(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}

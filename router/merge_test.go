@@ -1,0 +1,203 @@
+package router
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+type mergeCase struct {
+	name string
+	sql  string
+	want *Merge // nil: rows are concatenated
+	msg  string // a 0A000 error mentioning this
+}
+
+func c(s string) *Expr  { return &Expr{Const: s} }
+func param(n int) *Expr { return &Expr{Param: n} }
+
+var mergeCases = []mergeCase{
+	{name: "none", sql: "SELECT id, name FROM accounts WHERE balance > 0"},
+	{name: "LIMIT ALL", sql: "SELECT * FROM accounts LIMIT ALL"},
+	{name: "ORDER BY column", sql: "SELECT id, name FROM accounts ORDER BY name",
+		want: &Merge{OrderBy: []SortKey{{Column: 1}}}},
+	{name: "ORDER BY position", sql: "SELECT id, name FROM accounts ORDER BY 2 DESC NULLS LAST, 1",
+		want: &Merge{OrderBy: []SortKey{{Column: 1, Desc: true}, {Column: 0}}}},
+	{name: "ORDER BY alias", sql: "SELECT id AS x, name FROM accounts ORDER BY x DESC",
+		want: &Merge{OrderBy: []SortKey{{Column: 0, Desc: true, NullsFirst: true}}}},
+	{name: "ORDER BY expression", sql: "SELECT id, lower(name) FROM accounts ORDER BY lower(name) NULLS FIRST",
+		want: &Merge{OrderBy: []SortKey{{Column: 1, NullsFirst: true}}}},
+	{name: "ORDER BY qualified column", sql: "SELECT a.id FROM accounts a ORDER BY a.id",
+		want: &Merge{OrderBy: []SortKey{{Column: 0}}}},
+	{name: "ORDER BY hidden", sql: "SELECT id FROM accounts ORDER BY name, balance DESC",
+		want: &Merge{OrderBy: []SortKey{{Column: -2}, {Column: -1, Desc: true, NullsFirst: true}}, HiddenColumns: 2,
+			Rewritten: "SELECT id, name AS __shardgate_1, balance AS __shardgate_2 FROM accounts ORDER BY name, balance DESC"}},
+	{name: "star ORDER BY LIMIT OFFSET", sql: "SELECT * FROM accounts ORDER BY created_at DESC LIMIT 10 OFFSET 5",
+		want: &Merge{OrderBy: []SortKey{{Column: -1, Desc: true, NullsFirst: true}}, Limit: c("10"), Offset: c("5"), HiddenColumns: 1,
+			Rewritten: "SELECT *, created_at AS __shardgate_1 FROM accounts ORDER BY created_at DESC LIMIT 15"}},
+	{name: "star then alias", sql: "SELECT *, balance * 2 AS b2 FROM accounts ORDER BY b2, name",
+		want: &Merge{OrderBy: []SortKey{{Column: -2}, {Column: -1}}, HiddenColumns: 1,
+			Rewritten: "SELECT *, balance * 2 AS b2, name AS __shardgate_1 FROM accounts ORDER BY b2, name"}},
+	{name: "star position", sql: "SELECT * FROM accounts ORDER BY 2",
+		want: &Merge{OrderBy: []SortKey{{Column: 1}}}},
+	{name: "LIMIT OFFSET parameters", sql: "SELECT * FROM accounts LIMIT $1 OFFSET $2",
+		want: &Merge{Limit: param(1), Offset: param(2), Rewritten: "SELECT * FROM accounts LIMIT $1::bigint + $2::bigint"}},
+	{name: "LIMIT parameter OFFSET constant", sql: "SELECT id FROM accounts ORDER BY id LIMIT $1 OFFSET 20",
+		want: &Merge{OrderBy: []SortKey{{Column: 0}}, Limit: param(1), Offset: c("20"), Rewritten: "SELECT id FROM accounts ORDER BY id LIMIT $1::bigint + '20'::bigint"}},
+	{name: "LIMIT", sql: "SELECT * FROM accounts LIMIT 5", want: &Merge{Limit: c("5")}},
+	{name: "FETCH FIRST", sql: "SELECT * FROM accounts FETCH FIRST 3 ROWS ONLY", want: &Merge{Limit: c("3")}},
+	{name: "OFFSET", sql: "SELECT * FROM accounts OFFSET 5", want: &Merge{Offset: c("5"), Rewritten: "SELECT * FROM accounts"}},
+	{name: "aggregates", sql: "SELECT count(*), count(name), sum(balance), min(name), max(name), avg(balance), bool_and(active), bool_or(active), every(active) FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 1, Aggregates: []Aggregate{
+			{Column: 0, Func: AggCount}, {Column: 1, Func: AggCount}, {Column: 2, Func: AggSum}, {Column: 3, Func: AggMin}, {Column: 4, Func: AggMax},
+			{Column: 5, Func: AggAvg, Count: -1}, {Column: 6, Func: AggBoolAnd}, {Column: 7, Func: AggBoolOr}, {Column: 8, Func: AggBoolAnd}},
+			Rewritten: "SELECT count(*), count(name), sum(balance), min(name), max(name), sum(balance) AS avg, bool_and(active), bool_or(active), every(active), count(balance) AS __shardgate_1 FROM accounts"}},
+	{name: "FILTER", sql: "SELECT count(*) FILTER (WHERE active) AS n FROM accounts",
+		want: &Merge{Grouped: true, Aggregates: []Aggregate{{Column: 0, Func: AggCount}}}},
+	{name: "avg with FILTER", sql: "SELECT avg(balance) FILTER (WHERE active) FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 1, Aggregates: []Aggregate{{Column: 0, Func: AggAvg, Count: -1}},
+			Rewritten: "SELECT sum(balance) FILTER (WHERE active) AS avg, count(balance) FILTER (WHERE active) AS __shardgate_1 FROM accounts"}},
+	{name: "GROUP BY HAVING ORDER BY LIMIT", sql: "SELECT country, count(*) FROM accounts GROUP BY country HAVING count(*) > 5 ORDER BY 2 DESC LIMIT 3",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: 1, Func: AggCount}},
+			Having: []Cond{{Column: 1, Op: ">", Value: Expr{Const: "5"}}}, OrderBy: []SortKey{{Column: 1, Desc: true, NullsFirst: true}}, Limit: c("3"),
+			Rewritten: "SELECT country, count(*) FROM accounts GROUP BY country"}},
+	{name: "GROUP BY hidden", sql: "SELECT count(*) FROM accounts GROUP BY country",
+		want: &Merge{Grouped: true, GroupBy: []Column{-1}, Aggregates: []Aggregate{{Column: 0, Func: AggCount}}, HiddenColumns: 1,
+			Rewritten: "SELECT count(*), country AS __shardgate_1 FROM accounts GROUP BY country"}},
+	{name: "GROUP BY position and alias", sql: "SELECT country AS c, sum(balance) AS s FROM accounts GROUP BY 1 ORDER BY s",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: 1, Func: AggSum}}, OrderBy: []SortKey{{Column: 1}},
+			Rewritten: "SELECT country AS c, sum(balance) AS s FROM accounts GROUP BY 1"}},
+	{name: "GROUP BY without aggregates", sql: "SELECT country FROM accounts GROUP BY country",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}}},
+	{name: "HAVING hidden aggregate, flipped", sql: "SELECT country FROM accounts GROUP BY country HAVING $1 < sum(balance)",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: -1, Func: AggSum}},
+			Having: []Cond{{Column: -1, Op: ">", Value: Expr{Param: 1}}}, HiddenColumns: 1,
+			Rewritten: "SELECT country, sum(balance) AS __shardgate_1 FROM accounts GROUP BY country"}},
+	{name: "HAVING group column", sql: "SELECT country, count(*) FROM accounts GROUP BY country HAVING country <> 'fr' AND count(*) >= 2",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: 1, Func: AggCount}},
+			Having:    []Cond{{Column: 0, Op: "<>", Value: Expr{Const: "fr"}}, {Column: 1, Op: ">=", Value: Expr{Const: "2"}}},
+			Rewritten: "SELECT country, count(*) FROM accounts GROUP BY country"}},
+	{name: "ORDER BY hidden avg", sql: "SELECT country FROM accounts GROUP BY country ORDER BY avg(balance) DESC",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: -2, Func: AggAvg, Count: -1}},
+			OrderBy: []SortKey{{Column: -2, Desc: true, NullsFirst: true}}, HiddenColumns: 2,
+			Rewritten: "SELECT country, sum(balance) AS __shardgate_1, count(balance) AS __shardgate_2 FROM accounts GROUP BY country"}},
+	{name: "DISTINCT", sql: "SELECT DISTINCT country FROM accounts", want: &Merge{Distinct: true}},
+	{name: "DISTINCT LIMIT OFFSET", sql: "SELECT DISTINCT country FROM accounts ORDER BY country LIMIT 10 OFFSET 10",
+		want: &Merge{Distinct: true, OrderBy: []SortKey{{Column: 0}}, Limit: c("10"), Offset: c("10"),
+			Rewritten: "SELECT DISTINCT country FROM accounts ORDER BY country LIMIT 20"}},
+	{name: "DISTINCT ON", sql: "SELECT DISTINCT ON (country) country, id FROM accounts ORDER BY country, id DESC",
+		want: &Merge{DistinctOn: []Column{0}, OrderBy: []SortKey{{Column: 0}, {Column: 1, Desc: true, NullsFirst: true}}}},
+	{name: "DISTINCT grouped", sql: "SELECT DISTINCT count(*) FROM accounts GROUP BY country",
+		want: &Merge{Grouped: true, Distinct: true, GroupBy: []Column{-1}, Aggregates: []Aggregate{{Column: 0, Func: AggCount}}, HiddenColumns: 1,
+			Rewritten: "SELECT count(*), country AS __shardgate_1 FROM accounts GROUP BY country"}},
+
+	{name: "window function", sql: "SELECT id, row_number() OVER (ORDER BY id) FROM accounts", msg: "window function row_number()"},
+	{name: "WINDOW clause", sql: "SELECT id, sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY country)", msg: "WINDOW"},
+	{name: "string_agg", sql: "SELECT string_agg(name, ',') FROM accounts", msg: "aggregate string_agg()"},
+	{name: "array_agg", sql: "SELECT country, array_agg(id) FROM accounts GROUP BY country", msg: "aggregate array_agg()"},
+	{name: "json_agg", sql: "SELECT json_agg(a) FROM accounts a", msg: "aggregate json_agg()"},
+	{name: "JSON_ARRAYAGG", sql: "SELECT JSON_ARRAYAGG(id) FROM accounts", msg: "JSON_ARRAYAGG"},
+	{name: "stddev", sql: "SELECT stddev(balance) FROM accounts", msg: "aggregate stddev()"},
+	{name: "count DISTINCT", sql: "SELECT count(DISTINCT country) FROM accounts", msg: "count(DISTINCT …)"},
+	{name: "percentile", sql: "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY balance) FROM accounts", msg: "aggregate percentile_cont()"},
+	{name: "expression over aggregate", sql: "SELECT count(*) + 1 FROM accounts", msg: "expression over aggregate count()"},
+	{name: "aggregate in function", sql: "SELECT coalesce(sum(balance), 0) AS total FROM accounts", msg: "expression over aggregate sum() (total)"},
+	{name: "ROLLUP", sql: "SELECT country, count(*) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
+	{name: "HAVING OR", sql: "SELECT country FROM accounts GROUP BY country HAVING count(*) > 1 OR sum(balance) > 2", msg: "HAVING"},
+	{name: "HAVING two aggregates", sql: "SELECT country FROM accounts GROUP BY country HAVING count(*) > min(balance)", msg: "HAVING"},
+	{name: "HAVING other column", sql: "SELECT country FROM accounts GROUP BY country HAVING lower(country) = 'x'", msg: "HAVING expression"},
+	{name: "ORDER BY USING", sql: "SELECT id FROM accounts ORDER BY id USING <", msg: "USING"},
+	{name: "WITH TIES", sql: "SELECT id FROM accounts ORDER BY id FETCH FIRST 3 ROWS WITH TIES", msg: "WITH TIES"},
+	{name: "star with aggregates", sql: "SELECT *, count(*) FROM accounts GROUP BY id", msg: "SELECT * with aggregates"},
+	{name: "LIMIT expression", sql: "SELECT id FROM accounts LIMIT 1 + 1", msg: "LIMIT"},
+	{name: "DISTINCT ON grouped", sql: "SELECT DISTINCT ON (country) country, count(*) FROM accounts GROUP BY country", msg: "DISTINCT ON with aggregates"},
+}
+
+func TestMerge(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for _, tc := range mergeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := route(r, tc.sql, nil, nil, Hints{})
+			if tc.msg != "" {
+				if err == nil || errCode(err) != "0A000" || !strings.Contains(err.Error(), tc.msg) {
+					t.Fatalf("%s: got %v, want 0A000 mentioning %q", tc.sql, err, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.sql, err)
+			}
+			if plan.Kind != All {
+				t.Fatalf("%s: %v, want a fan-out", tc.sql, plan)
+			}
+			if !reflect.DeepEqual(plan.Merge, tc.want) {
+				t.Fatalf("%s:\n got %+v\nwant %+v", tc.sql, plan.Merge, tc.want)
+			}
+		})
+	}
+}
+
+// TestMergeOnlyWhenFanOut checks that what cannot be merged is fine on one
+// shard, and that one shard gets no merge.
+func TestMergeOnlyWhenFanOut(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for _, sql := range []string{
+		"SELECT string_agg(name, ',') FROM accounts WHERE id = 3",
+		"SELECT id, row_number() OVER () FROM accounts WHERE id = $1",
+		"SELECT count(*) FROM accounts WHERE id = 3 ORDER BY 1 LIMIT 1 OFFSET 2",
+	} {
+		plan, err := route(r, sql, params(3), nil, Hints{})
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if plan.Kind != Direct || plan.Merge != nil {
+			t.Fatalf("%s: %v with merge %+v, want Direct without merge", sql, plan, plan.Merge)
+		}
+	}
+	// A subset of shards merges too.
+	plan, err := route(r, "SELECT count(*) FROM accounts WHERE id IN (2, 3)", nil, nil, Hints{})
+	if err != nil || plan.Kind != Multi || plan.Merge == nil || !plan.Merge.Grouped {
+		t.Fatalf("Multi count: %v %+v %v", plan, plan.Merge, err)
+	}
+}
+
+func TestColumnIndex(t *testing.T) {
+	for _, tc := range []struct {
+		c    Column
+		n    int
+		want int
+	}{{0, 3, 0}, {2, 3, 2}, {-1, 3, 2}, {-3, 5, 2}} {
+		if got := tc.c.Index(tc.n); got != tc.want {
+			t.Errorf("Column(%d).Index(%d) = %d, want %d", tc.c, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestExprInt(t *testing.T) {
+	for _, tc := range []struct {
+		e       Expr
+		params  [][]byte
+		formats []int16
+		n       int64
+		ok      bool
+		code    string
+	}{
+		{e: Expr{Const: "10"}, n: 10, ok: true},
+		{e: Expr{Null: true}},
+		{e: Expr{Param: 1}, params: params(7), n: 7, ok: true},
+		{e: Expr{Param: 1}, params: params(int8Binary(9)), formats: []int16{1}, n: 9, ok: true},
+		{e: Expr{Param: 1}, params: params(nil)},
+		{e: Expr{Param: 1}, params: params("x"), code: "22P02"},
+	} {
+		n, ok, err := tc.e.Int(tc.params, tc.formats)
+		if tc.code != "" {
+			if err == nil || errCode(err) != tc.code {
+				t.Errorf("%+v: err %v, want %s", tc.e, err, tc.code)
+			}
+			continue
+		}
+		if err != nil || n != tc.n || ok != tc.ok {
+			t.Errorf("%+v: got %d %v %v, want %d %v", tc.e, n, ok, err, tc.n, tc.ok)
+		}
+	}
+}

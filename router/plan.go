@@ -1,0 +1,346 @@
+package router
+
+import (
+	"encoding/binary"
+	"strconv"
+
+	"github.com/shardgate/shardgate/router/sharding"
+)
+
+// Kind says what the executor does with a statement.
+type Kind uint8
+
+const (
+	// Direct sends the statement to the one shard in Plan.Shards and relays
+	// its answer unchanged.
+	Direct Kind = iota + 1
+	// Multi sends the statement to the shards in Plan.Shards, a proper
+	// subset of the database's shards, and combines their answers (Merge,
+	// InsertRows).
+	Multi
+	// All sends the statement to every shard and combines their answers: a
+	// fan-out read, a write without a sharding key, a multi-row INSERT whose
+	// rows span every shard, DDL, or COPY FROM split by row (Plan.Copy).
+	All
+	// OmniRead reads only omni tables, which hold the same rows on every
+	// shard: the executor sends it to any one shard of Plan.Shards, chosen at
+	// random.
+	OmniRead
+	// OmniWrite writes an omni table: the executor sends it to every shard
+	// and gives the client one shard's answer (row count, RETURNING rows),
+	// as the rows are the same everywhere.
+	OmniWrite
+	// Any names no table (SELECT 1, SELECT now()): any one shard answers.
+	Any
+	// Session changes or reads session state (SET, RESET, SHOW, DISCARD,
+	// LISTEN, FETCH, …). The frontend tracks it and replays it on the
+	// servers it uses; Plan.Shards lists every shard.
+	Session
+	// Transaction is transaction control (BEGIN, COMMIT, ROLLBACK,
+	// SAVEPOINT, PREPARE TRANSACTION, …). The executor opens or ends the
+	// transaction on the shards the transaction touches.
+	Transaction
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case Direct:
+		return "Direct"
+	case Multi:
+		return "Multi"
+	case All:
+		return "All"
+	case OmniRead:
+		return "OmniRead"
+	case OmniWrite:
+		return "OmniWrite"
+	case Any:
+		return "Any"
+	case Session:
+		return "Session"
+	case Transaction:
+		return "Transaction"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Plan is where a statement goes for one set of parameter values, and what
+// the executor must do with the answers. Plans are read-only: Route returns
+// the same *Plan to every caller when routing does not depend on parameters.
+type Plan struct {
+	Kind Kind
+	// Shards are the target shards in increasing order. For OmniRead and Any
+	// they are the candidates the executor picks one of; for Session and
+	// Transaction, every shard.
+	Shards []int
+	// Write is true when the statement may change data or schema or takes
+	// row locks (INSERT, UPDATE, DELETE, MERGE, DDL, COPY FROM, SELECT … FOR
+	// UPDATE, SELECT INTO): it must run on primaries.
+	Write bool
+	// Merge says how to combine the rows of a SELECT answered by several
+	// shards. It is nil when the rows are simply concatenated in any order
+	// (no ORDER BY, LIMIT, aggregate or DISTINCT) and whenever one shard
+	// answers. It is shared by every Plan of the statement.
+	Merge *Merge
+	// InsertRows is set for a multi-row INSERT … VALUES whose rows go to
+	// different shards: shard → indexes of its rows (0-based, in VALUES
+	// order). Statement.InsertSQL builds the per-shard statement.
+	InsertRows map[int][]int
+	// Copy is set for COPY … FROM STDIN: the format options and, when rows
+	// are split by sharding key (Kind All), the key column.
+	Copy *Copy
+
+	one [1]int // backing array of Shards for a Direct plan
+}
+
+// Column is the position of a column in the rows that shards return. A
+// non-negative Column counts from the first column (0 is the first); a
+// negative one counts from the end (-1 is the last). Columns after a `*` in
+// the select list, and the hidden columns the router appends, are given from
+// the end because the width of `*` is known only from RowDescription.
+type Column int
+
+// Index returns the 0-based position of c in a row of n columns.
+func (c Column) Index(n int) int {
+	if c < 0 {
+		return n + int(c)
+	}
+	return int(c)
+}
+
+// Merge is how the executor combines the rows of a SELECT answered by
+// several shards. It runs these steps in order:
+//
+//  1. Grouped: rows whose GroupBy columns are equal (NULLs equal to each
+//     other, as in GROUP BY) become one row; each Aggregate column combines
+//     the per-shard partial results; AggAvg divides its sum by its count.
+//     An aggregate query without GROUP BY has no GroupBy columns: all rows
+//     combine into one.
+//  2. Having: rows failing any condition are dropped.
+//  3. Distinct: duplicate rows (over the visible columns) are dropped; with
+//     DistinctOn, only the first row of each DistinctOn key in OrderBy
+//     order is kept.
+//  4. OrderBy: rows are sorted. When the statement is not Grouped, each
+//     shard already returns its rows in this order and a k-way merge
+//     suffices.
+//  5. Offset rows are skipped, then at most Limit rows are returned.
+//  6. The last HiddenColumns columns are removed from RowDescription and
+//     from every row.
+//
+// Values compare as PostgreSQL compares them for the column's type (from
+// RowDescription). Text compares by the column's collation; the router
+// cannot know it, so the executor must use the database's collation (C
+// collation compares bytes).
+type Merge struct {
+	// OrderBy are the sort keys, most significant first.
+	OrderBy []SortKey
+	// Limit and Offset are nil when absent (LIMIT ALL and LIMIT NULL are
+	// absent). Shards receive LIMIT Limit+Offset and no OFFSET, or no LIMIT
+	// at all when Grouped; the executor applies both.
+	Limit, Offset *Expr
+	// Grouped is true for a query with aggregates or GROUP BY.
+	Grouped bool
+	// GroupBy are the columns that identify a group: every output column
+	// that is not an aggregate, and the hidden GROUP BY expressions that the
+	// select list lacks.
+	GroupBy []Column
+	// Aggregates are the aggregate columns to combine.
+	Aggregates []Aggregate
+	// Having are conditions ANDed together, evaluated by the executor after
+	// grouping; shards receive the query without HAVING.
+	Having []Cond
+	// Distinct is SELECT DISTINCT over the visible columns.
+	Distinct bool
+	// DistinctOn are the DISTINCT ON columns.
+	DistinctOn []Column
+	// HiddenColumns is how many columns at the end of each row the router
+	// added (ORDER BY, GROUP BY or HAVING expressions missing from the select
+	// list, the count of an avg); the executor strips them.
+	HiddenColumns int
+	// Rewritten is the SQL to send to shards instead of the client's, or ""
+	// when the client's statement is sent as is. It uses the same parameters.
+	Rewritten string
+}
+
+// SortKey is one ORDER BY item.
+type SortKey struct {
+	Column     Column
+	Desc       bool
+	NullsFirst bool // PostgreSQL's default: NULLS LAST for ASC, NULLS FIRST for DESC
+}
+
+// AggFunc is an aggregate function the executor can combine across shards.
+type AggFunc uint8
+
+const (
+	// AggCount adds the shards' counts.
+	AggCount AggFunc = iota + 1
+	// AggSum adds the shards' sums, ignoring NULLs; all NULL gives NULL.
+	AggSum
+	// AggMin keeps the least non-NULL value.
+	AggMin
+	// AggMax keeps the greatest non-NULL value.
+	AggMax
+	// AggAvg is avg(x), sent to shards as sum(x) in its column plus count(x)
+	// in Aggregate.Count: the result is the total sum divided by the total
+	// count (NULL when the count is 0), typed numeric when the sum column is
+	// int8 or numeric, float8 when it is float4 or float8, interval for
+	// interval, as PostgreSQL's avg is. RowDescription must say so.
+	AggAvg
+	// AggBoolAnd is bool_and and every: false if any shard says false.
+	AggBoolAnd
+	// AggBoolOr is bool_or: true if any shard says true.
+	AggBoolOr
+)
+
+// String returns the SQL name of the aggregate.
+func (f AggFunc) String() string {
+	switch f {
+	case AggCount:
+		return "count"
+	case AggSum:
+		return "sum"
+	case AggMin:
+		return "min"
+	case AggMax:
+		return "max"
+	case AggAvg:
+		return "avg"
+	case AggBoolAnd:
+		return "bool_and"
+	case AggBoolOr:
+		return "bool_or"
+	}
+	return "AggFunc(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Aggregate is an aggregate column of a grouped SELECT.
+type Aggregate struct {
+	Column Column
+	Func   AggFunc
+	Count  Column // AggAvg only: the hidden count(x) column
+}
+
+// Cond is a HAVING condition: Column Op Value.
+type Cond struct {
+	Column Column
+	Op     string // =, <>, <, <=, >, >=
+	Value  Expr
+}
+
+// Expr is a constant or a parameter in a Merge: a LIMIT, an OFFSET or the
+// right-hand side of a HAVING condition.
+type Expr struct {
+	// Param is the 1-based parameter number ($n), or 0 for a constant.
+	Param int
+	// Const is the constant's text form; ignored when Param is set.
+	Const string
+	// Null is true for a NULL constant.
+	Null bool
+}
+
+// Value returns the expression's value for the given Bind parameters:
+// its bytes (nil for NULL) and their format (0 text, 1 binary).
+func (e *Expr) Value(params [][]byte, formats []int16) ([]byte, int16) {
+	if e.Param == 0 {
+		if e.Null {
+			return nil, 0
+		}
+		return []byte(e.Const), 0
+	}
+	i := e.Param - 1
+	if i >= len(params) {
+		return nil, 0
+	}
+	return params[i], paramFormat(formats, i)
+}
+
+// Int returns the expression as a LIMIT or OFFSET count; ok is false for
+// NULL, which means no limit. It fails as PostgreSQL would for a value that
+// is not a bigint.
+func (e *Expr) Int(params [][]byte, formats []int16) (n int64, ok bool, err error) {
+	v, format := e.Value(params, formats)
+	if v == nil {
+		return 0, false, nil
+	}
+	var k sharding.Key
+	if format == 1 {
+		k, err = sharding.DecodeBinaryKey(sharding.Bigint, v)
+	} else {
+		k, err = sharding.ParseKey(sharding.Bigint, string(v))
+	}
+	if err != nil {
+		return 0, false, keyError(err)
+	}
+	return k.Int(), true, nil
+}
+
+// Copy describes COPY … FROM STDIN.
+type Copy struct {
+	// Format is text, csv or binary.
+	Format string
+	// Delimiter, Null, Quote and Escape are the options as given, or ""
+	// for the format's default.
+	Delimiter, Null, Quote, Escape string
+	// Header is true when the first line is a header (text and csv).
+	Header bool
+	// Column is the position of the sharding key in each row when rows are
+	// split between shards (Kind All), or -1 when every row goes to every
+	// target shard.
+	Column int
+
+	key *keyFunc
+}
+
+// Shard returns the shard of a row whose sharding key field is value (nil
+// for NULL), as text for the text and csv formats (after unescaping) or as
+// the binary field. It is valid only when Column >= 0.
+func (c *Copy) Shard(value []byte) (int, error) {
+	var format int16
+	if c.Format == "binary" {
+		format = 1
+	}
+	k, err := decodeKey(c.key.typ, value, format)
+	if err != nil {
+		return 0, keyError(err)
+	}
+	s, err := c.key.fn.Shard(k)
+	if err != nil {
+		return 0, noShardError(c.key, k, err)
+	}
+	return s, nil
+}
+
+// Hints are the session's routing overrides, from SET shardgate.shard, SET
+// shardgate.sharding_key and search_path. A comment hint in the statement
+// (/* shard: N */, /* sharding_key: V */) takes precedence over them.
+type Hints struct {
+	Shard       *int     // route every statement to this shard
+	ShardingKey *string  // route every statement to this key's shard
+	SearchPath  []string // the session's search_path, first schema first
+}
+
+// paramFormat returns the format of parameter i as Bind gives it: no
+// formats means text, one format applies to all.
+func paramFormat(formats []int16, i int) int16 {
+	switch len(formats) {
+	case 0:
+		return 0
+	case 1:
+		return formats[0]
+	}
+	if i < len(formats) {
+		return formats[i]
+	}
+	return 0
+}
+
+// int32At reads a big-endian int32 at b[i:], reporting false when b is too
+// short.
+func int32At(b []byte, i int) (int32, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	return int32(binary.BigEndian.Uint32(b[i:])), true
+}

@@ -1,0 +1,462 @@
+package router
+
+import (
+	"slices"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+)
+
+// instance is one reference to a table in a statement: FROM accounts a and
+// JOIN accounts b are two instances of one table.
+type instance struct {
+	name   string // as written, for messages
+	rv     *pg_query.RangeVar
+	class  tableClass
+	key    *keyFunc // shardedTable
+	shard  int      // pinnedTable
+	parent *instance
+	// nested is "" for a table at the top level of the statement, else
+	// what it sits in ("subquery", "WITH query", "UNION"): its rows feed an
+	// expression the shards compute, so they must all be on one shard.
+	nested string
+}
+
+// root returns the representative of i's co-location group.
+func (i *instance) root() *instance {
+	for i.parent != nil {
+		if i.parent.parent != nil {
+			i.parent = i.parent.parent
+		}
+		i = i.parent
+	}
+	return i
+}
+
+// entry is a name a column may be qualified with in one scope.
+type entry struct {
+	name   string    // the alias, or the table's name
+	schema string    // the schema of an unaliased, qualified table
+	inst   *instance // nil for subqueries, functions and WITH queries
+}
+
+// scope is one level of a query: the FROM items of a SELECT, or the target
+// and FROM/USING items of an UPDATE or DELETE.
+type scope struct {
+	nested   string
+	entries  []entry
+	restrict []*pg_query.Node // conditions every result row satisfies (WHERE, inner JOIN … ON)
+	joins    []*pg_query.Node // conditions that only pair rows (outer JOIN … ON): equalities only
+	exprs    []*pg_query.Node // every expression of the scope, for column references
+	pairs    [][2]*instance   // equal sharding keys from JOIN … USING and NATURAL JOIN
+}
+
+// group is a set of co-located table instances: their sharding keys are
+// equal in every result row, so the rows that join sit on one shard.
+type group struct {
+	cond   *cond    // the shards holding rows of the group; nil: every shard
+	tables []string // for messages
+	nested string
+}
+
+// analyzer collects what routing one statement needs.
+type analyzer struct {
+	r       *Router
+	version int32 // of the parse tree, for Deparse
+	path    bool  // unqualified tables are in the sharded schema first on search_path
+	insts   []*instance
+	groups  []*group
+	written []*instance
+	keySets []keyAssign
+	ctes    []string // names of WITH queries in scope, innermost last
+	// err is the first reason the statement cannot be routed by analysis; a
+	// hint may still route it. hard is an error no hint overrides.
+	err, hard error
+	// ddlUnqualified is set when a utility statement names an object
+	// without a schema.
+	ddlUnqualified bool
+}
+
+func (a *analyzer) fail(err error) {
+	if a.err == nil {
+		a.err = err
+	}
+}
+
+// table makes an instance for a table reference, or returns nil for a
+// reference to a WITH query.
+func (a *analyzer) table(rv *pg_query.RangeVar, nested string) *instance {
+	if rv.Schemaname == "" && slices.Contains(a.ctes, rv.Relname) {
+		return nil
+	}
+	class, key, shard := a.r.classify(rv.Schemaname, rv.Relname, a.path)
+	in := &instance{name: relName(rv), rv: rv, class: class, key: key, shard: shard, nested: nested}
+	a.insts = append(a.insts, in)
+	return in
+}
+
+// addTable adds a table reference to a scope.
+func (a *analyzer) addTable(sc *scope, rv *pg_query.RangeVar) *instance {
+	in := a.table(rv, sc.nested)
+	e := entry{name: rv.Relname, schema: rv.Schemaname, inst: in}
+	if rv.Alias != nil {
+		e.name, e.schema = rv.Alias.Aliasname, ""
+	}
+	sc.entries = append(sc.entries, e)
+	return in
+}
+
+// with analyzes the queries of a WITH clause and brings their names into
+// scope; the caller pops them with a.ctes = a.ctes[:n].
+func (a *analyzer) with(wc *pg_query.WithClause) {
+	if wc == nil {
+		return
+	}
+	for _, n := range wc.Ctes {
+		if c := n.GetCommonTableExpr(); c != nil {
+			a.ctes = append(a.ctes, c.Ctename)
+		}
+	}
+	for _, n := range wc.Ctes {
+		if c := n.GetCommonTableExpr(); c != nil {
+			a.stmt(c.Ctequery, "WITH query")
+		}
+	}
+}
+
+// stmt analyzes a statement nested in another one (a subquery, a WITH
+// query): its tables are marked nested.
+func (a *analyzer) stmt(n *pg_query.Node, nested string) {
+	switch {
+	case n == nil:
+	case n.GetSelectStmt() != nil:
+		a.query(n.GetSelectStmt(), nested)
+	case n.GetInsertStmt() != nil:
+		a.insert(n.GetInsertStmt(), nested)
+	case n.GetUpdateStmt() != nil:
+		a.update(n.GetUpdateStmt(), nested)
+	case n.GetDeleteStmt() != nil:
+		a.delete(n.GetDeleteStmt(), nested)
+	case n.GetMergeStmt() != nil:
+		a.merge(n.GetMergeStmt(), nested)
+	}
+}
+
+// query analyzes one SELECT (or VALUES, or set operation).
+func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) {
+	if sel == nil {
+		return
+	}
+	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
+	a.with(sel.WithClause)
+	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
+		why := map[pg_query.SetOperation]string{
+			pg_query.SetOperation_SETOP_UNION:     "UNION",
+			pg_query.SetOperation_SETOP_INTERSECT: "INTERSECT",
+			pg_query.SetOperation_SETOP_EXCEPT:    "EXCEPT",
+		}[sel.Op]
+		if nested != "" {
+			why = nested
+		}
+		a.query(sel.Larg, why)
+		a.query(sel.Rarg, why)
+		a.exprs(nested, sel.SortClause...)
+		a.exprs(nested, sel.LimitCount, sel.LimitOffset)
+		return
+	}
+	sc := &scope{nested: nested}
+	for _, item := range sel.FromClause {
+		a.from(sc, item, false)
+	}
+	sc.restrict = append(sc.restrict, sel.WhereClause)
+	sc.exprs = append(sc.exprs, sel.WhereClause, sel.HavingClause)
+	sc.exprs = append(sc.exprs, sel.TargetList...)
+	sc.exprs = append(sc.exprs, sel.GroupClause...)
+	sc.exprs = append(sc.exprs, sel.SortClause...)
+	for _, row := range sel.ValuesLists {
+		a.exprs(nested, row)
+	}
+	a.exprs(nested, sel.TargetList...)
+	a.exprs(nested, sel.WhereClause, sel.HavingClause, sel.LimitCount, sel.LimitOffset)
+	a.exprs(nested, sel.GroupClause...)
+	a.exprs(nested, sel.SortClause...)
+	a.exprs(nested, sel.DistinctClause...)
+	a.exprs(nested, sel.WindowClause...)
+	a.finish(sc)
+}
+
+// exprs analyzes the subqueries inside expressions.
+func (a *analyzer) exprs(nested string, ns ...*pg_query.Node) {
+	why := "subquery"
+	if nested != "" {
+		why = nested
+	}
+	for _, n := range ns {
+		walkExpr(n, nil, func(sub *pg_query.Node) { a.stmt(sub, why) })
+	}
+}
+
+// from adds one FROM item to a scope. nullable is true below the
+// NULL-extended side of an outer join, whose ON conditions do not restrict
+// the result rows.
+func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) (added []entry) {
+	start := len(sc.entries)
+	defer func() { added = sc.entries[start:len(sc.entries):len(sc.entries)] }()
+	switch {
+	case n.GetRangeVar() != nil:
+		a.addTable(sc, n.GetRangeVar())
+	case n.GetJoinExpr() != nil:
+		j := n.GetJoinExpr()
+		lnull, rnull := nullable, nullable
+		switch j.Jointype {
+		case pg_query.JoinType_JOIN_LEFT:
+			rnull = true
+		case pg_query.JoinType_JOIN_RIGHT:
+			lnull = true
+		case pg_query.JoinType_JOIN_FULL:
+			lnull, rnull = true, true
+		}
+		left := a.from(sc, j.Larg, lnull)
+		right := a.from(sc, j.Rarg, rnull)
+		if j.Jointype == pg_query.JoinType_JOIN_INNER && !nullable {
+			sc.restrict = append(sc.restrict, j.Quals)
+		} else {
+			sc.joins = append(sc.joins, j.Quals)
+		}
+		sc.exprs = append(sc.exprs, j.Quals)
+		a.exprs(sc.nested, j.Quals)
+		for _, u := range j.UsingClause {
+			a.pairOn(sc, left, right, str(u))
+		}
+		if j.IsNatural {
+			for _, l := range left {
+				if l.inst != nil && l.inst.key != nil {
+					a.pairOn(sc, left, right, l.inst.key.column)
+				}
+			}
+		}
+		if j.Alias != nil {
+			sc.entries = append(sc.entries, entry{name: j.Alias.Aliasname})
+		}
+	case n.GetRangeSubselect() != nil:
+		rs := n.GetRangeSubselect()
+		why := "subquery"
+		if sc.nested != "" {
+			why = sc.nested
+		}
+		a.stmt(rs.Subquery, why)
+		sc.entries = append(sc.entries, entry{name: aliasName(rs.Alias)})
+	case n.GetRangeFunction() != nil:
+		rf := n.GetRangeFunction()
+		a.exprs(sc.nested, rf.Functions...)
+		sc.entries = append(sc.entries, entry{name: aliasName(rf.Alias)})
+	case n.GetRangeTableSample() != nil:
+		if rv := n.GetRangeTableSample().Relation.GetRangeVar(); rv != nil {
+			a.addTable(sc, rv)
+		}
+	default:
+		// XMLTABLE, JSON_TABLE and the like: no table, maybe subqueries.
+		a.exprs(sc.nested, n)
+		sc.entries = append(sc.entries, entry{})
+	}
+	return nil
+}
+
+func aliasName(al *pg_query.Alias) string {
+	if al == nil {
+		return ""
+	}
+	return al.Aliasname
+}
+
+// pairOn records that JOIN … USING (column) equates the sharding keys of
+// the tables on either side that are sharded by column.
+func (a *analyzer) pairOn(sc *scope, left, right []entry, column string) {
+	l, r := keyedBy(left, column), keyedBy(right, column)
+	if l != nil && r != nil {
+		sc.pairs = append(sc.pairs, [2]*instance{l, r})
+	}
+}
+
+// keyedBy returns the only table of entries sharded by column.
+func keyedBy(entries []entry, column string) *instance {
+	var found *instance
+	for _, e := range entries {
+		if e.inst != nil && e.inst.key != nil && e.inst.key.column == column {
+			if found != nil {
+				return nil
+			}
+			found = e.inst
+		}
+	}
+	return found
+}
+
+// finish groups the scope's sharded tables by co-location and computes the
+// constraint on each group's sharding key.
+func (a *analyzer) finish(sc *scope) {
+	a.resolveUnknown(sc)
+	for _, p := range sc.pairs {
+		union(p[0], p[1])
+	}
+	for _, list := range [][]*pg_query.Node{sc.restrict, sc.joins} {
+		for _, n := range list {
+			for _, c := range conjuncts(n) {
+				if l, r := sc.keyEquality(c); l != nil {
+					union(l, r)
+				}
+			}
+		}
+	}
+	for _, e := range sc.entries {
+		in := e.inst
+		if in == nil {
+			continue
+		}
+		switch in.class {
+		case pinnedTable, pathTable:
+			a.pin(in)
+		case shardedTable:
+			if in.root() != in {
+				continue
+			}
+			g := &group{nested: in.nested}
+			for _, o := range sc.entries {
+				if o.inst != nil && o.inst.class == shardedTable && o.inst.root() == in {
+					g.tables = append(g.tables, o.inst.name)
+				}
+			}
+			var cs []*cond
+			for _, n := range sc.restrict {
+				cs = append(cs, sc.keyCond(n, in))
+			}
+			g.cond = and(cs...)
+			a.groups = append(a.groups, g)
+		}
+	}
+}
+
+// union puts two instances in one co-location group when their rules place
+// equal keys on the same shard.
+func union(l, r *instance) {
+	if l.key == nil || r.key == nil || l.key.class != r.key.class {
+		return
+	}
+	if lr, rr := l.root(), r.root(); lr != rr {
+		rr.parent = lr
+	}
+}
+
+// conjuncts splits an AND tree into its terms.
+func conjuncts(n *pg_query.Node) []*pg_query.Node {
+	if n == nil {
+		return nil
+	}
+	if b := n.GetBoolExpr(); b != nil && b.Boolop == pg_query.BoolExprType_AND_EXPR {
+		var out []*pg_query.Node
+		for _, k := range b.Args {
+			out = append(out, conjuncts(k)...)
+		}
+		return out
+	}
+	return []*pg_query.Node{n}
+}
+
+// keyEquality recognizes a.key = b.key between two sharded tables.
+func (sc *scope) keyEquality(n *pg_query.Node) (*instance, *instance) {
+	e := n.GetAExpr()
+	if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP || operatorName(e) != "=" {
+		return nil, nil
+	}
+	l, r := sc.keyColumn(e.Lexpr), sc.keyColumn(e.Rexpr)
+	if l == nil || r == nil {
+		return nil, nil
+	}
+	return l, r
+}
+
+// keyColumn returns the sharded table whose sharding key n names, or nil.
+func (sc *scope) keyColumn(n *pg_query.Node) *instance {
+	fields := columnRef(n)
+	if fields == nil {
+		return nil
+	}
+	col := fields[len(fields)-1]
+	if len(fields) == 1 {
+		var found *instance
+		for _, e := range sc.entries {
+			if e.inst == nil || e.inst.key == nil || e.inst.key.column != col {
+				continue
+			}
+			if found != nil && found.root() != e.inst.root() {
+				return nil // ambiguous: PostgreSQL rejects it
+			}
+			if found == nil {
+				found = e.inst
+			}
+		}
+		return found
+	}
+	qual := fields[len(fields)-2]
+	schema := ""
+	if len(fields) >= 3 {
+		schema = fields[len(fields)-3]
+	}
+	for _, e := range sc.entries {
+		if e.name != qual || (schema != "" && e.schema != schema) {
+			continue
+		}
+		if e.inst != nil && e.inst.key != nil && e.inst.key.column == col {
+			return e.inst
+		}
+		return nil
+	}
+	return nil
+}
+
+// keyCond returns the constraint n puts on the sharding key of group g.
+func (sc *scope) keyCond(n *pg_query.Node, g *instance) *cond {
+	if n == nil {
+		return nil
+	}
+	if b := n.GetBoolExpr(); b != nil {
+		var kids []*cond
+		for _, k := range b.Args {
+			kids = append(kids, sc.keyCond(k, g))
+		}
+		switch b.Boolop {
+		case pg_query.BoolExprType_AND_EXPR:
+			return and(kids...)
+		case pg_query.BoolExprType_OR_EXPR:
+			return or(kids...)
+		}
+		return nil
+	}
+	e := n.GetAExpr()
+	if e == nil || operatorName(e) != "=" {
+		return nil
+	}
+	side := func(col, val *pg_query.Node) *cond {
+		in := sc.keyColumn(col)
+		if in == nil || in.root() != g {
+			return nil
+		}
+		switch e.Kind {
+		case pg_query.A_Expr_Kind_AEXPR_OP, pg_query.A_Expr_Kind_AEXPR_NOT_DISTINCT:
+			if o, ok := scalarOperand(in.key, val); ok {
+				return leaf(in.key, []operand{o})
+			}
+		case pg_query.A_Expr_Kind_AEXPR_IN:
+			return leaf(in.key, listOperands(in.key, val))
+		case pg_query.A_Expr_Kind_AEXPR_OP_ANY:
+			return leaf(in.key, arrayOperands(in.key, val))
+		}
+		return nil
+	}
+	if c := side(e.Lexpr, e.Rexpr); c != nil {
+		return c
+	}
+	if e.Kind == pg_query.A_Expr_Kind_AEXPR_OP || e.Kind == pg_query.A_Expr_Kind_AEXPR_NOT_DISTINCT {
+		return side(e.Rexpr, e.Lexpr)
+	}
+	return nil
+}
