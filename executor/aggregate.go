@@ -30,7 +30,10 @@ type avgState struct {
 // the number of groups, not rows.
 func (m *Merger) aggregate(sources []Rows) error {
 	keyCols := m.spec.GroupBy
-	if len(m.spec.Aggs) == 0 && len(keyCols) == 0 {
+	grouped := len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || len(m.spec.Having) > 0
+	var all []*group // DISTINCT ON: every row, deduplicated after sorting
+	distinctOn := len(m.spec.DistinctOn) > 0 && !grouped
+	if !distinctOn && !grouped && len(keyCols) == 0 {
 		keyCols = make([]int, m.visible)
 		for i := range keyCols {
 			keyCols[i] = i
@@ -51,6 +54,16 @@ func (m *Merger) aggregate(sources []Rows) error {
 			}
 			if cols, err = splitRow(b, cols); err != nil {
 				return err
+			}
+			if distinctOn {
+				g := &group{cols: make([][]byte, len(cols))}
+				for i, v := range cols {
+					if v != nil {
+						g.cols[i] = append([]byte{}, v...)
+					}
+				}
+				all = append(all, g)
+				continue
 			}
 			key = key[:0]
 			for _, c := range keyCols {
@@ -83,11 +96,23 @@ func (m *Merger) aggregate(sources []Rows) error {
 	}
 	// An aggregate without GROUP BY over no rows: shards each answered
 	// one row, so there is always one group.
+	if distinctOn {
+		order = all
+	}
+	kept := order[:0]
 	for _, g := range order {
 		if err := m.finishAvg(g); err != nil {
 			return err
 		}
+		ok, err := m.having(g.cols)
+		if err != nil {
+			return err
+		}
+		if ok {
+			kept = append(kept, g)
+		}
 	}
+	order = kept
 	if len(m.spec.OrderBy) > 0 {
 		var serr error
 		sort.SliceStable(order, func(i, j int) bool {
@@ -101,6 +126,26 @@ func (m *Merger) aggregate(sources []Rows) error {
 			return serr
 		}
 	}
+	if len(m.spec.DistinctOn) > 0 {
+		seen := map[string]bool{}
+		kept := order[:0]
+		for _, g := range order {
+			key = key[:0]
+			for _, c := range m.spec.DistinctOn {
+				if g.cols[c] == nil {
+					key = append(key, 0xff, 0xff, 0xff, 0xff)
+					continue
+				}
+				key = binary.BigEndian.AppendUint32(key, uint32(len(g.cols[c])))
+				key = append(key, g.cols[c]...)
+			}
+			if !seen[string(key)] {
+				seen[string(key)] = true
+				kept = append(kept, g)
+			}
+		}
+		order = kept
+	}
 	for _, g := range order {
 		more, err := m.emit(g.cols)
 		if err != nil || !more {
@@ -108,6 +153,80 @@ func (m *Merger) aggregate(sources []Rows) error {
 		}
 	}
 	return nil
+}
+
+// having evaluates the HAVING conditions on a combined row.
+func (m *Merger) having(cols [][]byte) (bool, error) {
+	for _, h := range m.spec.Having {
+		v := cols[h.Col]
+		if v == nil || h.Value == nil {
+			return false, nil
+		}
+		c, err := m.cmp[h.Col](v, h.Value)
+		if err != nil {
+			return false, err
+		}
+		var ok bool
+		switch h.Op {
+		case "=":
+			ok = c == 0
+		case "<>", "!=":
+			ok = c != 0
+		case "<":
+			ok = c < 0
+		case "<=":
+			ok = c <= 0
+		case ">":
+			ok = c > 0
+		case ">=":
+			ok = c >= 0
+		default:
+			return false, wire.Errorf(wire.FeatureNotSupported, "HAVING operator %s is not supported across shards", h.Op)
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// convertConst turns a text constant into the binary format of col.
+func convertConst(v []byte, col Column) ([]byte, error) {
+	if col.Format == 0 {
+		return v, nil // a binary parameter compared with a text column: not produced by the router
+	}
+	s := string(v)
+	switch col.OID {
+	case oidInt2, oidInt4, oidInt8:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, wire.Errorf("22P02", "invalid input syntax for type bigint: %q", s)
+		}
+		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
+	case oidFloat4, oidFloat8:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, wire.Errorf("22P02", "invalid input syntax for type double precision: %q", s)
+		}
+		if col.OID == oidFloat4 {
+			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
+		}
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
+	case oidNumeric:
+		d, err := parseDecimal(s)
+		if err != nil {
+			return nil, wire.Errorf("22P02", "invalid input syntax for type numeric: %q", s)
+		}
+		return encodeBinaryNumeric(d), nil
+	case oidBool:
+		return encodeBool(s == "t" || s == "true" || s == "on" || s == "1", true), nil
+	case oidText, oidVarchar, oidName, oidBPChar, oidUUID:
+		if col.OID == oidUUID {
+			break
+		}
+		return v, nil
+	}
+	return nil, wire.Errorf(wire.FeatureNotSupported, "HAVING on a binary column of type OID %d is not supported across shards", col.OID)
 }
 
 func (m *Merger) initAvg(g *group) error {

@@ -51,10 +51,23 @@ type Spec struct {
 	// key.
 	GroupBy  []int
 	Aggs     []Agg
+	// Having conditions are ANDed and evaluated on combined groups.
+	Having   []Cond
 	Distinct bool
+	// DistinctOn keeps the first row (in OrderBy order) of each key.
+	DistinctOn []int
 	// Visible is the number of leading columns the client sees; the rest
 	// are hidden columns the proxy added (0: all columns are visible).
 	Visible int
+}
+
+// Cond is a HAVING condition: column Op value. Value is in Format (0
+// text, 1 binary); nil is NULL (never true).
+type Cond struct {
+	Col    int
+	Op     string // =, <>, <, <=, >, >=
+	Value  []byte
+	Format int16
 }
 
 // Rows is one shard's stream of DataRow bodies. Next returns nil, nil at
@@ -181,6 +194,18 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 			}
 		}
 	}
+	for i, h := range spec.Having {
+		if err := m.needCmp(h.Col); err != nil {
+			return nil, err
+		}
+		if h.Value != nil && h.Format != cols[h.Col].Format {
+			v, err := convertConst(h.Value, cols[h.Col])
+			if err != nil {
+				return nil, err
+			}
+			m.spec.Having[i].Value = v
+		}
+	}
 	return m, nil
 }
 
@@ -203,7 +228,7 @@ func (m *Merger) needCmp(col int) error {
 func (m *Merger) Run(sources []Rows) (int64, error) {
 	var err error
 	switch {
-	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct:
+	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct || len(m.spec.DistinctOn) > 0 || len(m.spec.Having) > 0:
 		err = m.aggregate(sources)
 	case len(m.spec.OrderBy) > 0:
 		err = m.ordered(sources)

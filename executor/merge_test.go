@@ -140,3 +140,20 @@ func TestDistinct(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+func TestAggregateWithoutGroupBy(t *testing.T) {
+	cols := []Column{{Name: "count", OID: oidInt8}}
+	got := run(t, Spec{Limit: -1, Aggs: []Agg{{Col: 0, Kind: AggCount}}}, cols, [][]string{{"2"}}, [][]string{{"1"}})
+	if !reflect.DeepEqual(got, [][]string{{"3"}}) {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestDistinctOn(t *testing.T) {
+	cols := []Column{{Name: "k", OID: oidInt4}, {Name: "v", OID: oidInt4}}
+	got := run(t, Spec{Limit: -1, DistinctOn: []int{0}, OrderBy: []SortKey{{Col: 0}, {Col: 1, Desc: true}}}, cols,
+		[][]string{{"1", "5"}, {"2", "1"}}, [][]string{{"1", "7"}, {"2", "3"}})
+	if !reflect.DeepEqual(got, [][]string{{"1", "7"}, {"2", "3"}}) {
+		t.Fatalf("got %v", got)
+	}
+}
