@@ -20,9 +20,13 @@ type Config struct {
 	TLS             *TLS          `yaml:"tls"` // nil: no TLS towards clients, sslmode prefer towards servers
 	// AuthType is the default client authentication method for users:
 	// scram (default) | md5 | plain | trust.
-	AuthType  AuthType   `yaml:"auth_type"`
-	Users     []User     `yaml:"users"`
-	Databases []Database `yaml:"databases"`
+	AuthType AuthType `yaml:"auth_type"`
+	// TwoPhaseCommitLog is the file where the proxy records its decisions
+	// for multi-shard commits, so that a restart after a crash finishes
+	// them (default ./shardgate-2pc.log).
+	TwoPhaseCommitLog string     `yaml:"two_phase_commit_log"`
+	Users             []User     `yaml:"users"`
+	Databases         []Database `yaml:"databases"`
 }
 
 // AuthType is how the proxy authenticates clients.
@@ -196,6 +200,16 @@ func (c *Config) Database(name string) *Database {
 func (c *Config) User(name string) *User {
 	for i := range c.Users {
 		if c.Users[i].Name == name {
+			return &c.Users[i]
+		}
+	}
+	return nil
+}
+
+// FirstUserFor returns the first user allowed on database db, or nil.
+func (c *Config) FirstUserFor(db string) *User {
+	for i := range c.Users {
+		if c.Users[i].Allows(db) {
 			return &c.Users[i]
 		}
 	}

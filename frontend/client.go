@@ -97,6 +97,20 @@ type client struct {
 	clientErr error  // the client socket failed while relaying
 	loggingIn bool   // keep the server attached through login
 
+	// Sharded databases only (see sharded.go).
+	shards []shardConn
+	stx    shardTx
+	rt     planner
+	hints  hints
+	// Extended protocol on sharded databases (sharded_ext.go).
+	batch          []batchMsg
+	sstmts         map[string]*sStmt
+	sportals       map[string]*sPortal
+	pendingPrepare string
+	suppressDesc   bool
+
+	adm admission // gate and pool counters (gate.go)
+
 	cancelTarget atomic.Pointer[cancelTarget]
 	state        atomic.Int32
 	queries      atomic.Uint64
@@ -232,6 +246,11 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	c.user, c.db, c.mode = u, db, db.Pool.Mode
 	c.log = c.log.With("user", u.Name, "database", db.Name)
 	c.pool = st.Pools.Get(db, u, 0)
+	if len(db.Shards) > 1 {
+		if err := c.initShards(st); err != nil {
+			return err
+		}
+	}
 	c.sess.startup = startupSettings(s.params)
 	c.infoMu.Lock()
 	c.appName = s.params["application_name"]
@@ -302,10 +321,10 @@ func (c *client) attach(ctx context.Context) error {
 		return nil
 	}
 	c.setState(ClientWaiting)
-	s, err := c.pool.Checkout(ctx)
+	s, err := c.checkout(ctx)
 	if err != nil {
 		c.setState(ClientIdle)
-		return checkoutError(c.pool, err)
+		return err
 	}
 	c.server = s
 	c.setState(ClientActive)
@@ -344,7 +363,7 @@ func (c *client) detach() {
 	}
 	c.server = nil
 	c.cancelTarget.Store(nil)
-	c.pool.Checkin(s)
+	c.checkin(s)
 	c.setState(ClientIdle)
 }
 
@@ -432,6 +451,10 @@ func (c *client) refuse(e *wire.Error, reason string) {
 // abandon cleans up after the client left or failed: a server it still
 // holds is brought back to idle (rolled back) or closed.
 func (c *client) abandon() {
+	if c.shards != nil {
+		c.abandonShards()
+		return
+	}
 	s := c.server
 	if s == nil {
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -23,6 +24,8 @@ type State struct {
 	Config *config.Config
 	Pools  *pool.Registry
 	TLS    *tls.Config // nil when clients cannot use TLS
+
+	routers routers // one router per sharded database, built on first use
 }
 
 // NewState builds the runtime state for cfg.
@@ -51,6 +54,16 @@ type Listener struct {
 	stmts     *stmtCache
 	verifiers verifiers
 	Admin     AdminHandler
+	ctl       control // pause, maintenance and reload (gate.go, admin_api.go)
+
+	// AfterPrepareForTest, when set, runs between PREPARE TRANSACTION and
+	// COMMIT PREPARED of a two-phase commit (crash tests).
+	AfterPrepareForTest func(txid string)
+
+	txPrefix string
+	txSeq    atomic.Uint64
+	twoPCMu  sync.Mutex // guards twoPCLog
+	twoPCLog *executor.DecisionLog
 
 	nextID     atomic.Uint64
 	clientsNum atomic.Int64
@@ -64,7 +77,8 @@ type Listener struct {
 
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
-	l := &Listener{log: log, stmts: newStmtCache(), clients: map[uint32]*client{}}
+	l := &Listener{log: log, stmts: newStmtCache(), clients: map[uint32]*client{},
+		txPrefix: fmt.Sprintf("%08x", randUint32())}
 	l.state.Store(st)
 	return l
 }

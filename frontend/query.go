@@ -59,6 +59,9 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 			c.log.Debug("could not parse session statement; forwarding", "err", err)
 		}
 	}
+	if c.shards != nil {
+		return c.shardedQuery(ctx, string(sql), ops)
+	}
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
@@ -88,6 +91,7 @@ func (c *client) answerLocally(err error, ready bool) error {
 	if !ok {
 		e = wire.Errorf(wire.InternalError, "%v", err)
 	}
+	c.countError(e.Code)
 	c.w.Write(wire.AppendError(nil, e))
 	if e.Fatal() {
 		c.w.Flush()
@@ -113,6 +117,9 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	}
 	if typ == 'E' {
 		c.queries.Add(1)
+	}
+	if c.shards != nil {
+		return c.shardedExtended(ctx, typ, body)
 	}
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, false)
@@ -162,6 +169,7 @@ func (c *client) expect(typ byte) {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
+	defer c.observeRoundTrip(time.Now())
 	s := c.server
 	var werr chan error
 	if len(c.out) > flushWriteThreshold {
@@ -351,6 +359,9 @@ func (c *client) relay() error {
 					c.toClient(wire.AppendError(nil, e))
 				}
 				return &serverGone{forwarded: !internal, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+			}
+			if !internal {
+				c.countError(e.Code)
 			}
 			if internal {
 				c.sess.lastError = e.Message

@@ -17,13 +17,15 @@ const (
 	opResetAll                 // RESET ALL
 	opDiscardAll               // DISCARD ALL: settings and prepared statements
 	opDeallocAll               // DEALLOCATE ALL: prepared statements
+	opHint                     // SET [LOCAL] shardgate.shard / shardgate.sharding_key: routing, never sent
 )
 
 // setOp is one tracked change, applied when its transaction commits.
 type setOp struct {
-	kind opKind
-	name string // lower-cased setting name
-	stmt string // the SET statement that reproduces the value
+	local bool // opHint: SET LOCAL
+	kind  opKind
+	name  string // lower-cased setting name
+	stmt  string // the SET statement that reproduces the value
 }
 
 // session is a client's view of its session settings.
@@ -234,15 +236,32 @@ func sessionOps(sql string) ([]setOp, error) {
 		switch n := raw.Stmt.Node.(type) {
 		case *pg_query.Node_VariableSetStmt:
 			v := n.VariableSetStmt
+			name := strings.ToLower(v.Name)
+			if strings.HasPrefix(name, "shardgate.") {
+				op := setOp{kind: opHint, name: name, local: v.IsLocal}
+				if v.Kind == pg_query.VariableSetKind_VAR_SET_VALUE && len(v.Args) == 1 {
+					if c := v.Args[0].GetAConst(); c != nil {
+						switch {
+						case c.GetIval() != nil:
+							op.stmt = fmt.Sprint(c.GetIval().Ival)
+						case c.GetSval() != nil:
+							op.stmt = c.GetSval().Sval
+						case c.GetFval() != nil:
+							op.stmt = c.GetFval().Fval
+						}
+					}
+				}
+				if name != "shardgate.shard" && name != "shardgate.sharding_key" {
+					return nil, fmt.Errorf("unknown setting %s (shardgate.shard and shardgate.sharding_key exist)", name)
+				}
+				ops = append(ops, op)
+				continue
+			}
 			if v.IsLocal {
 				continue
 			}
-			name := strings.ToLower(v.Name)
 			switch v.Kind {
 			case pg_query.VariableSetKind_VAR_SET_VALUE:
-				if strings.HasPrefix(name, "shardgate.") {
-					continue
-				}
 				stmt, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{Stmt: raw.Stmt}}})
 				if err != nil {
 					return nil, fmt.Errorf("deparse: %w", err)

@@ -1,15 +1,18 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -30,6 +33,9 @@ func (k Key) String() string {
 var ErrClosed = errors.New("pool closed")
 
 // Stats are a pool's counters, read by the admin database and metrics.
+// Every update is an atomic add. When a reload replaces a pool by one with
+// the same Key, the new pool shares the old one's Stats, so counters keep
+// growing across reloads.
 type Stats struct {
 	Checkouts   atomic.Uint64
 	WaitNanos   atomic.Uint64 // total time clients waited for a server
@@ -37,6 +43,19 @@ type Stats struct {
 	ConnectErrs atomic.Uint64
 	Opened      atomic.Uint64
 	Closed      atomic.Uint64
+
+	// The counters below are kept by the clients of the pool (package
+	// frontend). A query is one round trip: a simple Query, or an
+	// extended-protocol batch up to Sync or Flush. A transaction ends when
+	// the server reports ReadyForQuery idle.
+	Transactions atomic.Uint64
+	Queries      atomic.Uint64
+	XactNanos    atomic.Uint64
+	QueryNanos   atomic.Uint64
+	Errors       metrics.ErrorCounts // ErrorResponses sent to clients, by SQLSTATE class
+	XactTime     metrics.Histogram
+	QueryTime    metrics.Histogram
+	WaitTime     metrics.Histogram // checkout wait, including immediate checkouts
 }
 
 // Pool lends server connections of one Key.
@@ -44,7 +63,7 @@ type Pool struct {
 	Key    Key
 	Target Target
 	Config config.Pool
-	Stats  Stats
+	Stats  *Stats
 
 	log    *slog.Logger
 	nextID *atomic.Uint64
@@ -55,8 +74,11 @@ type Pool struct {
 	open     int        // servers open or being opened
 	active   int
 	closed   bool
-	params   map[string]string // ParameterStatus of the first connection
-	maxWait  time.Time         // oldest waiter's start, for SHOW POOLS
+	params   map[string]string    // ParameterStatus of the first connection
+	maxWait  time.Time            // oldest waiter's start, for SHOW POOLS
+	servers  map[*Server]struct{} // every open server, idle or checked out
+	connErr  error                // the last failed connection attempt, nil after a success
+	connAt   time.Time            // when connErr was set
 	stopReap chan struct{}
 	reapDone chan struct{}
 }
@@ -73,8 +95,14 @@ type result struct {
 
 // New creates a pool and starts its maintenance goroutine.
 func New(key Key, t Target, cfg config.Pool, log *slog.Logger, ids *atomic.Uint64) *Pool {
-	p := &Pool{Key: key, Target: t, Config: cfg, log: log.With("pool", key.String()), nextID: ids,
-		stopReap: make(chan struct{}), reapDone: make(chan struct{})}
+	return newPool(key, t, cfg, log, ids, &Stats{})
+}
+
+// newPool is New with the Stats to count into (shared with the pool this
+// one replaces on reload).
+func newPool(key Key, t Target, cfg config.Pool, log *slog.Logger, ids *atomic.Uint64, stats *Stats) *Pool {
+	p := &Pool{Key: key, Target: t, Config: cfg, Stats: stats, log: log.With("pool", key.String()), nextID: ids,
+		servers: map[*Server]struct{}{}, stopReap: make(chan struct{}), reapDone: make(chan struct{})}
 	go p.maintain()
 	return p
 }
@@ -237,6 +265,9 @@ func (p *Pool) expired(s *Server, now time.Time) bool {
 }
 
 func (p *Pool) discard(s *Server) {
+	p.mu.Lock()
+	delete(p.servers, s)
+	p.mu.Unlock()
 	s.Close()
 	p.Stats.Closed.Add(1)
 }
@@ -246,12 +277,17 @@ func (p *Pool) connect(ctx context.Context) (*Server, error) {
 	if err != nil {
 		p.Stats.ConnectErrs.Add(1)
 		p.log.Warn("server connection failed", "err", err)
+		p.mu.Lock()
+		p.connErr, p.connAt = err, time.Now()
+		p.mu.Unlock()
 		return nil, err
 	}
 	s.ID = p.nextID.Add(1)
 	s.pool = p
 	p.Stats.Opened.Add(1)
 	p.mu.Lock()
+	p.servers[s] = struct{}{}
+	p.connErr = nil
 	if p.params == nil {
 		p.params = make(map[string]string, len(s.Params))
 		for k, v := range s.Params {
@@ -325,6 +361,10 @@ type Snapshot struct {
 	Waiting      int
 	MaxWait      time.Duration
 	Closed       bool
+	// ConnectErr is the error of the last connection attempt when it
+	// failed and no attempt succeeded since; ConnectErrAt is when.
+	ConnectErr   error
+	ConnectErrAt time.Time
 }
 
 // Snapshot returns the pool's current numbers.
@@ -332,7 +372,8 @@ func (p *Pool) Snapshot() Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Snapshot{Key: p.Key, Target: p.Target, Mode: p.Config.Mode, Size: p.Config.Size,
-		Idle: len(p.idle), Active: p.active, Waiting: len(p.waiters), Closed: p.closed}
+		Idle: len(p.idle), Active: p.active, Waiting: len(p.waiters), Closed: p.closed,
+		ConnectErr: p.connErr, ConnectErrAt: p.connAt}
 	if len(p.waiters) > 0 {
 		s.MaxWait = time.Since(p.waiters[0].start)
 	}
@@ -387,4 +428,34 @@ func (p *Pool) maintain() {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// ServerInfo is a snapshot of one server connection for SHOW SERVERS.
+type ServerInfo struct {
+	ID          uint64
+	State       ServerState
+	Addr        string
+	PID         uint32
+	ConnectedAt time.Time
+}
+
+// Servers returns the pool's open server connections, idle and checked
+// out, in connection order.
+func (p *Pool) Servers() []ServerInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	idle := make(map[*Server]bool, len(p.idle))
+	for _, s := range p.idle {
+		idle[s] = true
+	}
+	out := make([]ServerInfo, 0, len(p.servers))
+	for s := range p.servers {
+		st := ServerActive
+		if idle[s] {
+			st = ServerIdle
+		}
+		out = append(out, ServerInfo{ID: s.ID, State: st, Addr: s.Addr, PID: s.PID, ConnectedAt: s.created})
+	}
+	slices.SortFunc(out, func(a, b ServerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }

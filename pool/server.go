@@ -177,8 +177,44 @@ func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) err
 	return nil
 }
 
+// Connect opens an ordinary pgconn connection to t, for the proxy's own
+// queries (catalog lookups, two-phase commit recovery).
+func Connect(ctx context.Context, t Target, connectTimeout time.Duration) (*pgconn.PgConn, error) {
+	cfg, err := t.pgconnConfig(connectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if connectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: connect: %w", t, err)
+	}
+	return pc, nil
+}
+
 // Dial connects and authenticates to t, then takes the raw connection over.
 func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server, error) {
+	cfg, err := t.pgconnConfig(connectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if connectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: connect: %w", t, err)
+	}
+	return hijack(pc, t)
+}
+
+func (t Target) pgconnConfig(connectTimeout time.Duration) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=%s connect_timeout=%d",
 		quoteDSN(t.Host), t.Port, sslmode(t.SSLMode), max(1, int(connectTimeout/time.Second))))
 	if err != nil {
@@ -199,15 +235,10 @@ func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server,
 		cfg.TLSConfig = &tls.Config{RootCAs: pool, ServerName: t.Host}
 		cfg.Fallbacks = nil
 	}
-	if connectTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
-		defer cancel()
-	}
-	pc, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("server %s: connect: %w", t, err)
-	}
+	return cfg, nil
+}
+
+func hijack(pc *pgconn.PgConn, t Target) (*Server, error) {
 	hc, err := pc.Hijack()
 	if err != nil {
 		pc.Close(context.Background())

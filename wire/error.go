@@ -24,6 +24,10 @@ const (
 	InvalidParameterValue = "22023"
 	ObjectInUse           = "55006"
 	CannotConnectNow      = "57P03"
+	UndefinedObject       = "42704" // unknown setting, client or other named object
+	ConfigFileError       = "F0000" // the configuration file is invalid (RELOAD)
+	InvalidStatementName  = "26000" // unknown prepared statement
+	InvalidCursorName     = "34000" // unknown portal
 )
 
 // Error is an ErrorResponse the proxy sends to a client. It implements

@@ -11,21 +11,40 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/metrics"
 )
 
-// serve runs the proxy until ctx ends (SIGINT/SIGTERM), then shuts down
-// gracefully. ready, if not nil, receives the listen address once serving.
+// serve runs the proxy until ctx ends (SIGINT/SIGTERM) or an admin runs
+// SHUTDOWN, then shuts down gracefully. ready, if not nil, receives the
+// listen address once serving.
 func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan<- string) error {
+	ctx, shutdown := context.WithCancel(ctx)
+	defer shutdown()
 	st, err := frontend.NewState(cfg, log)
 	if err != nil {
 		return err
 	}
 	l := frontend.NewListener(st, log)
+	m := metrics.New(l)
+	reloadFn := func() error { return reload(l, m, log) }
+	ah := admin.New(l, reloadFn, log)
+	ah.Shutdown = shutdown
+	l.Admin = ah
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	var ms *metrics.Server
+	if cfg.Metrics.Listen != "" {
+		if ms, err = m.Listen(cfg.Metrics.Listen, log); err != nil {
+			ln.Close()
+			return err
+		}
+		log.Info("metrics listening", "addr", ms.Addr())
 	}
 	log.Info("shardgate listening", "addr", ln.Addr().String(), "databases", len(cfg.Databases))
 	if ready != nil {
@@ -34,19 +53,31 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hupDone := make(chan struct{})
 	go func() {
-		for range hup {
-			if err := reload(l, log); err != nil {
-				log.Error("reload failed; the previous configuration stays in effect", "err", err)
+		defer close(hupDone)
+		for {
+			select {
+			case <-hup:
+				reloadFn() // logs and counts its outcome
+			case <-ctx.Done():
+				return
 			}
 		}
+	}()
+	defer func() {
+		signal.Stop(hup)
+		<-hupDone
 	}()
 
 	errc := make(chan error, 1)
 	go func() { errc <- l.Serve(ctx, ln) }()
 	select {
 	case err := <-errc:
+		shutdown()
+		if ms != nil {
+			ms.Shutdown(context.Background())
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -56,6 +87,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 	defer cancel()
 	err = l.Shutdown(sctx)
 	l.State().Pools.Close()
+	if ms != nil {
+		if merr := ms.Shutdown(sctx); merr != nil {
+			log.Warn("metrics shutdown", "err", merr)
+		}
+	}
 	if err := <-errc; err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
@@ -63,22 +99,25 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 	return err
 }
 
-// reload re-reads the config file and swaps the state in.
-func reload(l *frontend.Listener, log *slog.Logger) error {
-	old := l.State()
-	if old.Config.Path == "" {
-		return errors.New("reload: the configuration did not come from a file")
-	}
+// reload re-reads the config file and swaps the state in (SIGHUP and admin
+// RELOAD). A bad file leaves the running configuration in place; the error
+// lists every problem as file:line.
+func reload(l *frontend.Listener, m *metrics.Metrics, log *slog.Logger) error {
 	start := time.Now()
-	cfg, err := config.Load(old.Config.Path)
+	old := l.State().Config
+	err := l.Reload()
+	m.Reloaded(err)
 	if err != nil {
+		log.Error("reload failed; the previous configuration stays in effect", "file", old.Path, "err", err)
 		return err
 	}
-	st, err := frontend.NewState(cfg, log)
-	if err != nil {
-		return err
+	cfg := l.State().Config
+	if cfg.Listen != old.Listen {
+		log.Warn("listen changed; it takes effect at restart", "running", old.Listen, "file", cfg.Listen)
 	}
-	l.SetState(st)
+	if cfg.Metrics.Listen != old.Metrics.Listen {
+		log.Warn("metrics.listen changed; it takes effect at restart", "running", old.Metrics.Listen, "file", cfg.Metrics.Listen)
+	}
 	log.Info("configuration reloaded", "file", cfg.Path, "took", time.Since(start))
 	return nil
 }

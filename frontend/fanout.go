@@ -1,0 +1,348 @@
+package frontend
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// shardRows reads one shard's answer to a single-statement Query: the
+// header (RowDescription, CommandComplete, EmptyQueryResponse or
+// ErrorResponse), then rows (as executor.Rows), then ReadyForQuery.
+// Notices go straight to the client.
+type shardRows struct {
+	c      *client
+	s      *pool.Server
+	desc   []byte // RowDescription body (owned copy)
+	tag    string
+	serr   *wire.Error
+	ioErr  error
+	empty  bool
+	inRows bool
+	status byte
+	// extended: the answer to Parse/Bind/Describe/Execute/Sync, whose
+	// ParseComplete, BindComplete and NoData the reader skips.
+	extended  bool
+	quietDesc bool
+}
+
+func (r *shardRows) next() (typ byte, body []byte, ok bool) {
+	for {
+		typ, _, body, err := r.s.R.Next()
+		if err != nil {
+			r.ioErr = err
+			r.s.Broken = true
+			return 0, nil, false
+		}
+		if r.extended && (typ == '1' || typ == '2' || typ == 'n') {
+			continue
+		}
+		switch typ {
+		case 'N', 'A':
+			r.c.toClient(wire.FinishMessage(append([]byte{typ, 0, 0, 0, 0}, body...), 0))
+			continue
+		case 'S':
+			name, rest, _ := wire.CString(body)
+			val, _, _ := wire.CString(rest)
+			r.s.Params[string(name)] = string(val)
+			continue
+		}
+		return typ, body, true
+	}
+}
+
+// header reads up to the first message that says what the result is.
+func (r *shardRows) header() {
+	typ, body, ok := r.next()
+	if !ok {
+		return
+	}
+	switch typ {
+	case 'T':
+		r.desc = append([]byte{}, body...)
+		r.inRows = true
+	case 'C':
+		r.tag = string(trimNul(body))
+	case 'I':
+		r.empty = true
+	case 'E':
+		r.serr = wire.ParseError(body)
+		if r.serr.Fatal() {
+			r.s.Broken = true
+		}
+	case 'Z':
+		r.status = body[0]
+	default:
+		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
+	}
+}
+
+// Next implements executor.Rows.
+func (r *shardRows) Next() ([]byte, error) {
+	if !r.inRows {
+		return nil, nil
+	}
+	typ, body, ok := r.next()
+	if !ok {
+		r.inRows = false
+		return nil, r.ioErr
+	}
+	switch typ {
+	case 'D':
+		return body, nil
+	case 'C':
+		r.tag = string(trimNul(body))
+	case 'E':
+		r.serr = wire.ParseError(body)
+		r.inRows = false
+		return nil, r.serr
+	default:
+		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q in rows from server", typ)
+	}
+	r.inRows = false
+	return nil, nil
+}
+
+// finish reads to ReadyForQuery.
+func (r *shardRows) finish() {
+	if r.ioErr != nil || r.status != 0 {
+		return
+	}
+	for r.inRows {
+		if _, err := r.Next(); err != nil {
+			break
+		}
+	}
+	for {
+		typ, body, ok := r.next()
+		if !ok {
+			return
+		}
+		switch typ {
+		case 'E':
+			if r.serr == nil {
+				r.serr = wire.ParseError(body)
+			}
+		case 'C':
+			if r.tag == "" {
+				r.tag = string(trimNul(body))
+			}
+		case 'Z':
+			r.status = body[0]
+			return
+		}
+	}
+}
+
+func trimNul(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == 0 {
+		return b[:n-1]
+	}
+	return b
+}
+
+// sumTags adds the row counts of command tags from several shards:
+// "UPDATE 2" + "UPDATE 3" = "UPDATE 5", "INSERT 0 1" + "INSERT 0 2" =
+// "INSERT 0 3".
+func sumTags(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	var total int64
+	prefix := ""
+	for _, t := range tags {
+		i := strings.LastIndexByte(t, ' ')
+		if i < 0 {
+			return tags[0]
+		}
+		n, err := strconv.ParseInt(t[i+1:], 10, 64)
+		if err != nil {
+			return tags[0]
+		}
+		total += n
+		prefix = t[:i+1]
+	}
+	return prefix + strconv.FormatInt(total, 10)
+}
+
+// runMany runs a statement on several shards and combines the answers.
+func (c *client) runMany(ctx context.Context, p *routePlan) error {
+	implicit := !c.stx.open && (p.kind == routeWrite || p.kind == routeOmniWrite)
+	prefixed := make([]bool, len(p.shards))
+	for k, i := range p.shards {
+		s := c.shards[i].server
+		if pre := c.prefix(i, implicit); pre != "" {
+			s.W.Write(wire.AppendQuery(nil, pre))
+			prefixed[k] = true
+		}
+		s.W.Write(wire.AppendQuery(nil, p.sqlFor(i)))
+		if err := s.Flush(); err != nil {
+			c.server = s
+			return c.shardFailed(err)
+		}
+	}
+	readers := make([]*shardRows, len(p.shards))
+	var firstErr *wire.Error
+	for k, i := range p.shards {
+		s := c.shards[i].server
+		r := &shardRows{c: c, s: s}
+		readers[k] = r
+		if prefixed[k] {
+			_, serr, err := readToReady(s)
+			if err != nil {
+				r.ioErr = err
+				continue
+			}
+			if serr != nil && firstErr == nil {
+				firstErr = serr
+			}
+		}
+		r.header()
+	}
+	for k, r := range readers {
+		if r.ioErr != nil {
+			c.server = r.s
+			_ = k
+			return c.shardFailed(r.ioErr)
+		}
+		if r.serr != nil && firstErr == nil {
+			firstErr = r.serr
+		}
+	}
+	tag := ""
+	if firstErr == nil {
+		var err error
+		tag, err = c.combine(p, readers)
+		if err != nil {
+			if e, ok := wire.AsError(err); ok {
+				firstErr = e
+			} else {
+				firstErr = wire.Errorf(wire.InternalError, "merge: %v", err)
+			}
+		}
+	}
+	for _, r := range readers {
+		r.finish()
+		if r.ioErr != nil {
+			c.server = r.s
+			return c.shardFailed(r.ioErr)
+		}
+		if r.serr != nil && firstErr == nil {
+			firstErr = r.serr
+		}
+	}
+	if firstErr != nil {
+		if implicit {
+			c.rollbackShards()
+		}
+		c.releaseIfIdle()
+		return c.shardedError(firstErr)
+	}
+	if implicit {
+		if err := c.commitShards(p.shards); err != nil {
+			c.releaseIfIdle()
+			return c.shardedError(err)
+		}
+	}
+	if tag != "" {
+		c.w.Write(wire.AppendCommandComplete(nil, tag))
+	} else {
+		c.w.Write([]byte{'I', 0, 0, 0, 4})
+	}
+	if len(p.ops) > 0 && !c.stx.open {
+		c.applyOpsAll(p.ops)
+	}
+	c.releaseIfIdle()
+	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.tx = c.shardedStatus()
+	return c.flushClient()
+}
+
+// combine writes the rows of a multi-shard answer and returns its tag.
+func (c *client) combine(p *routePlan, readers []*shardRows) (string, error) {
+	first := readers[0]
+	if first.empty {
+		return "", nil
+	}
+	if first.desc == nil {
+		tags := make([]string, len(readers))
+		for k, r := range readers {
+			tags[k] = r.tag
+		}
+		if p.kind == routeOmniWrite {
+			return first.tag, nil
+		}
+		return sumTags(tags), nil
+	}
+	cols, err := executor.ParseRowDescription(first.desc)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range readers[1:] {
+		other, err := executor.ParseRowDescription(r.desc)
+		if err != nil || len(other) != len(cols) {
+			return "", wire.Errorf(wire.InternalError, "shards returned different result columns; are their schemas the same?")
+		}
+	}
+	spec := executor.Spec{Limit: -1}
+	sources := make([]executor.Rows, len(readers))
+	for k, r := range readers {
+		sources[k] = r
+	}
+	switch p.kind {
+	case routeRead:
+		if spec, err = p.spec(len(cols)); err != nil {
+			return "", err
+		}
+	case routeOmniWrite:
+		sources = sources[:1]
+	}
+	m, err := executor.NewMerger(spec, cols, writerFunc(func(b []byte) (int, error) { c.toClient(b); return len(b), nil }))
+	if err != nil {
+		return "", err
+	}
+	visible := spec.Visible
+	switch {
+	case c.suppressDesc:
+	case visible > 0 && visible < len(cols):
+		c.toClient(executor.TrimRowDescription(first.desc, visible))
+	default:
+		c.toClient(wire.FinishMessage(append([]byte{'T', 0, 0, 0, 0}, first.desc...), 0))
+	}
+	n, err := m.Run(sources)
+	if err != nil {
+		return "", err
+	}
+	if p.kind == routeRead {
+		return executor.SelectTag(n), nil
+	}
+	if p.kind == routeOmniWrite {
+		return first.tag, nil
+	}
+	tags := make([]string, len(readers))
+	for k, r := range readers {
+		tags[k] = r.tag
+	}
+	return sumTags(tags), nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// applyOpsAll commits session changes of a statement that ran on several
+// shards to the client and every server that ran it.
+func (c *client) applyOpsAll(ops []setOp) {
+	saved := c.server
+	for i := range c.shards {
+		if c.shards[i].server != nil {
+			c.server = c.shards[i].server
+			c.applyOps(ops)
+		}
+	}
+	c.server = saved
+}

@@ -1,0 +1,410 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/router"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// routers caches one router per sharded database of a State.
+type routers struct {
+	mu sync.Mutex // guards m
+	m  map[string]*routerPlanner
+}
+
+// planner returns the router of db, building it on first use.
+func (st *State) planner(db *config.Database) (planner, error) {
+	st.routers.mu.Lock()
+	defer st.routers.mu.Unlock()
+	if p := st.routers.m[db.Name]; p != nil {
+		return p, nil
+	}
+	var cat *catalog
+	if u := st.Config.FirstUserFor(db.Name); u != nil {
+		cat = &catalog{pool: st.Pools.Get(db, u, 0), cache: map[string][]string{}}
+	}
+	var columns router.ColumnOrder
+	if cat != nil {
+		columns = cat.columns
+	}
+	r, err := router.New(db, columns)
+	if err != nil {
+		return nil, err
+	}
+	if st.routers.m == nil {
+		st.routers.m = map[string]*routerPlanner{}
+	}
+	p := &routerPlanner{r: r}
+	st.routers.m[db.Name] = p
+	return p, nil
+}
+
+// routerPlanner adapts router.Router to the frontend's routePlan.
+type routerPlanner struct {
+	r *router.Router
+}
+
+func (rp *routerPlanner) plan(sql string, c *client) (*routePlan, error) {
+	return rp.planParams(sql, nil, nil, c)
+}
+
+func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16, c *client) (*routePlan, error) {
+	st, err := rp.r.Analyze(sql)
+	if err != nil {
+		return nil, err
+	}
+	p, err := st.Route(params, formats, c.hints.forRouter(c))
+	if err != nil {
+		return nil, err
+	}
+	out := &routePlan{sql: sql, shards: p.Shards, write: p.Write}
+	if p.Copy != nil && len(p.Shards) > 1 {
+		out.kind, out.copy = routeCopy, p.Copy
+		return out, nil
+	}
+	switch p.Kind {
+	case router.Direct:
+		out.kind = routeOne
+	case router.OmniRead, router.Any:
+		out.kind = routeOne
+		out.shards = []int{c.pickOf(p.Shards)}
+	case router.Session:
+		// Settings are tracked and replayed on every server the client
+		// uses; one shard validates and answers.
+		out.kind = routeOne
+		out.shards = []int{c.pickOf(p.Shards)}
+	case router.Transaction:
+		return transactionPlan(sql)
+	case router.OmniWrite:
+		out.kind = routeOmniWrite
+	case router.Multi, router.All:
+		switch {
+		case len(p.Shards) == 1:
+			out.kind = routeOne
+		case p.Write:
+			out.kind = routeWrite
+		default:
+			out.kind = routeRead
+		}
+		if p.InsertRows != nil {
+			out.perShard = map[int]string{}
+			out.perShardParams = map[int][]int{}
+			for shard, rows := range p.InsertRows {
+				q, pm, err := st.InsertSQL(rows)
+				if err != nil {
+					return nil, err
+				}
+				out.perShard[shard] = q
+				out.perShardParams[shard] = pm
+			}
+			out.params, out.formats = params, formats
+		}
+	default:
+		return nil, wire.Errorf(wire.InternalError, "router returned plan kind %v", p.Kind)
+	}
+	if p.Merge != nil {
+		out.rmerge = p.Merge
+		if p.Merge.Rewritten != "" {
+			out.sql = p.Merge.Rewritten
+		}
+		out.params, out.formats = params, formats
+	}
+	return out, nil
+}
+
+// pickOf returns one of shards for a statement any of them can answer:
+// one the client already holds (no extra server, same transaction), else
+// a random one.
+func (c *client) pickOf(shards []int) int {
+	for _, i := range shards {
+		if c.shards[i].server != nil {
+			return i
+		}
+	}
+	return shards[pickShard(len(shards))]
+}
+
+// transactionPlan classifies transaction control.
+func transactionPlan(sql string) (*routePlan, error) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil, wire.Errorf(wire.FeatureNotSupported, "transaction control must be a single statement on sharded databases")
+	}
+	ts := tree.Stmts[0].Stmt.GetTransactionStmt()
+	if ts == nil {
+		return nil, wire.Errorf(wire.FeatureNotSupported, "unsupported transaction statement")
+	}
+	p := &routePlan{sql: sql}
+	switch ts.Kind {
+	case pg_query.TransactionStmtKind_TRANS_STMT_BEGIN, pg_query.TransactionStmtKind_TRANS_STMT_START:
+		p.kind = routeBegin
+	case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT:
+		if ts.Chain {
+			return nil, wire.Errorf(wire.FeatureNotSupported, "COMMIT AND CHAIN is not supported on sharded databases")
+		}
+		p.kind = routeCommit
+	case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		if ts.Chain {
+			return nil, wire.Errorf(wire.FeatureNotSupported, "ROLLBACK AND CHAIN is not supported on sharded databases")
+		}
+		p.kind = routeRollback
+	case pg_query.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+		p.kind, p.savepoint = routeSavepoint, ts.SavepointName
+	case pg_query.TransactionStmtKind_TRANS_STMT_RELEASE:
+		p.kind, p.savepoint, p.release = routeSavepoint, ts.SavepointName, true
+	case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		p.kind, p.savepoint = routeSavepoint, ts.SavepointName
+		p.rollbackTo = true
+	default:
+		return nil, wire.Errorf(wire.FeatureNotSupported,
+			"%s is not supported on sharded databases: shardgate runs two-phase commit itself", strings.ToUpper(strings.Fields(sql)[0]))
+	}
+	return p, nil
+}
+
+// spec turns the router's merge description into the executor's, now
+// that the number of result columns is known.
+func (p *routePlan) spec(ncols int) (executor.Spec, error) {
+	m := p.rmerge
+	spec := executor.Spec{Limit: -1}
+	if m == nil {
+		return spec, nil
+	}
+	idx := func(c router.Column) (int, error) {
+		i := c.Index(ncols)
+		if i < 0 || i >= ncols {
+			return 0, wire.Errorf(wire.InternalError, "merge column %d outside the %d result columns", c, ncols)
+		}
+		return i, nil
+	}
+	var err error
+	for _, k := range m.OrderBy {
+		var col int
+		if col, err = idx(k.Column); err != nil {
+			return spec, err
+		}
+		spec.OrderBy = append(spec.OrderBy, executor.SortKey{Col: col, Desc: k.Desc, NullsFirst: k.NullsFirst})
+	}
+	if m.Limit != nil {
+		n, ok, err := m.Limit.Int(p.params, p.formats)
+		if err != nil {
+			return spec, err
+		}
+		if ok {
+			spec.Limit = n
+		}
+	}
+	if m.Offset != nil {
+		n, ok, err := m.Offset.Int(p.params, p.formats)
+		if err != nil {
+			return spec, err
+		}
+		if ok {
+			spec.Offset = n
+		}
+	}
+	for _, g := range m.GroupBy {
+		var col int
+		if col, err = idx(g); err != nil {
+			return spec, err
+		}
+		spec.GroupBy = append(spec.GroupBy, col)
+	}
+	for _, a := range m.Aggregates {
+		col, err := idx(a.Column)
+		if err != nil {
+			return spec, err
+		}
+		agg := executor.Agg{Col: col}
+		switch a.Func {
+		case router.AggCount:
+			agg.Kind = executor.AggCount
+		case router.AggSum:
+			agg.Kind = executor.AggSum
+		case router.AggMin:
+			agg.Kind = executor.AggMin
+		case router.AggMax:
+			agg.Kind = executor.AggMax
+		case router.AggBoolAnd:
+			agg.Kind = executor.AggBoolAnd
+		case router.AggBoolOr:
+			agg.Kind = executor.AggBoolOr
+		case router.AggAvg:
+			agg.Kind = executor.AggAvg
+			agg.SumCol = col
+			if agg.CountCol, err = idx(a.Count); err != nil {
+				return spec, err
+			}
+		default:
+			return spec, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
+		}
+		spec.Aggs = append(spec.Aggs, agg)
+	}
+	for _, h := range m.Having {
+		col, err := idx(h.Column)
+		if err != nil {
+			return spec, err
+		}
+		v, f := h.Value.Value(p.params, p.formats)
+		spec.Having = append(spec.Having, executor.Cond{Col: col, Op: h.Op, Value: v, Format: f})
+	}
+	spec.Distinct = m.Distinct
+	for _, d := range m.DistinctOn {
+		col, err := idx(d)
+		if err != nil {
+			return spec, err
+		}
+		spec.DistinctOn = append(spec.DistinctOn, col)
+	}
+	if m.HiddenColumns > 0 {
+		spec.Visible = ncols - m.HiddenColumns
+	}
+	return spec, nil
+}
+
+// sqlFor is the statement text for shard i.
+func (p *routePlan) sqlFor(i int) string {
+	if q, ok := p.perShard[i]; ok {
+		return q
+	}
+	return p.sql
+}
+
+// hints are a client's routing overrides (SET shardgate.shard /
+// shardgate.sharding_key), session-wide or for the transaction (LOCAL).
+type hints struct {
+	shard, key           *string
+	localShard, localKey *string
+}
+
+func (h *hints) forRouter(c *client) router.Hints {
+	var out router.Hints
+	shard, key := h.shard, h.key
+	if h.localShard != nil {
+		shard = h.localShard
+	}
+	if h.localKey != nil {
+		key = h.localKey
+	}
+	if shard != nil {
+		var n int
+		if _, err := fmt.Sscanf(*shard, "%d", &n); err == nil {
+			out.Shard = &n
+		}
+	}
+	out.ShardingKey = key
+	if sp, ok := c.sess.sets["search_path"]; ok {
+		out.SearchPath = searchPathOf(sp)
+	}
+	return out
+}
+
+// searchPathOf extracts schema names from a tracked SET search_path
+// statement.
+func searchPathOf(stmt string) []string {
+	_, list, ok := strings.Cut(stmt, " TO ")
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		s = strings.Trim(strings.TrimSpace(s), `"'`)
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// hintOnly reports whether ops are all routing hints (the statement is
+// answered by the proxy).
+func hintOnly(ops []setOp) bool {
+	if len(ops) == 0 {
+		return false
+	}
+	for _, op := range ops {
+		if op.kind != opHint {
+			return false
+		}
+	}
+	return true
+}
+
+// applyHints records SET shardgate.* (RESET when stmt is empty).
+func (c *client) applyHints(ops []setOp, inTx bool) {
+	for _, op := range ops {
+		var v *string
+		if op.stmt != "" {
+			s := op.stmt
+			v = &s
+		}
+		switch {
+		case op.local && !inTx:
+			// SET LOCAL outside a transaction has no effect, as in
+			// PostgreSQL.
+		case op.name == "shardgate.shard" && op.local:
+			c.hints.localShard = v
+		case op.name == "shardgate.shard":
+			c.hints.shard = v
+		case op.local:
+			c.hints.localKey = v
+		default:
+			c.hints.key = v
+		}
+	}
+}
+
+// catalog answers the router's questions about table columns from shard
+// 0's catalog, over a connection of its own (a client may hold every
+// pooled server), caching the answers.
+type catalog struct {
+	pool *pool.Pool
+
+	mu    sync.Mutex // guards the following
+	conn  *pgconn.PgConn
+	cache map[string][]string
+}
+
+func (cat *catalog) columns(schema, table string) []string {
+	key := schema + "." + table
+	cat.mu.Lock()
+	defer cat.mu.Unlock()
+	if cols, ok := cat.cache[key]; ok {
+		return cols
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if cat.conn == nil || cat.conn.IsClosed() {
+		conn, err := pool.Connect(ctx, cat.pool.Target, cat.pool.Config.ConnectTimeout)
+		if err != nil {
+			return nil
+		}
+		cat.conn = conn
+	}
+	name := quoteIdent(table)
+	if schema != "" {
+		name = quoteIdent(schema) + "." + name
+	}
+	res := cat.conn.ExecParams(ctx, "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+		[][]byte{[]byte(name)}, nil, nil, nil).Read()
+	if res.Err != nil {
+		return nil
+	}
+	var cols []string
+	for _, row := range res.Rows {
+		cols = append(cols, string(row[0]))
+	}
+	cat.cache[key] = cols
+	return cols
+}

@@ -1,0 +1,525 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/router"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Sharded databases.
+//
+// A client of a database with several shards holds up to one server per
+// shard (shards[i]). Each statement is routed (routePlan); a statement for
+// one shard goes through the ordinary relay with c.server pointing at that
+// shard's server. Statements for several shards are written to each
+// target, and the answers are combined: reads through an executor.Merger,
+// writes by adding command tags.
+//
+// Transactions are the client's, not any one server's: BEGIN is held until
+// a statement shows which shard it needs, then replayed on every shard the
+// transaction touches (lazily, with the client's savepoints). COMMIT of a
+// transaction that touched one shard is plain; of several, two-phase. A
+// write to several shards outside a transaction runs in an implicit
+// two-phase transaction of its own, so it lands everywhere or nowhere.
+
+// routeKind says how a statement runs over shards.
+type routeKind uint8
+
+const (
+	routeOne       routeKind = iota // exactly one shard (shards[0])
+	routeRead                       // several shards, rows merged
+	routeWrite                      // several shards, tags added, RETURNING rows concatenated
+	routeOmniWrite                  // every shard, one shard's answer
+	routeBegin                      // BEGIN / START TRANSACTION
+	routeCommit                     // COMMIT / END
+	routeRollback                   // ROLLBACK / ABORT
+	routeSavepoint                  // SAVEPOINT, RELEASE, ROLLBACK TO
+	routeCopy                       // COPY FROM STDIN split over several shards
+)
+
+// routePlan is the routing decision for one statement.
+type routePlan struct {
+	kind   routeKind
+	shards []int
+	sql    string // what to send (the client's text, or the router's rewrite)
+	write  bool
+	ops    []setOp
+	// savepoint: the statement's effect on the savepoint list.
+	savepoint  string
+	release    bool
+	rollbackTo bool
+
+	perShard       map[int]string // multi-row INSERT split: the statement for each shard
+	perShardParams map[int][]int
+	copy           *router.Copy  // routeCopy  // … and which client parameter feeds each of its parameters
+	rmerge         *router.Merge // how to merge rows of several shards
+	params         [][]byte      // Bind parameters (LIMIT $n, HAVING … $n)
+	formats        []int16
+}
+
+// shardConn is one shard as a client holds it.
+type shardConn struct {
+	pool   *pool.Pool
+	server *pool.Server
+	inTx   bool // the client's transaction is open on this server
+}
+
+// shardTx is a client's transaction on a sharded database.
+type shardTx struct {
+	open       bool     // explicit transaction
+	begin      string   // the client's BEGIN, replayed on each shard joined
+	failed     bool     // aborted: only ROLLBACK is accepted
+	savepoints []string // active savepoints, oldest first
+}
+
+func (c *client) shardedStatus() byte {
+	switch {
+	case !c.stx.open:
+		return 'I'
+	case c.stx.failed:
+		return 'E'
+	}
+	return 'T'
+}
+
+// attachShard checks a server out for shard i, queuing the settings sync
+// and, inside a transaction, the BEGIN the shard has not seen yet.
+func (c *client) attachShard(ctx context.Context, i int) error {
+	sc := &c.shards[i]
+	if sc.server == nil {
+		c.setState(ClientWaiting)
+		s, err := sc.pool.Checkout(ctx)
+		if err != nil {
+			return checkoutError(sc.pool, err)
+		}
+		sc.server = s
+		c.setState(ClientActive)
+		c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
+	}
+	return nil
+}
+
+// prefix returns the internal SQL a shard needs before the client's
+// statement: the settings sync and, inside a transaction, BEGIN plus the
+// savepoints.
+func (c *client) prefix(i int, implicitTx bool) string {
+	sc := &c.shards[i]
+	var b strings.Builder
+	b.WriteString(c.sess.diff(sc.server.Session))
+	c.sess.syncTo(sc.server.Session)
+	if (c.stx.open || implicitTx) && !sc.inTx {
+		if c.stx.begin != "" {
+			b.WriteString(c.stx.begin)
+		} else {
+			b.WriteString("BEGIN")
+		}
+		b.WriteString("; ")
+		for _, sp := range c.stx.savepoints {
+			b.WriteString("SAVEPOINT " + quoteIdent(sp) + "; ")
+		}
+		sc.inTx = true
+	}
+	return b.String()
+}
+
+// detachShards returns every held server to the pool.
+func (c *client) detachShards() {
+	for i := range c.shards {
+		sc := &c.shards[i]
+		if sc.server != nil {
+			sc.pool.Checkin(sc.server)
+			sc.server = nil
+		}
+		sc.inTx = false
+	}
+	c.server = nil
+	c.cancelTarget.Store(nil)
+	c.setState(ClientIdle)
+}
+
+// shardedQuery runs a simple Query on a sharded database.
+func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) error {
+	p, err := c.plan(sql)
+	if err != nil {
+		return c.shardedError(err)
+	}
+	p.ops = ops
+	if hintOnly(ops) {
+		c.applyHints(ops, c.stx.open)
+		return c.localDone("SET")
+	}
+	if c.stx.failed && p.kind != routeRollback && !(p.kind == routeSavepoint && p.rollbackTo) {
+		return c.shardedError(wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block"))
+	}
+	switch p.kind {
+	case routeBegin:
+		if c.stx.open {
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
+		} else {
+			c.stx = shardTx{open: true, begin: sql}
+		}
+		return c.localDone("BEGIN")
+	case routeCommit, routeRollback:
+		return c.endTx(ctx, p.kind == routeCommit)
+	case routeSavepoint:
+		return c.savepoint(ctx, p)
+	}
+	for _, i := range p.shards {
+		if err := c.attachShard(ctx, i); err != nil {
+			c.releaseIfIdle()
+			return c.shardedError(err)
+		}
+	}
+	if p.kind == routeOne {
+		return c.runOne(p)
+	}
+	if p.kind == routeCopy {
+		return c.runCopy(ctx, p)
+	}
+	return c.runMany(ctx, p)
+}
+
+// plan routes sql. Without a router (one shard) everything goes to shard 0.
+func (c *client) plan(sql string) (*routePlan, error) {
+	if c.rt == nil {
+		return &routePlan{kind: routeOne, shards: []int{0}, sql: sql}, nil
+	}
+	return c.rt.plan(sql, c)
+}
+
+// localDone answers a statement the proxy handled itself.
+func (c *client) localDone(tag string) error {
+	c.w.Write(wire.AppendCommandComplete(nil, tag))
+	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.tx = c.shardedStatus()
+	return c.flushClient()
+}
+
+// shardedError reports err and, inside a transaction, aborts it.
+func (c *client) shardedError(err error) error {
+	e, ok := wire.AsError(err)
+	if !ok {
+		e = wire.Errorf(wire.InternalError, "%v", err)
+	}
+	if e.Fatal() {
+		c.sendFatal(e)
+		return err
+	}
+	if c.stx.open {
+		c.stx.failed = true
+	}
+	c.w.Write(wire.AppendError(nil, e))
+	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.tx = c.shardedStatus()
+	return c.flushClient()
+}
+
+// releaseIfIdle returns servers when no transaction holds them.
+func (c *client) releaseIfIdle() {
+	if !c.stx.open && c.mode != config.PoolSession {
+		c.detachShards()
+	}
+}
+
+// endSession settles tracked SETs at the end of the client's transaction:
+// kept on commit, dropped on rollback.
+func (c *client) endSession(commit bool) {
+	c.hints.localShard, c.hints.localKey = nil, nil
+	if commit && len(c.sess.pending) > 0 {
+		c.applyOpsAll(c.sess.pending)
+	}
+	c.sess.pending = c.sess.pending[:0]
+}
+
+// runOne sends the statement to one shard through the ordinary relay.
+func (c *client) runOne(p *routePlan) error {
+	i := p.shards[0]
+	sc := &c.shards[i]
+	c.server = sc.server
+	if pre := c.prefix(i, false); pre != "" {
+		c.out = wire.AppendQuery(c.out, pre)
+		c.q = append(c.q, req{kind: reqInternal})
+	}
+	c.out = wire.AppendQuery(c.out, p.sqlFor(i))
+	c.q = append(c.q, req{kind: reqQuery, ops: p.ops})
+	err := c.roundTripShard()
+	if err != nil {
+		return err
+	}
+	if c.stx.open && c.tx == 'E' {
+		c.stx.failed = true
+	}
+	c.tx = c.shardedStatus()
+	c.releaseIfIdle()
+	return nil
+}
+
+// roundTripShard is roundTrip for the server c.server points at, without
+// the single-shard checkin logic.
+func (c *client) roundTripShard() error {
+	s := c.server
+	s.W.Write(c.out)
+	c.out = c.out[:0]
+	if err := s.Flush(); err != nil {
+		return c.shardFailed(err)
+	}
+	if err := c.relay(); err != nil {
+		return c.shardFailed(err)
+	}
+	return c.flushClient()
+}
+
+// shardFailed handles a broken server on a sharded database: the client's
+// transaction (if any) is lost, so the client gets an error and, inside a
+// transaction, the connection is closed.
+func (c *client) shardFailed(err error) error {
+	if c.clientErr != nil {
+		return c.clientErr
+	}
+	c.log.Warn("server connection failed", "err", err)
+	for i := range c.shards {
+		if s := c.shards[i].server; s != nil && s == c.server {
+			s.Broken = true
+		}
+	}
+	inTx := c.stx.open
+	c.q = c.q[:0]
+	c.out = c.out[:0]
+	c.skipping = false
+	c.rollbackShards()
+	c.detachShards()
+	e := &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure, Message: "server connection lost", Detail: err.Error()}
+	if inTx {
+		e.Severity = "FATAL"
+		e.Detail += "; the transaction was aborted"
+		c.sendFatal(e)
+		return err
+	}
+	var sg *serverGone
+	if !errors.As(err, &sg) || !sg.forwarded {
+		c.w.Write(wire.AppendError(nil, e))
+	}
+	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	c.tx = 'I'
+	return c.flushClient()
+}
+
+// internal runs sql on shard i and waits for ReadyForQuery, returning the
+// first error the server reported.
+func (c *client) internal(i int, sql string) (status byte, serr *wire.Error, err error) {
+	s := c.shards[i].server
+	s.W.Write(wire.AppendQuery(nil, sql))
+	if err := s.Flush(); err != nil {
+		return 0, nil, err
+	}
+	return readToReady(s)
+}
+
+// readToReady discards a server's answers up to ReadyForQuery, keeping the
+// first error.
+func readToReady(s *pool.Server) (status byte, serr *wire.Error, err error) {
+	for {
+		typ, _, body, err := s.R.Next()
+		if err != nil {
+			s.Broken = true
+			return 0, serr, err
+		}
+		switch typ {
+		case 'E':
+			if serr == nil {
+				serr = wire.ParseError(body)
+			}
+			if serr.Fatal() {
+				s.Broken = true
+			}
+		case 'S':
+			name, rest, _ := wire.CString(body)
+			val, _, _ := wire.CString(rest)
+			s.Params[string(name)] = string(val)
+		case 'Z':
+			if len(body) == 1 {
+				return body[0], serr, nil
+			}
+			return 0, serr, errors.New("malformed ReadyForQuery")
+		}
+	}
+}
+
+// rollbackShards rolls back the client's transaction on every shard that
+// has it open; a server that cannot be cleaned is marked broken.
+func (c *client) rollbackShards() {
+	for i := range c.shards {
+		sc := &c.shards[i]
+		if sc.server == nil || !sc.inTx || sc.server.Broken {
+			continue
+		}
+		if st, _, err := c.internal(i, "ROLLBACK"); err != nil || st != 'I' {
+			sc.server.Broken = true
+		}
+		sc.inTx = false
+	}
+	c.stx = shardTx{}
+}
+
+// endTx commits or rolls back the client's transaction on every shard it
+// touched.
+func (c *client) endTx(ctx context.Context, commit bool) error {
+	if !c.stx.open {
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
+		if commit {
+			return c.localDone("COMMIT")
+		}
+		return c.localDone("ROLLBACK")
+	}
+	var joined []int
+	for i := range c.shards {
+		if c.shards[i].inTx && c.shards[i].server != nil {
+			joined = append(joined, i)
+		}
+	}
+	if !commit || c.stx.failed {
+		c.endSession(false)
+		c.rollbackShards()
+		c.detachShards()
+		return c.localDone("ROLLBACK")
+	}
+	err := c.commitShards(joined)
+	c.endSession(err == nil)
+	c.stx = shardTx{}
+	c.detachShards()
+	if err != nil {
+		return c.shardedError(err)
+	}
+	return c.localDone("COMMIT")
+}
+
+// commitShards commits the transaction open on shards: plainly on one
+// shard, with two-phase commit on several.
+func (c *client) commitShards(shards []int) error {
+	switch len(shards) {
+	case 0:
+		return nil
+	case 1:
+		st, serr, err := c.internal(shards[0], "COMMIT")
+		c.shards[shards[0]].inTx = false
+		if err != nil {
+			return wire.Errorf(wire.ConnectionFailure, "commit: server connection lost: %v", err)
+		}
+		if serr != nil {
+			return serr
+		}
+		if st != 'I' {
+			c.shards[shards[0]].server.Broken = true
+		}
+		return nil
+	}
+	txid := c.l.nextTxID()
+	prepared := []int{}
+	var failure error
+	for _, i := range shards {
+		_, serr, err := c.internal(i, "PREPARE TRANSACTION "+quoteLiteral(executor.GID(txid, i)))
+		if err != nil || serr != nil {
+			if serr != nil {
+				failure = &wire.Error{Severity: "ERROR", Code: serr.Code, Message: "two-phase commit failed on shard " + strconv.Itoa(i) + ": " + serr.Message, Detail: serr.Detail, Hint: serr.Hint}
+				if serr.Code == "55000" {
+					failure.(*wire.Error).Hint = "set max_prepared_transactions > 0 on every shard: shardgate commits multi-shard transactions with two-phase commit"
+				}
+			} else {
+				failure = wire.Errorf(wire.ConnectionFailure, "two-phase commit: shard %d: %v", i, err)
+			}
+			break
+		}
+		prepared = append(prepared, i)
+		c.shards[i].inTx = false
+	}
+	if failure == nil {
+		if err := c.l.twoPC().Commit(txid); err != nil {
+			failure = wire.Errorf(wire.InternalError, "two-phase commit: %v", err)
+		}
+	}
+	if failure != nil {
+		for _, i := range prepared {
+			c.internal(i, "ROLLBACK PREPARED "+quoteLiteral(executor.GID(txid, i)))
+		}
+		c.rollbackShards()
+		return failure
+	}
+	c.twoPhaseHookForTest(txid)
+	allDone := true
+	for _, i := range prepared {
+		if _, serr, err := c.internal(i, "COMMIT PREPARED "+quoteLiteral(executor.GID(txid, i))); err != nil || serr != nil {
+			// The decision is durable: recovery finishes it.
+			allDone = false
+			c.log.Error("COMMIT PREPARED failed; recovery will finish it", "gid", executor.GID(txid, i), "err", err, "server_err", serr)
+		}
+	}
+	if allDone {
+		c.l.twoPC().Done(txid)
+	}
+	return nil
+}
+
+// savepoint runs SAVEPOINT / RELEASE / ROLLBACK TO on every joined shard
+// and tracks it for shards joined later.
+func (c *client) savepoint(ctx context.Context, p *routePlan) error {
+	if !c.stx.open {
+		return c.shardedError(wire.Errorf("25P01", "%s can only be used in transaction blocks", strings.Fields(p.sql)[0]))
+	}
+	for i := range c.shards {
+		if !c.shards[i].inTx || c.shards[i].server == nil {
+			continue
+		}
+		st, serr, err := c.internal(i, p.sql)
+		if err != nil {
+			return c.shardFailed(err)
+		}
+		if serr != nil {
+			c.stx.failed = true
+			return c.shardedError(serr)
+		}
+		if st == 'T' {
+			c.stx.failed = false
+		}
+	}
+	tag := "SAVEPOINT"
+	switch {
+	case p.release:
+		tag = "RELEASE"
+		c.stx.savepoints = trimSavepoints(c.stx.savepoints, p.savepoint, false)
+	case p.rollbackTo:
+		tag = "ROLLBACK"
+		c.stx.savepoints = trimSavepoints(c.stx.savepoints, p.savepoint, true)
+		c.stx.failed = false
+	default:
+		c.stx.savepoints = append(c.stx.savepoints, p.savepoint)
+	}
+	return c.localDone(tag)
+}
+
+// trimSavepoints drops savepoints after name (and name itself unless
+// keep).
+func trimSavepoints(sps []string, name string, keep bool) []string {
+	for i := len(sps) - 1; i >= 0; i-- {
+		if sps[i] == name {
+			if keep {
+				return sps[:i+1]
+			}
+			return sps[:i]
+		}
+	}
+	return sps
+}
+
+// pickShard returns a random shard for reads that any shard can answer.
+func pickShard(n int) int { return rand.IntN(n) }
+
+var _ = fmt.Sprint
