@@ -46,8 +46,13 @@ func (r *Router) analyze(sql string) (*Statement, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.static, err = s.hinted(shard); err != nil {
+		plan, err := s.hinted(shard)
+		if err != nil {
 			return nil, err
+		}
+		s.hint = &shard
+		if !s.updatesKey() {
+			s.static = plan
 		}
 		return s, nil
 	}
@@ -66,6 +71,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
 		a.query(sel, "")
+		a.group()
 		p.write = len(sel.LockingClause) > 0
 		if sel.IntoClause != nil {
 			p.write, p.ddl = true, true
@@ -97,12 +103,17 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		return nil, unsupported("Use the extended query protocol (Parse/Bind/Execute) to prepare statements.",
 			"SQL-level PREPARE and EXECUTE are not supported by the sharding proxy")
 	case n.GetDoStmt() != nil, n.GetCallStmt() != nil:
+		what := "CALL"
+		if n.GetDoStmt() != nil {
+			what = "DO"
+		}
 		p.write = true
 		a.fail(unsupported("Route it with /* shard: N */ or SET shardgate.shard, once per shard if needed.",
-			"%s runs arbitrary code, which the proxy cannot route", map[bool]string{true: "DO", false: "CALL"}[n.GetDoStmt() != nil]))
+			"%s runs arbitrary code, which the proxy cannot route", what))
 	case n.GetCreateTableAsStmt() != nil:
 		p.write, p.ddl = true, true
 		a.stmt(n.GetCreateTableAsStmt().Query, "CREATE TABLE AS")
+		a.group()
 		a.materialize("CREATE TABLE AS")
 	case n.GetDeclareCursorStmt() != nil:
 		a.stmt(n.GetDeclareCursorStmt().Query, "")
@@ -153,6 +164,7 @@ func (a *analyzer) materialize(what string) {
 
 // finishPart derives the part's route from what the analysis found.
 func (a *analyzer) finishPart(p *part) error {
+	a.group()
 	for _, w := range a.written {
 		if w.class != omniTable && w.class != systemTable {
 			continue
@@ -226,7 +238,8 @@ func (a *analyzer) commonKey() *keyFunc {
 func (a *analyzer) update(u *pg_query.UpdateStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
 	a.with(u.WithClause)
-	sc := &scope{nested: nested}
+	sc := a.enter(nested)
+	defer a.leave(sc)
 	target := a.addTable(sc, u.Relation)
 	for _, item := range u.FromClause {
 		a.from(sc, item, false)
@@ -269,7 +282,8 @@ func (a *analyzer) keyAssignments(target *instance, set []*pg_query.Node, nested
 func (a *analyzer) delete(d *pg_query.DeleteStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
 	a.with(d.WithClause)
-	sc := &scope{nested: nested}
+	sc := a.enter(nested)
+	defer a.leave(sc)
 	target := a.addTable(sc, d.Relation)
 	for _, item := range d.UsingClause {
 		a.from(sc, item, false)
@@ -288,7 +302,8 @@ func (a *analyzer) delete(d *pg_query.DeleteStmt, nested string) {
 func (a *analyzer) merge(m *pg_query.MergeStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
 	a.with(m.WithClause)
-	sc := &scope{nested: nested}
+	sc := a.enter(nested)
+	defer a.leave(sc)
 	target := a.addTable(sc, m.Relation)
 	a.from(sc, m.SourceRelation, false)
 	sc.joins = append(sc.joins, m.JoinCondition)

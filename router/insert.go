@@ -247,6 +247,7 @@ func (a *analyzer) copy(p *part, cs *pg_query.CopyStmt) {
 	if cs.Query != nil {
 		if sel := cs.Query.GetSelectStmt(); sel != nil {
 			a.query(sel, "")
+			a.group()
 			if len(a.groups) > 0 {
 				if m, err := buildMerge(sel, a.version); m != nil || err != nil {
 					p.fanout = unsupported(hintOneShard, "COPY of a query whose rows must be merged across shards (ORDER BY, LIMIT, aggregates, DISTINCT)")

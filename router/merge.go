@@ -1,10 +1,7 @@
 package router
 
 import (
-	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -537,82 +534,4 @@ func (b *mergeBuilder) column(r ref) Column {
 		}
 	}
 	return Column(r.i)
-}
-
-// rewrite returns the SQL shards run instead of the client's: avg split
-// into sum and count, hidden columns appended, LIMIT widened by OFFSET,
-// and for grouped queries no HAVING, ORDER BY, DISTINCT or LIMIT (the
-// executor applies them to the combined groups). It returns "" when the
-// client's SQL serves as it is.
-func (b *mergeBuilder) rewrite(version int32) (string, error) {
-	out := proto.Clone(b.sel).(*pg_query.SelectStmt)
-	changed := false
-	for i, n := range out.TargetList {
-		rt := n.GetResTarget()
-		if rt != nil && i < len(b.targets) && b.targets[i].agg == AggAvg {
-			rt.Val.GetFuncCall().Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
-			if rt.Name == "" {
-				rt.Name = "avg"
-			}
-			changed = true
-		}
-	}
-	for i, h := range b.hidden {
-		val := proto.Clone(h).(*pg_query.Node)
-		if f := val.GetFuncCall(); f != nil && funcName(f) == "avg" {
-			f.Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
-		}
-		out.TargetList = append(out.TargetList, pg_query.MakeResTargetNodeWithNameAndVal(fmt.Sprintf("__shardgate_%d", i+1), val, -1))
-		changed = true
-	}
-	switch {
-	case b.grouped:
-		changed = changed || out.HavingClause != nil || out.SortClause != nil || out.DistinctClause != nil || out.LimitCount != nil || out.LimitOffset != nil
-		out.HavingClause, out.SortClause, out.DistinctClause = nil, nil, nil
-		out.LimitCount, out.LimitOffset, out.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
-	case out.LimitOffset != nil:
-		changed = true
-		if b.m.Limit != nil && b.m.Offset != nil {
-			out.LimitCount = limitPlusOffset(b.m.Limit, b.m.Offset)
-		}
-		out.LimitOffset = nil
-	}
-	if !changed {
-		return "", nil
-	}
-	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: out}})
-	if err != nil {
-		return "", fmt.Errorf("router: rewrite for shards: %w", err)
-	}
-	return sql, nil
-}
-
-// limitPlusOffset builds LIMIT limit + offset: a constant when both are,
-// else a sum of bigint casts (so that parameter types stay inferable).
-func limitPlusOffset(limit, offset *Expr) *pg_query.Node {
-	if limit.Param == 0 && offset.Param == 0 {
-		l, lok := parseInt64(limit.Const)
-		o, ook := parseInt64(offset.Const)
-		if lok && ook && l >= 0 && o >= 0 && l <= math.MaxInt64-o {
-			return pg_query.MakeAConstIntNode(l+o, -1)
-		}
-	}
-	side := func(e *Expr) *pg_query.Node {
-		var n *pg_query.Node
-		if e.Param != 0 {
-			n = pg_query.MakeParamRefNode(int32(e.Param), -1)
-		} else {
-			n = pg_query.MakeAConstStrNode(e.Const, -1)
-		}
-		return &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-			Arg:      n,
-			TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-		}}}
-	}
-	return pg_query.MakeAExprNode(pg_query.A_Expr_Kind_AEXPR_OP, []*pg_query.Node{pg_query.MakeStrNode("+")}, side(limit), side(offset), -1)
-}
-
-func parseInt64(s string) (int64, bool) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
 }

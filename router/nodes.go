@@ -59,8 +59,8 @@ func walkMessage(m protoreflect.Message, fn func(*pg_query.Node) bool) {
 }
 
 // walkExpr calls fn for every node of an expression, not descending into
-// subqueries: it calls sub with the SELECT of each SubLink instead.
-func walkExpr(n *pg_query.Node, fn func(*pg_query.Node) bool, sub func(*pg_query.Node)) {
+// subqueries: it calls sub with each SubLink instead.
+func walkExpr(n *pg_query.Node, fn func(*pg_query.Node) bool, sub func(*pg_query.SubLink)) {
 	if n == nil {
 		return
 	}
@@ -68,7 +68,7 @@ func walkExpr(n *pg_query.Node, fn func(*pg_query.Node) bool, sub func(*pg_query
 		if sl := n.GetSubLink(); sl != nil {
 			walkExpr(sl.Testexpr, fn, sub)
 			if sub != nil {
-				sub(sl.Subselect)
+				sub(sl)
 			}
 			return false
 		}

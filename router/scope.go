@@ -17,8 +17,10 @@ type instance struct {
 	parent *instance
 	// nested is "" for a table at the top level of the statement, else
 	// what it sits in ("subquery", "WITH query", "UNION"): its rows feed an
-	// expression the shards compute, so they must all be on one shard.
+	// expression the shards compute, so unless they are co-located with a
+	// top-level table they must all be on one shard.
 	nested string
+	sc     *scope // nil for the target of INSERT or COPY, routed apart
 }
 
 // root returns the representative of i's co-location group.
@@ -42,7 +44,10 @@ type entry struct {
 // scope is one level of a query: the FROM items of a SELECT, or the target
 // and FROM/USING items of an UPDATE or DELETE.
 type scope struct {
+	parent   *scope // the enclosing query, whose tables a subquery may name
+	depth    int    // 1 for a statement's own scope and its WITH queries
 	nested   string
+	targets  []*pg_query.Node // the select list, for key IN (SELECT key …)
 	entries  []entry
 	restrict []*pg_query.Node // conditions every result row satisfies (WHERE, inner JOIN … ON)
 	joins    []*pg_query.Node // conditions that only pair rows (outer JOIN … ON): equalities only
@@ -56,6 +61,8 @@ type group struct {
 	cond   *cond    // the shards holding rows of the group; nil: every shard
 	tables []string // for messages
 	nested string
+	root   *instance
+	sc     *scope // the outermost scope of the group's tables
 }
 
 // analyzer collects what routing one statement needs.
@@ -68,6 +75,10 @@ type analyzer struct {
 	written []*instance
 	keySets []keyAssign
 	ctes    []string // names of WITH queries in scope, innermost last
+	cur     *scope   // the scope being analyzed
+	scopes  []*scope // finished scopes, outer ones after the inner ones they hold
+	subs    map[*pg_query.SubLink]*scope
+	grouped bool // group has run: the statement is fully analyzed
 	// err is the first reason the statement cannot be routed by analysis; a
 	// hint may still route it. hard is an error no hint overrides.
 	err, hard error
@@ -97,6 +108,9 @@ func (a *analyzer) table(rv *pg_query.RangeVar, nested string) *instance {
 // addTable adds a table reference to a scope.
 func (a *analyzer) addTable(sc *scope, rv *pg_query.RangeVar) *instance {
 	in := a.table(rv, sc.nested)
+	if in != nil {
+		in.sc = sc
+	}
 	e := entry{name: rv.Relname, schema: rv.Schemaname, inst: in}
 	if rv.Alias != nil {
 		e.name, e.schema = rv.Alias.Aliasname, ""
@@ -124,12 +138,12 @@ func (a *analyzer) with(wc *pg_query.WithClause) {
 }
 
 // stmt analyzes a statement nested in another one (a subquery, a WITH
-// query): its tables are marked nested.
-func (a *analyzer) stmt(n *pg_query.Node, nested string) {
+// query): its tables are marked nested. It returns the scope of a SELECT.
+func (a *analyzer) stmt(n *pg_query.Node, nested string) *scope {
 	switch {
 	case n == nil:
 	case n.GetSelectStmt() != nil:
-		a.query(n.GetSelectStmt(), nested)
+		return a.query(n.GetSelectStmt(), nested)
 	case n.GetInsertStmt() != nil:
 		a.insert(n.GetInsertStmt(), nested)
 	case n.GetUpdateStmt() != nil:
@@ -139,12 +153,27 @@ func (a *analyzer) stmt(n *pg_query.Node, nested string) {
 	case n.GetMergeStmt() != nil:
 		a.merge(n.GetMergeStmt(), nested)
 	}
+	return nil
 }
 
-// query analyzes one SELECT (or VALUES, or set operation).
-func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) {
+// enter starts the scope of a query inside the current one.
+func (a *analyzer) enter(nested string) *scope {
+	sc := &scope{parent: a.cur, depth: 1, nested: nested}
+	if a.cur != nil {
+		sc.depth = a.cur.depth + 1
+	}
+	a.cur = sc
+	return sc
+}
+
+// leave ends a scope started by enter.
+func (a *analyzer) leave(sc *scope) { a.cur = sc.parent }
+
+// query analyzes one SELECT (or VALUES, or set operation) and returns its
+// scope (nil for a set operation).
+func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 	if sel == nil {
-		return
+		return nil
 	}
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
 	a.with(sel.WithClause)
@@ -161,9 +190,11 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) {
 		a.query(sel.Rarg, why)
 		a.exprs(nested, sel.SortClause...)
 		a.exprs(nested, sel.LimitCount, sel.LimitOffset)
-		return
+		return nil
 	}
-	sc := &scope{nested: nested}
+	sc := a.enter(nested)
+	defer a.leave(sc)
+	sc.targets = sel.TargetList
 	for _, item := range sel.FromClause {
 		a.from(sc, item, false)
 	}
@@ -182,6 +213,7 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) {
 	a.exprs(nested, sel.DistinctClause...)
 	a.exprs(nested, sel.WindowClause...)
 	a.finish(sc)
+	return sc
 }
 
 // exprs analyzes the subqueries inside expressions.
@@ -191,16 +223,22 @@ func (a *analyzer) exprs(nested string, ns ...*pg_query.Node) {
 		why = nested
 	}
 	for _, n := range ns {
-		walkExpr(n, nil, func(sub *pg_query.Node) { a.stmt(sub, why) })
+		walkExpr(n, nil, func(sl *pg_query.SubLink) {
+			if sc := a.stmt(sl.Subselect, why); sc != nil {
+				if a.subs == nil {
+					a.subs = map[*pg_query.SubLink]*scope{}
+				}
+				a.subs[sl] = sc
+			}
+		})
 	}
 }
 
-// from adds one FROM item to a scope. nullable is true below the
-// NULL-extended side of an outer join, whose ON conditions do not restrict
-// the result rows.
-func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) (added []entry) {
+// from adds one FROM item to a scope and returns the entries it added.
+// nullable is true below the NULL-extended side of an outer join, whose ON
+// conditions do not restrict the result rows.
+func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) []entry {
 	start := len(sc.entries)
-	defer func() { added = sc.entries[start:len(sc.entries):len(sc.entries)] }()
 	switch {
 	case n.GetRangeVar() != nil:
 		a.addTable(sc, n.GetRangeVar())
@@ -258,7 +296,7 @@ func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) (added []ent
 		a.exprs(sc.nested, n)
 		sc.entries = append(sc.entries, entry{})
 	}
-	return nil
+	return sc.entries[start:len(sc.entries):len(sc.entries)]
 }
 
 func aliasName(al *pg_query.Alias) string {
@@ -291,8 +329,10 @@ func keyedBy(entries []entry, column string) *instance {
 	return found
 }
 
-// finish groups the scope's sharded tables by co-location and computes the
-// constraint on each group's sharding key.
+// finish records which sharded tables of a scope are co-located: those
+// whose sharding keys are equal in every row (JOIN … ON a.key = b.key,
+// USING, a subquery's WHERE o.key = outer.key, outer.key IN (SELECT o.key
+// …)). group turns them into groups once every scope is finished.
 func (a *analyzer) finish(sc *scope) {
 	a.resolveUnknown(sc)
 	for _, p := range sc.pairs {
@@ -307,31 +347,84 @@ func (a *analyzer) finish(sc *scope) {
 			}
 		}
 	}
-	for _, e := range sc.entries {
-		in := e.inst
-		if in == nil {
-			continue
+	for _, n := range sc.restrict {
+		for _, c := range conjuncts(n) {
+			a.semiJoin(sc, c)
 		}
-		switch in.class {
-		case pinnedTable, pathTable:
+	}
+	for _, e := range sc.entries {
+		if in := e.inst; in != nil && (in.class == pinnedTable || in.class == pathTable) {
 			a.pin(in)
-		case shardedTable:
-			if in.root() != in {
+		}
+	}
+	a.scopes = append(a.scopes, sc)
+}
+
+// semiJoin recognizes outer.key IN (SELECT inner.key …) as a condition
+// every result row satisfies: the inner rows that matter are on the outer
+// row's shard. (Under NOT, or for ALL, the inner rows with other keys would
+// matter, so only a positive term of WHERE counts.)
+func (a *analyzer) semiJoin(sc *scope, n *pg_query.Node) {
+	sl := n.GetSubLink()
+	if sl == nil || sl.SubLinkType != pg_query.SubLinkType_ANY_SUBLINK {
+		return
+	}
+	if op := names(sl.OperName); len(op) > 0 && op[len(op)-1] != "=" {
+		return
+	}
+	inner := a.subs[sl]
+	outer := sc.keyColumn(sl.Testexpr)
+	if inner == nil || outer == nil || len(inner.targets) != 1 {
+		return
+	}
+	if rt := inner.targets[0].GetResTarget(); rt != nil {
+		if in := inner.keyColumn(rt.Val); in != nil {
+			union(outer, in)
+		}
+	}
+}
+
+// group makes the co-location groups of the statement's sharded tables and
+// the constraint on each group's sharding key, taken from the WHERE of the
+// group's outermost scope: conditions inside a subquery narrow its rows,
+// not the rows of the query around it. It runs once, after the whole
+// statement is analyzed.
+func (a *analyzer) group() {
+	if a.grouped {
+		return
+	}
+	a.grouped = true
+	byRoot := map[*instance]*group{}
+	for _, sc := range a.scopes {
+		for _, e := range sc.entries {
+			in := e.inst
+			if in == nil || in.class != shardedTable {
 				continue
 			}
-			g := &group{nested: in.nested}
-			for _, o := range sc.entries {
-				if o.inst != nil && o.inst.class == shardedTable && o.inst.root() == in {
-					g.tables = append(g.tables, o.inst.name)
-				}
+			root := in.root()
+			g := byRoot[root]
+			if g == nil {
+				g = &group{root: root, sc: sc, nested: in.nested}
+				byRoot[root] = g
+				a.groups = append(a.groups, g)
 			}
-			var cs []*cond
-			for _, n := range sc.restrict {
-				cs = append(cs, sc.keyCond(n, in))
+			if !slices.Contains(g.tables, in.name) {
+				g.tables = append(g.tables, in.name)
 			}
-			g.cond = and(cs...)
-			a.groups = append(a.groups, g)
+			if in.nested == "" {
+				g.nested = ""
+			}
+			if sc.depth < g.sc.depth {
+				g.sc = sc
+			}
 		}
+	}
+	for _, g := range byRoot {
+		var cs []*cond
+		for _, n := range g.sc.restrict {
+			cs = append(cs, g.sc.keyCond(n, g.root))
+		}
+		g.cond = and(cs...)
 	}
 }
 
@@ -375,6 +468,9 @@ func (sc *scope) keyEquality(n *pg_query.Node) (*instance, *instance) {
 }
 
 // keyColumn returns the sharded table whose sharding key n names, or nil.
+// A qualified name may refer to a table of an enclosing query (a
+// correlated subquery); an unqualified one only to this scope, as another
+// table of the scope could have a column of that name.
 func (sc *scope) keyColumn(n *pg_query.Node) *instance {
 	fields := columnRef(n)
 	if fields == nil {
@@ -401,14 +497,16 @@ func (sc *scope) keyColumn(n *pg_query.Node) *instance {
 	if len(fields) >= 3 {
 		schema = fields[len(fields)-3]
 	}
-	for _, e := range sc.entries {
-		if e.name != qual || (schema != "" && e.schema != schema) {
-			continue
+	for s := sc; s != nil; s = s.parent {
+		for _, e := range s.entries {
+			if e.name != qual || (schema != "" && e.schema != schema) {
+				continue
+			}
+			if e.inst != nil && e.inst.key != nil && e.inst.key.column == col {
+				return e.inst
+			}
+			return nil
 		}
-		if e.inst != nil && e.inst.key != nil && e.inst.key.column == col {
-			return e.inst
-		}
-		return nil
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ type Statement struct {
 	// static is the plan of every execution when it depends on nothing:
 	// pass-through, a comment hint, an empty query.
 	static *Plan
+	hint   *int // the shard of a comment hint
 }
 
 // part is the analysis of one statement of the SQL text.
@@ -81,14 +82,23 @@ func (s *Statement) Route(params [][]byte, formats []int16, h Hints) (*Plan, err
 	if s.static != nil {
 		return s.static, nil
 	}
-	if h.Shard != nil || h.ShardingKey != nil {
+	env := routeEnv{shards: s.r.shards, params: params, formats: formats, pathShard: -1}
+	if s.hint != nil || h.Shard != nil || h.ShardingKey != nil {
 		shard, err := s.hintShard(h)
 		if err != nil {
 			return nil, err
 		}
+		// A hint routes the statement, but an UPDATE still may not leave a
+		// row on a shard its new key does not belong to.
+		var set shardSet
+		set.add(shard)
+		for _, p := range s.parts {
+			if err := p.checkKeySets(&env, set, 1); err != nil {
+				return nil, err
+			}
+		}
 		return s.hinted(shard)
 	}
-	env := routeEnv{shards: s.r.shards, params: params, formats: formats, pathShard: -1}
 	if len(h.SearchPath) > 0 && len(s.r.schemas) > 0 {
 		if shard, ok := s.r.schemas[h.SearchPath[0]]; ok {
 			env.pathShard = shard
@@ -246,8 +256,12 @@ func (p *part) explainPlan(r *Router, env *routeEnv) (*Plan, error) {
 	return r.direct(inner.Shards[0], false), nil
 }
 
-// hintShard resolves the session's shard or sharding key hint.
+// hintShard resolves the statement's comment hint or the session's shard
+// or sharding key hint.
 func (s *Statement) hintShard(h Hints) (int, error) {
+	if s.hint != nil {
+		return *s.hint, nil
+	}
 	if h.Shard != nil {
 		return s.r.checkShard(*h.Shard)
 	}
@@ -296,6 +310,16 @@ func (s *Statement) keyShard(value string) (int, error) {
 		return 0, noShardError(k, key, err)
 	}
 	return shard, nil
+}
+
+// updatesKey reports whether a statement of the text sets a sharding key.
+func (s *Statement) updatesKey() bool {
+	for _, p := range s.parts {
+		if len(p.keySets) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // hinted routes every statement of the text to one shard, as a hint says.
@@ -361,7 +385,8 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 		case OmniWrite:
 			broadcast = true
 		case All:
-			conflict = conflict || !pl.Write || !(p.ddl || (p.explain == nil && p.kind == All))
+			// Only DDL runs alike everywhere; a sharded read or write differs.
+			conflict = conflict || !p.ddl
 			broadcast = true
 		default:
 			conflict = true

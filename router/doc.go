@@ -1,0 +1,75 @@
+// Package router decides where a statement of a sharded database runs. It
+// reads SQL and Bind parameters and returns a Plan; it does no I/O. The
+// executor carries the Plan out. docs/routing.md describes the rules for
+// users; this note describes how the package applies them.
+//
+// # Layers
+//
+// Routing is split in two so that the expensive half runs once per
+// statement text rather than once per execution, as the extended query
+// protocol invites (https://www.postgresql.org/docs/current/protocol-flow.html#PROTOCOL-FLOW-EXT-QUERY):
+//
+//   - Router.Analyze parses the SQL with pg_query (PostgreSQL's own parser)
+//     and builds a Statement: for each statement in the text, its kind, the
+//     tables it names and how their rows are spread (sharded, omni, pinned
+//     to a shard by a sharded schema), and for each group of co-located
+//     sharded tables a constraint on their sharding key: a tree of AND and
+//     OR over key predicates whose values are constants, already routed to
+//     shards, or parameter positions. It also builds the Merge of a SELECT,
+//     and records the reasons a statement cannot run on several shards.
+//   - Statement.Route reads the parameter values and session hints, routes
+//     each parameter operand through the sharding function and evaluates the
+//     constraints into a set of shards, then applies the recorded reasons.
+//     It does not allocate for a single-shard result: Direct plans, like the
+//     plans of every kind over all shards, are built once by New and shared.
+//
+// # Lifecycle and caching
+//
+// A Router is built from one config snapshot and never changes; a reload
+// builds a new one. Statements are cached by text in a bounded LRU
+// (DefaultCacheSize) and shared by every client that sends the same text; a
+// Statement and the Plans and Merges it returns are immutable. Errors are
+// not cached, and neither are texts over 64 KiB. A database with one shard
+// and no replicas never parses: Analyze returns a pass-through Statement
+// whose plan is always shard 0.
+//
+// # Co-location
+//
+// Two sharded tables are co-located in a query when their sharding keys
+// are equal in every row the query combines and their rules place equal
+// keys on the same shard (hash rules of one type family, or the same list
+// or range rule). The analyzer finds equalities in WHERE and JOIN … ON,
+// JOIN … USING, NATURAL JOIN, a subquery's WHERE that equates its key with
+// the enclosing query's (correlation), and outer.key IN (SELECT inner.key
+// …). Co-located tables form a group (union-find over table references);
+// each group's key constraint comes from the WHERE of its outermost query.
+// Such a query gives the same answer when each shard runs it on its own
+// rows, so it may fan out. Any other sharded table, or one inside a
+// subquery, CTE or set operation that is not co-located with a top-level
+// table, must have all its rows on one shard, and all groups on the same
+// one.
+//
+// # Invariants
+//
+//   - A wrong answer is worse than an error. What the router cannot prove
+//     correct across shards is a 0A000 error naming the construct, with a
+//     hint; conditions it does not understand only widen the set of shards.
+//   - Errors are *wire.Error with PostgreSQL's SQLSTATE: 42601 for SQL the
+//     parser rejects, 22P02/22003/22P03 for keys the server would reject,
+//     23514 for a key no list or range shard takes, 22023 for bad hints,
+//     42P02 for a missing parameter, 0A000 otherwise.
+//   - Analysis depends only on the SQL text, the Router's configuration and
+//     the ColumnOrder catalog; Route only on parameters and Hints. Analysis
+//     of texts that name tables without a schema is done twice when the
+//     database has sharded schemas: once as is, once for a session whose
+//     search_path starts with a sharded schema.
+//   - Never panics on input: FuzzAnalyze feeds it arbitrary SQL.
+//
+// # Files
+//
+// router.go builds a Router and classifies tables; analyze.go, scope.go,
+// insert.go and operand.go analyze statements; cond.go and array.go
+// evaluate key constraints; merge.go and rewrite.go build the Merge and the
+// SQL sent to shards; statement.go routes; hint.go reads comment hints;
+// plan.go holds the types the executor reads.
+package router
