@@ -56,9 +56,11 @@ type Listener struct {
 	Admin     AdminHandler
 	ctl       control // pause, maintenance and reload (gate.go, admin_api.go)
 
-	// AfterPrepareForTest, when set, runs between PREPARE TRANSACTION and
-	// COMMIT PREPARED of a two-phase commit (crash tests).
-	AfterPrepareForTest func(txid string)
+	// TwoPhaseHookForTest, when set, runs at each stage of a two-phase
+	// commit: "prepared" (every shard prepared, no decision yet) and
+	// "decided" (decision logged, COMMIT PREPARED not sent). Crash tests
+	// kill the proxy there.
+	TwoPhaseHookForTest func(stage string)
 
 	txPrefix string
 	txSeq    atomic.Uint64

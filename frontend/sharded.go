@@ -442,7 +442,11 @@ func (c *client) commitShards(shards []int) error {
 		c.shards[i].inTx = false
 	}
 	if failure == nil {
-		if err := c.l.twoPC().Commit(txid); err != nil {
+		c.twoPhaseHookForTest("prepared")
+		dlog := c.l.twoPC()
+		if dlog == nil {
+			failure = wire.Errorf(wire.InternalError, "two-phase commit log %s cannot be opened", c.l.twoPCPath())
+		} else if err := dlog.Commit(txid); err != nil {
 			failure = wire.Errorf(wire.InternalError, "two-phase commit: %v", err)
 		}
 	}
@@ -453,7 +457,7 @@ func (c *client) commitShards(shards []int) error {
 		c.rollbackShards()
 		return failure
 	}
-	c.twoPhaseHookForTest(txid)
+	c.twoPhaseHookForTest("decided")
 	allDone := true
 	for _, i := range prepared {
 		if _, serr, err := c.internal(i, "COMMIT PREPARED "+quoteLiteral(executor.GID(txid, i))); err != nil || serr != nil {

@@ -75,9 +75,9 @@ func (l *Listener) twoPCPath() string {
 	return filepath.Join(".", "shardgate-2pc.log")
 }
 
-func (c *client) twoPhaseHookForTest(txid string) {
-	if f := c.l.AfterPrepareForTest; f != nil {
-		f(txid)
+func (c *client) twoPhaseHookForTest(stage string) {
+	if f := c.l.TwoPhaseHookForTest; f != nil {
+		f(stage)
 	}
 }
 

@@ -28,6 +28,17 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 		return err
 	}
 	l := frontend.NewListener(st, log)
+	if stage := os.Getenv("SHARDGATE_CRASH_2PC_FOR_TEST"); stage != "" {
+		// Crash tests: die like a SIGKILLed proxy at a two-phase commit stage.
+		l.TwoPhaseHookForTest = func(s string) {
+			if s == stage {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	}
+	if err := l.RecoverTwoPhase(ctx); err != nil {
+		log.Error("two-phase commit recovery is incomplete; it runs again at the next start", "err", err)
+	}
 	m := metrics.New(l)
 	reloadFn := func() error { return reload(l, m, log) }
 	ah := admin.New(l, reloadFn, log)

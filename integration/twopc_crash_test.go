@@ -1,0 +1,154 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// buildProxy compiles cmd/proxy into a temporary directory.
+func buildProxy(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "proxy")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/proxy")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// proxyProcess runs the built proxy with a config file.
+type proxyProcess struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan error
+	log  *strings.Builder
+}
+
+func startProxyProcess(t testing.TB, bin, configPath, addr string, env ...string) *proxyProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "-config", configPath)
+	cmd.Env = append(os.Environ(), env...)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proxyProcess{cmd: cmd, addr: addr, done: make(chan error, 1), log: &log}
+	exited := make(chan struct{})
+	go func() { p.done <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	eventually(t, 20*time.Second, "proxy to listen", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return true
+		}
+		return false
+	})
+	return p
+}
+
+// TestTwoPhaseCrash kills the proxy (SIGKILL) in the middle of a
+// two-phase commit and checks that a restart resolves every prepared
+// transaction: committed after the decision was logged, rolled back
+// before.
+func TestTwoPhaseCrash(t *testing.T) {
+	bin := buildProxy(t)
+	for _, tc := range []struct {
+		stage      string
+		wantCommit bool
+	}{{"prepared", false}, {"decided", true}} {
+		t.Run(tc.stage, func(t *testing.T) {
+			e := newShardedEnv(t, 2)
+			ctx := context.Background()
+			dir := t.TempDir()
+			port := freePort(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			cfg := fmt.Sprintf(`listen: %s
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+two_phase_commit_log: %s/2pc.log
+databases:
+  - name: app
+    shards:
+      - { host: %s, port: %d, database: shard0 }
+      - { host: %s, port: %d, database: shard1 }
+    sharded_tables:
+      - { table: accounts, column: id, type: bigint }
+`, addr, appPassword, e.cl.User, e.cl.Password, dir, e.cl.Host, e.cl.Port, e.cl.Host, e.cl.Port)
+			path := filepath.Join(dir, "shardgate.yaml")
+			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := startProxyProcess(t, bin, path, addr, "SHARDGATE_CRASH_2PC_FOR_TEST="+tc.stage)
+			url := fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, addr)
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := int64(1), int64(2)
+			for shardOf(t, b, 2) == shardOf(t, a, 2) {
+				b++
+			}
+			mustExec(t, conn, "BEGIN")
+			mustExec(t, conn, "INSERT INTO accounts (id, email) VALUES ($1, 'a')", a)
+			mustExec(t, conn, "INSERT INTO accounts (id, email) VALUES ($1, 'b')", b)
+			if _, err := conn.Exec(ctx, "COMMIT"); err == nil {
+				t.Fatal("COMMIT succeeded although the proxy was killed")
+			}
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("proxy did not die\n%s", p.log.String())
+			}
+			prepared := func() int {
+				n := 0
+				for _, d := range e.direct {
+					var k int
+					d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&k)
+					n += k
+				}
+				return n
+			}
+			if n := prepared(); n != 2 {
+				t.Fatalf("%d prepared transactions after the crash, want 2", n)
+			}
+			startProxyProcess(t, bin, path, addr)
+			eventually(t, 10*time.Second, "recovery to resolve prepared transactions", func() bool { return prepared() == 0 })
+			c2 := connect(t, url)
+			var n int
+			if err := c2.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id IN ($1, $2)", a, b).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if tc.wantCommit {
+				want = 2
+			}
+			if n != want {
+				t.Fatalf("%d of the transaction's rows exist after recovery, want %d", n, want)
+			}
+		})
+	}
+}
