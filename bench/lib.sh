@@ -1,0 +1,321 @@
+# shellcheck shell=bash
+# Shared setup for bench/run.sh and bench/profile.sh: a throwaway PostgreSQL,
+# PgBouncer and shardgate on loopback ports, all removed again by cleanup.
+# Source it from a script that has `set -euo pipefail`; call bench_setup, then
+# use PORT_DIRECT, PORT_PGBOUNCER, PORT_SHARDGATE, PID_PGBOUNCER,
+# PID_SHARDGATE, PGBENCH, BENCH_TMP; run_pgbench sets TPS, TXNS, CPU_TICKS.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
+
+BENCH_POOL_SIZE=${BENCH_POOL_SIZE:-20}
+BENCH_SCALE=${BENCH_SCALE:-10}
+BENCH_USER=postgres # superuser of the throwaway cluster; trusted on loopback
+BENCH_DB=bench
+
+BENCH_TMP=""
+PID_PGBOUNCER=""
+PID_SHARDGATE=""
+PG_STARTED=""
+BENCH_EXTRA_PIDS=() # scripts may add helpers (perf, strace) to be stopped too
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+	printf '\n[bench] FAILED: %s\n' "$*" >&2
+	exit 1
+}
+
+# as_pg runs a command as the postgres OS user when we are root (PostgreSQL
+# refuses to run as root).
+as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then
+		setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# stop_pid sends SIGTERM to one process we started and waits up to 10s for it,
+# then SIGKILLs it.
+stop_pid() {
+	local pid=$1
+	[ -n "$pid" ] || return 0
+	kill -0 "$pid" 2>/dev/null || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+bench_cleanup() {
+	local rc=$?
+	set +e
+	for p in "${BENCH_EXTRA_PIDS[@]}"; do stop_pid "$p"; done
+	stop_pid "$PID_SHARDGATE"
+	stop_pid "$PID_PGBOUNCER"
+	if [ -n "$PG_STARTED" ]; then
+		as_pg "$PG_BIN/pg_ctl" -D "$BENCH_TMP/pgdata" -m immediate -w stop >/dev/null 2>&1
+	fi
+	if [ -n "$BENCH_TMP" ] && [ -d "$BENCH_TMP" ]; then
+		if [ "$rc" -ne 0 ] && [ -n "${BENCH_KEEP_ON_FAILURE:-}" ]; then
+			log "kept $BENCH_TMP for inspection"
+		else
+			rm -rf "$BENCH_TMP"
+		fi
+	fi
+	wait 2>/dev/null
+	return "$rc"
+}
+
+# free_port prints the first port from $1 upwards that nothing listens on.
+free_port() {
+	local p=$1
+	while [ -n "$(ss -Hltn "sport = :$p")" ]; do p=$((p + 1)); done
+	echo "$p"
+}
+
+# proc_cpu_ticks prints utime+stime of a process (all its threads) in clock
+# ticks, from /proc/PID/stat (fields 14 and 15; comm may contain spaces).
+proc_cpu_ticks() {
+	local s
+	s=$(cat "/proc/$1/stat") || die "process $1 is gone"
+	s=${s##*) }
+	awk '{print $12 + $13}' <<<"$s"
+}
+
+# expect_comm checks that PID is alive and is the program we measure.
+expect_comm() {
+	local comm
+	comm=$(cat "/proc/$1/comm" 2>/dev/null) || die "$2 (pid $1) exited"
+	[ "$comm" = "$2" ] || die "pid $1 is $comm, not $2: CPU accounting would be wrong"
+}
+
+find_pg_bin() {
+	if [ -n "${PG_BIN:-}" ]; then return; fi
+	local d
+	d=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
+	[ -x "$d/postgres" ] || die "PostgreSQL server binaries not found (apt-get install -y postgresql), or set PG_BIN"
+	PG_BIN=$d
+}
+
+ensure_pgbouncer() {
+	if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
+		PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+		return
+	fi
+	[ "$(id -u)" -eq 0 ] || die "pgbouncer is not installed and we are not root to install it"
+	log "installing pgbouncer (apt-get)"
+	apt-get update -qq >/dev/null || die "apt-get update failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null || die "apt-get install pgbouncer failed"
+	PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+	# The package may have started its own service on 6432; we use our own.
+	if command -v service >/dev/null 2>&1; then service pgbouncer stop >/dev/null 2>&1 || true; fi
+}
+
+# wait_sql waits until `SELECT 1` works on port $1 (through whatever listens).
+wait_sql() {
+	local port=$1 what=$2
+	for _ in $(seq 100); do
+		if "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$port" -U "$BENCH_USER" -d "$BENCH_DB" -c 'SELECT 1' >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "$what on port $port does not answer SELECT 1"
+}
+
+start_postgres() {
+	PORT_DIRECT=$(free_port "${BENCH_PG_PORT:-55432}")
+	log "starting PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT_DIRECT (fsync=off)"
+	as_pg "$PG_BIN/initdb" -D "$BENCH_TMP/pgdata" -U "$BENCH_USER" -A trust --no-sync -E UTF8 >"$BENCH_TMP/initdb.log" 2>&1 ||
+		{ cat "$BENCH_TMP/initdb.log" >&2; die "initdb failed"; }
+	cat >>"$BENCH_TMP/pgdata/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PORT_DIRECT
+unix_socket_directories = '$BENCH_TMP'
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 256MB
+log_min_messages = warning
+EOF
+	PG_STARTED=1
+	as_pg "$PG_BIN/pg_ctl" -D "$BENCH_TMP/pgdata" -l "$BENCH_TMP/postgres.log" -w -t 60 start >/dev/null ||
+		{ cat "$BENCH_TMP/postgres.log" >&2; die "PostgreSQL did not start"; }
+	"$PG_BIN/createdb" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" "$BENCH_DB" || die "createdb failed"
+	log "pgbench -i -s $BENCH_SCALE"
+	"$PGBENCH" -i -q -s "$BENCH_SCALE" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" "$BENCH_DB" >"$BENCH_TMP/pgbench-init.log" 2>&1 ||
+		{ cat "$BENCH_TMP/pgbench-init.log" >&2; die "pgbench -i failed"; }
+}
+
+start_pgbouncer() {
+	PORT_PGBOUNCER=$(free_port "${BENCH_PGBOUNCER_PORT:-56432}")
+	mkdir -p "$BENCH_TMP/pgbouncer"
+	printf '"%s" ""\n' "$BENCH_USER" >"$BENCH_TMP/pgbouncer/userlist.txt"
+	cat >"$BENCH_TMP/pgbouncer/pgbouncer.ini" <<EOF
+[databases]
+$BENCH_DB = host=127.0.0.1 port=$PORT_DIRECT dbname=$BENCH_DB
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PORT_PGBOUNCER
+unix_socket_dir =
+auth_type = trust
+auth_file = $BENCH_TMP/pgbouncer/userlist.txt
+pool_mode = transaction
+default_pool_size = $BENCH_POOL_SIZE
+min_pool_size = 0
+reserve_pool_size = 0
+max_client_conn = 1000
+max_db_connections = 0
+server_tls_sslmode = disable
+log_connections = 0
+log_disconnections = 0
+log_pooler_errors = 1
+logfile = $BENCH_TMP/pgbouncer/pgbouncer.log
+pidfile = $BENCH_TMP/pgbouncer/pgbouncer.pid
+EOF
+	PGBOUNCER_VERSION=$("$PGBOUNCER" --version | awk 'NR==1{print $2}')
+	if pgbouncer_prepared_ok; then
+		echo "max_prepared_statements = 200" >>"$BENCH_TMP/pgbouncer/pgbouncer.ini"
+	fi
+	chown -R postgres: "$BENCH_TMP/pgbouncer" 2>/dev/null || true
+	log "starting PgBouncer $PGBOUNCER_VERSION on 127.0.0.1:$PORT_PGBOUNCER (transaction mode, pool $BENCH_POOL_SIZE)"
+	# Not through the as_pg function: a backgrounded function is a subshell,
+	# and $! must be PgBouncer itself (its CPU time is what we measure).
+	if [ "$(id -u)" -eq 0 ]; then
+		setpriv --reuid=postgres --regid=postgres --init-groups -- \
+			"$PGBOUNCER" -q "$BENCH_TMP/pgbouncer/pgbouncer.ini" >"$BENCH_TMP/pgbouncer/stderr.log" 2>&1 &
+	else
+		"$PGBOUNCER" -q "$BENCH_TMP/pgbouncer/pgbouncer.ini" >"$BENCH_TMP/pgbouncer/stderr.log" 2>&1 &
+	fi
+	PID_PGBOUNCER=$!
+	wait_sql "$PORT_PGBOUNCER" PgBouncer
+	expect_comm "$PID_PGBOUNCER" pgbouncer
+}
+
+# pgbouncer_prepared_ok: PgBouncer 1.21+ serves protocol-level prepared
+# statements in transaction mode (with max_prepared_statements > 0).
+pgbouncer_prepared_ok() {
+	[ "$(printf '%s\n%s\n' "$PGBOUNCER_VERSION" 1.21 | sort -V | sed -n 1p)" = 1.21 ]
+}
+
+start_shardgate() {
+	PORT_SHARDGATE=$(free_port "${BENCH_SHARDGATE_PORT:-57432}")
+	if [ -n "${SHARDGATE_BIN:-}" ]; then
+		log "using shardgate binary $SHARDGATE_BIN"
+		cp "$SHARDGATE_BIN" "$BENCH_TMP/proxy" || die "cannot copy $SHARDGATE_BIN"
+	else
+		log "building shardgate (go build ./cmd/proxy)"
+		(cd "$REPO_DIR" && go build -o "$BENCH_TMP/proxy" ./cmd/proxy) || die "go build failed"
+	fi
+	cat >"$BENCH_TMP/shardgate.yaml" <<EOF
+# generated by bench/lib.sh: one shard, trust auth, transaction pooling
+listen: 127.0.0.1:$PORT_SHARDGATE
+auth_type: trust
+pool:
+  mode: transaction
+  size: $BENCH_POOL_SIZE
+users:
+  - name: $BENCH_USER
+    server_password: ""
+databases:
+  - name: $BENCH_DB
+    shards:
+      - { host: 127.0.0.1, port: $PORT_DIRECT, database: $BENCH_DB }
+EOF
+	"$BENCH_TMP/proxy" check-config "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/check-config.log" 2>&1 ||
+		{ cat "$BENCH_TMP/check-config.log" >&2; die "generated shardgate config is invalid"; }
+	SHARDGATE_VERSION=${SHARDGATE_VERSION:-$(cd "$REPO_DIR" && git describe --always --dirty 2>/dev/null || echo unknown)}
+	log "starting shardgate $SHARDGATE_VERSION on 127.0.0.1:$PORT_SHARDGATE (transaction mode, pool $BENCH_POOL_SIZE, GOMAXPROCS=${GOMAXPROCS:-default})"
+	"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate.log" 2>&1 &
+	PID_SHARDGATE=$!
+	wait_sql "$PORT_SHARDGATE" shardgate
+	expect_comm "$PID_SHARDGATE" proxy
+}
+
+bench_setup() {
+	[ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1 && die "running as root needs a 'postgres' OS user (apt-get install -y postgresql creates it)"
+	find_pg_bin
+	PGBENCH=${PGBENCH:-$PG_BIN/pgbench}
+	[ -x "$PGBENCH" ] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
+	ensure_pgbouncer
+	[ -n "${SHARDGATE_BIN:-}" ] || command -v go >/dev/null || die "go not found"
+	BENCH_TMP=$(mktemp -d /tmp/shardgate-bench.XXXXXX)
+	chmod 755 "$BENCH_TMP"
+	chown postgres: "$BENCH_TMP" 2>/dev/null || true
+	cd "$BENCH_TMP" || die "cannot enter $BENCH_TMP"
+	printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
+	start_postgres
+	start_pgbouncer
+	start_shardgate
+}
+
+target_port() {
+	case $1 in
+	direct) echo "$PORT_DIRECT" ;;
+	pgbouncer) echo "$PORT_PGBOUNCER" ;;
+	shardgate) echo "$PORT_SHARDGATE" ;;
+	*) die "unknown target $1" ;;
+	esac
+}
+
+target_pid() {
+	case $1 in
+	direct) echo "" ;;
+	pgbouncer) echo "$PID_PGBOUNCER" ;;
+	shardgate) echo "$PID_SHARDGATE" ;;
+	esac
+}
+
+# pgbench_args WORKLOAD MODE CLIENTS SECONDS prints the pgbench arguments
+# (without host and port).
+pgbench_args() {
+	local workload=$1 mode=$2 clients=$3 secs=$4 jobs=2
+	[ "$clients" -lt "$jobs" ] && jobs=$clients
+	local w
+	case $workload in
+	select1) w="-f $BENCH_TMP/select1.sql" ;;
+	select-only) w="-S" ;;
+	*) die "unknown workload $workload" ;;
+	esac
+	echo "-n $w -M $mode -c $clients -j $jobs -T $secs -U $BENCH_USER $BENCH_DB"
+}
+
+# run_pgbench TARGET WORKLOAD MODE CLIENTS SECONDS LOGFILE runs one pgbench
+# and sets TPS, TXNS and CPU_TICKS (the proxy's CPU during the run; empty for
+# direct). Any pgbench error, failed transaction or aborted client is fatal.
+run_pgbench() {
+	local target=$1 workload=$2 mode=$3 clients=$4 secs=$5 out=$6
+	local port pid before after rc=0
+	port=$(target_port "$target")
+	pid=$(target_pid "$target")
+	[ -n "$pid" ] && before=$(proc_cpu_ticks "$pid")
+	# shellcheck disable=SC2046
+	"$PGBENCH" -h 127.0.0.1 -p "$port" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
+	CPU_TICKS=""
+	if [ -n "$pid" ]; then
+		after=$(proc_cpu_ticks "$pid")
+		CPU_TICKS=$((after - before))
+	fi
+	local failed
+	failed=$(awk -F'[:(]' '/number of failed transactions/ {gsub(/ /,"",$2); print $2}' "$out")
+	TXNS=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
+	TPS=$(awk '/^tps = / {print $3}' "$out")
+	if [ "$rc" -ne 0 ] || [ "${failed:-x}" != 0 ] || [ -z "$TXNS" ] || [ "$TXNS" -eq 0 ] || [ -z "$TPS" ] ||
+		grep -qiE 'aborted|error' "$out"; then
+		echo "----- pgbench output ($target $workload -M $mode -c $clients, exit $rc) -----" >&2
+		cat "$out" >&2
+		echo "-----" >&2
+		case $target in
+		pgbouncer) tail -20 "$BENCH_TMP/pgbouncer/pgbouncer.log" >&2 ;;
+		shardgate) tail -20 "$BENCH_TMP/shardgate.log" >&2 ;;
+		esac
+		die "pgbench against $target failed ($workload -M $mode -c $clients: exit $rc, failed transactions ${failed:-unknown})"
+	fi
+	kill -0 "$PID_PGBOUNCER" 2>/dev/null || die "PgBouncer died"
+	kill -0 "$PID_SHARDGATE" 2>/dev/null || die "shardgate died"
+}
