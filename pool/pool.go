@@ -28,6 +28,13 @@ func (k Key) String() string {
 	return fmt.Sprintf("%s/%s/shard%d/%s", k.Database, k.User, k.Shard, k.Role)
 }
 
+// aliveCheckAfter is how long a server must have been idle before
+// checkout probes its socket. Under load servers are reused within
+// milliseconds and the probe (one recv syscall) would be pure cost; a
+// server that dies right after checkin is still handled, as a lost
+// connection whose error the client sees.
+const aliveCheckAfter = time.Second
+
 // ErrClosed is returned by Checkout on a pool that was closed (reload or
 // shutdown).
 var ErrClosed = errors.New("pool closed")
@@ -119,7 +126,7 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 	for len(p.idle) > 0 {
 		s := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if p.expired(s, start) || !s.Alive() {
+		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
 			p.open--
 			p.mu.Unlock()
 			p.discard(s)
