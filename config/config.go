@@ -24,9 +24,12 @@ type Config struct {
 	// TwoPhaseCommitLog is the file where the proxy records its decisions
 	// for multi-shard commits, so that a restart after a crash finishes
 	// them (default ./shardgate-2pc.log).
-	TwoPhaseCommitLog string     `yaml:"two_phase_commit_log"`
-	Users             []User     `yaml:"users"`
-	Databases         []Database `yaml:"databases"`
+	TwoPhaseCommitLog string `yaml:"two_phase_commit_log"`
+	// NodeID (0–1023) goes into every shardgate.unique_id() this proxy
+	// generates, so that several proxies never hand out the same id.
+	NodeID    int        `yaml:"node_id"`
+	Users     []User     `yaml:"users"`
+	Databases []Database `yaml:"databases"`
 }
 
 // AuthType is how the proxy authenticates clients.

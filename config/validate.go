@@ -64,6 +64,7 @@ func validate(c *Config, r *reporter, fromFile bool) {
 	v.tls()
 	v.enum("auth_type", string(c.AuthType), authTypes)
 	v.twoPhaseCommitLog()
+	v.nodeID()
 	v.users()
 	v.databases()
 }
@@ -214,6 +215,13 @@ func (v *validator) tls() {
 		} else if pem, ok := v.readFile("tls.server_ca", t.ServerCA); ok && !x509.NewCertPool().AppendCertsFromPEM(pem) {
 			v.r.at("tls.server_ca", "%s holds no PEM certificate", t.ServerCA)
 		}
+	}
+}
+
+// nodeID checks the unique-id node number.
+func (v *validator) nodeID() {
+	if v.c.NodeID < 0 || v.c.NodeID > 1023 {
+		v.r.at("node_id", "must be between 0 and 1023, got %d", v.c.NodeID)
 	}
 }
 

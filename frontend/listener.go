@@ -62,6 +62,7 @@ type Listener struct {
 	// kill the proxy there.
 	TwoPhaseHookForTest func(stage string)
 
+	ids      *executor.IDGenerator // shardgate.unique_id()
 	txPrefix string
 	txSeq    atomic.Uint64
 	twoPCMu  sync.Mutex // guards twoPCLog
@@ -80,7 +81,7 @@ type Listener struct {
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
 	l := &Listener{log: log, stmts: newStmtCache(), clients: map[uint32]*client{},
-		txPrefix: fmt.Sprintf("%08x", randUint32())}
+		txPrefix: fmt.Sprintf("%08x", randUint32()), ids: executor.NewIDGenerator(st.Config.NodeID)}
 	l.state.Store(st)
 	return l
 }

@@ -51,6 +51,10 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	if n := len(sql); n > 0 && sql[n-1] == 0 {
 		sql = sql[:n-1]
 	}
+	if x := expandUniqueIDs(sql, c.l.ids.Next); len(x) != len(sql) {
+		sql = x
+		raw = wire.AppendQuery(nil, string(sql))
+	}
 	var ops []setOp
 	if c.mode == config.PoolTransaction && mayChangeSession(sql) {
 		var err error
@@ -117,6 +121,13 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	}
 	if typ == 'E' {
 		c.queries.Add(1)
+	}
+	if typ == 'P' {
+		if _, tail, ok := wire.CString(body); ok {
+			if err := uniqueIDInParse(tail); err != nil {
+				return c.answerLocally(err, false)
+			}
+		}
 	}
 	if c.shards != nil {
 		return c.shardedExtended(ctx, typ, body)
