@@ -49,8 +49,8 @@ type Spec struct {
 	// GroupBy lists the columns whose values form a group when Aggs is
 	// not empty; with Distinct and no Aggs, every visible column is the
 	// key.
-	GroupBy  []int
-	Aggs     []Agg
+	GroupBy []int
+	Aggs    []Agg
 	// Having conditions are ANDed and evaluated on combined groups.
 	Having   []Cond
 	Distinct bool
