@@ -564,6 +564,9 @@ func (c *client) appendPortal(out []byte, p *sPortal, i int) []byte {
 			tail = rebindParams(p, pm)
 		} else {
 			newTail = append(append([]byte(sql), 0), st.typesPart()...)
+			if plan.rmerge != nil && plan.rmerge.HiddenColumns > 0 {
+				tail = widenResultFormats(tail, plan.rmerge.HiddenColumns)
+			}
 		}
 		st = &sStmt{sql: sql, st: c.l.stmts.get(newTail)}
 	}
@@ -637,4 +640,21 @@ func resultFormats(tail []byte) []byte {
 		b = r[l:]
 	}
 	return b
+}
+
+// widenResultFormats adds text-format entries for the hidden columns the
+// router appended, when the client's Bind lists one format per column.
+func widenResultFormats(tail []byte, hidden int) []byte {
+	rf := resultFormats(tail)
+	n, rest, ok := wire.Uint16(rf)
+	if !ok || n <= 1 {
+		return tail // none or one format: applies to every column
+	}
+	out := append([]byte{}, tail[:len(tail)-len(rf)]...)
+	out = wire.AppendInt16(out, int16(int(n)+hidden))
+	out = append(out, rest[:2*int(n)]...)
+	for i := 0; i < hidden; i++ {
+		out = wire.AppendInt16(out, 0)
+	}
+	return out
 }

@@ -20,6 +20,7 @@ const shardSchema = `
 CREATE TABLE accounts (id bigint PRIMARY KEY, email text NOT NULL, balance numeric NOT NULL DEFAULT 0, score float8, active bool, created timestamptz);
 CREATE TABLE orders (id bigint NOT NULL, account_id bigint NOT NULL, amount numeric NOT NULL, note text);
 CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL);
+CREATE TABLE types (id bigint PRIMARY KEY, n numeric, f float8, b bytea, j json, jb jsonb, arr int[], ts timestamptz, iv interval, u uuid, ip inet);
 `
 
 // shardedEnv is a reference database and a sharded proxy database with
@@ -64,6 +65,7 @@ databases:
 %s    sharded_tables:
       - { table: accounts, column: id, type: bigint }
       - { table: orders, column: account_id, type: bigint }
+      - { table: types, column: id, type: bigint }
     omni_tables: [countries]
 `, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())
 	e := &shardedEnv{cl: cl, p: startProxy(t, cfg), n: n}
@@ -127,7 +129,7 @@ func runQuery(t testing.TB, conn *pgx.Conn, sql string, mode pgx.QueryExecMode, 
 // requires identical answers (row order only where ordered).
 func (e *shardedEnv) same(t *testing.T, proxyConn *pgx.Conn, sql string, ordered bool, args ...any) {
 	t.Helper()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
 		want, werr := runQuery(t, e.ref, sql, mode, args...)
 		got, gerr := runQuery(t, proxyConn, sql, mode, args...)
 		if (werr == nil) != (gerr == nil) {
@@ -228,6 +230,23 @@ func TestShardedDifferential(t *testing.T) {
 			}
 			for _, q := range queries {
 				e.same(t, pc, q.sql, q.ordered, q.args...)
+			}
+			// Type round trips, by key and merged.
+			write(`INSERT INTO types VALUES
+				(1, 'NaN', 'NaN', '\x00ff', '{"a": [1, 2]}', '{"b": null}', '{1,NULL,3}', '2024-03-10 01:30:00-05', '1 day 02:00:00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '10.0.0.1/8'),
+				(2, '-12345678901234567890.000000001', 'Infinity', '', '[]', '[1, "x"]', '{}', 'infinity', '-3 months', '00000000-0000-0000-0000-000000000000', '::1'),
+				(3, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+				(4, 0.5, 1e-300, '\x', 'null', '{"k": {"n": 1.50}}', '{-1}', '1999-12-31 23:59:59.999999+00', '0', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '192.168.1.1')`)
+			for _, q := range []string{
+				"SELECT * FROM types ORDER BY id",
+				"SELECT * FROM types WHERE id = 2",
+				"SELECT id, n, f FROM types ORDER BY n NULLS FIRST, id",
+				"SELECT id, f FROM types ORDER BY f DESC, id",
+				"SELECT id, ts FROM types ORDER BY ts, id",
+				"SELECT id, u FROM types ORDER BY u DESC NULLS LAST",
+				"SELECT min(n), max(n), min(f), max(f), min(ts), max(ts), min(u::text), count(b) FROM types",
+			} {
+				e.same(t, pc, q, true)
 			}
 			// Writes: tags add up across shards.
 			e.same(t, pc, "UPDATE accounts SET balance = balance + 1 WHERE active", true)
