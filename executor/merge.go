@@ -56,6 +56,10 @@ type Spec struct {
 	Distinct bool
 	// DistinctOn keeps the first row (in OrderBy order) of each key.
 	DistinctOn []int
+	// Collation is the database's collation when it orders text other than
+	// byte by byte (anything but C/POSIX): text ordering across shards is
+	// then refused rather than done wrongly. "" means C.
+	Collation string
 	// Visible is the number of leading columns the client sees; the rest
 	// are hidden columns the proxy added (0: all columns are visible).
 	Visible int
@@ -219,6 +223,11 @@ func (m *Merger) needCmp(col int) error {
 	f, err := comparator(m.cols[col].OID, m.cols[col].Format)
 	if err != nil {
 		return err
+	}
+	if m.spec.Collation != "" && isTextType(m.cols[col].OID) {
+		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+			Message: fmt.Sprintf("cannot order text column %q across shards in collation %q", m.cols[col].Name, m.spec.Collation),
+			Hint:    `the proxy merges text in byte order (the C collation): create the database with LC_COLLATE "C", or route the query to one shard`}
 	}
 	m.cmp[col] = f
 	return nil

@@ -107,6 +107,15 @@ func comparator(oid uint32, format int16) (compareFunc, error) {
 
 func cmpBytes(a, b []byte) (int, error) { return bytes.Compare(a, b), nil }
 
+// isTextType reports whether values of oid order by collation.
+func isTextType(oid uint32) bool {
+	switch oid {
+	case oidText, oidVarchar, oidBPChar, oidName:
+		return true
+	}
+	return false
+}
+
 func cmpInt64(x, y int64) int {
 	switch {
 	case x < y:

@@ -298,6 +298,7 @@ func (c *client) combine(p *routePlan, readers []*shardRows) (string, error) {
 		if spec, err = p.spec(len(cols)); err != nil {
 			return "", err
 		}
+		spec.Collation = c.collation()
 	case routeOmniWrite:
 		sources = sources[:1]
 	}

@@ -45,14 +45,15 @@ func (st *State) planner(db *config.Database) (planner, error) {
 	if st.routers.m == nil {
 		st.routers.m = map[string]*routerPlanner{}
 	}
-	p := &routerPlanner{r: r}
+	p := &routerPlanner{r: r, cat: cat}
 	st.routers.m[db.Name] = p
 	return p, nil
 }
 
 // routerPlanner adapts router.Router to the frontend's routePlan.
 type routerPlanner struct {
-	r *router.Router
+	r   *router.Router
+	cat *catalog // nil without a user to connect as
 }
 
 func (rp *routerPlanner) plan(sql string, c *client) (*routePlan, error) {
@@ -365,6 +366,16 @@ func (c *client) applyHints(ops []setOp, inTx bool) {
 	}
 }
 
+// collation returns the database's collation when it is not byte order
+// ("" for C and POSIX), from shard 0's catalog.
+func (c *client) collation() string {
+	rp, ok := c.rt.(*routerPlanner)
+	if !ok || rp.cat == nil {
+		return ""
+	}
+	return rp.cat.collation()
+}
+
 // catalog answers the router's questions about table columns from shard
 // 0's catalog, over a connection of its own (a client may hold every
 // pooled server), caching the answers.
@@ -374,6 +385,46 @@ type catalog struct {
 	mu    sync.Mutex // guards the following
 	conn  *pgconn.PgConn
 	cache map[string][]string
+	coll  *string
+}
+
+// collation returns datcollate unless it is C or POSIX.
+func (cat *catalog) collation() string {
+	cat.mu.Lock()
+	defer cat.mu.Unlock()
+	if cat.coll != nil {
+		return *cat.coll
+	}
+	if err := cat.connect(); err != nil {
+		return "unknown (catalog unreachable)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res := cat.conn.ExecParams(ctx, "SELECT datcollate FROM pg_database WHERE datname = current_database()", nil, nil, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 {
+		return "unknown (catalog query failed)"
+	}
+	coll := string(res.Rows[0][0])
+	if coll == "C" || coll == "POSIX" || strings.HasPrefix(coll, "C.") {
+		coll = ""
+	}
+	cat.coll = &coll
+	return coll
+}
+
+// connect opens the catalog connection if needed; cat.mu is held.
+func (cat *catalog) connect() error {
+	if cat.conn != nil && !cat.conn.IsClosed() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pool.Connect(ctx, cat.pool.Target, cat.pool.Config.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	cat.conn = conn
+	return nil
 }
 
 func (cat *catalog) columns(schema, table string) []string {
@@ -385,12 +436,8 @@ func (cat *catalog) columns(schema, table string) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if cat.conn == nil || cat.conn.IsClosed() {
-		conn, err := pool.Connect(ctx, cat.pool.Target, cat.pool.Config.ConnectTimeout)
-		if err != nil {
-			return nil
-		}
-		cat.conn = conn
+	if cat.connect() != nil {
+		return nil
 	}
 	name := quoteIdent(table)
 	if schema != "" {
