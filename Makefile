@@ -1,0 +1,25 @@
+# The README's two commands: `make demo` runs the proxy in front of two local
+# PostgreSQL shards; `make test` runs every test (unit, fuzz seeds, and
+# integration tests against real PostgreSQL servers).
+GO ?= go
+
+.PHONY: demo test build vet fmt-check bench
+
+demo:
+	$(GO) run ./cmd/proxy demo
+
+build:
+	$(GO) build -o bin/proxy ./cmd/proxy
+
+test: fmt-check vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench:
+	bash bench/run.sh
