@@ -3,7 +3,6 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"strconv"
 
 	"github.com/shardgate/shardgate/wire"
@@ -373,4 +372,3 @@ func (s *CopySplitter) binaryRows() (int, error) {
 	return pos, nil
 }
 
-var _ = fmt.Sprint

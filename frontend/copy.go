@@ -5,7 +5,6 @@ import (
 
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
-	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -236,4 +235,3 @@ func (c *client) endCopy(servers []*pool.Server, inCopy []bool, reason string) {
 	}
 }
 
-var _ router.Copy

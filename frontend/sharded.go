@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -526,4 +525,3 @@ func trimSavepoints(sps []string, name string, keep bool) []string {
 // pickShard returns a random shard for reads that any shard can answer.
 func pickShard(n int) int { return rand.IntN(n) }
 
-var _ = fmt.Sprint

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 
-	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -536,7 +535,6 @@ func (c *client) sTxControl(ctx context.Context, p *routePlan) error {
 	return nil
 }
 
-var _ = executor.SelectTag
 
 // appendPortal appends the Parse (if the server lacks the statement) and
 // Bind that recreate portal p on shard i's server: the client's statement,

@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -202,4 +201,3 @@ func splitDataRow(body []byte) ([][]byte, error) {
 	return cols, nil
 }
 
-var _ = os.Getenv
