@@ -371,4 +371,3 @@ func (s *CopySplitter) binaryRows() (int, error) {
 	}
 	return pos, nil
 }
-

@@ -234,4 +234,3 @@ func (c *client) endCopy(servers []*pool.Server, inCopy []bool, reason string) {
 		}
 	}
 }
-

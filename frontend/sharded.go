@@ -524,4 +524,3 @@ func trimSavepoints(sps []string, name string, keep bool) []string {
 
 // pickShard returns a random shard for reads that any shard can answer.
 func pickShard(n int) int { return rand.IntN(n) }
-

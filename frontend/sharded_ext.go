@@ -535,7 +535,6 @@ func (c *client) sTxControl(ctx context.Context, p *routePlan) error {
 	return nil
 }
 
-
 // appendPortal appends the Parse (if the server lacks the statement) and
 // Bind that recreate portal p on shard i's server: the client's statement,
 // the router's rewrite of it, or — for a multi-row INSERT split between

@@ -200,4 +200,3 @@ func splitDataRow(body []byte) ([][]byte, error) {
 	}
 	return cols, nil
 }
-
