@@ -373,6 +373,7 @@ func (c *client) loop(ctx context.Context) error {
 		if c.l.shutting.Load() && c.server == nil || c.killed.Load() {
 			code := wire.AdminShutdown
 			c.sendFatal(wire.Fatalf(code, "terminating connection due to administrator command"))
+			c.abandon() // a killed client may hold a server: roll back, return it
 			return nil
 		}
 		typ, raw, body, err := c.r.Next()

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -207,11 +209,22 @@ func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server,
 		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
 		defer cancel()
 	}
+	// pgconn starts a background reader when a write of the handshake is
+	// slow, and stops it only after its Read in progress returns: that
+	// Read can still be waiting when Hijack hands the connection over, and
+	// would swallow the first answer the proxy waits for. Reading through
+	// pgconn's reader instead (it returns that Read's bytes, then reads the
+	// connection directly) loses nothing.
+	var r io.Reader
+	cfg.BuildFrontend = func(br io.Reader, w io.Writer) *pgproto3.Frontend {
+		r = br
+		return pgproto3.NewFrontend(br, w)
+	}
 	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: connect: %w", t, err)
 	}
-	return hijack(pc, t)
+	return hijack(pc, r, t)
 }
 
 func (t Target) pgconnConfig(connectTimeout time.Duration) (*pgconn.Config, error) {
@@ -238,7 +251,8 @@ func (t Target) pgconnConfig(connectTimeout time.Duration) (*pgconn.Config, erro
 	return cfg, nil
 }
 
-func hijack(pc *pgconn.PgConn, t Target) (*Server, error) {
+// hijack takes the connection of pc over; r reads from it (see Dial).
+func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 	hc, err := pc.Hijack()
 	if err != nil {
 		pc.Close(context.Background())
@@ -247,7 +261,7 @@ func hijack(pc *pgconn.PgConn, t Target) (*Server, error) {
 	now := time.Now()
 	s := &Server{
 		Conn:     hc.Conn,
-		R:        wire.NewReader(hc.Conn, 32<<10, 1<<30),
+		R:        wire.NewReader(r, 32<<10, 1<<30),
 		W:        bufio.NewWriterSize(hc.Conn, 32<<10),
 		PID:      hc.PID,
 		Secret:   hc.SecretKey,
