@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"context"
+	"fmt"
+	"time"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -93,11 +95,30 @@ func (c *client) shardedStatus() byte {
 // attachShard checks a server out for shard i, queuing the settings sync
 // and, inside a transaction, the BEGIN the shard has not seen yet.
 func (c *client) attachShard(ctx context.Context, i int) error {
+	if !c.holdsShards() {
+		// The start of a transaction: pass the pause/maintenance gate and
+		// pick up a reloaded configuration.
+		if err := c.admit(ctx); err != nil {
+			return err
+		}
+		if err := c.refreshShards(); err != nil {
+			c.release()
+			return err
+		}
+	}
+	if i >= len(c.shards) {
+		return wire.Errorf(wire.InternalError, "shard %d does not exist any more (configuration reloaded)", i)
+	}
 	sc := &c.shards[i]
 	if sc.server == nil {
 		c.setState(ClientWaiting)
+		start := time.Now()
 		s, err := sc.pool.Checkout(ctx)
+		sc.pool.Stats.WaitTime.Observe(time.Since(start))
 		if err != nil {
+			if !c.holdsShards() {
+				c.release()
+			}
 			return checkoutError(sc.pool, err)
 		}
 		sc.server = s
@@ -130,8 +151,50 @@ func (c *client) prefix(i int, implicitTx bool) string {
 	return b.String()
 }
 
+// holdsShards reports whether the client holds any shard's server.
+func (c *client) holdsShards() bool {
+	for i := range c.shards {
+		if c.shards[i].server != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshShards moves the client to a reloaded configuration between
+// transactions: new pools, new sharding rules (a resharding cutover changes
+// the shard count), or 57P01 when its user or database is gone.
+func (c *client) refreshShards() error {
+	st := c.l.State()
+	if st == c.st {
+		return nil
+	}
+	u, db := st.Config.User(c.user.Name), st.Config.Database(c.db.Name)
+	if u == nil || db == nil || !u.Allows(db.Name) {
+		return &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown,
+			Message: "terminating connection due to administrator command",
+			Detail: fmt.Sprintf("a configuration reload removed user %q or database %q, or access of the one to the other",
+				c.user.Name, c.db.Name)}
+	}
+	c.st, c.user, c.db = st, u, db
+	c.pool = st.Pools.Get(db, u, 0)
+	if len(db.Shards) < 2 {
+		// The database is not sharded any more: serve it as one shard.
+		c.shards = []shardConn{{pool: c.pool}}
+		c.rt = nil
+		return nil
+	}
+	return c.initShards(st)
+}
+
 // detachShards returns every held server to the pool.
 func (c *client) detachShards() {
+	held := c.holdsShards()
+	defer func() {
+		if held {
+			c.release()
+		}
+	}()
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {
