@@ -2,12 +2,12 @@ package frontend
 
 import (
 	"context"
-	"fmt"
-	"time"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
