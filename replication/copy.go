@@ -1,0 +1,352 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
+)
+
+// Copy runs Check, then copies every published table of every source shard
+// to the destination shards at a snapshot exported by the source's logical
+// replication slot, so that Stream continues exactly where the copy ends.
+//
+// Each destination shard loads a table's rows from one source shard in one
+// transaction with its row in shardgate_reshard.table_copies: a half-copied
+// table never stays behind, and a re-run copies only what is missing. A
+// re-run cannot reuse the first snapshot, so it takes a new one from a
+// temporary slot and records that snapshot's LSN; Stream skips each table's
+// changes below the LSN its copy was taken at.
+func (t *Task) Copy(ctx context.Context) error {
+	if err := t.Check(ctx); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for s := range t.src.Shards {
+		g.Go(func() error { return t.copySource(gctx, s) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for d := range t.dst.Shards {
+		conn, err := t.connectDest(ctx, d)
+		if err != nil {
+			return fmt.Errorf("replication: copy: %w", err)
+		}
+		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.steps (task, step) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			t.Name, StepCopied.String())
+		conn.Close(ctx)
+		if err != nil {
+			return fmt.Errorf("replication: copy: %s: %w", shardDesc("destination", t.dst, d), err)
+		}
+	}
+	return nil
+}
+
+// copyTables returns the tables source shard s copies or streams: all but
+// the omni tables it does not own.
+func (t *Task) ownedTables(ctx context.Context, conn *pgx.Conn, s int) ([]*table, error) {
+	all, err := t.loadTables(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var tables []*table
+	for _, tb := range all {
+		if tb.rule.place == placeOmni && s != omniOwner {
+			continue
+		}
+		tables = append(tables, tb)
+	}
+	return tables, nil
+}
+
+// omniOwner is the source shard that copies and streams every omni table.
+const omniOwner = 0
+
+// copied returns, per destination shard, the tables source shard s has
+// copied there.
+func (t *Task) copied(ctx context.Context, s int) ([]map[string]pglogrepl.LSN, error) {
+	out := make([]map[string]pglogrepl.LSN, len(t.dst.Shards))
+	for d := range t.dst.Shards {
+		conn, err := t.connectDest(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		rows, _ := conn.Query(ctx, `SELECT table_name, lsn::text FROM shardgate_reshard.table_copies WHERE task = $1 AND source_shard = $2`,
+			t.Name, s)
+		out[d] = map[string]pglogrepl.LSN{}
+		var name, lsn string
+		_, err = pgx.ForEachRow(rows, []any{&name, &lsn}, func() error {
+			l, err := pglogrepl.ParseLSN(lsn)
+			out[d][name] = l
+			return err
+		})
+		conn.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: read table copies: %w", shardDesc("destination", t.dst, d), err)
+		}
+	}
+	return out, nil
+}
+
+func (t *Task) copySource(ctx context.Context, s int) error {
+	conn, err := t.connectSource(ctx, s)
+	if err != nil {
+		return fmt.Errorf("replication: copy: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	src := shardDesc("source", t.src, s)
+	tables, err := t.ownedTables(ctx, conn, s)
+	if err != nil {
+		return fmt.Errorf("replication: copy: %s: %w", src, err)
+	}
+	done, err := t.copied(ctx, s)
+	if err != nil {
+		return fmt.Errorf("replication: copy: %w", err)
+	}
+	// pending[i] lists the destination shards table i still needs.
+	pending := make([][]bool, len(tables))
+	anyDone, anyPending := false, false
+	for i, tb := range tables {
+		pending[i] = make([]bool, len(t.dst.Shards))
+		for d := range t.dst.Shards {
+			_, ok := done[d][tb.String()]
+			pending[i][d] = !ok
+			anyDone = anyDone || ok
+			anyPending = anyPending || !ok
+		}
+	}
+	if _, err := conn.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '`+t.slotName(s)+`') THEN
+			CREATE PUBLICATION `+quoteIdent(t.slotName(s))+` FOR ALL TABLES;
+		END IF; END $$`); err != nil {
+		return fmt.Errorf("replication: copy: %s: create publication: %w", src, err)
+	}
+	var slotExists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`,
+		t.slotName(s)).Scan(&slotExists); err != nil {
+		return fmt.Errorf("replication: copy: %s: %w", src, err)
+	}
+	if !slotExists && anyDone {
+		return fmt.Errorf("replication: copy: %s: slot %s is gone but tables were copied; changes since are lost: Drop the task, empty the destination and start again",
+			src, t.slotName(s))
+	}
+	if slotExists && !anyPending {
+		return nil
+	}
+	// The replication connection stays open, idle, while the tables copy:
+	// the exported snapshot lives until its next command.
+	rconn, err := pgconn.Connect(ctx, t.dsn(t.src, s, true))
+	if err != nil {
+		return fmt.Errorf("replication: copy: %s: replication connection: %w", src, err)
+	}
+	defer rconn.Close(context.WithoutCancel(ctx))
+	slot := t.slotName(s)
+	if slotExists {
+		slot += "_copy" // a re-run: a temporary slot only for its snapshot
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, rconn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+		Temporary:      slotExists,
+		SnapshotAction: "EXPORT_SNAPSHOT",
+		Mode:           pglogrepl.LogicalReplication,
+	})
+	if err != nil {
+		return fmt.Errorf("replication: copy: %s: create slot %s: %w", src, slot, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return fmt.Errorf("replication: copy: %s: slot %s: %w", src, slot, err)
+	}
+	t.log.Info("copy snapshot", "source", s, "slot", slot, "lsn", lsn, "snapshot", res.SnapshotName)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, t.CopyParallelism))
+	for i, tb := range tables {
+		if !containsBool(pending[i], true) {
+			continue
+		}
+		g.Go(func() error {
+			if err := t.copyTable(gctx, s, tb, res.SnapshotName, lsn, pending[i]); err != nil {
+				return fmt.Errorf("replication: copy: %s: table %s: %w", src, tb, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// copyTable copies one table of source shard s, at snapshot, to the
+// destination shards marked in dests.
+func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string, lsn pglogrepl.LSN, dests []bool) error {
+	src, err := t.connectSource(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return err
+	}
+	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+		return fmt.Errorf("set snapshot: %w", err)
+	}
+	cols := make([]string, len(tb.columns))
+	for i, c := range tb.columns {
+		cols[i] = quoteIdent(c)
+	}
+	colList := strings.Join(cols, ", ")
+
+	g, gctx := errgroup.WithContext(ctx)
+	pipes := make([]*io.PipeWriter, len(dests))
+	bufs := make([]*bufio.Writer, len(dests))
+	rows := make([]int64, len(dests))
+	for d, want := range dests {
+		if !want {
+			continue
+		}
+		pr, pw := io.Pipe()
+		pipes[d], bufs[d] = pw, bufio.NewWriterSize(pw, 64<<10)
+		g.Go(func() error {
+			err := t.loadDest(gctx, d, s, tb, colList, pr, lsn, &rows[d])
+			pr.CloseWithError(errors.Join(err, errors.New("destination load ended")))
+			return err
+		})
+	}
+	closeAll := func(err error) {
+		for _, pw := range pipes {
+			if pw != nil {
+				pw.CloseWithError(err)
+			}
+		}
+	}
+	g.Go(func() error {
+		pr, pw := io.Pipe()
+		copyErr := make(chan error, 1)
+		go func() {
+			_, err := src.PgConn().CopyTo(gctx, pw, "COPY "+tb.ident()+" ("+colList+") TO STDOUT (FORMAT binary)")
+			pw.CloseWithError(err)
+			copyErr <- err
+		}()
+		err := t.splitRows(tb, dests, newCopyReader(pr), bufs, rows)
+		pr.CloseWithError(errors.New("copy split ended"))
+		if cerr := <-copyErr; err == nil {
+			err = cerr
+		}
+		if err != nil {
+			closeAll(err)
+			return err
+		}
+		closeAll(nil)
+		return nil
+	})
+	return g.Wait()
+}
+
+// splitRows reads a binary COPY stream and writes each row to the stream of
+// its destination shard; rows counts them.
+func (t *Task) splitRows(tb *table, dests []bool, in *copyReader, out []*bufio.Writer, rows []int64) error {
+	for d, w := range out {
+		if w != nil && dests[d] {
+			w.Write(copyHeader)
+		}
+	}
+	if err := in.header(); err != nil {
+		return err
+	}
+	for {
+		err := in.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		switch tb.rule.place {
+		case placeOmni:
+			for d, w := range out {
+				if w != nil {
+					if _, err := w.Write(in.tuple); err != nil {
+						return err
+					}
+					rows[d]++
+				}
+			}
+			continue
+		case placePinned:
+			if w := out[tb.rule.shard]; w != nil {
+				if _, err := w.Write(in.tuple); err != nil {
+					return err
+				}
+				rows[tb.rule.shard]++
+			}
+			continue
+		}
+		d, err := tb.rule.shardOfBinary(in.field[tb.keyIndex])
+		if err != nil {
+			return fmt.Errorf("route row: column %s: %w", tb.rule.column, err)
+		}
+		if d < 0 || d >= len(out) {
+			return fmt.Errorf("route row: shard %d does not exist", d)
+		}
+		if w := out[d]; w != nil {
+			if _, err := w.Write(in.tuple); err != nil {
+				return err
+			}
+			rows[d]++
+		}
+	}
+	for _, w := range out {
+		if w != nil {
+			w.Write(copyTrailer)
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadDest loads r, a binary COPY stream, into the table on destination
+// shard d and records the copy, in one transaction.
+func (t *Task) loadDest(ctx context.Context, d, s int, tb *table, colList string, r io.Reader, lsn pglogrepl.LSN, rows *int64) error {
+	conn, err := t.connectDest(ctx, d)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	dst := shardDesc("destination", t.dst, d)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if _, err := conn.PgConn().CopyFrom(ctx, r, "COPY "+tb.ident()+" ("+colList+") FROM STDIN (FORMAT binary)"); err != nil {
+		return fmt.Errorf("%s: copy in: %w", dst, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO shardgate_reshard.table_copies (task, source_shard, table_name, lsn, rows)
+		VALUES ($1, $2, $3, $4::text::pg_lsn, $5)`, t.Name, s, tb.String(), lsn.String(), *rows); err != nil {
+		return fmt.Errorf("%s: record copy: %w", dst, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%s: commit: %w", dst, err)
+	}
+	t.log.Info("table copied", "source", s, "shard", d, "table", tb.String(), "rows", *rows)
+	return nil
+}
+
+func containsBool(list []bool, v bool) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,229 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// route turns one decoded row change into changes on destination shards.
+// An UPDATE that moves a row to another shard becomes a DELETE on the old
+// shard and an INSERT on the new one; when the new tuple leaves TOASTed
+// columns out, the old shard's applier deletes the row and returns them.
+func (r *reader) route(ctx context.Context, rel *relation, newT, oldT []*pglogrepl.TupleDataColumn, kind changeKind) error {
+	identity := oldT
+	if identity == nil {
+		identity = newT // the key did not change
+	}
+	switch rel.rule.place {
+	case placeOmni:
+		for d := range r.pending {
+			r.add(ctx, d, change{kind: kind, rel: rel, new: newT, old: identity})
+		}
+		return r.flushFull(ctx)
+	case placePinned:
+		r.add(ctx, rel.rule.shard, change{kind: kind, rel: rel, new: newT, old: identity})
+		return r.flushFull(ctx)
+	}
+	switch kind {
+	case changeInsert:
+		d, _, err := rel.shardOf(newT)
+		if err != nil {
+			return err
+		}
+		r.add(ctx, d, change{kind: kind, rel: rel, new: newT})
+	case changeDelete:
+		d, ok, err := rel.shardOf(oldT)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("table %s: DELETE without the sharding key in the old tuple", rel.name)
+		}
+		r.add(ctx, d, change{kind: kind, rel: rel, old: oldT})
+	case changeUpdate:
+		nd, nok, err := rel.shardOf(newT)
+		if err != nil {
+			return err
+		}
+		od, ook := nd, false
+		if oldT != nil {
+			if od, ook, err = rel.shardOf(oldT); err != nil {
+				return err
+			}
+		}
+		if !nok && !ook {
+			return fmt.Errorf("table %s: UPDATE without the sharding key", rel.name)
+		}
+		if !nok {
+			nd = od
+		} else if !ook {
+			od = nd
+		}
+		if od == nd {
+			r.add(ctx, nd, change{kind: changeUpdate, rel: rel, new: newT, old: identity})
+			break
+		}
+		if !hasToast(newT) {
+			r.add(ctx, od, change{kind: changeDelete, rel: rel, old: identity})
+			r.add(ctx, nd, change{kind: changeInsert, rel: rel, new: newT})
+			break
+		}
+		full, err := r.moveOut(ctx, od, rel, newT, identity)
+		if err != nil {
+			return err
+		}
+		if full != nil {
+			r.add(ctx, nd, change{kind: changeInsert, rel: rel, new: full})
+		}
+	}
+	return r.flushFull(ctx)
+}
+
+// moveOut deletes a row from destination shard d through its applier and
+// returns newT with its unchanged TOASTed columns filled in from the row.
+func (r *reader) moveOut(ctx context.Context, d int, rel *relation, newT, old []*pglogrepl.TupleDataColumn) ([]*pglogrepl.TupleDataColumn, error) {
+	reply := make(chan moveReply, 1)
+	r.add(ctx, d, change{kind: changeMoveOut, rel: rel, new: newT, old: old, reply: reply})
+	if err := r.flush(ctx, d); err != nil {
+		return nil, err
+	}
+	var rep moveReply
+	select {
+	case rep = <-reply:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if rep.err != nil {
+		return nil, rep.err
+	}
+	if rep.skipped || rep.missing {
+		// Destination shard d committed this transaction before a restart
+		// and the new shard did not, so the old row is gone; or such a
+		// move left the row out and a later move finds nothing. Take the
+		// values from the source's current row instead; the row's later
+		// changes are still to come, so the destination converges to the
+		// source.
+		if rep.missing {
+			r.t.log.Warn("row to move is not on its old shard; using the source's current row",
+				"source", r.s, "shard", d, "table", rel.name, "lsn", r.begin.FinalLSN, "after_restart", r.begin.FinalLSN < r.replayUntil)
+		}
+		values, err := r.sourceValues(ctx, rel, newT)
+		if err != nil || values == nil {
+			return nil, err // nil: deleted on the source since; so will the stream delete it
+		}
+		rep.values = values
+	}
+	full := make([]*pglogrepl.TupleDataColumn, len(newT))
+	for i, v := range newT {
+		full[i] = v
+		if data, ok := rep.values[i]; ok {
+			if data == nil {
+				full[i] = &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+			} else {
+				full[i] = &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Length: uint32(len(data)), Data: data}
+			}
+		}
+	}
+	return full, nil
+}
+
+func hasToast(tuple []*pglogrepl.TupleDataColumn) bool {
+	for _, v := range tuple {
+		if v.DataType == pglogrepl.TupleDataTypeToast {
+			return true
+		}
+	}
+	return false
+}
+
+// add buffers a change for destination shard d.
+func (r *reader) add(_ context.Context, d int, c change) {
+	r.pending[d] = append(r.pending[d], c)
+	r.size[d] += tupleSize(c.new) + tupleSize(c.old)
+}
+
+// flushFull hands over the buffered changes of every destination shard
+// whose buffer reached a chunk's size.
+func (r *reader) flushFull(ctx context.Context) error {
+	for d := range r.pending {
+		if len(r.pending[d]) >= chunkChanges || r.size[d] >= chunkBytes {
+			if err := r.flush(ctx, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush hands the buffered changes of the current transaction for
+// destination shard d to its applier, which applies them into an open
+// destination transaction that commits with the source transaction.
+func (r *reader) flush(ctx context.Context, d int) error {
+	if len(r.pending[d]) == 0 {
+		return nil
+	}
+	err := r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.pending[d]})
+	r.pending[d], r.size[d], r.touched[d] = nil, 0, true
+	return err
+}
+
+// send queues o for destination shard d's applier, waiting while its queue
+// is full: backpressure that stops reading from the source.
+func (r *reader) send(ctx context.Context, d int, o op) error {
+	select {
+	case r.appliers[d].ops <- o:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func tupleSize(t []*pglogrepl.TupleDataColumn) int {
+	n := 0
+	for _, v := range t {
+		n += len(v.Data) + 16
+	}
+	return n
+}
+
+// sourceValues reads the columns newT leaves unchanged (TOAST) from the
+// source's current row with newT's identity; nil when there is none.
+func (r *reader) sourceValues(ctx context.Context, rel *relation, newT []*pglogrepl.TupleDataColumn) (map[int][]byte, error) {
+	if r.srcConn == nil {
+		conn, err := r.t.connectSource(ctx, r.s)
+		if err != nil {
+			return nil, err
+		}
+		r.srcConn = conn
+	}
+	var args [][]byte
+	param := func(v []byte) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var cols []string
+	var idx []int
+	for i, v := range newT {
+		if v.DataType == pglogrepl.TupleDataTypeToast {
+			cols = append(cols, quoteIdent(rel.cols[i])+"::text")
+			idx = append(idx, i)
+		}
+	}
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + rel.ident + " WHERE " + rel.where(newT, param) + " LIMIT 1"
+	res := r.srcConn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read()
+	if res.Err != nil {
+		return nil, fmt.Errorf("table %s: read unchanged TOASTed columns from the source: %w", rel.name, res.Err)
+	}
+	if len(res.Rows) == 0 {
+		return nil, nil
+	}
+	values := map[int][]byte{}
+	for j, i := range idx {
+		values[i] = res.Rows[0][j]
+	}
+	return values, nil
+}

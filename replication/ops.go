@@ -1,0 +1,227 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// SlotLag is the state of one source shard's replication slot.
+type SlotLag struct {
+	Source    int
+	Slot      string
+	Confirmed pglogrepl.LSN // the slot's confirmed_flush_lsn
+	Current   pglogrepl.LSN // the source's pg_current_wal_lsn()
+	Bytes     int64         // Current - Confirmed
+}
+
+// Lag returns, per source shard, how far the destinations are behind.
+func (t *Task) Lag(ctx context.Context) ([]SlotLag, error) {
+	var out []SlotLag
+	for s := range t.src.Shards {
+		conn, err := t.connectSource(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("replication: lag: %w", err)
+		}
+		l := SlotLag{Source: s, Slot: t.slotName(s)}
+		var confirmed, current string
+		err = conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn, '0/0')::text, pg_current_wal_lsn()::text,
+			pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(confirmed_flush_lsn, '0/0'))::bigint
+			FROM pg_replication_slots WHERE slot_name = $1`, l.Slot).Scan(&confirmed, &current, &l.Bytes)
+		conn.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("replication: lag: %s: slot %s: %w", shardDesc("source", t.src, s), l.Slot, err)
+		}
+		l.Confirmed, _ = pglogrepl.ParseLSN(confirmed)
+		l.Current, _ = pglogrepl.ParseLSN(current)
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// CurrentLSN returns pg_current_wal_lsn() of every source shard: the
+// positions WaitCaughtUp waits for at cutover, once writes are paused.
+func (t *Task) CurrentLSN(ctx context.Context) ([]pglogrepl.LSN, error) {
+	lags, err := t.Lag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pglogrepl.LSN, len(lags))
+	for i, l := range lags {
+		out[i] = l.Current
+	}
+	return out, nil
+}
+
+// WaitCaughtUp waits until, for every source shard s, every destination
+// shard has applied the source's WAL up to target[s] (nil: CurrentLSN now).
+// Stream must be running. It polls the slots' confirmed flush LSN, which the
+// stream advances only past what every destination shard committed.
+func (t *Task) WaitCaughtUp(ctx context.Context, target []pglogrepl.LSN) error {
+	if target == nil {
+		var err error
+		if target, err = t.CurrentLSN(ctx); err != nil {
+			return err
+		}
+	}
+	for {
+		lags, err := t.Lag(ctx)
+		if err != nil {
+			return err
+		}
+		behind := false
+		for i, l := range lags {
+			if l.Confirmed < target[i] {
+				behind = true
+			}
+		}
+		if !behind {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replication: wait caught up: %w (lag %v)", ctx.Err(), lags)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// SyncSequences sets every sequence on every destination shard past the
+// largest value any source shard has handed out. Run it at cutover, after
+// writes to the source stopped.
+func (t *Task) SyncSequences(ctx context.Context) error {
+	last := map[string]int64{}
+	for s := range t.src.Shards {
+		conn, err := t.connectSource(ctx, s)
+		if err != nil {
+			return fmt.Errorf("replication: sync sequences: %w", err)
+		}
+		rows, _ := conn.Query(ctx, `SELECT format('%I.%I', schemaname, sequencename), last_value
+			FROM pg_sequences WHERE last_value IS NOT NULL AND increment_by > 0 AND schemaname <> $1`, bookkeepingSchema)
+		var name string
+		var v int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+			if cur, ok := last[name]; !ok || v > cur {
+				last[name] = v
+			}
+			return nil
+		})
+		conn.Close(ctx)
+		if err != nil {
+			return fmt.Errorf("replication: sync sequences: %s: %w", shardDesc("source", t.src, s), err)
+		}
+	}
+	for d := range t.dst.Shards {
+		conn, err := t.connect(ctx, t.dst, d)
+		if err != nil {
+			return fmt.Errorf("replication: sync sequences: %w", err)
+		}
+		for name, v := range last {
+			if _, err = conn.Exec(ctx, `SELECT setval($1::regclass, $2, true)`, name, v); err != nil {
+				err = fmt.Errorf("replication: sync sequences: %s: sequence %s: %w", shardDesc("destination", t.dst, d), name, err)
+				break
+			}
+		}
+		conn.Close(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Drop removes what the task created: each source shard's slot (stopping a
+// walsender that still uses it) and publication, each destination shard's
+// replication origins and bookkeeping rows. Stop Stream first. Drop keeps
+// going after an error so that no slot is left behind, and returns every
+// error.
+func (t *Task) Drop(ctx context.Context) error {
+	var errs []error
+	for s := range t.src.Shards {
+		if err := t.dropSource(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for d := range t.dst.Shards {
+		if err := t.dropDest(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("replication: drop: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (t *Task) dropSource(ctx context.Context, s int) error {
+	conn, err := t.connectSource(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	slot := t.slotName(s)
+	// A slot in use cannot be dropped: end the walsender first, then retry
+	// while it exits.
+	for attempt := 0; ; attempt++ {
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		if err == nil {
+			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		}
+		if err == nil || attempt >= 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: drop slot %s: %w", shardDesc("source", t.src, s), slot, err)
+	}
+	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+quoteIdent(slot)); err != nil {
+		return fmt.Errorf("%s: drop publication %s: %w", shardDesc("source", t.src, s), slot, err)
+	}
+	return nil
+}
+
+func (t *Task) dropDest(ctx context.Context, d int) error {
+	conn, err := t.connectDest(ctx, d)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	dst := shardDesc("destination", t.dst, d)
+	for s := range t.src.Shards {
+		name := t.originName(s, d)
+		var err error
+		for attempt := 0; attempt < 50; attempt++ {
+			_, err = conn.Exec(ctx, `SELECT pg_replication_origin_drop($1) WHERE pg_replication_origin_oid($1) IS NOT NULL`, name)
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // a stopping applier may still hold it
+		}
+		if err != nil {
+			return fmt.Errorf("%s: drop origin %s: %w", dst, name, err)
+		}
+	}
+	_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.table_copies WHERE task = $1`, t.Name)
+	if err == nil {
+		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.steps WHERE task = $1`, t.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	var left bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)`).Scan(&left); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if !left {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA shardgate_reshard CASCADE"); err != nil {
+			return fmt.Errorf("%s: %w", dst, err)
+		}
+	}
+	return nil
+}

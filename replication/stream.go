@@ -1,0 +1,394 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"golang.org/x/sync/errgroup"
+)
+
+// Tuning of the stream.
+const (
+	// statusInterval is how often a stream confirms its flush LSN to the
+	// source when nothing else prompts it.
+	statusInterval = time.Second
+	// chunkChanges and chunkBytes bound the changes of one transaction that
+	// the reader buffers for one destination shard before handing them to
+	// its applier, which applies them into the still open destination
+	// transaction. Together with the applier's bounded queue this bounds
+	// memory whatever the size of a source transaction.
+	chunkChanges = 1000
+	chunkBytes   = 8 << 20
+)
+
+// relation is a source table as a pgoutput Relation message describes it.
+type relation struct {
+	name  string // schema.table, as in table_copies
+	ident string // quoted
+	cols  []string
+	key   []int // indexes of the replica identity columns
+	full  bool  // REPLICA IDENTITY FULL
+	rule  rule
+	keyAt int  // index of rule.column in cols (sharded tables)
+	skip  bool // an omni table this source shard does not own
+}
+
+// Stream applies the changes of every source shard to the destination
+// shards until ctx is done, then returns nil; it returns an error when a
+// stream fails. It needs a finished Copy. Stream may be stopped and started
+// again at any time: each destination shard skips what its replication
+// origin says it already committed, so every source transaction is applied
+// exactly once.
+func (t *Task) Stream(ctx context.Context) error {
+	step, err := t.Step(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("replication: stream: %w", err)
+	}
+	if step < StepCopied {
+		return fmt.Errorf("replication: stream: the copy is not finished (step %s)", step)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for s := range t.src.Shards {
+		g.Go(func() error { return t.streamSource(gctx, s) })
+	}
+	err = g.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// reader holds the state of one source shard's stream.
+type reader struct {
+	t          *Task
+	s          int
+	appliers   []*applier
+	rels       map[uint32]*relation
+	tables     map[string]*table // owned tables by schema.table
+	sent       []pglogrepl.LSN   // per destination: end LSN of the last commit handed over
+	dispatched pglogrepl.LSN     // everything up to here was handed to the appliers
+	confirmed  pglogrepl.LSN     // last flush LSN sent to the source
+	srcConn    *pgx.Conn         // a normal session on the source, opened when needed
+	// replayUntil is the highest origin progress of any destination shard
+	// at start: transactions before it may be applied on some destination
+	// shards and not others.
+	replayUntil pglogrepl.LSN
+
+	inTxn   bool
+	begin   pglogrepl.BeginMessage
+	pending [][]change // per destination, of the current transaction
+	size    []int      // bytes in pending
+	touched []bool     // destinations that got ops of the current transaction
+}
+
+func (t *Task) streamSource(ctx context.Context, s int) error {
+	src := shardDesc("source", t.src, s)
+	conn, err := t.connectSource(ctx, s)
+	if err != nil {
+		return fmt.Errorf("replication: stream: %w", err)
+	}
+	tables, err := t.ownedTables(ctx, conn, s)
+	var startText string
+	if err == nil {
+		err = conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
+			t.slotName(s)).Scan(&startText)
+	}
+	conn.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("replication: stream: %s: slot %s: %w", src, t.slotName(s), err)
+	}
+	start, err := pglogrepl.ParseLSN(startText)
+	if err != nil {
+		return err
+	}
+	copies, err := t.copied(ctx, s)
+	if err != nil {
+		return fmt.Errorf("replication: stream: %w", err)
+	}
+	r := &reader{t: t, s: s, rels: map[uint32]*relation{}, tables: map[string]*table{},
+		sent: make([]pglogrepl.LSN, len(t.dst.Shards)), dispatched: start, confirmed: start,
+		pending: make([][]change, len(t.dst.Shards)), size: make([]int, len(t.dst.Shards)),
+		touched: make([]bool, len(t.dst.Shards))}
+	for _, tb := range tables {
+		r.tables[tb.String()] = tb
+		for d := range t.dst.Shards {
+			if _, ok := copies[d][tb.String()]; !ok {
+				return fmt.Errorf("replication: stream: %s: table %s was not copied to %s", src, tb, shardDesc("destination", t.dst, d))
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	defer g.Wait()
+	for d := range t.dst.Shards {
+		a, err := t.newApplier(ctx, s, d, copies[d])
+		if err != nil {
+			for _, a := range r.appliers {
+				a.conn.Close(ctx)
+			}
+			return fmt.Errorf("replication: stream: %w", err)
+		}
+		r.appliers = append(r.appliers, a)
+		r.sent[d] = a.progress
+		r.replayUntil = max(r.replayUntil, a.progress)
+	}
+	for _, a := range r.appliers {
+		g.Go(func() error { return a.run(gctx) })
+	}
+	g.Go(func() error {
+		err := r.read(gctx)
+		if err != nil && gctx.Err() == nil {
+			return fmt.Errorf("replication: stream: %s: %w", src, err)
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+// read receives the source's WAL stream and hands changes to the appliers.
+func (r *reader) read(ctx context.Context) error {
+	conn, err := pgconn.Connect(ctx, r.t.dsn(r.t.src, r.s, true))
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		if r.srcConn != nil {
+			r.srcConn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	slot := r.t.slotName(r.s)
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(slot)},
+	}); err != nil {
+		return fmt.Errorf("start replication from slot %s: %w", slot, err)
+	}
+	r.t.log.Info("streaming", "source", r.s, "slot", slot, "from", r.dispatched)
+	next := time.Now().Add(statusInterval)
+	for {
+		if err := r.status(ctx, conn, time.Now().After(next)); err != nil {
+			return err
+		}
+		if time.Now().After(next) {
+			next = time.Now().Add(statusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, time.Now().Add(100*time.Millisecond))
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return err
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := r.copyData(ctx, conn, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		default:
+			return fmt.Errorf("unexpected message %T", msg)
+		}
+	}
+}
+
+// status sends the flush LSN to the source when it advanced, or always when
+// force is set. The flush LSN is the minimum over destination shards of what
+// each has committed; a shard with nothing in flight has committed all that
+// was dispatched.
+func (r *reader) status(ctx context.Context, conn *pgconn.PgConn, force bool) error {
+	confirmed := r.dispatched
+	for d, a := range r.appliers {
+		if applied := pglogrepl.LSN(a.applied.Load()); applied < r.sent[d] {
+			confirmed = min(confirmed, applied)
+		}
+	}
+	if confirmed < r.confirmed {
+		confirmed = r.confirmed // never move the slot back
+	}
+	if confirmed == r.confirmed && !force {
+		return nil
+	}
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+		return fmt.Errorf("send status: %w", err)
+	}
+	r.confirmed = confirmed
+	return nil
+}
+
+func (r *reader) copyData(ctx context.Context, conn *pgconn.PgConn, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty CopyData")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return err
+		}
+		// Everything before the server's WAL end was sent already; outside
+		// a transaction nothing before it is left for us.
+		if !r.inTxn && k.ServerWALEnd > r.dispatched {
+			r.dispatched = k.ServerWALEnd
+		}
+		if k.ReplyRequested {
+			return r.status(ctx, conn, true)
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return err
+		}
+		m, err := pglogrepl.Parse(x.WALData)
+		if err != nil {
+			return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
+		}
+		return r.message(ctx, m)
+	}
+	return nil
+}
+
+func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		rel, err := r.relation(m)
+		if err != nil {
+			return err
+		}
+		r.rels[m.RelationID] = rel
+	case *pglogrepl.BeginMessage:
+		r.inTxn, r.begin = true, *m
+	case *pglogrepl.InsertMessage:
+		rel, err := r.rel(m.RelationID)
+		if err != nil || rel.skip {
+			return err
+		}
+		return r.route(ctx, rel, m.Tuple.Columns, nil, changeInsert)
+	case *pglogrepl.UpdateMessage:
+		rel, err := r.rel(m.RelationID)
+		if err != nil || rel.skip {
+			return err
+		}
+		var old []*pglogrepl.TupleDataColumn
+		if m.OldTuple != nil {
+			old = m.OldTuple.Columns
+		}
+		return r.route(ctx, rel, m.NewTuple.Columns, old, changeUpdate)
+	case *pglogrepl.DeleteMessage:
+		rel, err := r.rel(m.RelationID)
+		if err != nil || rel.skip {
+			return err
+		}
+		return r.route(ctx, rel, nil, m.OldTuple.Columns, changeDelete)
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			rel, err := r.rel(id)
+			if err != nil {
+				return err
+			}
+			if rel.skip {
+				continue
+			}
+			if rel.rule.place == placeSharded && len(r.t.src.Shards) > 1 {
+				return fmt.Errorf("TRUNCATE of sharded table %s on one of %d source shards cannot be replicated: it would empty the rows of the other sources too",
+					rel.name, len(r.t.src.Shards))
+			}
+			for d := range r.pending {
+				if rel.rule.place != placePinned || rel.rule.shard == d {
+					r.add(ctx, d, change{kind: changeTruncate, rel: rel})
+				}
+			}
+		}
+	case *pglogrepl.CommitMessage:
+		for d := range r.pending {
+			if len(r.pending[d]) > 0 || r.touched[d] {
+				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
+					commitTime: m.CommitTime, changes: r.pending[d]}); err != nil {
+					return err
+				}
+				r.sent[d] = m.TransactionEndLSN
+			}
+			r.pending[d], r.size[d], r.touched[d] = nil, 0, false
+		}
+		r.inTxn = false
+		r.dispatched = max(r.dispatched, m.TransactionEndLSN)
+	}
+	return nil
+}
+
+func (r *reader) rel(id uint32) (*relation, error) {
+	rel := r.rels[id]
+	if rel == nil {
+		return nil, fmt.Errorf("change for relation %d before its Relation message", id)
+	}
+	return rel, nil
+}
+
+// relation builds the routing of a Relation message's table.
+func (r *reader) relation(m *pglogrepl.RelationMessage) (*relation, error) {
+	name := m.Namespace + "." + m.RelationName
+	rel := &relation{name: name, ident: qualified(m.Namespace, m.RelationName), full: m.ReplicaIdentity == 'f'}
+	for i, c := range m.Columns {
+		rel.cols = append(rel.cols, c.Name)
+		if c.Flags&1 != 0 {
+			rel.key = append(rel.key, i)
+		}
+	}
+	tb := r.tables[name]
+	if tb == nil {
+		// Not owned (an omni table of another source) or new since the copy.
+		ru, err := ruleFor(r.t.dst, m.Namespace, m.RelationName, rel.cols)
+		if err != nil {
+			return nil, err
+		}
+		if ru.place == placeOmni && r.s != omniOwner {
+			rel.skip = true
+		}
+		rel.rule = ru
+	} else {
+		rel.rule = tb.rule
+	}
+	rel.keyAt = slices.Index(rel.cols, rel.rule.column)
+	if rel.rule.place == placeSharded && rel.keyAt < 0 {
+		return nil, fmt.Errorf("table %s: sharding column %q is not in the stream", name, rel.rule.column)
+	}
+	return rel, nil
+}
+
+// shardOf routes a tuple of a sharded table; ok is false when the tuple
+// does not carry the key (unchanged TOAST, or a key-only old tuple without
+// it).
+func (rel *relation) shardOf(tuple []*pglogrepl.TupleDataColumn) (d int, ok bool, err error) {
+	if rel.keyAt >= len(tuple) {
+		return 0, false, nil
+	}
+	v := tuple[rel.keyAt]
+	switch v.DataType {
+	case pglogrepl.TupleDataTypeText:
+		d, err = rel.rule.shardOfText(v.Data, false)
+	case pglogrepl.TupleDataTypeNull:
+		d, err = rel.rule.shardOfText(nil, true)
+	default:
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("table %s: route by %s: %w", rel.name, rel.rule.column, err)
+	}
+	return d, true, nil
+}
