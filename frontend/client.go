@@ -91,6 +91,7 @@ type client struct {
 	out       []byte // messages waiting to be written to the server
 	q         []req  // answers expected from the server, in order
 	skipping  bool   // the server discards messages until Sync after an error
+	unsynced  bool   // the batch sent last leaves the server inside an extended-protocol batch (no Sync yet)
 	localSkip bool   // the proxy failed a message itself: drop until Sync
 	lastTag   []byte // tag of the last CommandComplete relayed
 	txErr     bool   // an error happened since the last ReadyForQuery
@@ -112,6 +113,7 @@ type client struct {
 	adm admission // gate and pool counters (gate.go)
 
 	cancelTarget atomic.Pointer[cancelTarget]
+	wakeMu       sync.Mutex // orders Shutdown's wake-ups with the client leaving ClientIdle
 	state        atomic.Int32
 	queries      atomic.Uint64
 	killed       atomic.Bool
@@ -136,7 +138,22 @@ func newClient(l *Listener, conn net.Conn) *client {
 	return c
 }
 
-func (c *client) setState(s ClientState) { c.state.Store(int32(s)) }
+// setState records the client's state. Leaving ClientIdle it also takes
+// back a wake-up by Shutdown that came after the client read the message
+// that ends its idleness: the client may finish its transaction (see
+// wakeIfIdle).
+func (c *client) setState(s ClientState) {
+	if s == ClientIdle {
+		c.state.Store(int32(s))
+		return
+	}
+	c.wakeMu.Lock()
+	old := ClientState(c.state.Swap(int32(s)))
+	c.wakeMu.Unlock()
+	if old == ClientIdle && c.l.shutting.Load() && !c.killed.Load() {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+}
 
 func (c *client) info() ClientInfo {
 	c.infoMu.Lock()
@@ -193,6 +210,13 @@ func (c *client) run(ctx context.Context, st *State) error {
 
 func (c *client) loginFailed(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	var old *oldProtocolError
+	if errors.As(err, &old) {
+		c.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		c.w.Write(old.message())
+		c.w.Flush()
 		return err
 	}
 	var ne net.Error
@@ -334,6 +358,7 @@ func (c *client) attach(ctx context.Context) error {
 			c.out = wire.AppendQuery(c.out, sql)
 			c.q = append(c.q, req{kind: reqInternal})
 			c.sess.syncTo(s.Session)
+			s.Unnamed = s.Unnamed[:0] // dropped by the simple query
 		}
 	}
 	return nil
@@ -465,25 +490,43 @@ func (c *client) abandon() {
 		c.detach()
 		return
 	}
-	if len(c.q) > 0 || c.tx != 'I' {
+	if len(c.q) > 0 || c.tx != 'I' || c.unsynced {
 		c.clientErr = io.EOF // stop writing to the client
 		c.rollback()
 	}
 	c.detach()
 }
 
-// rollback drains whatever the server still answers, then rolls back an
+// rollback closes an unfinished extended-protocol batch and rolls back an
 // open transaction so the server can be reused; on any failure the server
 // is marked broken and closed at checkin.
 func (c *client) rollback() {
 	s := c.server
 	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
 	defer s.Conn.SetDeadline(time.Time{})
+	// Whatever is still queued was never sent (each round trip drains the
+	// queue): drop it, the client did not finish that batch, and undo
+	// what was recorded for it. Session SETs queued by attach were
+	// recorded as applied to the server: rather than guess its settings,
+	// close it. unsynced describes the queue's end, not what was sent:
+	// with a queue dropped, a Sync settles it.
+	sync := c.unsynced || len(c.q) > 0
+	for i := range c.q {
+		if c.q[i].kind == reqInternal {
+			s.Broken = true
+		}
+		c.notParsed(&c.q[i])
+	}
+	c.q = c.q[:0]
 	c.out = c.out[:0]
-	if len(c.q) > 0 {
-		// Close an unfinished extended-protocol batch, then wait for
-		// every answer.
+	if s.Broken {
+		return
+	}
+	if sync {
+		// Part of a batch may have gone out (before a Flush or
+		// pipelined): close it.
 		s.W.Write([]byte{'S', 0, 0, 0, 4})
+		c.unsynced = false
 		c.q = append(c.q, req{kind: reqSync})
 		if err := s.Flush(); err != nil || c.relay() != nil {
 			s.Broken = true
@@ -494,6 +537,7 @@ func (c *client) rollback() {
 		return
 	}
 	s.W.Write(wire.AppendQuery(nil, "ROLLBACK"))
+	s.Unnamed = s.Unnamed[:0] // dropped by the simple query
 	c.q = append(c.q[:0], req{kind: reqInternal})
 	if err := s.Flush(); err != nil || c.relay() != nil {
 		s.Broken = true
@@ -511,8 +555,9 @@ func (c *client) resetSession() {
 	c.clientErr = io.EOF
 	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
 	defer s.Conn.SetDeadline(time.Time{})
-	if len(c.q) > 0 {
+	if len(c.q) > 0 || c.unsynced {
 		s.W.Write([]byte{'S', 0, 0, 0, 4})
+		c.unsynced = false
 		c.q = append(c.q, req{kind: reqSync})
 		if err := s.Flush(); err != nil || c.relay() != nil {
 			s.Broken = true
@@ -537,6 +582,19 @@ func (c *client) resetSession() {
 // nudge wakes a client blocked reading so it notices shutdown or kill.
 func (c *client) nudge() {
 	c.conn.SetReadDeadline(time.Now())
+}
+
+// wakeIfIdle nudges the client for Shutdown if it holds no server (or is
+// an admin session, which has no database). A client holding a server is
+// left alone: it is closed after its transaction (see loop), and a read
+// deadline could cut a message it is reading in two, as wire.Reader cannot
+// resume a large message after a timeout.
+func (c *client) wakeIfIdle() {
+	c.wakeMu.Lock()
+	defer c.wakeMu.Unlock()
+	if ClientState(c.state.Load()) == ClientIdle || c.db == nil {
+		c.nudge()
+	}
 }
 
 func (c *client) kill() {

@@ -16,8 +16,13 @@
 // batched until Sync, Flush or a simple Query, written to the server in one
 // write, and the server's answers are relayed back (relay.go) until every
 // message of the batch has been answered. In transaction mode the server is
-// returned to the pool when it reports ReadyForQuery with status 'I' and no
-// request is outstanding; in session mode at disconnect, after DISCARD ALL.
+// returned to the pool when it reports ReadyForQuery with status 'I', no
+// request is outstanding and no extended-protocol batch is open (a batch
+// ended by Flush lasts until its Sync: it is an implicit transaction, and
+// after an error the server skips to that Sync); in session mode at
+// disconnect, after DISCARD ALL. A client that disconnects mid-batch has
+// what it did not finish dropped, the batch closed with Sync and its
+// transaction rolled back.
 //
 // The relay tracks one expected-response entry per message sent (see req),
 // which is how it knows when a Flush has been fully answered, which
@@ -32,7 +37,13 @@
 // what the client expects. Named prepared statements are mapped to
 // proxy-wide names (prepared.go) so that a client's statement survives
 // moving to another server: Parse is sent to a server only when it lacks the
-// statement, and a client's Close never closes a shared statement.
+// statement, and a client's Close never closes a shared statement. A client
+// holding no server hears ParseComplete for a statement that a server has
+// accepted before without checking one out (answerWithoutServer). The
+// bookkeeping follows PostgreSQL: a Parse the server rejects or skips
+// creates nothing, a simple Query drops the unnamed statement, and DEALLOCATE
+// ALL and DISCARD ALL drop statements when they complete (they are not
+// transactional).
 //
 // # Invariants
 //

@@ -218,7 +218,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 		l.ln.Close()
 	}
 	for _, c := range l.clients {
-		c.nudge()
+		c.wakeIfIdle()
 	}
 	l.mu.Unlock()
 	done := make(chan struct{})

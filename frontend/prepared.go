@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -13,6 +14,10 @@ import (
 type stmt struct {
 	name  string // proxy-wide name, "sg_<n>"
 	parse []byte // the Parse message that prepares it under name
+	// valid is set once a server accepted the Parse: a client's Parse of
+	// the same text can then be answered without a server (see
+	// answerWithoutServer).
+	valid atomic.Bool
 }
 
 // stmtCache maps statement text + parameter types to proxy-wide statements.
@@ -70,26 +75,26 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		if !ok {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
 		}
+		if c.skipping {
+			return nil // the server would discard it: the statement is not created
+		}
 		if len(name) == 0 {
 			c.unnamed = append(c.unnamed[:0], body...)
 			s.Unnamed = append(s.Unnamed[:0], body...)
 			c.out = append(c.out, raw...)
-			c.expect('P')
+			c.q = append(c.q, req{kind: reqParse, unnamed: true})
 			return nil
 		}
 		st := c.l.stmts.get(tail)
 		c.stmts[string(name)] = st
-		if c.skipping {
-			return nil
-		}
-		if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st.name) {
+		if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
 			c.out = append(c.out, emptyParse...)
 			s.Unnamed = s.Unnamed[:0]
-			c.q = append(c.q, req{kind: reqParse})
+			c.q = append(c.q, req{kind: reqParse, client: string(name)})
 			return nil
 		}
 		c.out = append(c.out, st.parse...)
-		c.q = append(c.q, req{kind: reqParse, confirm: st.name})
+		c.q = append(c.q, req{kind: reqParse, confirm: st, client: string(name)})
 		return nil
 	case 'B':
 		portal, rest, ok := wire.CString(body)
@@ -171,7 +176,7 @@ func (c *client) resolve(name []byte) *stmt {
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
 			c.out = append(c.out, c.unnamed...)
 			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
-			c.q = append(c.q, req{kind: reqParse, injected: true})
+			c.q = append(c.q, req{kind: reqParse, injected: true, unnamed: true})
 			s.Unnamed = append(s.Unnamed[:0], c.unnamed...)
 		}
 		return nil
@@ -180,19 +185,72 @@ func (c *client) resolve(name []byte) *stmt {
 	if st == nil {
 		return nil
 	}
-	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st.name) && !c.skipping {
+	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.skipping {
 		c.out = append(c.out, st.parse...)
-		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st.name})
+		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st})
 	}
 	return st
 }
 
-// pendingParse reports whether a Parse of name is queued in this batch.
-func (c *client) pendingParse(name string) bool {
+// pendingParse reports whether a Parse of st is queued in this batch.
+func (c *client) pendingParse(st *stmt) bool {
 	for i := range c.q {
-		if c.q[i].confirm == name {
+		if c.q[i].confirm == st {
 			return true
 		}
 	}
 	return false
 }
+
+// answerWithoutServer answers, without checking out a server, the
+// messages of a transaction-mode client that holds none and whose answers
+// the proxy knows: a named Parse of a statement some server already
+// accepted (ParseComplete; the server gets the Parse when a Bind or
+// Describe first needs it there), a Close of a named statement
+// (CloseComplete), and a Sync or Flush with nothing sent to a server
+// before it. It reports whether it answered typ.
+//
+// Clients that prepare synchronously (libpq's PQprepare, as in pgbench -M
+// prepared) would otherwise need a free server just to hear
+// ParseComplete; when the servers are held by open transactions of other
+// clients driven by the same blocked thread, that wait never ends. The
+// price is that a Parse that would fail in this client's session (another
+// search_path, say) reports its error at the first Bind or Describe.
+func (c *client) answerWithoutServer(typ byte, body []byte) bool {
+	switch typ {
+	case 'P':
+		name, tail, ok := wire.CString(body)
+		if !ok || len(name) == 0 {
+			return false
+		}
+		st := c.l.stmts.get(tail)
+		if !st.valid.Load() {
+			return false
+		}
+		c.stmts[string(name)] = st
+		c.w.Write(parseComplete)
+		return true
+	case 'C':
+		if len(body) < 2 || body[0] != 'S' {
+			return false
+		}
+		name, _, ok := wire.CString(body[1:])
+		if !ok || len(name) == 0 {
+			return false
+		}
+		delete(c.stmts, string(name))
+		c.w.Write(closeComplete)
+		return true
+	case 'S':
+		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+		return true
+	case 'H':
+		return true
+	}
+	return false
+}
+
+var (
+	parseComplete = []byte{'1', 0, 0, 0, 4}
+	closeComplete = []byte{'3', 0, 0, 0, 4}
+)

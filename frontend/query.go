@@ -31,9 +31,14 @@ const (
 // req is one expected answer.
 type req struct {
 	kind     reqKind
-	injected bool   // the proxy added the message: swallow its answer
-	confirm  string // reqParse: proxy-wide statement name to mark prepared on success
+	injected bool  // the proxy added the message: swallow its answer
+	confirm  *stmt // reqParse: proxy-wide statement to mark prepared on success
 	ops      []setOp
+	// A reqParse that the server rejects or skips after an error did not
+	// create its statement: client names the client's statement to
+	// forget, unnamed says the server's unnamed statement is unknown.
+	client  string
+	unnamed bool
 }
 
 // flushWriteThreshold is the batch size above which the proxy writes to the
@@ -69,6 +74,13 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
+	// A simple Query drops the unnamed prepared statement, the client's
+	// included (PostgreSQL's exec_simple_query), and ends an
+	// extended-protocol batch left open by a Flush (unless the server
+	// skips it after an error: see relay).
+	c.unnamed = c.unnamed[:0]
+	c.server.Unnamed = c.server.Unnamed[:0]
+	c.unsynced = false
 	c.out = append(c.out, raw...)
 	c.q = append(c.q, req{kind: reqQuery, ops: ops})
 	return c.roundTrip()
@@ -82,6 +94,7 @@ func (c *client) functionCall(ctx context.Context, raw []byte) error {
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
+	c.unsynced = false // as for a Query
 	c.out = append(c.out, raw...)
 	c.q = append(c.q, req{kind: reqQuery})
 	return c.roundTrip()
@@ -132,8 +145,21 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	if c.shards != nil {
 		return c.shardedExtended(ctx, typ, body)
 	}
+	if c.server == nil && c.mode == config.PoolTransaction && c.answerWithoutServer(typ, body) {
+		if typ == 'S' || typ == 'H' {
+			return c.flushClient()
+		}
+		return nil
+	}
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, false)
+	}
+	switch typ {
+	case 'S':
+		c.unsynced = false
+	case 'H':
+	default:
+		c.unsynced = true
 	}
 	if c.mode == config.PoolTransaction {
 		if err := c.rewrite(typ, raw, body); err != nil {
@@ -216,7 +242,7 @@ func (c *client) roundTrip() error {
 	if err := c.flushClient(); err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.loggingIn {
+	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.unsynced && !c.loggingIn {
 		c.detach()
 	}
 	return nil
@@ -263,6 +289,7 @@ func (c *client) serverFailed(err error) error {
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.skipping = false
+	c.unsynced = false
 	c.detach()
 	e := &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure,
 		Message: "server connection lost", Detail: err.Error()}
@@ -384,15 +411,22 @@ func (c *client) relay() error {
 				// The server skips everything up to the next Sync.
 				i := 0
 				for i < len(c.q) && c.q[i].kind != reqSync {
+					c.notParsed(&c.q[i])
 					i++
+				}
+				if i == len(c.q) && c.shards == nil {
+					// No Sync sent yet: the server skips until the
+					// client sends one (a Query it ignores, too).
+					c.unsynced = true
 				}
 				c.q = c.q[i:]
 				c.skipping = true
 			}
 		case '1': // ParseComplete
 			if !whole {
-				if head.confirm != "" {
-					s.Prepared[head.confirm] = struct{}{}
+				if head.confirm != nil {
+					s.Prepared[head.confirm.name] = struct{}{}
+					head.confirm.valid.Store(true)
 				}
 				if !head.injected {
 					c.toClient(raw)
@@ -416,6 +450,9 @@ func (c *client) relay() error {
 			}
 			if typ == 'C' {
 				c.lastTag = append(c.lastTag[:0], body...)
+				if !internal && (bytes.Equal(body, tagDeallocateAll) || bytes.Equal(body, tagDiscardAll)) {
+					c.dropStatements()
+				}
 			}
 			if !whole {
 				c.q = c.q[1:]
@@ -493,6 +530,37 @@ func (c *client) failCopy(reason string) error {
 	msg = append(msg, 0)
 	s.W.Write(wire.FinishMessage(msg, 0))
 	return s.Flush()
+}
+
+// notParsed undoes the bookkeeping of a Parse that the server rejected or
+// skipped.
+func (c *client) notParsed(r *req) {
+	if r.kind != reqParse {
+		return
+	}
+	if r.unnamed {
+		c.server.Unnamed = c.server.Unnamed[:0]
+	}
+	if r.client != "" {
+		delete(c.stmts, r.client)
+	}
+}
+
+var (
+	tagDeallocateAll = []byte("DEALLOCATE ALL\x00")
+	tagDiscardAll    = []byte("DISCARD ALL\x00")
+)
+
+// dropStatements forgets the prepared statements of the client and of its
+// server after DEALLOCATE ALL or DISCARD ALL. Prepared statements are not
+// transactional: they are gone even if the transaction rolls back, so this
+// happens when the command completes, not at commit.
+func (c *client) dropStatements() {
+	s := c.server
+	clear(s.Prepared)
+	s.Unnamed = s.Unnamed[:0]
+	clear(c.stmts)
+	c.unnamed = c.unnamed[:0]
 }
 
 // onReady updates tracked session state at a transaction boundary.

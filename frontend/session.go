@@ -122,15 +122,16 @@ func (c *client) applyOps(ops []setOp) {
 		case opDiscardAll:
 			clear(c.sess.sets)
 			clear(s.Session)
-			clear(s.Prepared)
-			s.Unnamed = s.Unnamed[:0]
-			clear(c.stmts)
-			c.unnamed = c.unnamed[:0]
+			if c.shards != nil {
+				c.dropStatements()
+			}
 		case opDeallocAll:
-			clear(s.Prepared)
-			s.Unnamed = s.Unnamed[:0]
-			clear(c.stmts)
-			c.unnamed = c.unnamed[:0]
+			// Statements are not transactional: for clients of
+			// unsharded databases dropStatements ran when the command
+			// completed, and a statement prepared since must survive.
+			if c.shards != nil {
+				c.dropStatements()
+			}
 		}
 		if op.name == "application_name" || op.kind != opSet && op.kind != opReset {
 			c.infoMu.Lock()

@@ -25,6 +25,9 @@ type startup struct {
 	user     string
 	database string
 	params   map[string]string // everything else, options expanded
+	// protoOpts are the protocol options ("_pq_." parameters) the client
+	// asked for; the proxy supports none of them.
+	protoOpts []string
 }
 
 // negotiate runs the startup phase up to (not including) authentication. It
@@ -86,17 +89,35 @@ func (c *client) negotiate(st *State) (*startup, error) {
 			if err != nil {
 				return nil, err
 			}
-			if code != protocol30 {
-				// A newer 3.x minor version: tell the client we speak 3.0,
-				// as PostgreSQL does, instead of failing.
+			if code != protocol30 || len(s.protoOpts) > 0 {
+				// A newer 3.x minor version or protocol options: tell the
+				// client we speak 3.0 without options, as PostgreSQL
+				// does, instead of failing.
 				c.negotiateVersion(s)
 			}
 			return s, nil
 		default:
-			return nil, wire.Fatalf(wire.ProtocolViolation,
+			e := wire.Fatalf(wire.FeatureNotSupported,
 				"unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", code>>16, code&0xffff)
+			if code>>16 < 3 {
+				return nil, &oldProtocolError{e}
+			}
+			return nil, e
 		}
 	}
+}
+
+// oldProtocolError is an error for a client speaking protocol 2.0 or
+// older. Such a client reads errors in the 2.0 format (the type byte and a
+// NUL-terminated text, no length), which is how PostgreSQL answers it.
+type oldProtocolError struct{ e *wire.Error }
+
+func (e *oldProtocolError) Error() string { return e.e.Error() }
+
+// message returns the error in the 2.0 format, as PostgreSQL writes it.
+func (e *oldProtocolError) message() []byte {
+	b := append([]byte{'E'}, e.e.Severity+":  "+e.e.Message+"\n"...)
+	return append(b, 0)
 }
 
 func parseStartup(b []byte) (*startup, error) {
@@ -129,7 +150,9 @@ func parseStartup(b []byte) (*startup, error) {
 			}
 		default:
 			if strings.HasPrefix(key, "_pq_.") {
-				continue // protocol extensions: answered by NegotiateProtocolVersion
+				// Protocol extensions: answered by NegotiateProtocolVersion.
+				s.protoOpts = append(s.protoOpts, key)
+				continue
 			}
 			s.params[strings.ToLower(key)] = string(v)
 		}
@@ -191,10 +214,17 @@ func parseOptions(opts string, params map[string]string) error {
 	return nil
 }
 
+// negotiateVersion sends NegotiateProtocolVersion: the newest protocol
+// version the proxy speaks (PostgreSQL sends the whole version number,
+// not only the minor one) and the options it does not recognize.
 func (c *client) negotiateVersion(s *startup) {
 	buf := []byte{'v', 0, 0, 0, 0}
 	buf = wire.AppendInt32(buf, protocol30)
-	buf = wire.AppendInt32(buf, 0)
+	buf = wire.AppendInt32(buf, int32(len(s.protoOpts)))
+	for _, o := range s.protoOpts {
+		buf = append(buf, o...)
+		buf = append(buf, 0)
+	}
 	c.w.Write(wire.FinishMessage(buf, 0))
 }
 

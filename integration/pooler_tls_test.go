@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/frontend"
+)
+
+// selfSignedCert writes a self-signed ECDSA certificate for 127.0.0.1 and
+// localhost and its key to dir, and returns their paths.
+func selfSignedCert(t testing.TB, dir string) (certPath, keyPath string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "shardgate test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath = filepath.Join(dir, "server.crt")
+	keyPath = filepath.Join(dir, "server.key")
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+// tlsURL is p's URL for the app user with another sslmode.
+func tlsURL(p *proxy, extra string) string {
+	return strings.Replace(p.AppURL("app"), "sslmode=disable", extra, 1)
+}
+
+func TestTLS(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	ctx := context.Background()
+
+	t.Run("configured", func(t *testing.T) {
+		dir := t.TempDir()
+		certPath, keyPath := selfSignedCert(t, dir)
+		cfg := strings.Replace(poolConfig(cl, "transaction", 2, "app"), "users:\n",
+			"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
+		p := startProxy(t, cfg)
+
+		// sslmode=require encrypts without verifying; verify-full with
+		// the certificate as root verifies too.
+		for _, mode := range []string{"sslmode=require", "sslmode=verify-full&sslrootcert=" + certPath} {
+			conn, err := pgx.Connect(ctx, tlsURL(p, mode))
+			if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			tc, ok := conn.PgConn().Conn().(*tls.Conn)
+			if !ok {
+				t.Fatalf("%s: connection is a %T, not TLS", mode, conn.PgConn().Conn())
+			}
+			if v := tc.ConnectionState().Version; v < tls.VersionTLS12 {
+				t.Fatalf("%s: TLS version %x", mode, v)
+			}
+			var s string
+			if err := conn.QueryRow(ctx, "SELECT $1::text", "over tls").Scan(&s); err != nil || s != "over tls" {
+				t.Fatalf("%s: query: %q %v", mode, s, err)
+			}
+			// Large results and COPY go through TLS too.
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM (SELECT repeat('x', 1000) FROM generate_series(1, 5000)) s").Scan(&n); err != nil || n != 5000 {
+				t.Fatalf("%s: %d %v", mode, n, err)
+			}
+			if ci := clientInfo(p, "app"); ci == nil || !ci.TLS {
+				t.Fatalf("%s: the proxy does not report the client as TLS: %+v", mode, ci)
+			}
+			conn.Close(ctx)
+		}
+		// Clients that do not ask for TLS are still served.
+		c := connect(t, p.AppURL("app"))
+		if _, ok := c.PgConn().Conn().(*tls.Conn); ok {
+			t.Fatal("sslmode=disable gave a TLS connection")
+		}
+		mustExec(t, c, "SELECT 1")
+	})
+
+	t.Run("not configured", func(t *testing.T) {
+		p := startProxy(t, poolConfig(cl, "transaction", 2, "app"))
+		_, err := pgx.Connect(ctx, tlsURL(p, "sslmode=require"))
+		if err == nil || !strings.Contains(err.Error(), "server refused TLS connection") {
+			t.Fatalf("sslmode=require without TLS: %v, want a refusal", err)
+		}
+		conn, err := pgx.Connect(ctx, tlsURL(p, "sslmode=prefer"))
+		if err != nil {
+			t.Fatalf("sslmode=prefer: %v", err)
+		}
+		defer conn.Close(ctx)
+		if _, ok := conn.PgConn().Conn().(*tls.Conn); ok {
+			t.Fatal("sslmode=prefer got TLS from a proxy without TLS")
+		}
+		mustExec(t, conn, "SELECT 1")
+	})
+}
+
+// clientInfo returns the first client of user on p, or nil.
+func clientInfo(p *proxy, user string) *frontend.ClientInfo {
+	for _, ci := range p.Listener.Clients() {
+		if ci.User == user {
+			return &ci
+		}
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// TestPool checks checkout and checkin against one PostgreSQL server.
+func TestPool(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{})
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, *pgtest.Cluster)
+	}{
+		{"order", testCheckoutOrder},
+		{"timeout", testCheckoutTimeout},
+		{"context", testCheckoutContext},
+		{"close", testCloseWakesWaiters},
+		{"broken", testBrokenServerReplaced},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, cl) })
+	}
+}
+
+// newTestPool returns a pool of size servers of cl.
+func newTestPool(t *testing.T, cl *pgtest.Cluster, size int, checkoutTimeout time.Duration) *Pool {
+	t.Helper()
+	var ids atomic.Uint64
+	p := New(Key{Database: "postgres", User: cl.User, Role: "primary"},
+		Target{Host: cl.Host, Port: cl.Port, Database: "postgres", User: cl.User, SSLMode: config.SSLDisable},
+		config.Pool{Mode: config.PoolTransaction, Size: size, CheckoutTimeout: checkoutTimeout, ConnectTimeout: 5 * time.Second},
+		slog.New(slog.DiscardHandler), &ids)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func checkout(t *testing.T, p *Pool) *Server {
+	t.Helper()
+	s, err := p.Checkout(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testCheckoutOrder: idle servers are lent last-in first-out (the warmest
+// first), and waiting clients are served first-in first-out.
+func testCheckoutOrder(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 2, 10*time.Second)
+	a, b := checkout(t, p), checkout(t, p)
+	p.Checkin(a)
+	p.Checkin(b)
+	if s := checkout(t, p); s != b {
+		t.Fatalf("got server %d, want the last one checked in (%d)", s.ID, b.ID)
+	}
+	if s := checkout(t, p); s != a {
+		t.Fatalf("got server %d, want %d", s.ID, a.ID)
+	}
+
+	// Both servers are out: three waiters queue up and are served in
+	// the order they came, one per checkin.
+	type served struct {
+		i int
+		s *Server
+	}
+	got := make(chan served, 3)
+	for i := range 3 {
+		go func() {
+			s, err := p.Checkout(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- served{i, s}
+		}()
+		waitFor(t, func() bool { return p.Snapshot().Waiting == i+1 })
+	}
+	back := []*Server{a, b}
+	for want := range 3 {
+		p.Checkin(back[0])
+		back = back[1:]
+		r := <-got
+		if r.i != want || r.s == nil {
+			t.Fatalf("waiter %d served in position %d", r.i, want)
+		}
+		back = append(back, r.s)
+	}
+	for _, s := range back {
+		p.Checkin(s)
+	}
+}
+
+// testCheckoutTimeout: a checkout that waits longer than checkout_timeout
+// fails with SQLSTATE 53300 and leaves the pool consistent.
+func testCheckoutTimeout(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, 100*time.Millisecond)
+	s := checkout(t, p)
+	start := time.Now()
+	_, err := p.Checkout(context.Background())
+	e, ok := wire.AsError(err)
+	if !ok || e.Code != wire.TooManyConnections {
+		t.Fatalf("got %v, want a 53300 error", err)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Fatalf("gave up after %s, before checkout_timeout", took)
+	}
+	if snap := p.Snapshot(); snap.Waiting != 0 || snap.Active != 1 {
+		t.Fatalf("after the timeout: %+v", snap)
+	}
+	if p.Stats.Timeouts.Load() != 1 {
+		t.Fatalf("timeouts counted: %d", p.Stats.Timeouts.Load())
+	}
+	p.Checkin(s)
+	if s2 := checkout(t, p); s2 != s {
+		t.Fatal("the idle server was not reused")
+	}
+}
+
+// testCheckoutContext: a waiter whose context ends gives up.
+func testCheckoutContext(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, time.Minute)
+	checkout(t, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Checkout(ctx)
+		errc <- err
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("checkout succeeded after its context ended")
+	}
+	if w := p.Snapshot().Waiting; w != 0 {
+		t.Fatalf("%d waiters left", w)
+	}
+}
+
+// testCloseWakesWaiters: closing the pool fails its waiters with ErrClosed
+// and closes servers as they come back.
+func testCloseWakesWaiters(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, time.Minute)
+	s := checkout(t, p)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Checkout(context.Background())
+		errc <- err
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	p.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiter got %v, want ErrClosed", err)
+	}
+	p.Checkin(s)
+	if s.State() != ServerClosed {
+		t.Fatalf("server checked in to a closed pool is %s", s.State())
+	}
+	if _, err := p.Checkout(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("checkout from a closed pool: %v", err)
+	}
+}
+
+// testBrokenServerReplaced: a server checked in as broken is closed, and a
+// client waiting for it gets a new connection.
+func testBrokenServerReplaced(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, 10*time.Second)
+	s := checkout(t, p)
+	got := make(chan *Server, 1)
+	go func() {
+		s, err := p.Checkout(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	s.Broken = true
+	p.Checkin(s)
+	s2 := <-got
+	if s2 == nil || s2 == s || s.State() != ServerClosed {
+		t.Fatalf("waiter got %v; the broken server is %s", s2, s.State())
+	}
+	if opened := p.Stats.Opened.Load(); opened != 2 {
+		t.Fatalf("%d connections opened, want 2", opened)
+	}
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
