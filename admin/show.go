@@ -30,7 +30,7 @@ func (h *Handler) sortedPools() []*pool.Pool {
 	ps := h.l.State().Pools.Pools()
 	slices.SortFunc(ps, func(a, b *pool.Pool) int {
 		return cmp.Or(cmp.Compare(a.Key.Database, b.Key.Database), cmp.Compare(a.Key.User, b.Key.User),
-			cmp.Compare(a.Key.Shard, b.Key.Shard), cmp.Compare(a.Key.Role, b.Key.Role))
+			cmp.Compare(a.Key.Shard, b.Key.Shard), cmp.Compare(a.Key.Role, b.Key.Role), cmp.Compare(a.Key.Replica, b.Key.Replica))
 	})
 	return ps
 }
@@ -40,13 +40,14 @@ func (h *Handler) sortedPools() []*pool.Pool {
 // are in SHOW DATABASES. sv_total includes connections being opened.
 func (h *Handler) showPools(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
+	reg := h.l.State().Pools
 	for _, p := range h.sortedPools() {
 		s := p.Snapshot()
 		g := h.l.DatabaseStatus(s.Key.Database)
 		total := s.Active + s.Idle
 		r.add(s.Key.Database, s.Key.User, s.Key.Shard, s.Key.Role, s.Target.Host, s.Target.Port,
 			string(s.Mode), s.Size, s.Active, s.Waiting, s.Active, s.Idle, total,
-			int64(s.MaxWait.Seconds()), s.MaxWait.Microseconds()%1_000_000, g.Paused, g.Maintenance, false)
+			int64(s.MaxWait.Seconds()), s.MaxWait.Microseconds()%1_000_000, g.Paused, g.Maintenance, reg.Banned(p))
 	}
 	return r, nil
 }

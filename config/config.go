@@ -16,8 +16,11 @@ type Config struct {
 	Admin           Admin         `yaml:"admin"`
 	Metrics         Metrics       `yaml:"metrics"`
 	Pool            Pool          `yaml:"pool"` // defaults for every pool
-	Limits          Limits        `yaml:"limits"`
-	TLS             *TLS          `yaml:"tls"` // nil: no TLS towards clients, sslmode prefer towards servers
+	// LoadBalancing is the default read load balancing of databases with
+	// replicas; each database may override it.
+	LoadBalancing LoadBalancing `yaml:"load_balancing"`
+	Limits        Limits        `yaml:"limits"`
+	TLS           *TLS          `yaml:"tls"` // nil: no TLS towards clients, sslmode prefer towards servers
 	// AuthType is the default client authentication method for users:
 	// scram (default) | md5 | plain | trust.
 	AuthType AuthType `yaml:"auth_type"`
@@ -76,6 +79,30 @@ type Pool struct {
 	ConnectTimeout  time.Duration `yaml:"connect_timeout"`  // default 5s
 }
 
+// LBStrategy is how reads pick a replica.
+type LBStrategy string
+
+const (
+	LBRandom           LBStrategy = "random"            // a random healthy replica (default)
+	LBRoundRobin       LBStrategy = "round_robin"       // healthy replicas in turn
+	LBLeastConnections LBStrategy = "least_connections" // the healthy replica with the fewest checked-out connections
+)
+
+// LoadBalancing configures how reads are spread over a shard's replicas
+// and how replica health is checked. At the top level it holds the
+// defaults; the loader resolves each database's overrides into
+// Database.LoadBalancing.
+type LoadBalancing struct {
+	Strategy LBStrategy `yaml:"strategy"` // default random
+	// IncludePrimary adds the primary to the replicas that serve reads.
+	IncludePrimary bool `yaml:"include_primary"`
+	// BanTime is how long a failing replica gets no reads (at least: it
+	// comes back only after passing a health check). Default 60s.
+	BanTime             time.Duration `yaml:"ban_time"`
+	HealthCheckInterval time.Duration `yaml:"health_check_interval"` // default 10s
+	HealthCheckTimeout  time.Duration `yaml:"health_check_timeout"`  // default 2s
+}
+
 // Limits bounds what clients may do.
 type Limits struct {
 	MaxClientConn      int           `yaml:"max_client_conn"`      // default 10000
@@ -127,7 +154,10 @@ type Database struct {
 	Name string `yaml:"name"`
 	// Pool is the effective pool for this database after the loader applied
 	// the database's `pool:` overrides to the global defaults.
-	Pool           Pool            `yaml:"pool"`
+	Pool Pool `yaml:"pool"`
+	// LoadBalancing is the effective load balancing of this database: the
+	// top-level one with the database's `load_balancing:` overrides.
+	LoadBalancing  LoadBalancing   `yaml:"load_balancing"`
 	Shards         []Shard         `yaml:"shards"` // shard 0, 1, … in this order
 	ShardedTables  []ShardedTable  `yaml:"sharded_tables"`
 	ShardedSchemas []ShardedSchema `yaml:"sharded_schemas"`

@@ -34,6 +34,17 @@ func defaultPool() Pool {
 	}
 }
 
+// defaultLoadBalancing is the top-level load_balancing when the file says
+// nothing.
+func defaultLoadBalancing() LoadBalancing {
+	return LoadBalancing{
+		Strategy:            LBRandom,
+		BanTime:             60 * time.Second,
+		HealthCheckInterval: 10 * time.Second,
+		HealthCheckTimeout:  2 * time.Second,
+	}
+}
+
 // defaultConfig is the Config the decoder starts from: keys in the file
 // overwrite these values, absent keys keep them.
 func defaultConfig() *Config {
@@ -42,6 +53,7 @@ func defaultConfig() *Config {
 		ShutdownTimeout: defaultShutdownTimeout,
 		Admin:           Admin{Database: defaultAdminDatabase, User: defaultAdminUser},
 		Pool:            defaultPool(),
+		LoadBalancing:   defaultLoadBalancing(),
 		Limits: Limits{
 			MaxClientConn:      defaultMaxClientConn,
 			ClientLoginTimeout: defaultLoginTimeout,
@@ -90,6 +102,7 @@ func resolve(c *Config, pos positions) {
 		db := &c.Databases[i]
 		p := indexPath("databases", i)
 		resolvePool(&db.Pool, &c.Pool, pos, keyPath(p, "pool"))
+		resolveInherited(&db.LoadBalancing, &c.LoadBalancing, pos, keyPath(p, "load_balancing"))
 		for j := range db.Shards {
 			if db.Shards[j].Database == "" {
 				db.Shards[j].Database = db.Name
@@ -104,6 +117,12 @@ func resolve(c *Config, pos positions) {
 // resolvePool makes dst the effective pool of a database: every option the
 // database's `pool:` did not set comes from the top-level pool.
 func resolvePool(dst, global *Pool, pos positions, path string) {
+	resolveInherited(dst, global, pos, path)
+}
+
+// resolveInherited sets every option of *dst (a struct pointer) that the
+// file did not set under path to its value in *global.
+func resolveInherited(dst, global any, pos positions, path string) {
 	d, g := reflect.ValueOf(dst).Elem(), reflect.ValueOf(global).Elem()
 	for i := 0; i < d.NumField(); i++ {
 		name, ok := yamlName(d.Type().Field(i))

@@ -28,12 +28,14 @@ func TestDefaults(t *testing.T) {
 		CheckoutTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second,
 		ServerLifetime: time.Hour, ConnectTimeout: 5 * time.Second,
 	}
+	lb := LoadBalancing{Strategy: LBRandom, BanTime: time.Minute, HealthCheckInterval: 10 * time.Second, HealthCheckTimeout: 2 * time.Second}
 	want := &Config{
 		Path:              "testdata/minimal.yaml",
 		Listen:            "127.0.0.1:6432",
 		ShutdownTimeout:   30 * time.Second,
 		Admin:             Admin{Database: "admin", User: "admin"},
 		Pool:              pool,
+		LoadBalancing:     lb,
 		Limits:            Limits{MaxClientConn: 10000, ClientLoginTimeout: 60 * time.Second, MaxMessageSize: 1 << 30},
 		AuthType:          AuthSCRAM,
 		TwoPhaseCommitLog: "./shardgate-2pc.log",
@@ -42,8 +44,9 @@ func TestDefaults(t *testing.T) {
 			ServerUser: "app", ServerPassword: "secret",
 		}},
 		Databases: []Database{{
-			Name: "app",
-			Pool: pool,
+			Name:          "app",
+			Pool:          pool,
+			LoadBalancing: lb,
 			Shards: []Shard{
 				{Host: "10.0.0.1", Port: 5432, Database: "app"},
 				{Host: "10.0.0.2", Port: 5432, Database: "app", Replicas: []Replica{{Host: "10.0.0.3", Port: 5432}}},

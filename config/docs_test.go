@@ -29,7 +29,7 @@ func options(v reflect.Value, path string, out *[]option) {
 		p := keyPath(path, name)
 		f := v.Field(i)
 		switch {
-		case p == "databases[].pool": // same keys as pool, documented there
+		case p == "databases[].pool", p == "databases[].load_balancing": // same keys as the top level, documented there
 			*out = append(*out, option{path: p, leaf: true})
 		case f.Kind() == reflect.Struct && f.Type() != durationType:
 			*out = append(*out, option{path: p})

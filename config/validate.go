@@ -19,6 +19,7 @@ var (
 	poolModes = []string{string(PoolTransaction), string(PoolSession)}
 	authTypes = []string{string(AuthSCRAM), string(AuthMD5), string(AuthPlain), string(AuthTrust)}
 	sslModes  = []string{string(SSLDisable), string(SSLPrefer), string(SSLRequire), string(SSLVerifyFull)}
+	lbModes   = []string{string(LBRandom), string(LBRoundRobin), string(LBLeastConnections)}
 )
 
 // minMessageSize is the smallest limits.max_message_size accepted: below it
@@ -60,6 +61,7 @@ func validate(c *Config, r *reporter, fromFile bool) {
 		}
 	}
 	v.pool("pool", &c.Pool, false)
+	v.loadBalancing("load_balancing", &c.LoadBalancing, false)
 	v.limits()
 	v.tls()
 	v.enum("auth_type", string(c.AuthType), authTypes)
@@ -174,6 +176,37 @@ func (v *validator) pool(path string, p *Pool, override bool) {
 				continue
 			}
 			at = keyPath(path, pr.fields[set])
+		}
+		v.r.at(at, "%s", pr.msg)
+	}
+}
+
+// lbProblems checks a load_balancing section.
+func lbProblems(lb *LoadBalancing) []poolProblem {
+	var out []poolProblem
+	if !slices.Contains(lbModes, string(lb.Strategy)) {
+		msg := fmt.Sprintf("must be one of %s; got %q%s", strings.Join(lbModes, ", "), lb.Strategy, suggestValue(string(lb.Strategy), lbModes))
+		out = append(out, poolProblem{[]string{"strategy"}, msg})
+	}
+	if lb.BanTime < 0 {
+		out = append(out, poolProblem{[]string{"ban_time"}, fmt.Sprintf("must not be negative, got %s", lb.BanTime)})
+	}
+	if lb.HealthCheckInterval <= 0 {
+		out = append(out, poolProblem{[]string{"health_check_interval"}, fmt.Sprintf("must be positive, got %s", lb.HealthCheckInterval)})
+	}
+	if lb.HealthCheckTimeout <= 0 {
+		out = append(out, poolProblem{[]string{"health_check_timeout"}, fmt.Sprintf("must be positive, got %s", lb.HealthCheckTimeout)})
+	}
+	return out
+}
+
+// loadBalancing checks the load_balancing section at path, reporting a
+// database's problems only at the options it set itself (as pool does).
+func (v *validator) loadBalancing(path string, lb *LoadBalancing, override bool) {
+	for _, pr := range lbProblems(lb) {
+		at := keyPath(path, pr.fields[0])
+		if override && v.fromFile && !v.r.pos.isSet(at) {
+			continue
 		}
 		v.r.at(at, "%s", pr.msg)
 	}
@@ -388,6 +421,7 @@ func (v *validator) databases() {
 			}
 		}
 		v.pool(keyPath(p, "pool"), &db.Pool, true)
+		v.loadBalancing(keyPath(p, "load_balancing"), &db.LoadBalancing, true)
 		v.shards(p, db)
 		v.sharding(p, db)
 	}

@@ -111,6 +111,7 @@ type client struct {
 	suppressDesc   bool
 
 	adm admission // gate and pool counters (gate.go)
+	lb  lbState   // replica or primary for the next transaction (balance.go)
 
 	cancelTarget atomic.Pointer[cancelTarget]
 	wakeMu       sync.Mutex // orders Shutdown's wake-ups with the client leaving ClientIdle

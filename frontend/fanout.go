@@ -71,6 +71,7 @@ func (r *shardRows) header() {
 		r.empty = true
 	case 'E':
 		r.serr = wire.ParseError(body)
+		r.s.NoteError(r.serr)
 		if r.serr.Fatal() {
 			r.s.Broken = true
 		}
@@ -98,6 +99,7 @@ func (r *shardRows) Next() ([]byte, error) {
 		r.tag = string(trimNul(body))
 	case 'E':
 		r.serr = wire.ParseError(body)
+		r.s.NoteError(r.serr)
 		r.inRows = false
 		return nil, r.serr
 	default:
@@ -126,6 +128,8 @@ func (r *shardRows) finish() {
 		case 'E':
 			if r.serr == nil {
 				r.serr = wire.ParseError(body)
+				r.s.NoteError(r.serr)
+				r.s.NoteError(r.serr)
 			}
 		case 'C':
 			if r.tag == "" {

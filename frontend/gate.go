@@ -138,6 +138,7 @@ type admission struct {
 // server out of its pool in the current configuration. A client whose pool
 // a reload replaced moves to the new pool here, between transactions.
 func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
+	read := c.takeRead()
 	for {
 		if err := c.admit(ctx); err != nil {
 			return nil, err
@@ -147,23 +148,22 @@ func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
 			return nil, err
 		}
 		c.setState(ClientWaiting)
-		start := time.Now()
-		s, err := c.pool.Checkout(ctx)
-		c.pool.Stats.WaitTime.Observe(time.Since(start))
+		s, p, err := c.checkoutBalanced(ctx, c.pool, 0, read)
 		if err == nil {
+			c.lb.pool = p
 			return s, nil
 		}
 		c.release()
 		if errors.Is(err, pool.ErrClosed) && c.l.State() != c.st {
 			continue // a reload replaced the pool while we asked it
 		}
-		return nil, checkoutError(c.pool, err)
+		return nil, checkoutError(p, err)
 	}
 }
 
 // checkin returns s to the client's pool and leaves the gate.
 func (c *client) checkin(s *pool.Server) {
-	c.pool.Checkin(s)
+	serverPool(s, c.pool).Checkin(s)
 	c.release()
 }
 
@@ -246,7 +246,7 @@ func (c *client) refresh() error {
 // roundTrip defers it.
 func (c *client) observeRoundTrip(start time.Time) {
 	now := time.Now()
-	st := c.pool.Stats
+	st := c.statsPool().Stats
 	d := now.Sub(start)
 	st.Queries.Add(1)
 	st.QueryNanos.Add(uint64(d))

@@ -71,6 +71,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	if c.shards != nil {
 		return c.shardedQuery(ctx, string(sql), ops)
 	}
+	c.chooseRead(string(sql))
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
@@ -151,6 +152,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 		}
 		return nil
 	}
+	c.chooseReadExt(typ, body)
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, false)
 	}
@@ -386,6 +388,7 @@ func (c *client) relay() error {
 		case 'E':
 			c.txErr = true
 			e := wire.ParseError(body)
+			s.NoteError(e)
 			if e.Fatal() {
 				// The server is closing this connection (shutdown,
 				// pg_terminate_backend, idle timeout...). The client's

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
@@ -112,14 +111,12 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 	sc := &c.shards[i]
 	if sc.server == nil {
 		c.setState(ClientWaiting)
-		start := time.Now()
-		s, err := sc.pool.Checkout(ctx)
-		sc.pool.Stats.WaitTime.Observe(time.Since(start))
+		s, p, err := c.checkoutBalanced(ctx, sc.pool, i, c.lb.read && !c.stx.open)
 		if err != nil {
 			if !c.holdsShards() {
 				c.release()
 			}
-			return checkoutError(sc.pool, err)
+			return checkoutError(p, err)
 		}
 		sc.server = s
 		c.setState(ClientActive)
@@ -198,7 +195,7 @@ func (c *client) detachShards() {
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {
-			sc.pool.Checkin(sc.server)
+			serverPool(sc.server, sc.pool).Checkin(sc.server)
 			sc.server = nil
 		}
 		sc.inTx = false
@@ -235,12 +232,16 @@ func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) erro
 	case routeSavepoint:
 		return c.savepoint(ctx, p)
 	}
+	c.lb.read = !c.stx.open && !p.write && (p.kind == routeOne || p.kind == routeRead) &&
+		c.balanced() && c.readStatement(sql, false)
 	for _, i := range p.shards {
 		if err := c.attachShard(ctx, i); err != nil {
+			c.lb.read = false
 			c.releaseIfIdle()
 			return c.shardedError(err)
 		}
 	}
+	c.lb.read = false
 	if p.kind == routeOne {
 		return c.runOne(p)
 	}

@@ -318,6 +318,7 @@ func (c *client) serverExchange(s interface {
 		case 'E':
 			if serr == nil {
 				serr = wire.ParseError(body)
+				srv.NoteError(serr)
 			}
 			if c.pendingPrepare != "" {
 				delete(srv.Prepared, c.pendingPrepare)

@@ -22,9 +22,13 @@ type Key struct {
 	User     string
 	Shard    int
 	Role     string // "primary" or "replica"
+	Replica  int    // index in the shard's replicas; 0 for the primary
 }
 
 func (k Key) String() string {
+	if k.Role == "replica" {
+		return fmt.Sprintf("%s/%s/shard%d/%s%d", k.Database, k.User, k.Shard, k.Role, k.Replica)
+	}
 	return fmt.Sprintf("%s/%s/shard%d/%s", k.Database, k.User, k.Shard, k.Role)
 }
 
@@ -203,6 +207,9 @@ func (p *Pool) removeWaiter(w *waiter) bool {
 // Checkin returns a server to the pool (or closes it when it is broken,
 // expired, or the pool is closed).
 func (p *Pool) Checkin(s *Server) {
+	if s.StalePlans && !s.Broken {
+		s.deallocateAll()
+	}
 	now := time.Now()
 	s.lastUsed = now
 	p.mu.Lock()

@@ -23,17 +23,21 @@ type Registry struct {
 	log    *slog.Logger
 	ids    *atomic.Uint64
 	health *prober
+	bans   *bans        // replica bans, shared with the registries Next derives
+	rr     *roundRobins // round_robin positions, shared likewise
 
 	mu      sync.Mutex // guards the following
 	cfg     *config.Config
 	pools   map[Key]*Pool
-	retired bool // superseded by Next: Get adds no more pools
+	retired bool     // superseded by Next: Get adds no more pools
+	closed  bool     // Close was called
+	checker *checker // replica health checks; nil until the first replica pool
 }
 
 // NewRegistry returns an empty registry for cfg.
 func NewRegistry(cfg *config.Config, log *slog.Logger) *Registry {
 	return &Registry{cfg: cfg, log: log, ids: new(atomic.Uint64), health: newProber(),
-		pools: map[Key]*Pool{}}
+		bans: newBans(), rr: newRoundRobins(), pools: map[Key]*Pool{}}
 }
 
 // Get returns the pool for (db, user, shard) as the registry's config
@@ -53,7 +57,7 @@ func (r *Registry) Get(db *config.Database, u *config.User, shard int) *Pool {
 	if shard < 0 || shard >= len(db.Shards) {
 		return nil
 	}
-	p := New(key, r.target(db, u, shard), db.Pool, r.log, r.ids)
+	p := New(key, r.target(db, u, shard, -1), db.Pool, r.log, r.ids)
 	if r.retired {
 		p.Close()
 		return p
@@ -62,11 +66,39 @@ func (r *Registry) Get(db *config.Database, u *config.User, shard int) *Pool {
 	return p
 }
 
-// target is where pools of (db, u, shard) connect to under r's config.
-func (r *Registry) target(db *config.Database, u *config.User, shard int) Target {
+// Replica returns the pool for replica i of (db, user, shard), creating it
+// if needed, or nil when that replica does not exist. Replica pools use
+// the shard's database name and credentials. Creating the first replica
+// pool starts the registry's health checks.
+func (r *Registry) Replica(db *config.Database, u *config.User, shard, i int) *Pool {
+	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: "replica", Replica: i}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.pools[key]; p != nil {
+		return p
+	}
+	if shard < 0 || shard >= len(db.Shards) || i < 0 || i >= len(db.Shards[shard].Replicas) {
+		return nil
+	}
+	p := New(key, r.target(db, u, shard, i), db.Pool, r.log, r.ids)
+	if r.retired || r.closed {
+		p.Close()
+		return p
+	}
+	r.pools[key] = p
+	r.startChecker()
+	return p
+}
+
+// target is where pools of (db, u, shard) connect to under r's config:
+// the primary, or with replica >= 0 that replica.
+func (r *Registry) target(db *config.Database, u *config.User, shard, replica int) Target {
 	sh := &db.Shards[shard]
 	user, pw := config.ServerCredentials(u, sh)
 	t := Target{Host: sh.Host, Port: sh.Port, Database: sh.Database, User: user, Password: pw, SSLMode: config.SSLPrefer}
+	if replica >= 0 {
+		t.Host, t.Port = sh.Replicas[replica].Host, sh.Replicas[replica].Port
+	}
 	if r.cfg.TLS != nil {
 		t.SSLMode = r.cfg.TLS.ServerSSLMode
 		t.ServerCA = r.cfg.TLS.ServerCA
@@ -82,17 +114,24 @@ func (r *Registry) target(db *config.Database, u *config.User, shard int) Target
 // them once the new registry is in use, and their checked-out servers are
 // closed as their clients return them. r stops creating pools.
 func (r *Registry) Next(cfg *config.Config) (next *Registry, retired []*Pool) {
-	n := &Registry{cfg: cfg, log: r.log, ids: r.ids, health: r.health, pools: map[Key]*Pool{}}
+	n := &Registry{cfg: cfg, log: r.log, ids: r.ids, health: r.health, bans: r.bans, rr: r.rr, pools: map[Key]*Pool{}}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.retired = true
+	r.stopChecker()
 	for key, p := range r.pools {
 		db, u := cfg.Database(key.Database), cfg.User(key.User)
-		if db == nil || u == nil || !u.Allows(db.Name) || key.Shard >= len(db.Shards) || key.Role != "primary" {
+		if db == nil || u == nil || !u.Allows(db.Name) || key.Shard >= len(db.Shards) ||
+			key.Role != "primary" && (key.Role != "replica" || key.Replica >= len(db.Shards[key.Shard].Replicas)) {
 			retired = append(retired, p)
 			continue
 		}
-		t := n.target(db, u, key.Shard)
+		replica := -1
+		if key.Role == "replica" {
+			replica = key.Replica
+			n.startChecker()
+		}
+		t := n.target(db, u, key.Shard, replica)
 		if t == p.Target && db.Pool == p.Config {
 			n.pools[key] = p
 			continue
@@ -114,8 +153,12 @@ func (r *Registry) Pools() []*Pool {
 	return out
 }
 
-// Close closes every pool.
+// Close stops the health checks and closes every pool.
 func (r *Registry) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.stopChecker()
+	r.mu.Unlock()
 	for _, p := range r.Pools() {
 		p.Close()
 	}
@@ -127,6 +170,7 @@ type ShardHealth struct {
 	Database string
 	Shard    int
 	Role     string // "primary" or "replica"
+	Replica  int    // index in the shard's replicas
 	Host     string
 	Port     int
 	Healthy  bool
@@ -148,8 +192,8 @@ func (r *Registry) Health(ctx context.Context) []ShardHealth {
 	for _, db := range r.cfg.Databases {
 		for i, sh := range db.Shards {
 			out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: "primary", Host: sh.Host, Port: sh.Port})
-			for _, rep := range sh.Replicas {
-				out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: "replica", Host: rep.Host, Port: rep.Port})
+			for j, rep := range sh.Replicas {
+				out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: "replica", Replica: j, Host: rep.Host, Port: rep.Port})
 			}
 		}
 	}
@@ -162,15 +206,18 @@ func (r *Registry) Health(ctx context.Context) []ShardHealth {
 	failing := map[Key]error{}
 	for _, p := range r.Pools() {
 		if s := p.Snapshot(); s.ConnectErr != nil && now.Sub(s.ConnectErrAt) < recentConnectError {
-			k := Key{Database: s.Key.Database, Shard: s.Key.Shard, Role: s.Key.Role}
+			k := Key{Database: s.Key.Database, Shard: s.Key.Shard, Role: s.Key.Role, Replica: s.Key.Replica}
 			failing[k] = s.ConnectErr
 		}
 	}
 	for i := range out {
 		h := &out[i]
 		h.Err = errs[addrs[i]]
+		if h.Err == nil && h.Role == "replica" {
+			h.Err = r.bans.err(banKey{db: h.Database, shard: h.Shard, addr: addrs[i] + "/" + r.cfg.Database(h.Database).Shards[h.Shard].Database})
+		}
 		if h.Err == nil {
-			h.Err = failing[Key{Database: h.Database, Shard: h.Shard, Role: h.Role}]
+			h.Err = failing[Key{Database: h.Database, Shard: h.Shard, Role: h.Role, Replica: h.Replica}]
 		}
 		h.Healthy = h.Err == nil
 	}

@@ -82,6 +82,11 @@ type Server struct {
 	Unnamed []byte
 	// Broken is set by the owner when the connection cannot be reused.
 	Broken bool
+	// StalePlans is set when the server reported that a prepared
+	// statement's result type changed (a table was altered): its shared
+	// statements are deallocated at checkin, so that the next client
+	// prepares them afresh instead of failing on a stale plan.
+	StalePlans bool
 
 	state    ServerState
 	created  time.Time
@@ -103,6 +108,47 @@ func (s *Server) Flush() error {
 		return fmt.Errorf("server %s: write: %w", s.Addr, err)
 	}
 	return nil
+}
+
+// NoteError records what an ErrorResponse from the server means for the
+// connection's reuse.
+func (s *Server) NoteError(e *wire.Error) {
+	if e.Fatal() {
+		s.Broken = true
+	}
+	if e.Code == "0A000" && e.Message == "cached plan must not change result type" {
+		s.StalePlans = true
+	}
+}
+
+// deallocateAll drops every prepared statement on the server (DEALLOCATE
+// ALL) and forgets them; a failure marks the server broken.
+func (s *Server) deallocateAll() {
+	s.StalePlans = false
+	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
+	defer s.Conn.SetDeadline(time.Time{})
+	s.W.Write(wire.AppendQuery(nil, "DEALLOCATE ALL"))
+	if s.Flush() != nil {
+		return
+	}
+	for {
+		typ, _, body, err := s.R.Next()
+		if err != nil {
+			s.Broken = true
+			return
+		}
+		switch typ {
+		case 'E':
+			s.Broken = true
+		case 'Z':
+			if len(body) != 1 || body[0] != 'I' {
+				s.Broken = true
+			}
+			clear(s.Prepared)
+			s.Unnamed = s.Unnamed[:0]
+			return
+		}
+	}
 }
 
 // Close closes the connection, politely (Terminate) when it is healthy.

@@ -72,7 +72,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		sel := n.GetSelectStmt()
 		a.query(sel, "")
 		a.group()
-		p.write = len(sel.LockingClause) > 0
+		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
 		if sel.IntoClause != nil {
 			p.write, p.ddl = true, true
 			a.materialize("SELECT INTO")
@@ -129,6 +129,30 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		p.pathDependent = true
 	}
 	return p, nil
+}
+
+// writeFunctions change state although a SELECT calls them: sequences,
+// advisory locks, notifications, transaction ids. A SELECT calling one
+// must run on the primary.
+var writeFunctions = map[string]bool{
+	"nextval": true, "setval": true, "currval": true, "lastval": true,
+	"pg_advisory_lock": true, "pg_advisory_lock_shared": true, "pg_advisory_xact_lock": true,
+	"pg_advisory_xact_lock_shared": true, "pg_try_advisory_lock": true, "pg_try_advisory_lock_shared": true,
+	"pg_try_advisory_xact_lock": true, "pg_try_advisory_xact_lock_shared": true, "pg_advisory_unlock": true,
+	"pg_advisory_unlock_shared": true, "pg_advisory_unlock_all": true,
+	"pg_notify": true, "txid_current": true, "pg_current_xact_id": true,
+}
+
+// callsWriteFunction reports whether sel calls one of writeFunctions.
+func callsWriteFunction(sel *pg_query.SelectStmt) bool {
+	found := false
+	walk(sel, func(n *pg_query.Node) bool {
+		if f := n.GetFuncCall(); f != nil && writeFunctions[funcName(f)] {
+			found = true
+		}
+		return !found
+	})
+	return found
 }
 
 // isSessionStmt reports statements that read or change session state.

@@ -1,0 +1,237 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/router"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Read load balancing.
+//
+// On a database with replicas, a transaction-mode client decides at the
+// start of each transaction (before it checks a server out) where the
+// transaction runs: a transaction whose first statement is a read
+// (router Plan.Write false, not transaction control or a session
+// statement) outside an explicit transaction, or that starts with BEGIN
+// READ ONLY, runs on a replica the database's load_balancing strategy
+// picks (pool.Registry.ReadPools); everything else on the primary. A
+// replica that fails to connect is banned and the checkout moves on to the
+// next candidate and finally the primary, so the client sees no error.
+
+// lbState is a client's routing decision for its next checkout.
+type lbState struct {
+	read bool       // the transaction about to start may run on a replica
+	pool *pool.Pool // the pool of the last checkout, which counts its queries
+}
+
+// statsPool returns the pool whose counters the client's current (or
+// just finished) transaction goes to.
+func (c *client) statsPool() *pool.Pool {
+	if c.lb.pool != nil && c.lb.pool.Key.Database == c.pool.Key.Database {
+		return c.lb.pool
+	}
+	return c.pool
+}
+
+// balanced reports whether the client's transactions may use replicas.
+func (c *client) balanced() bool {
+	if c.mode != config.PoolTransaction || c.db == nil {
+		return false
+	}
+	for i := range c.db.Shards {
+		if len(c.db.Shards[i].Replicas) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseRead decides, before a client of a single-shard database attaches
+// for the Query sql, whether the transaction may run on a replica.
+func (c *client) chooseRead(sql string) {
+	c.lb.read = c.server == nil && c.balanced() && c.readStatement(sql, true)
+}
+
+// chooseReadExt is chooseRead for an extended-protocol message: a Parse,
+// or a Bind of a statement the client prepared. Other messages starting a
+// transaction go to the primary.
+func (c *client) chooseReadExt(typ byte, body []byte) {
+	c.lb.read = false
+	if c.server != nil || !c.balanced() {
+		return
+	}
+	if sql, ok := c.extendedSQL(typ, body); ok {
+		c.lb.read = c.readStatement(sql, true)
+	}
+}
+
+// extendedSQL returns the statement text a Parse or Bind message runs.
+func (c *client) extendedSQL(typ byte, body []byte) (string, bool) {
+	var parse []byte // a Parse body: name, text, …
+	switch typ {
+	case 'P':
+		parse = body
+	case 'B':
+		_, rest, ok := wire.CString(body)
+		if !ok {
+			return "", false
+		}
+		name, _, ok := wire.CString(rest)
+		switch {
+		case !ok:
+			return "", false
+		case len(name) == 0:
+			parse = c.unnamed
+		default:
+			st := c.stmts[string(name)]
+			if st == nil || len(st.parse) < 5 {
+				return "", false
+			}
+			parse = st.parse[5:]
+		}
+	default:
+		return "", false
+	}
+	_, tail, ok := wire.CString(parse)
+	if !ok {
+		return "", false
+	}
+	sql, _, ok := wire.CString(tail)
+	return string(sql), ok
+}
+
+// readStatement reports whether sql only reads: the router plans it as
+// neither a write nor transaction control nor a session statement. With
+// readOnlyBegin, BEGIN READ ONLY counts as a read. Anything the router
+// cannot plan is not a read (the primary reports its errors).
+func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
+	rp, err := c.st.planner(c.db)
+	if err != nil {
+		return false
+	}
+	r, ok := rp.(*routerPlanner)
+	if !ok {
+		return false
+	}
+	st, err := r.r.Analyze(sql)
+	if err != nil {
+		return false
+	}
+	p, err := st.Route(nil, nil, router.Hints{})
+	if err != nil {
+		return false
+	}
+	switch p.Kind {
+	case router.Transaction:
+		return readOnlyBegin && isReadOnlyBegin(sql)
+	case router.Session, router.OmniWrite:
+		return false
+	}
+	return !p.Write
+}
+
+// isReadOnlyBegin reports whether sql is one BEGIN or START TRANSACTION
+// with READ ONLY (and not SERIALIZABLE, which a standby refuses).
+func isReadOnlyBegin(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return false
+	}
+	ts := tree.Stmts[0].Stmt.GetTransactionStmt()
+	if ts == nil || ts.Kind != pg_query.TransactionStmtKind_TRANS_STMT_BEGIN && ts.Kind != pg_query.TransactionStmtKind_TRANS_STMT_START {
+		return false
+	}
+	readOnly := false
+	for _, o := range ts.Options {
+		d := o.GetDefElem()
+		if d == nil {
+			continue
+		}
+		switch d.Defname {
+		case "transaction_read_only":
+			if a := d.Arg.GetAConst(); a != nil && a.GetIval() != nil {
+				readOnly = a.GetIval().Ival != 0
+			}
+		case "transaction_isolation":
+			if a := d.Arg.GetAConst(); a != nil && a.GetSval() != nil && a.GetSval().Sval == "serializable" {
+				return false
+			}
+		}
+	}
+	return readOnly
+}
+
+// takeRead returns and clears the decision of chooseRead.
+func (c *client) takeRead() bool {
+	read := c.lb.read
+	c.lb.read = false
+	return read
+}
+
+// checkoutBalanced checks a server out for a transaction on shard: with
+// read, from the replicas ReadPools lists, banning each that fails to
+// connect and falling back to the primary; else from primary. It returns
+// the pool the server (or the error) came from.
+func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard int, read bool) (*pool.Server, *pool.Pool, error) {
+	var cands []*pool.Pool
+	if read {
+		cands = c.st.Pools.ReadPools(c.db, c.user, shard)
+	}
+	for _, p := range cands {
+		if p.Key.Role != "replica" {
+			break // the primary's turn (include_primary), or the fallback
+		}
+		s, err := observeCheckout(ctx, p)
+		for tries := 0; err == nil && !s.Alive() && tries <= p.Config.Size; tries++ {
+			// An idle server of a replica that went away (a restart, a
+			// failover): drop it rather than fail the client's read.
+			s.Broken = true
+			p.Checkin(s)
+			s, err = observeCheckout(ctx, p)
+		}
+		if err == nil {
+			return s, p, nil
+		}
+		if ctx.Err() != nil {
+			return nil, p, err
+		}
+		if connectFailed(err) {
+			c.st.Pools.Ban(p, err)
+		}
+		c.log.Debug("replica checkout failed; trying the next server", "pool", p.Key.String(), "err", err)
+	}
+	s, err := observeCheckout(ctx, primary)
+	return s, primary, err
+}
+
+func observeCheckout(ctx context.Context, p *pool.Pool) (*pool.Server, error) {
+	start := time.Now()
+	s, err := p.Checkout(ctx)
+	p.Stats.WaitTime.Observe(time.Since(start))
+	return s, err
+}
+
+// connectFailed reports whether a checkout error means the server could
+// not be connected to (rather than the pool being exhausted or closed).
+func connectFailed(err error) bool {
+	if errors.Is(err, pool.ErrClosed) {
+		return false
+	}
+	_, proxyErr := wire.AsError(err)
+	return !proxyErr
+}
+
+// serverPool returns the pool s belongs to: a replica's or the primary's.
+func serverPool(s *pool.Server, fallback *pool.Pool) *pool.Pool {
+	if p := s.Pool(); p != nil {
+		return p
+	}
+	return fallback
+}
