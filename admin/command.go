@@ -60,13 +60,14 @@ func init() {
 			tag: "RESUME", maxArgs: 1, run: (*Handler).resume},
 		{words: []string{"MAINTENANCE"}, usage: "MAINTENANCE ON|OFF [db]", help: "hold new transactions without waiting for open ones; survives RELOAD",
 			tag: "MAINTENANCE", minArgs: 1, maxArgs: 2, run: (*Handler).maintenance},
-		{words: []string{"SET"}, usage: "SET pool_size|checkout_timeout = value", help: "change every pool until the next RELOAD",
+		{words: []string{"SET"}, usage: "SET pool_size|checkout_timeout|reshard_* = value", help: "change every pool until the next RELOAD, or a resharding threshold",
 			tag: "SET", minArgs: 2, maxArgs: 3, run: (*Handler).set},
 		{words: []string{"KILL"}, usage: "KILL client_id", help: "disconnect a client (id from SHOW CLIENTS)",
 			tag: "KILL", minArgs: 1, maxArgs: 1, run: (*Handler).kill},
 		{words: []string{"SHUTDOWN"}, usage: "SHUTDOWN", help: "stop accepting clients, finish transactions, exit",
 			tag: "SHUTDOWN", run: (*Handler).shutdown},
 	}
+	specs = append(specs, reshardSpecs...) // reshard.go
 }
 
 // usages lists every command, for the hint of unknown commands.

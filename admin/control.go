@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -117,11 +118,14 @@ func (h *Handler) set(ctx context.Context, x *call) (*result, error) {
 	if sessionSettings[name] {
 		return nil, nil
 	}
+	if ok, err := h.tasks().Set(name, args[1]); ok { // reshard.go
+		return nil, reshardSetError(err)
+	}
 	apply, ok := settings[name]
 	if !ok {
 		return nil, &wire.Error{Severity: "ERROR", Code: wire.UndefinedObject,
 			Message: fmt.Sprintf("unrecognized configuration parameter %q", args[0]),
-			Hint:    "SET changes pool_size or checkout_timeout"}
+			Hint:    "SET changes pool_size, checkout_timeout, " + strings.Join(replication.Settings, ", ")}
 	}
 	cfg := h.l.State().Config.Clone()
 	if err := apply(cfg, args[1]); err != nil {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -21,6 +23,11 @@ type Handler struct {
 	// Shutdown, when set, starts a graceful shutdown of the proxy; SHUTDOWN
 	// calls it after answering. It must not block.
 	Shutdown func()
+
+	// Tasks runs the resharding commands (reshard.go); when nil, a manager
+	// cutting over through this handler's Listener is made on first use.
+	Tasks     *replication.Manager
+	tasksOnce sync.Once
 }
 
 // New returns the admin handler for l. reload re-reads the configuration

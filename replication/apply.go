@@ -190,6 +190,7 @@ func (a *applier) apply(ctx context.Context, o op) error {
 		}
 		a.inTx = false
 		a.progress = o.end
+		a.t.noteApplied(a.s, a.d, o.end, o.commitTime)
 	}
 	a.applied.Store(uint64(o.end))
 	return nil

@@ -172,7 +172,10 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 			continue
 		}
 		g.Go(func() error {
-			if err := t.copyTable(gctx, s, tb, res.SnapshotName, lsn, pending[i]); err != nil {
+			tc := t.trackCopy(s, tb.String())
+			err := t.copyTable(gctx, s, tb, res.SnapshotName, lsn, pending[i], tc)
+			tc.finish(err)
+			if err != nil {
 				return fmt.Errorf("replication: copy: %s: table %s: %w", src, tb, err)
 			}
 			return nil
@@ -183,7 +186,7 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 
 // copyTable copies one table of source shard s, at snapshot, to the
 // destination shards marked in dests.
-func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string, lsn pglogrepl.LSN, dests []bool) error {
+func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string, lsn pglogrepl.LSN, dests []bool, tc *copyTracker) error {
 	src, err := t.connectSource(ctx, s)
 	if err != nil {
 		return err
@@ -232,7 +235,7 @@ func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string,
 			pw.CloseWithError(err)
 			copyErr <- err
 		}()
-		err := t.splitRows(tb, dests, newCopyReader(pr), bufs, rows)
+		err := t.splitRows(tb, dests, newCopyReader(pr), bufs, rows, tc)
 		pr.CloseWithError(errors.New("copy split ended"))
 		if cerr := <-copyErr; err == nil {
 			err = cerr
@@ -249,7 +252,7 @@ func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string,
 
 // splitRows reads a binary COPY stream and writes each row to the stream of
 // its destination shard; rows counts them.
-func (t *Task) splitRows(tb *table, dests []bool, in *copyReader, out []*bufio.Writer, rows []int64) error {
+func (t *Task) splitRows(tb *table, dests []bool, in *copyReader, out []*bufio.Writer, rows []int64, tc *copyTracker) error {
 	for d, w := range out {
 		if w != nil && dests[d] {
 			w.Write(copyHeader)
@@ -266,6 +269,7 @@ func (t *Task) splitRows(tb *table, dests []bool, in *copyReader, out []*bufio.W
 		if err != nil {
 			return err
 		}
+		tc.row(len(in.tuple))
 		switch tb.rule.place {
 		case placeOmni:
 			for d, w := range out {

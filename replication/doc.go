@@ -27,6 +27,20 @@
 //     values), decode, route, apply; until cutover.
 //  5. At cutover: WaitCaughtUp, SyncSequences; finally Drop.
 //
+// # Managed tasks and cutover
+//
+// Manager (tasks.go) runs tasks in the background for the admin commands:
+// each Managed task has a TaskKind, a TaskState and a Phase. Its cutover
+// (cutover.go) goes through a Gate, the running proxy: Pause the source
+// database, WaitCaughtUp, stop the stream, SyncSequences, CutoverConfig
+// (the source's name gets the destination's shards and rules), WriteConfig
+// (backup, parse-back, temp file and rename), Install, Resume, Drop. Until
+// Install succeeds every failure resumes traffic on the source and the task
+// keeps streaming. Running tasks are recorded on destination shard 0
+// (persist.go) so that Manager.Resume restarts them in a new process.
+// progress.go keeps per-table copy counters and the last applied
+// transaction per (source, destination) shard pair in memory.
+//
 // # Stream layers and lifecycle
 //
 // Per source shard, one reader goroutine owns the replication connection and

@@ -17,6 +17,10 @@ type SlotLag struct {
 	Confirmed pglogrepl.LSN // the slot's confirmed_flush_lsn
 	Current   pglogrepl.LSN // the source's pg_current_wal_lsn()
 	Bytes     int64         // Current - Confirmed
+	// Seconds is the walsender's flush_lag (pg_stat_replication): how long
+	// ago the source wrote what the destinations last confirmed; 0 when
+	// caught up or when no stream is connected.
+	Seconds float64
 }
 
 // Lag returns, per source shard, how far the destinations are behind.
@@ -29,9 +33,11 @@ func (t *Task) Lag(ctx context.Context) ([]SlotLag, error) {
 		}
 		l := SlotLag{Source: s, Slot: t.slotName(s)}
 		var confirmed, current string
-		err = conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn, '0/0')::text, pg_current_wal_lsn()::text,
-			pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(confirmed_flush_lsn, '0/0'))::bigint
-			FROM pg_replication_slots WHERE slot_name = $1`, l.Slot).Scan(&confirmed, &current, &l.Bytes)
+		err = conn.QueryRow(ctx, `SELECT coalesce(s.confirmed_flush_lsn, '0/0')::text, pg_current_wal_lsn()::text,
+			pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(s.confirmed_flush_lsn, '0/0'))::bigint,
+			coalesce(extract(epoch FROM r.flush_lag), 0)::float8
+			FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
+			WHERE s.slot_name = $1`, l.Slot).Scan(&confirmed, &current, &l.Bytes, &l.Seconds)
 		conn.Close(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("replication: lag: %s: slot %s: %w", shardDesc("source", t.src, s), l.Slot, err)
@@ -211,11 +217,15 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 	if err == nil {
 		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.steps WHERE task = $1`, t.Name)
 	}
+	if err == nil {
+		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.tasks WHERE task = $1`, t.Name)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	var left bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)`).Scan(&left); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)
+		OR EXISTS (SELECT 1 FROM shardgate_reshard.tasks)`).Scan(&left); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	if !left {

@@ -35,6 +35,8 @@ type Task struct {
 	// CopyParallelism is how many tables each source shard copies at once
 	// (default 4).
 	CopyParallelism int
+
+	prog progress // in-memory copy and apply progress (progress.go)
 }
 
 // Step is a persisted step of a task, recorded per destination shard in
@@ -69,7 +71,9 @@ func (s Step) String() string {
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
 
-// bookkeeping is created on every destination shard. table_copies holds one
+// bookkeeping is created on every destination shard. tasks (used on shard
+// 0 only) is the Manager's record of a running task, so that a restarted
+// proxy resumes it. table_copies holds one
 // row per (task, source shard, table) copied to this shard, written in the
 // same transaction as the rows; lsn is the snapshot's consistent point, below
 // which the stream skips that table's changes.
@@ -86,7 +90,16 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.table_copies (
 	lsn pg_lsn NOT NULL,
 	rows bigint NOT NULL,
 	done_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (task, source_shard, table_name))`
+	PRIMARY KEY (task, source_shard, table_name));
+CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
+	task text PRIMARY KEY,
+	kind text NOT NULL,
+	source text NOT NULL,
+	destination text NOT NULL,
+	state text NOT NULL,
+	started timestamptz NOT NULL DEFAULT now(),
+	updated timestamptz NOT NULL DEFAULT now(),
+	error text)`
 
 // bookkeepingSchema is excluded from schema sync and from copies.
 const bookkeepingSchema = "shardgate_reshard"

@@ -16,6 +16,10 @@ const usage = `usage:
   proxy [serve] -config FILE      run the proxy
   proxy check-config FILE         validate FILE and print the effective config (passwords redacted)
   proxy demo [-listen ADDR]       start two local PostgreSQL shards and the proxy in front of them
+  proxy schema-sync -config FILE SRC DST
+                                  copy SRC's schema to every shard of DST (databases of FILE)
+  proxy data-sync -config FILE SRC DST
+                                  copy SRC's rows to DST's shards, then stream changes until Ctrl-C
 `
 
 func run(ctx context.Context, args []string) error {
@@ -59,6 +63,10 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return demo(ctx, *listen, newLogger(os.Stderr, *level))
+	case "schema-sync":
+		return schemaSync(ctx, args)
+	case "data-sync":
+		return dataSync(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/metrics"
+	"github.com/shardgate/shardgate/replication"
 )
 
 // serve runs the proxy until ctx ends (SIGINT/SIGTERM) or an admin runs
@@ -43,7 +44,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 	reloadFn := func() error { return reload(l, m, log) }
 	ah := admin.New(l, reloadFn, log)
 	ah.Shutdown = shutdown
+	ah.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
 	l.Admin = ah
+	go func() {
+		if _, err := ah.Tasks.Resume(ctx); err != nil {
+			log.Error("resuming resharding tasks", "err", err)
+		}
+	}()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

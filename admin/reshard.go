@@ -1,0 +1,237 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/replication"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// The resharding commands: RESHARD, SCHEMA_SYNC, COPY_DATA, CUTOVER,
+// STOP_TASK, SHOW TASKS, SHOW TABLE_COPIES, SHOW REPLICATION. The tasks run
+// in a replication.Manager whose cutover pauses, reconfigures and resumes
+// this handler's Listener.
+
+var reshardSpecs = []*spec{
+	{words: []string{"RESHARD"}, usage: "RESHARD source_db destination_db",
+		help:    "move source_db to destination_db's shards: schema, copy, stream, then cut over when the lag is small",
+		columns: taskColumns, tag: "RESHARD", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
+	{words: []string{"SCHEMA_SYNC"}, usage: "SCHEMA_SYNC source_db destination_db",
+		help:    "copy the schema (tables, types, sequences) to every destination shard",
+		columns: taskColumns, tag: "SCHEMA_SYNC", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
+	{words: []string{"COPY_DATA"}, usage: "COPY_DATA source_db destination_db",
+		help:    "schema, copy, then keep streaming changes until CUTOVER or STOP_TASK",
+		columns: taskColumns, tag: "COPY_DATA", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
+	{words: []string{"CUTOVER"}, usage: "CUTOVER [task_id]",
+		help:    "pause the source, catch up, point its name at the destination's shards (file and live), resume",
+		columns: taskColumns, tag: "CUTOVER", maxArgs: 1, run: (*Handler).reshardCutover},
+	{words: []string{"STOP_TASK"}, usage: "STOP_TASK task_id",
+		help:    "stop a resharding task and drop its slots, publications and origins",
+		columns: taskColumns, tag: "STOP_TASK", minArgs: 1, maxArgs: 1, run: (*Handler).reshardStop},
+	{words: []string{"SHOW", "TASKS"}, usage: "SHOW TASKS", help: "resharding tasks (elapsed and pause in microseconds)",
+		columns: taskColumns, tag: "SHOW", run: (*Handler).showTasks},
+	{words: []string{"SHOW", "TABLE_COPIES"}, usage: "SHOW TABLE_COPIES", help: "table copies of resharding tasks (rate in bytes/s)",
+		columns: tableCopyColumns, tag: "SHOW", run: (*Handler).showTableCopies},
+	{words: []string{"SHOW", "REPLICATION"}, usage: "SHOW REPLICATION", help: "replication slots of streaming resharding tasks and their lag",
+		columns: replicationColumns, tag: "SHOW", run: (*Handler).showReplication},
+}
+
+// Gate adapts a Listener to what a resharding cutover needs.
+type Gate struct{ L *frontend.Listener }
+
+func (g Gate) Config() *config.Config                     { return g.L.State().Config }
+func (g Gate) Pause(ctx context.Context, db string) error { return g.L.Pause(ctx, db) }
+func (g Gate) Resume(db string) error                     { return g.L.Resume(db) }
+func (g Gate) Install(cfg *config.Config) error           { return g.L.Reconfigure(cfg) }
+
+// Disconnect ends the sessions of db's clients and waits (up to 5s) until
+// they are gone, so that none passes the gate after the cutover's Resume.
+func (g Gate) Disconnect(db string) {
+	killed := map[uint64]bool{}
+	for _, c := range g.L.Clients() {
+		if c.Database == db && g.L.Kill(c.ID) {
+			killed[c.ID] = true
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		left := false
+		for _, c := range g.L.Clients() {
+			left = left || killed[c.ID]
+		}
+		if !left {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// tasks returns the handler's task manager, creating it on first use.
+func (h *Handler) tasks() *replication.Manager {
+	h.tasksOnce.Do(func() {
+		if h.Tasks == nil {
+			h.Tasks = replication.NewManager(Gate{h.l}, h.log)
+		}
+	})
+	return h.Tasks
+}
+
+var taskColumns = []column{
+	num("id"), text("kind"), text("source"), text("destination"), text("state"), text("phase"),
+	text("started"), num("elapsed"), num("pause"), text("error"),
+}
+
+func addTask(r *result, t *replication.Managed) {
+	i := t.Info()
+	why := ""
+	if i.Err != nil {
+		why = i.Err.Error()
+	}
+	r.add(i.ID, i.Kind.String(), i.Source, i.Dest, i.State.String(), i.Phase.String(), i.Started, i.Elapsed, i.Pause, why)
+}
+
+// reshardSetError reports a bad value of a SET of the task manager.
+func reshardSetError(err error) error {
+	if err != nil {
+		return wire.Errorf(wire.InvalidParameterValue, "%v", err)
+	}
+	return nil
+}
+
+func taskError(err error) error {
+	if e, ok := wire.AsError(err); ok {
+		return e
+	}
+	return wire.Errorf(wire.ObjectInUse, "%v", err)
+}
+
+func (h *Handler) reshardStart(ctx context.Context, x *call) (*result, error) {
+	kind := map[string]replication.TaskKind{"RESHARD": replication.KindReshard,
+		"SCHEMA_SYNC": replication.KindSchemaSync, "COPY_DATA": replication.KindCopyData}[x.spec.words[0]]
+	t, err := h.tasks().Start(kind, x.args[0], x.args[1])
+	if err != nil {
+		return nil, wire.Errorf(wire.InvalidParameterValue, "%s: %v", x.spec.words[0], err)
+	}
+	r := &result{}
+	addTask(r, t)
+	return r, nil
+}
+
+func taskID(x *call, i int) (int, error) {
+	if i >= len(x.args) {
+		return 0, nil
+	}
+	id, err := strconv.Atoi(x.args[i])
+	if err != nil || id <= 0 {
+		return 0, wire.Errorf(wire.InvalidParameterValue, "%s takes a task id from SHOW TASKS, not %q", x.spec.words[0], x.args[i])
+	}
+	return id, nil
+}
+
+func (h *Handler) reshardCutover(ctx context.Context, x *call) (*result, error) {
+	id, err := taskID(x, 0)
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.tasks().Cutover(ctx, id)
+	if err != nil {
+		return nil, taskError(fmt.Errorf("cutover: %w", err))
+	}
+	r := &result{}
+	addTask(r, t)
+	return r, nil
+}
+
+func (h *Handler) reshardStop(ctx context.Context, x *call) (*result, error) {
+	id, err := taskID(x, 0)
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.tasks().Stop(ctx, id)
+	if t == nil {
+		return nil, wire.Errorf(wire.UndefinedObject, "%v", err)
+	}
+	if err != nil {
+		return nil, taskError(fmt.Errorf("stop task %d: %w", id, err))
+	}
+	r := &result{}
+	addTask(r, t)
+	return r, nil
+}
+
+func (h *Handler) showTasks(ctx context.Context, x *call) (*result, error) {
+	r := &result{}
+	for _, t := range h.tasks().Tasks() {
+		addTask(r, t)
+	}
+	return r, nil
+}
+
+var tableCopyColumns = []column{
+	num("task"), text("table"), num("source_shard"), num("rows"), num("bytes"), num("rate"),
+	text("state"), num("elapsed"), text("error"),
+}
+
+func (h *Handler) showTableCopies(ctx context.Context, x *call) (*result, error) {
+	r := &result{}
+	for _, t := range h.tasks().Tasks() {
+		for _, c := range t.Task.TableCopies() {
+			end := c.Finished
+			if end.IsZero() {
+				end = time.Now()
+			}
+			took := end.Sub(c.Started)
+			rate := int64(0)
+			if took > 0 {
+				rate = int64(float64(c.Bytes) / took.Seconds())
+			}
+			why := ""
+			if c.Err != nil {
+				why = c.Err.Error()
+			}
+			r.add(t.ID, c.Table, c.Source, c.Rows, c.Bytes, rate, c.State.String(), took, why)
+		}
+	}
+	return r, nil
+}
+
+var replicationColumns = []column{
+	num("task"), num("source_shard"), text("slot"), text("confirmed_lsn"), text("current_lsn"),
+	num("lag_bytes"), text("lag_seconds"), text("last_applied_lsn"), text("last_commit_time"), text("last_applied_at"),
+}
+
+// showReplication lists the slots of the running tasks that stream. It asks
+// every source shard, so it takes a round trip per slot.
+func (h *Handler) showReplication(ctx context.Context, x *call) (*result, error) {
+	r := &result{}
+	for _, t := range h.tasks().Tasks() {
+		i := t.Info()
+		if i.State != replication.TaskRunning || i.Phase < replication.PhasePostSchema || i.Phase > replication.PhaseCutover {
+			continue
+		}
+		lags, err := t.Task.Lag(ctx)
+		if err != nil {
+			return nil, wire.Errorf(wire.ConnectionFailure, "task %d: %v", t.ID, err)
+		}
+		applied := t.Task.LastApplied()
+		for _, l := range lags {
+			var last replication.AppliedTxn
+			for _, a := range applied {
+				if a.Source == l.Source && a.End > last.End {
+					last = a
+				}
+			}
+			lastLSN := ""
+			if last.End != 0 {
+				lastLSN = last.End.String()
+			}
+			r.add(t.ID, l.Source, l.Slot, l.Confirmed.String(), l.Current.String(), l.Bytes,
+				strconv.FormatFloat(l.Seconds, 'f', 3, 64), lastLSN, last.CommitTime, last.AppliedAt)
+		}
+	}
+	return r, nil
+}
