@@ -3,7 +3,7 @@
 # integration tests against real PostgreSQL servers).
 GO ?= go
 
-.PHONY: demo test build vet fmt-check bench
+.PHONY: demo test build vet fmt-check bench bench-sharding
 
 demo:
 	$(GO) run ./cmd/proxy demo
@@ -23,3 +23,6 @@ fmt-check:
 
 bench:
 	bash bench/run.sh
+
+bench-sharding:
+	bash bench/sharding.sh
