@@ -264,8 +264,15 @@ func (l *Listener) MetricsSample(ctx context.Context) metrics.Sample {
 func poolSample(p *pool.Pool) metrics.PoolSample {
 	snap := p.Snapshot()
 	st := p.Stats
+	// Replica pools of one shard differ only by index: the role label
+	// carries it ("replica0", "replica1"), so every pool has its own
+	// label set and the scrape stays valid with several replicas.
+	role := snap.Key.Role
+	if role == "replica" {
+		role = fmt.Sprintf("replica%d", snap.Key.Replica)
+	}
 	return metrics.PoolSample{
-		Database: snap.Key.Database, User: snap.Key.User, Shard: snap.Key.Shard, Role: snap.Key.Role,
+		Database: snap.Key.Database, User: snap.Key.User, Shard: snap.Key.Shard, Role: role,
 		Size:           snap.Size,
 		ClientsActive:  snap.Active,
 		ClientsWaiting: snap.Waiting,
