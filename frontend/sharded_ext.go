@@ -360,11 +360,17 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	if c.stx.failed {
 		return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
 	}
+	// A read that starts the batch's work outside a transaction may go to
+	// replicas; once a server is held, the batch stays on it.
+	c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
+		!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
 	for _, i := range plan.shards {
 		if err := c.attachShard(ctx, i); err != nil {
+			c.lb.read = false
 			return err
 		}
 	}
+	c.lb.read = false
 	if len(plan.shards) > 1 && maxRows > 0 {
 		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
 	}

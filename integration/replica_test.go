@@ -238,6 +238,13 @@ databases:
 			t.Fatal("a read outside a transaction ran on a primary")
 		}
 	}
+	// The extended protocol routes reads to replicas too.
+	for range 4 {
+		var r bool
+		if err := app.QueryRow(ctx, "SELECT pg_is_in_recovery() FROM items WHERE id = $1", 3).Scan(&r); err != nil || !r {
+			t.Fatalf("extended-protocol read: in recovery %v (%v), want a replica", r, err)
+		}
+	}
 	eventually(t, 10*time.Second, "all rows on the replicas through the proxy", func() bool {
 		var n int
 		err := app.QueryRow(ctx, "SELECT count(*) FROM items", simple).Scan(&n)
