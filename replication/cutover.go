@@ -74,7 +74,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	}
 	var backup string
 	if old.Path != "" {
-		if next, backup, err = WriteConfig(old.Path, next, start); err != nil {
+		if next, backup, err = WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
 			return abort(err, true)
 		}
 	}
@@ -124,40 +124,6 @@ func CutoverConfig(cfg *config.Config, src, dst string) (*config.Config, error) 
 		return nil, fmt.Errorf("cutover: the new configuration is not valid: %w", err)
 	}
 	return next, nil
-}
-
-// WriteConfig writes cfg to path: the current file is kept as
-// <path>.bak-<timestamp>, the new one is written to a temporary file in the
-// same directory and renamed over path. Before anything is written, the
-// rendered file is parsed back; WriteConfig returns that parsed
-// configuration (what a reload of path gives) and the backup's name.
-func WriteConfig(path string, cfg *config.Config, now time.Time) (*config.Config, string, error) {
-	data, err := cfg.YAML()
-	if err != nil {
-		return nil, "", fmt.Errorf("write config: render: %w", err)
-	}
-	parsed, err := config.Parse(data, path)
-	if err != nil {
-		return nil, "", fmt.Errorf("write config: the rendered file does not parse back: %w", err)
-	}
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return nil, "", fmt.Errorf("write config: %w", err)
-	}
-	mode := os.FileMode(0o600)
-	if fi, err := os.Stat(path); err == nil {
-		mode = fi.Mode().Perm()
-	}
-	backup := path + ".bak-" + now.UTC().Format("20060102T150405.000Z")
-	if err := writeAtomic(backup, old, mode); err != nil {
-		return nil, "", fmt.Errorf("write config: backup: %w", err)
-	}
-	header := []byte("# Written by shardgate at a resharding cutover (" + now.UTC().Format(time.RFC3339) +
-		"); the previous file is " + filepath.Base(backup) + ".\n")
-	if err := writeAtomic(path, append(header, data...), mode); err != nil {
-		return nil, "", fmt.Errorf("write config: %w", err)
-	}
-	return parsed, backup, nil
 }
 
 // writeAtomic writes data to a temporary file next to path, syncs it and

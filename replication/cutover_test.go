@@ -11,8 +11,9 @@ import (
 )
 
 const cutoverYAML = `listen: 127.0.0.1:6432
+# operators' comments survive a cutover
 users:
-  - { name: app, password: secret }
+  - { name: app, password: "${SHARDGATE_TEST_APP_PASSWORD}" }
 databases:
   - name: app
     pool: { size: 7 }
@@ -25,6 +26,7 @@ databases:
 `
 
 func TestReshardCutoverConfig(t *testing.T) {
+	t.Setenv("SHARDGATE_TEST_APP_PASSWORD", "s3cret")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "shardgate.yaml")
 	if err := os.WriteFile(path, []byte(cutoverYAML), 0o640); err != nil {
@@ -55,7 +57,7 @@ func TestReshardCutoverConfig(t *testing.T) {
 	}
 
 	now := time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
-	parsed, backup, err := WriteConfig(path, next, now)
+	parsed, backup, err := WriteCutoverFile(path, "app", "app_new", next, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +71,11 @@ func TestReshardCutoverConfig(t *testing.T) {
 	reloaded, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	written, _ := os.ReadFile(path)
+	if strings.Contains(string(written), "s3cret") || !strings.Contains(string(written), "${SHARDGATE_TEST_APP_PASSWORD}") ||
+		!strings.Contains(string(written), "# operators' comments survive a cutover") {
+		t.Errorf("the rewritten file lost an ${ENV} reference or a comment, or exposes a secret:\n%s", written)
 	}
 	if got := reloaded.Database("app"); len(got.Shards) != 2 || got.Shards[0].Database != "n0" {
 		t.Errorf("reloaded app: %+v", got)

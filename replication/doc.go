@@ -33,7 +33,7 @@
 // each Managed task has a TaskKind, a TaskState and a Phase. Its cutover
 // (cutover.go) goes through a Gate, the running proxy: Pause the source
 // database, WaitCaughtUp, stop the stream, SyncSequences, CutoverConfig
-// (the source's name gets the destination's shards and rules), WriteConfig
+// (the source's name gets the destination's shards and rules), WriteCutoverFile
 // (backup, parse-back, temp file and rename), Install, Resume, Drop. Until
 // Install succeeds every failure resumes traffic on the source and the task
 // keeps streaming. Running tasks are recorded on destination shard 0
