@@ -36,7 +36,10 @@ func TestReshardCutover(t *testing.T) {
 	adm := connect(t, o.AdminURL())
 
 	w := startCutoverWriter(t, o.AppURL("app"))
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 10*time.Second, "the writer's first acknowledged write", func() bool {
+		acked, _, _ := w.results()
+		return len(acked) > 0
+	})
 
 	start := time.Now()
 	tb, err := adminPgx(adm, "RESHARD app app_new")
