@@ -258,6 +258,7 @@ func (l *Listener) MetricsSample(ctx context.Context) metrics.Sample {
 	for _, c := range l.Clients() {
 		s.Clients[c.State.String()]++
 	}
+	s.Routes = l.routes.samples()
 	return s
 }
 

@@ -103,6 +103,8 @@ type client struct {
 	stx    shardTx
 	rt     planner
 	hints  hints
+	rc     *routeCounts // route counters of database rcDB (routestats.go)
+	rcDB   string
 	// Extended protocol on sharded databases (sharded_ext.go).
 	batch          []batchMsg
 	sstmts         map[string]*sStmt

@@ -63,6 +63,7 @@ type Listener struct {
 	TwoPhaseHookForTest func(stage string)
 
 	ids      *executor.IDGenerator // shardgate.unique_id()
+	routes   routeStats            // statements of sharded databases by route
 	txPrefix string
 	txSeq    atomic.Uint64
 	twoPCMu  sync.Mutex // guards twoPCLog

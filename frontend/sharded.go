@@ -242,6 +242,7 @@ func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) erro
 		}
 	}
 	c.lb.read = false
+	c.routeCounts().count(len(p.shards), len(c.shards))
 	if p.kind == routeOne {
 		return c.runOne(p)
 	}

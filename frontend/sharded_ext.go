@@ -371,6 +371,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		}
 	}
 	c.lb.read = false
+	c.routeCounts().count(len(plan.shards), len(c.shards))
 	if len(plan.shards) > 1 && maxRows > 0 {
 		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
 	}

@@ -16,6 +16,14 @@ type Sample struct {
 	Databases []DatabaseSample
 	Shards    []ShardSample
 	Clients   map[string]int // connected clients by state (idle, waiting, active…)
+	Routes    []RouteSample
+}
+
+// RouteSample counts the statements of a sharded database by how many
+// shards they needed.
+type RouteSample struct {
+	Database           string
+	Direct, Multi, All uint64 // one shard; some shards; every shard
 }
 
 // PoolSample is one pool: its current numbers and its counters since the
@@ -90,7 +98,7 @@ type collector struct {
 	clientsActive, clientsWaiting, serversActive, serversIdle, size, maxWait *prometheus.Desc
 	transactions, queries, checkouts, timeouts, connects, connectErrors      *prometheus.Desc
 	disconnects, errors, queryTime, xactTime, waitTime                       *prometheus.Desc
-	clients, paused, maintenance, gateWaiting, shardUp                       *prometheus.Desc
+	clients, paused, maintenance, gateWaiting, shardUp, routed               *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -121,6 +129,9 @@ func newCollector(src Source) *collector {
 			[]string{"database"}, nil),
 		gateWaiting: prometheus.NewDesc("shardgate_database_clients_waiting", "Clients waiting for a paused database or one in maintenance.",
 			[]string{"database"}, nil),
+		routed: prometheus.NewDesc("shardgate_routed_statements_total",
+			"Statements of sharded databases by route: direct (one shard), multi (some shards), all (every shard).",
+			[]string{"database", "route"}, nil),
 		shardUp: prometheus.NewDesc("shardgate_shard_up", "Servers of the shard with this role that answer probes and whose pools connect.",
 			[]string{"database", "shard", "role"}, nil),
 	}
@@ -175,6 +186,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, n := range s.Clients {
 		gauge(c.clients, float64(n), state)
+	}
+	for _, r := range s.Routes {
+		counter(c.routed, r.Direct, r.Database, "direct")
+		counter(c.routed, r.Multi, r.Database, "multi")
+		counter(c.routed, r.All, r.Database, "all")
 	}
 	for _, d := range s.Databases {
 		gauge(c.paused, b2f(d.Paused), d.Name)
