@@ -126,6 +126,7 @@ var statsColumns = []column{
 	num("total_wait_time"), num("avg_xact_time"), num("avg_query_time"), num("avg_wait_time"),
 	num("total_errors"), num("total_checkouts"), num("total_checkout_timeouts"),
 	num("total_server_connects"), num("total_server_connect_errors"),
+	num("total_received"), num("total_sent"),
 }
 
 // showStats lists per-pool counters since the proxy started (they survive
@@ -141,7 +142,8 @@ func (h *Handler) showStats(ctx context.Context, x *call) (*result, error) {
 		r.add(p.Key.Database, p.Key.User, p.Key.Shard, p.Key.Role,
 			xacts, queries, xactUS, queryUS, waitUS,
 			avg(xactUS, xacts), avg(queryUS, queries), avg(waitUS, wait.Count),
-			st.Errors.Total(), st.Checkouts.Load(), st.Timeouts.Load(), st.Opened.Load(), st.ConnectErrs.Load())
+			st.Errors.Total(), st.Checkouts.Load(), st.Timeouts.Load(), st.Opened.Load(), st.ConnectErrs.Load(),
+			st.BytesIn.Load(), st.BytesOut.Load())
 	}
 	return r, nil
 }

@@ -287,6 +287,8 @@ func poolSample(p *pool.Pool) metrics.PoolSample {
 		Connects:       st.Opened.Load(),
 		ConnectErrors:  st.ConnectErrs.Load(),
 		Disconnects:    st.Closed.Load(),
+		BytesIn:        st.BytesIn.Load(),
+		BytesOut:       st.BytesOut.Load(),
 		Errors:         &st.Errors,
 		QueryTime:      &st.QueryTime,
 		XactTime:       &st.XactTime,

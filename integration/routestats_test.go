@@ -45,6 +45,14 @@ func TestRoutedStatementsMetric(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	for _, p := range e.p.Listener.MetricsSample(ctx).Pools {
+		if p.Database == "app" && p.Queries > 0 && (p.BytesIn == 0 || p.BytesOut == 0) {
+			t.Errorf("pool %s/%d: %d queries but %d bytes in, %d out", p.Database, p.Shard, p.Queries, p.BytesIn, p.BytesOut)
+		}
+	}
+	if !strings.Contains(string(body), "shardgate_pool_server_received_bytes_total{") {
+		t.Error("metrics lack shardgate_pool_server_received_bytes_total")
+	}
 	for _, want := range []string{
 		`shardgate_routed_statements_total{database="app",route="direct"} 2`,
 		`shardgate_routed_statements_total{database="app",route="multi"} 1`,

@@ -47,6 +47,8 @@ type PoolSample struct {
 	Connects      uint64 // server connections opened
 	ConnectErrors uint64
 	Disconnects   uint64 // server connections closed
+	BytesIn       uint64 // received from the pool's servers
+	BytesOut      uint64 // sent to the pool's servers
 
 	Errors                        *ErrorCounts
 	QueryTime, XactTime, WaitTime *Histogram
@@ -97,7 +99,7 @@ type collector struct {
 
 	clientsActive, clientsWaiting, serversActive, serversIdle, size, maxWait *prometheus.Desc
 	transactions, queries, checkouts, timeouts, connects, connectErrors      *prometheus.Desc
-	disconnects, errors, queryTime, xactTime, waitTime                       *prometheus.Desc
+	disconnects, errors, queryTime, xactTime, waitTime, bytesIn, bytesOut    *prometheus.Desc
 	clients, paused, maintenance, gateWaiting, shardUp, routed               *prometheus.Desc
 }
 
@@ -117,6 +119,8 @@ func newCollector(src Source) *collector {
 		connects:       poolDesc("server_connects_total", "Server connections opened."),
 		connectErrors:  poolDesc("server_connect_errors_total", "Failed attempts to open a server connection."),
 		disconnects:    poolDesc("server_disconnects_total", "Server connections closed."),
+		bytesIn:        poolDesc("server_received_bytes_total", "Bytes received from the pool's servers."),
+		bytesOut:       poolDesc("server_sent_bytes_total", "Bytes sent to the pool's servers."),
 		errors:         poolDesc("errors_total", "ErrorResponses sent to clients, by SQLSTATE class (first two characters).", "class"),
 		queryTime:      poolDesc("query_duration_seconds", "Duration of round trips to servers."),
 		xactTime:       poolDesc("transaction_duration_seconds", "Duration of transactions, from the first round trip to ReadyForQuery idle."),
@@ -175,6 +179,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.connects, p.Connects, l...)
 		counter(c.connectErrors, p.ConnectErrors, l...)
 		counter(c.disconnects, p.Disconnects, l...)
+		counter(c.bytesIn, p.BytesIn, l...)
+		counter(c.bytesOut, p.BytesOut, l...)
 		if p.Errors != nil {
 			p.Errors.Each(func(class string, n uint64) {
 				counter(c.errors, n, append(l[:4:4], class)...)

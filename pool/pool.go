@@ -61,6 +61,10 @@ type Stats struct {
 	// the server reports ReadyForQuery idle.
 	Transactions atomic.Uint64
 	Queries      atomic.Uint64
+	// BytesIn and BytesOut count bytes received from and sent to the
+	// pool's servers (one add per socket read or write).
+	BytesIn  atomic.Uint64
+	BytesOut atomic.Uint64
 	XactNanos    atomic.Uint64
 	QueryNanos   atomic.Uint64
 	Errors       metrics.ErrorCounts // ErrorResponses sent to clients, by SQLSTATE class
@@ -210,6 +214,7 @@ func (p *Pool) Checkin(s *Server) {
 	if s.StalePlans && !s.Broken {
 		s.deallocateAll()
 	}
+	s.flushCounts(p.Stats)
 	now := time.Now()
 	s.lastUsed = now
 	p.mu.Lock()

@@ -88,6 +88,9 @@ type Server struct {
 	// prepares them afresh instead of failing on a stale plan.
 	StalePlans bool
 
+	// Traffic since the last checkin; only the owner touches these.
+	bytesIn, bytesOut uint64
+
 	state    ServerState
 	created  time.Time
 	lastUsed time.Time
@@ -307,8 +310,6 @@ func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 	now := time.Now()
 	s := &Server{
 		Conn:     hc.Conn,
-		R:        wire.NewReader(r, 32<<10, 1<<30),
-		W:        bufio.NewWriterSize(hc.Conn, 32<<10),
 		PID:      hc.PID,
 		Secret:   hc.SecretKey,
 		Addr:     net.JoinHostPort(t.Host, strconv.Itoa(t.Port)),
@@ -318,11 +319,49 @@ func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 		created:  now,
 		lastUsed: now,
 	}
+	s.R = wire.NewReader(countingReader{r, &s.bytesIn}, 32<<10, 1<<30)
+	s.W = bufio.NewWriterSize(countingWriter{hc.Conn, &s.bytesOut}, 32<<10)
 	if tc, ok := hc.Conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
 	return s, nil
+}
+
+// countingReader and countingWriter count a server connection's traffic
+// into the Server, whose owner adds it to the pool's Stats at checkin.
+type countingReader struct {
+	r io.Reader
+	n *uint64
+}
+
+func (c countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	*c.n += uint64(n)
+	return n, err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *uint64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	*c.n += uint64(n)
+	return n, err
+}
+
+// flushCounts moves the traffic counted since the last call into st.
+func (s *Server) flushCounts(st *Stats) {
+	if s.bytesIn != 0 {
+		st.BytesIn.Add(s.bytesIn)
+		s.bytesIn = 0
+	}
+	if s.bytesOut != 0 {
+		st.BytesOut.Add(s.bytesOut)
+		s.bytesOut = 0
+	}
 }
 
 func sslmode(m config.SSLMode) string {
