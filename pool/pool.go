@@ -63,14 +63,14 @@ type Stats struct {
 	Queries      atomic.Uint64
 	// BytesIn and BytesOut count bytes received from and sent to the
 	// pool's servers (one add per socket read or write).
-	BytesIn  atomic.Uint64
-	BytesOut atomic.Uint64
-	XactNanos    atomic.Uint64
-	QueryNanos   atomic.Uint64
-	Errors       metrics.ErrorCounts // ErrorResponses sent to clients, by SQLSTATE class
-	XactTime     metrics.Histogram
-	QueryTime    metrics.Histogram
-	WaitTime     metrics.Histogram // checkout wait, including immediate checkouts
+	BytesIn    atomic.Uint64
+	BytesOut   atomic.Uint64
+	XactNanos  atomic.Uint64
+	QueryNanos atomic.Uint64
+	Errors     metrics.ErrorCounts // ErrorResponses sent to clients, by SQLSTATE class
+	XactTime   metrics.Histogram
+	QueryTime  metrics.Histogram
+	WaitTime   metrics.Histogram // checkout wait, including immediate checkouts
 }
 
 // Pool lends server connections of one Key.
