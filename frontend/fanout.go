@@ -207,21 +207,42 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		}
 		r.header()
 	}
-	for k, r := range readers {
+	for _, r := range readers {
 		if r.ioErr != nil {
 			c.server = r.s
-			_ = k
 			return c.shardFailed(r.ioErr)
 		}
 		if r.serr != nil && firstErr == nil {
 			firstErr = r.serr
 		}
 	}
+	ioErr, err := c.gatherMany(p, readers, implicit, firstErr, func() (string, error) { return c.combine(p, readers) })
+	if ioErr != nil {
+		return c.shardFailed(ioErr)
+	}
+	if err != nil {
+		c.releaseIfIdle()
+		return c.shardedError(err)
+	}
+	c.releaseIfIdle()
+	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.tx = c.shardedStatus()
+	return c.flushClient()
+}
+
+// gatherMany finishes a statement that ran on several shards, whose
+// readers have read their headers (firstErr is the first error among
+// them): it merges the answers with combine, reads every shard to
+// ReadyForQuery, and settles an implicit multi-shard write — rolled back
+// on error, committed with two-phase commit otherwise. On success it
+// writes the command tag and commits the statement's session changes. It
+// returns a broken server's error (with c.server pointing at it) or the
+// statement's error.
+func (c *client) gatherMany(p *routePlan, readers []*shardRows, implicit bool, firstErr *wire.Error, combine func() (string, error)) (ioErr, stmtErr error) {
 	tag := ""
 	if firstErr == nil {
 		var err error
-		tag, err = c.combine(p, readers)
-		if err != nil {
+		if tag, err = combine(); err != nil {
 			if e, ok := wire.AsError(err); ok {
 				firstErr = e
 			} else {
@@ -233,7 +254,7 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		r.finish()
 		if r.ioErr != nil {
 			c.server = r.s
-			return c.shardFailed(r.ioErr)
+			return r.ioErr, nil
 		}
 		if r.serr != nil && firstErr == nil {
 			firstErr = r.serr
@@ -243,13 +264,11 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		if implicit {
 			c.rollbackShards()
 		}
-		c.releaseIfIdle()
-		return c.shardedError(firstErr)
+		return nil, firstErr
 	}
 	if implicit {
 		if err := c.commitShards(p.shards); err != nil {
-			c.releaseIfIdle()
-			return c.shardedError(err)
+			return nil, err
 		}
 	}
 	if tag != "" {
@@ -260,10 +279,7 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 	if len(p.ops) > 0 && !c.stx.open {
 		c.applyOpsAll(p.ops)
 	}
-	c.releaseIfIdle()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
-	c.tx = c.shardedStatus()
-	return c.flushClient()
+	return nil, nil
 }
 
 // combine writes the rows of a multi-shard answer and returns its tag.

@@ -441,53 +441,18 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			firstErr = r.serr
 		}
 	}
-	tag := ""
-	if firstErr == nil {
+	ioErr, err := c.gatherMany(plan, readers, implicit, firstErr, func() (string, error) {
 		if !describe {
 			for _, r := range readers {
 				r.quietDesc = true
 			}
 		}
-		var err error
-		tag, err = c.combineExt(plan, readers, describe)
-		if err != nil {
-			if e, ok := wire.AsError(err); ok {
-				firstErr = e
-			} else {
-				firstErr = wire.Errorf(wire.InternalError, "merge: %v", err)
-			}
-		}
+		return c.combineExt(plan, readers, describe)
+	})
+	if ioErr != nil {
+		return c.shardFailed(ioErr)
 	}
-	for _, r := range readers {
-		r.finish()
-		if r.ioErr != nil {
-			c.server = r.s
-			return c.shardFailed(r.ioErr)
-		}
-		if r.serr != nil && firstErr == nil {
-			firstErr = r.serr
-		}
-	}
-	if firstErr != nil {
-		if implicit {
-			c.rollbackShards()
-		}
-		return firstErr
-	}
-	if implicit {
-		if err := c.commitShards(plan.shards); err != nil {
-			return err
-		}
-	}
-	if tag != "" {
-		c.w.Write(wire.AppendCommandComplete(nil, tag))
-	} else {
-		c.w.Write([]byte{'I', 0, 0, 0, 4})
-	}
-	if len(plan.ops) > 0 && !c.stx.open {
-		c.applyOpsAll(plan.ops)
-	}
-	return nil
+	return err
 }
 
 // combineExt is combine for extended-protocol answers: RowDescription is
