@@ -107,7 +107,14 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		}
 		st := c.resolve(name)
 		if st == nil {
-			c.out = append(c.out, raw...)
+			if isProxyName(name) {
+				// Never let a client reach another client's shared
+				// statement by its proxy-wide name: the server answers
+				// 26000 for a name that cannot exist.
+				c.out = appendBindRenamed(c.out, portal, name, rest)
+			} else {
+				c.out = append(c.out, raw...)
+			}
 			c.expect('B')
 			return nil
 		}
@@ -148,9 +155,17 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 			return nil
 		}
 		st := c.resolve(name)
-		if st == nil {
+		switch {
+		case st == nil && isProxyName(name):
+			start := len(c.out)
+			c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
+			c.out = append(c.out, unknownPrefix...)
+			c.out = append(c.out, name...)
+			c.out = append(c.out, 0)
+			c.out = wire.FinishMessage(c.out, start)
+		case st == nil:
 			c.out = append(c.out, raw...)
-		} else {
+		default:
 			start := len(c.out)
 			c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
 			c.out = append(c.out, st.name...)
@@ -254,3 +269,26 @@ var (
 	parseComplete = []byte{'1', 0, 0, 0, 4}
 	closeComplete = []byte{'3', 0, 0, 0, 4}
 )
+
+// unknownPrefix renames a client's unknown statement name that looks like
+// a proxy-wide one ("sg_…"), so that it cannot resolve on the server.
+const unknownPrefix = "shardgate_unknown_"
+
+// isProxyName reports whether a client's statement name could collide
+// with a proxy-wide statement name.
+func isProxyName(name []byte) bool {
+	return len(name) > 3 && string(name[:3]) == "sg_"
+}
+
+// appendBindRenamed appends Bind(portal, unknownPrefix+name, rest).
+func appendBindRenamed(out, portal, name, rest []byte) []byte {
+	start := len(out)
+	out = append(out, 'B', 0, 0, 0, 0)
+	out = append(out, portal...)
+	out = append(out, 0)
+	out = append(out, unknownPrefix...)
+	out = append(out, name...)
+	out = append(out, 0)
+	out = append(out, rest...)
+	return wire.FinishMessage(out, start)
+}
