@@ -404,7 +404,11 @@ func (c *client) loop(ctx context.Context) error {
 			c.abandon() // a killed client may hold a server: roll back, return it
 			return nil
 		}
+		stopWatch := c.watchServer()
 		typ, raw, body, err := c.r.Next()
+		if stopWatch != nil {
+			stopWatch()
+		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && (c.l.shutting.Load() || c.killed.Load()) {

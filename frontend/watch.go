@@ -1,0 +1,65 @@
+package frontend
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// watchServer relays what an idle session-mode server sends on its own —
+// NOTIFY payloads (LISTEN), notices, parameter changes, a FATAL error
+// before it closes — while the client loop waits for the client's next
+// message. It returns the function that stops it, which the loop calls
+// before it touches the server or the client writer again; nil when there
+// is nothing to watch.
+func (c *client) watchServer() func() {
+	s := c.server
+	if c.mode != config.PoolSession || s == nil || c.shards != nil || c.tx != 'I' || len(c.q) > 0 || c.r.Buffered() > 0 {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, n, err := s.R.PeekHeader()
+			if err != nil {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					s.Broken = true
+				}
+				return
+			}
+			if n > s.R.Size()-5 {
+				return // not an asynchronous message: the loop will see it
+			}
+			typ, raw, body, err := s.R.Next()
+			if err != nil {
+				return // a timeout leaves the message unread (Next only peeks)
+			}
+			switch typ {
+			case 'A', 'N':
+			case 'S':
+				name, rest, _ := wire.CString(body)
+				val, _, _ := wire.CString(rest)
+				s.Params[string(name)] = string(val)
+			case 'E':
+				s.NoteError(wire.ParseError(body))
+			default:
+				s.Broken = true
+			}
+			c.toClient(raw)
+			c.flushClient()
+			if s.Broken {
+				return
+			}
+		}
+	}()
+	return func() {
+		s.Conn.SetReadDeadline(time.Now())
+		<-done
+		s.Conn.SetReadDeadline(time.Time{})
+	}
+}
