@@ -37,8 +37,9 @@ func TestReshardCutover(t *testing.T) {
 
 	w := startCutoverWriter(t, o.AppURL("app"))
 	eventually(t, 10*time.Second, "the writer's first acknowledged write", func() bool {
-		acked, _, _ := w.results()
-		return len(acked) > 0
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.acked) > 0
 	})
 
 	start := time.Now()
