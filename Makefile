@@ -3,7 +3,7 @@
 # integration tests against real PostgreSQL servers).
 GO ?= go
 
-.PHONY: demo test build vet fmt-check bench bench-sharding
+.PHONY: demo test build vet fmt-check bench bench-sharding bench-reshard
 
 demo:
 	$(GO) run ./cmd/proxy demo
@@ -26,3 +26,6 @@ bench:
 
 bench-sharding:
 	bash bench/sharding.sh
+
+bench-reshard:
+	bash bench/reshard.sh
