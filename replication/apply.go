@@ -156,6 +156,28 @@ func (a *applier) apply(ctx context.Context, o op) error {
 		a.skipTxn = o.final < a.progress // committed here before a restart
 		a.inTx = false
 	}
+	// Every statement of the chunk — BEGIN, the changes, the origin
+	// advance and COMMIT — goes to the destination in one pipelined round
+	// trip; only a row move, whose RETURNING the source stream waits for,
+	// runs on its own.
+	b := &pgconn.Batch{}
+	queued := 0
+	flush := func() error {
+		if queued == 0 {
+			return nil
+		}
+		results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+		b, queued = &pgconn.Batch{}, 0
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		return nil
+	}
 	for i := range o.changes {
 		c := &o.changes[i]
 		if a.skipTxn || o.final < a.watermarks[c.rel.name] {
@@ -165,29 +187,40 @@ func (a *applier) apply(ctx context.Context, o op) error {
 			continue
 		}
 		if !a.inTx {
-			if _, err := a.conn.Exec(ctx, "BEGIN"); err != nil {
-				return err
-			}
+			b.ExecParams("BEGIN", nil, nil, nil, nil)
+			queued++
 			a.inTx = true
 		}
-		if err := a.exec(ctx, c); err != nil {
-			if c.reply != nil {
+		if c.kind == changeMoveOut {
+			if err := flush(); err != nil {
 				c.reply <- moveReply{err: err}
+				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
-			return fmt.Errorf("table %s: %w", c.rel.name, err)
+			if err := a.exec(ctx, c); err != nil {
+				c.reply <- moveReply{err: err}
+				return fmt.Errorf("table %s: %w", c.rel.name, err)
+			}
+			continue
 		}
+		sql, args, ok := a.statement(c)
+		if ok {
+			b.ExecParams(sql, args, nil, nil, nil)
+			queued++
+		}
+	}
+	if o.commit && a.inTx {
+		b.ExecParams(`SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2::text::timestamptz)`,
+			[][]byte{[]byte(o.end.String()), []byte(o.commitTime.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))}, nil, nil, nil)
+		b.ExecParams("COMMIT", nil, nil, nil, nil)
+		queued += 2
+	}
+	if err := flush(); err != nil {
+		return err
 	}
 	if !o.commit {
 		return nil
 	}
 	if a.inTx {
-		if _, err := a.conn.Exec(ctx, `SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2)`,
-			o.end.String(), o.commitTime); err != nil {
-			return err
-		}
-		if _, err := a.conn.Exec(ctx, "COMMIT"); err != nil {
-			return err
-		}
 		a.inTx = false
 		a.progress = o.end
 		a.t.noteApplied(a.s, a.d, o.end, o.commitTime)
@@ -196,9 +229,54 @@ func (a *applier) apply(ctx context.Context, o op) error {
 	return nil
 }
 
-// exec runs one change in the open transaction. Values travel in text
-// format with unspecified types, so the server infers each from its column.
+// exec runs one change in the open transaction on its own round trip:
+// a row move out of this shard, whose RETURNING supplies the unchanged
+// TOASTed values the source stream waits for, or any other change.
+// Values travel in text format with unspecified types, so the server
+// infers each from its column.
 func (a *applier) exec(ctx context.Context, c *change) error {
+	if c.kind != changeMoveOut {
+		sql, args, ok := a.statement(c)
+		if !ok {
+			return nil
+		}
+		return a.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read().Err
+	}
+	rel := c.rel
+	var sql strings.Builder
+	var args [][]byte
+	param := func(v []byte) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var ret []string
+	var idx []int
+	for i, v := range c.new {
+		if v.DataType == pglogrepl.TupleDataTypeToast {
+			ret = append(ret, quoteIdent(rel.cols[i])+"::text")
+			idx = append(idx, i)
+		}
+	}
+	fmt.Fprintf(&sql, "DELETE FROM %s WHERE %s RETURNING %s", rel.ident, rel.where(c.old, param), strings.Join(ret, ", "))
+	res := a.conn.PgConn().ExecParams(ctx, sql.String(), args, nil, nil, nil).Read()
+	if res.Err != nil {
+		return res.Err
+	}
+	if len(res.Rows) == 0 {
+		c.reply <- moveReply{missing: true}
+		return nil
+	}
+	values := map[int][]byte{}
+	for j, i := range idx {
+		values[i] = res.Rows[0][j]
+	}
+	c.reply <- moveReply{values: values}
+	return nil
+}
+
+// statement returns the SQL and parameters of a change other than a row
+// move; ok is false when the change needs no statement.
+func (a *applier) statement(c *change) (string, [][]byte, bool) {
 	rel := c.rel
 	var sql strings.Builder
 	var args [][]byte
@@ -228,38 +306,15 @@ func (a *applier) exec(ctx context.Context, c *change) error {
 			}
 		}
 		if len(set) == 0 {
-			return nil
+			return "", nil, false
 		}
 		fmt.Fprintf(&sql, "UPDATE %s SET %s WHERE %s", rel.ident, strings.Join(set, ", "), rel.where(c.old, param))
 	case changeDelete:
 		fmt.Fprintf(&sql, "DELETE FROM %s WHERE %s", rel.ident, rel.where(c.old, param))
-	case changeMoveOut:
-		var ret []string
-		var idx []int
-		for i, v := range c.new {
-			if v.DataType == pglogrepl.TupleDataTypeToast {
-				ret = append(ret, quoteIdent(rel.cols[i])+"::text")
-				idx = append(idx, i)
-			}
-		}
-		fmt.Fprintf(&sql, "DELETE FROM %s WHERE %s RETURNING %s", rel.ident, rel.where(c.old, param), strings.Join(ret, ", "))
-		res := a.conn.PgConn().ExecParams(ctx, sql.String(), args, nil, nil, nil).Read()
-		if res.Err != nil {
-			return res.Err
-		}
-		if len(res.Rows) == 0 {
-			c.reply <- moveReply{missing: true}
-			return nil
-		}
-		values := map[int][]byte{}
-		for j, i := range idx {
-			values[i] = res.Rows[0][j]
-		}
-		c.reply <- moveReply{values: values}
-		return nil
+	default:
+		return "", nil, false
 	}
-	res := a.conn.PgConn().ExecParams(ctx, sql.String(), args, nil, nil, nil).Read()
-	return res.Err
+	return sql.String(), args, true
 }
 
 // value returns a column's text value, nil for NULL.
