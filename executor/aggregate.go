@@ -65,15 +65,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 				all = append(all, g)
 				continue
 			}
-			key = key[:0]
-			for _, c := range keyCols {
-				if cols[c] == nil {
-					key = append(key, 0xff, 0xff, 0xff, 0xff)
-					continue
-				}
-				key = binary.BigEndian.AppendUint32(key, uint32(len(cols[c])))
-				key = append(key, cols[c]...)
-			}
+			key = appendKey(key[:0], cols, keyCols)
 			g := groups[string(key)]
 			if g == nil {
 				g = &group{cols: make([][]byte, len(cols))}
@@ -130,15 +122,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 		seen := map[string]bool{}
 		kept := order[:0]
 		for _, g := range order {
-			key = key[:0]
-			for _, c := range m.spec.DistinctOn {
-				if g.cols[c] == nil {
-					key = append(key, 0xff, 0xff, 0xff, 0xff)
-					continue
-				}
-				key = binary.BigEndian.AppendUint32(key, uint32(len(g.cols[c])))
-				key = append(key, g.cols[c]...)
-			}
+			key = appendKey(key[:0], g.cols, m.spec.DistinctOn)
 			if !seen[string(key)] {
 				seen[string(key)] = true
 				kept = append(kept, g)
@@ -559,4 +543,20 @@ func numericWeight(d decimal) (weight int, first int) {
 	}
 	first, _ = strconv.Atoi(s[:digitsInGroup])
 	return weight, first
+}
+
+// appendKey appends the values of columns idx of a row as a map key: each
+// length-prefixed, NULL as a length no value has, so that distinct rows
+// never share a key and NULLs group together (as GROUP BY and DISTINCT
+// treat them).
+func appendKey(key []byte, cols [][]byte, idx []int) []byte {
+	for _, c := range idx {
+		if cols[c] == nil {
+			key = append(key, 0xff, 0xff, 0xff, 0xff)
+			continue
+		}
+		key = binary.BigEndian.AppendUint32(key, uint32(len(cols[c])))
+		key = append(key, cols[c]...)
+	}
+	return key
 }
