@@ -52,7 +52,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 			if b == nil {
 				break
 			}
-			if cols, err = splitRow(b, cols); err != nil {
+			if cols, err = SplitRow(b, cols); err != nil {
 				return err
 			}
 			if distinctOn {

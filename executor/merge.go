@@ -125,9 +125,9 @@ func TrimRowDescription(body []byte, n int) []byte {
 	return wire.FinishMessage(out, 0)
 }
 
-// splitRow parses a DataRow body into column values (nil for NULL),
+// SplitRow parses a DataRow body into column values (nil for NULL),
 // reusing cols.
-func splitRow(body []byte, cols [][]byte) ([][]byte, error) {
+func SplitRow(body []byte, cols [][]byte) ([][]byte, error) {
 	n, rest, ok := wire.Uint16(body)
 	if !ok {
 		return nil, fmt.Errorf("malformed DataRow")
@@ -298,7 +298,7 @@ func (m *Merger) concat(sources []Rows) error {
 			if !more {
 				continue // keep reading to the end of the stream
 			}
-			if cols, err = splitRow(b, cols); err != nil {
+			if cols, err = SplitRow(b, cols); err != nil {
 				return err
 			}
 			if more, err = m.emit(cols); err != nil {
@@ -426,7 +426,7 @@ func (c *cursor) advance() (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	c.cols, err = splitRow(b, c.cols)
+	c.cols, err = SplitRow(b, c.cols)
 	return err == nil, err
 }
 

@@ -44,7 +44,7 @@ func decode(t *testing.T, b []byte) [][]string {
 		if typ != 'D' {
 			t.Fatalf("unexpected %q", typ)
 		}
-		cols, err := splitRow(body, nil)
+		cols, err := SplitRow(body, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,7 +137,7 @@ func (ps *preparedStore) query(ctx context.Context, sql string) ([]string, *wire
 		}
 		switch typ {
 		case 'D':
-			cols, _ := splitDataRow(body)
+			cols, _ := executor.SplitRow(body, nil)
 			if len(cols) > 0 && cols[0] != nil {
 				out = append(out, string(cols[0]))
 			}
@@ -173,30 +173,4 @@ func (ps *preparedStore) Finish(ctx context.Context, gid string, commit bool) er
 		return serr
 	}
 	return nil
-}
-
-// splitDataRow returns the column values of a DataRow body.
-func splitDataRow(body []byte) ([][]byte, error) {
-	n, rest, ok := wire.Uint16(body)
-	if !ok {
-		return nil, fmt.Errorf("malformed DataRow")
-	}
-	var cols [][]byte
-	for i := 0; i < int(n); i++ {
-		l, r, ok := wire.Uint32(rest)
-		if !ok {
-			return nil, fmt.Errorf("malformed DataRow")
-		}
-		if int32(l) < 0 {
-			cols = append(cols, nil)
-			rest = r
-			continue
-		}
-		if int(l) > len(r) {
-			return nil, fmt.Errorf("malformed DataRow")
-		}
-		cols = append(cols, r[:l])
-		rest = r[l:]
-	}
-	return cols, nil
 }
