@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -226,12 +227,9 @@ func (c *client) refresh() error {
 	if st == c.st {
 		return nil
 	}
-	u, db := st.Config.User(c.user.Name), st.Config.Database(c.db.Name)
-	if u == nil || db == nil || !u.Allows(db.Name) {
-		return &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown,
-			Message: "terminating connection due to administrator command",
-			Detail: fmt.Sprintf("a configuration reload removed user %q or database %q, or access of the one to the other",
-				c.user.Name, c.db.Name)}
+	u, db, err := c.reloadedIdentity(st)
+	if err != nil {
+		return err
 	}
 	p := st.Pools.Get(db, u, 0)
 	if p == nil {
@@ -239,6 +237,20 @@ func (c *client) refresh() error {
 	}
 	c.st, c.pool = st, p
 	return nil
+}
+
+// reloadedIdentity finds the client's user and database in a reloaded
+// configuration; a client whose user or database the reload removed (or
+// whose access it revoked) gets 57P01.
+func (c *client) reloadedIdentity(st *State) (*config.User, *config.Database, error) {
+	u, db := st.Config.User(c.user.Name), st.Config.Database(c.db.Name)
+	if u == nil || db == nil || !u.Allows(db.Name) {
+		return nil, nil, &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown,
+			Message: "terminating connection due to administrator command",
+			Detail: fmt.Sprintf("a configuration reload removed user %q or database %q, or access of the one to the other",
+				c.user.Name, c.db.Name)}
+	}
+	return u, db, nil
 }
 
 // observeRoundTrip counts one query (a round trip that started at start)

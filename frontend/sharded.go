@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -166,12 +165,9 @@ func (c *client) refreshShards() error {
 	if st == c.st {
 		return nil
 	}
-	u, db := st.Config.User(c.user.Name), st.Config.Database(c.db.Name)
-	if u == nil || db == nil || !u.Allows(db.Name) {
-		return &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown,
-			Message: "terminating connection due to administrator command",
-			Detail: fmt.Sprintf("a configuration reload removed user %q or database %q, or access of the one to the other",
-				c.user.Name, c.db.Name)}
+	u, db, err := c.reloadedIdentity(st)
+	if err != nil {
+		return err
 	}
 	c.st, c.user, c.db = st, u, db
 	c.pool = st.Pools.Get(db, u, 0)
