@@ -532,11 +532,7 @@ func (c *client) rollback() {
 	if sync {
 		// Part of a batch may have gone out (before a Flush or
 		// pipelined): close it.
-		s.W.Write([]byte{'S', 0, 0, 0, 4})
-		c.unsynced = false
-		c.q = append(c.q, req{kind: reqSync})
-		if err := s.Flush(); err != nil || c.relay() != nil {
-			s.Broken = true
+		if !c.syncServer() {
 			return
 		}
 	}
@@ -555,6 +551,21 @@ func (c *client) rollback() {
 	}
 }
 
+// syncServer closes an unfinished extended-protocol batch on the client's
+// server with a Sync and reads every answer still owed; on failure it marks
+// the server broken and returns false.
+func (c *client) syncServer() bool {
+	s := c.server
+	s.W.Write([]byte{'S', 0, 0, 0, 4})
+	c.unsynced = false
+	c.q = append(c.q, req{kind: reqSync})
+	if err := s.Flush(); err != nil || c.relay() != nil {
+		s.Broken = true
+		return false
+	}
+	return true
+}
+
 // resetSession cleans a session-mode server with DISCARD ALL before it goes
 // back to the pool.
 func (c *client) resetSession() {
@@ -562,14 +573,8 @@ func (c *client) resetSession() {
 	c.clientErr = io.EOF
 	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
 	defer s.Conn.SetDeadline(time.Time{})
-	if len(c.q) > 0 || c.unsynced {
-		s.W.Write([]byte{'S', 0, 0, 0, 4})
-		c.unsynced = false
-		c.q = append(c.q, req{kind: reqSync})
-		if err := s.Flush(); err != nil || c.relay() != nil {
-			s.Broken = true
-			return
-		}
+	if (len(c.q) > 0 || c.unsynced) && !c.syncServer() {
+		return
 	}
 	sql := "DISCARD ALL"
 	if c.tx != 'I' {
