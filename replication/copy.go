@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -70,22 +72,49 @@ func (t *Task) ownedTables(ctx context.Context, conn *pgx.Conn, s int) ([]*table
 // omniOwner is the source shard that copies and streams every omni table.
 const omniOwner = 0
 
+// copyRecord is a table copy committed on one destination shard: its row
+// in shardgate_reshard.table_copies.
+type copyRecord struct {
+	lsn  pglogrepl.LSN // the snapshot's consistent point
+	rows int64         // rows loaded into this shard
+	at   time.Time     // commit time
+}
+
 // copied returns, per destination shard, the tables source shard s has
-// copied there.
+// copied there and the LSN of each copy's snapshot.
 func (t *Task) copied(ctx context.Context, s int) ([]map[string]pglogrepl.LSN, error) {
-	out := make([]map[string]pglogrepl.LSN, len(t.dst.Shards))
+	recs, err := t.copyRecords(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]pglogrepl.LSN, len(recs))
+	for d, m := range recs {
+		out[d] = make(map[string]pglogrepl.LSN, len(m))
+		for name, r := range m {
+			out[d][name] = r.lsn
+		}
+	}
+	return out, nil
+}
+
+// copyRecords returns, per destination shard, the table copies of source
+// shard s recorded there, by table name.
+func (t *Task) copyRecords(ctx context.Context, s int) ([]map[string]copyRecord, error) {
+	out := make([]map[string]copyRecord, len(t.dst.Shards))
 	for d := range t.dst.Shards {
 		conn, err := t.connectDest(ctx, d)
 		if err != nil {
 			return nil, err
 		}
-		rows, _ := conn.Query(ctx, `SELECT table_name, lsn::text FROM shardgate_reshard.table_copies WHERE task = $1 AND source_shard = $2`,
-			t.Name, s)
-		out[d] = map[string]pglogrepl.LSN{}
+		rows, _ := conn.Query(ctx, `SELECT table_name, lsn::text, rows, done_at FROM shardgate_reshard.table_copies
+			WHERE task = $1 AND source_shard = $2`, t.Name, s)
+		out[d] = map[string]copyRecord{}
 		var name, lsn string
-		_, err = pgx.ForEachRow(rows, []any{&name, &lsn}, func() error {
-			l, err := pglogrepl.ParseLSN(lsn)
-			out[d][name] = l
+		var r copyRecord
+		_, err = pgx.ForEachRow(rows, []any{&name, &lsn, &r.rows, &r.at}, func() error {
+			var err error
+			r.lsn, err = pglogrepl.ParseLSN(lsn)
+			out[d][name] = r
 			return err
 		})
 		conn.Close(ctx)
@@ -107,7 +136,7 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	if err != nil {
 		return fmt.Errorf("replication: copy: %s: %w", src, err)
 	}
-	done, err := t.copied(ctx, s)
+	done, err := t.copyRecords(ctx, s)
 	if err != nil {
 		return fmt.Errorf("replication: copy: %w", err)
 	}
@@ -121,6 +150,9 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 			pending[i][d] = !ok
 			anyDone = anyDone || ok
 			anyPending = anyPending || !ok
+		}
+		if !containsBool(pending[i], true) {
+			t.noteCopied(s, tb, done)
 		}
 	}
 	if _, err := conn.Exec(ctx, `DO $$ BEGIN
@@ -184,6 +216,13 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	return g.Wait()
 }
 
+// stallCopyForTest is a test seam: the environment variable names a table
+// (schema.table) whose copy, once every row is sent to the destination
+// shards and before any of them commits, blocks until the task's context
+// ends. Integration tests set it to kill the proxy in the middle of a copy
+// (like SHARDGATE_CRASH_2PC_FOR_TEST in cmd/proxy).
+const stallCopyForTest = "SHARDGATE_STALL_COPY_FOR_TEST"
+
 // copyTable copies one table of source shard s, at snapshot, to the
 // destination shards marked in dests.
 func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string, lsn pglogrepl.LSN, dests []bool, tc *copyTracker) error {
@@ -203,6 +242,7 @@ func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string,
 		cols[i] = quoteIdent(c)
 	}
 	colList := strings.Join(cols, ", ")
+	stall := os.Getenv(stallCopyForTest) == tb.String()
 
 	g, gctx := errgroup.WithContext(ctx)
 	pipes := make([]*io.PipeWriter, len(dests))
@@ -236,6 +276,11 @@ func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string,
 			copyErr <- err
 		}()
 		err := t.splitRows(tb, dests, newCopyReader(pr), bufs, rows, tc)
+		if err == nil && stall {
+			t.log.Warn("copy stalled for a test until the task stops", "source", s, "table", tb.String())
+			<-gctx.Done()
+			err = gctx.Err()
+		}
 		pr.CloseWithError(errors.New("copy split ended"))
 		if cerr := <-copyErr; err == nil {
 			err = cerr

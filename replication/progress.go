@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// CopyState is the state of one table copy of the current process.
+// CopyState is the state of one table copy.
 type CopyState uint8
 
 const (
@@ -35,7 +35,9 @@ func (s CopyState) String() string {
 }
 
 // TableCopy is the progress of one table of one source shard, as Copy
-// reports it while it runs (SHOW TABLE_COPIES).
+// reports it while it runs (SHOW TABLE_COPIES). A resumed task also lists
+// the tables copied before it started, as done, with the rows recorded in
+// table_copies and Started equal to Finished (the commit time).
 type TableCopy struct {
 	Table    string
 	Source   int
@@ -80,6 +82,37 @@ func (t *Task) trackCopy(s int, table string) *copyTracker {
 	t.prog.copies = append(t.prog.copies, c)
 	t.prog.mu.Unlock()
 	return c
+}
+
+// noteCopied records, as done, table tb of source shard s, which every
+// destination shard committed before this Task ran (a resumed task), from
+// its rows in table_copies (done, per destination shard). Rows is what the
+// source had: an omni table's rows once, a sharded table's summed over the
+// shards. Bytes and the copy's duration are not recorded, so they are 0.
+func (t *Task) noteCopied(s int, tb *table, done []map[string]copyRecord) {
+	c := &copyTracker{table: tb.String(), source: s, state: CopyDone}
+	var rows int64
+	for _, m := range done {
+		r := m[tb.String()]
+		if tb.rule.place == placeOmni {
+			rows = max(rows, r.rows)
+		} else {
+			rows += r.rows
+		}
+		if c.finished.IsZero() || r.at.After(c.finished) {
+			c.finished = r.at
+		}
+	}
+	c.rows.Store(rows)
+	c.started = c.finished
+	t.prog.mu.Lock()
+	defer t.prog.mu.Unlock()
+	for _, o := range t.prog.copies {
+		if o.source == s && o.table == c.table {
+			return // already listed
+		}
+	}
+	t.prog.copies = append(t.prog.copies, c)
 }
 
 func (c *copyTracker) finish(err error) {
