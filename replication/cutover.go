@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -26,10 +27,13 @@ func (e *abortError) Error() string {
 func (e *abortError) Unwrap() error { return e.err }
 
 // cutoverNow pauses the source database, waits for the destinations to
-// catch up, stops the stream, syncs sequences, points the source database's
-// name at the destination's shards (file and live), resumes traffic, and
-// drops the task's slots. Any failure before the new configuration is
-// installed resumes traffic on the source and returns an *abortError.
+// catch up, stops the stream, syncs sequences, records the source's shards
+// in the task's row (so that a restart can finish the drop), points the
+// source database's name at the destination's shards (file and live),
+// resumes traffic, and drops the task's slots. Any failure before the new
+// configuration is installed resumes traffic on the source, forgets the
+// recorded shards and returns an *abortError. The function is one linear
+// sequence of steps sharing that abort path, hence its length.
 func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error {
 	t.setPhase(PhaseCutover)
 	g := t.m.gate
@@ -46,6 +50,11 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return pause
 	}
 	abort := func(err error, stopped bool) error {
+		if t.cutoverFrom != nil { // the file names the source's shards again
+			if perr := t.recordSource(ctx, nil); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
 		if rerr := g.Resume(t.Source); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("resume: %w", rerr))
 		}
@@ -72,11 +81,18 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	if err != nil {
 		return abort(err, true)
 	}
+	// From here on a restart may load a file that names the destination's
+	// shards: record the source's first, so that it can drop their slots.
+	if err := t.recordSource(ctx, old.Database(t.Source)); err != nil {
+		return abort(err, true)
+	}
+	crashForTest("before-config-write")
 	var backup string
 	if old.Path != "" {
 		if next, backup, err = WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
 			return abort(err, true)
 		}
+		crashForTest("after-config-write")
 	}
 	if err := g.Install(next); err != nil {
 		if backup != "" {
@@ -103,6 +119,43 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return fmt.Errorf("cut over, but: %w", err)
 	}
 	return nil
+}
+
+// recordSource records db as the task's source before the cutover
+// (Managed.cutoverFrom), or, with nil, forgets it after an aborted one, so
+// that a restart streams again instead of dropping.
+func (t *Managed) recordSource(ctx context.Context, db *config.Database) error {
+	t.cutoverFrom = db
+	return t.persist(ctx, TaskRunning, nil)
+}
+
+// finishDrop is the rest of a cutover that a stopped proxy left after
+// rewriting the config file: t.Task's source is the database as it was
+// before (t.cutoverFrom, rebuilt from the task's record by
+// Manager.Resume), and Drop removes its slots and publications, the
+// destination's origins and the task's bookkeeping.
+func (t *Managed) finishDrop(ctx context.Context) error {
+	t.setPhase(PhaseDrop)
+	log := t.Task.log.With("id", t.ID)
+	slots := make([]string, len(t.cutoverFrom.Shards))
+	for s := range t.cutoverFrom.Shards {
+		slots[s] = shardDesc("source", t.cutoverFrom, s) + ": " + t.Task.slotName(s)
+	}
+	log.Info("finishing an interrupted cutover: dropping the slots and publications", "database", t.Source, "slots", slots)
+	if err := t.Task.Drop(ctx); err != nil {
+		return fmt.Errorf("finish the cutover: %w", err)
+	}
+	log.Info("finished an interrupted cutover: slots, publications, origins and bookkeeping dropped", "database", t.Source)
+	return nil
+}
+
+// crashForTest kills the process (SIGKILL, like a crash) at a cutover stage
+// named by SHARDGATE_CRASH_CUTOVER_FOR_TEST; the crash tests in integration
+// set it on the proxy they start.
+func crashForTest(stage string) {
+	if os.Getenv("SHARDGATE_CRASH_CUTOVER_FOR_TEST") == stage {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
 }
 
 // CutoverConfig returns a copy of cfg in which database src has dst's

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -20,15 +21,50 @@ import (
 // nothing. Manager.Resume, at the proxy's start, restarts every task
 // recorded as running; the engine's own records (steps, table_copies,
 // replication origins) make it continue where it stopped.
+//
+// Just before a cutover rewrites the config file, the row also gets the
+// source's shards (source_shards: host, port, database and user, never a
+// password). A proxy that stops after the file names the destination's
+// shards but before Drop finished would otherwise lose the only description
+// of the shards whose slots hold WAL: Resume finds the source database
+// already on the destination's shards (sameShards) and runs the drop on the
+// recorded shards instead of the stream. An aborted cutover clears the
+// column again.
 
-// persist records the task's state on destination shard 0. Failures are
-// logged: the record only matters for a restart.
-func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) {
+// recordedShard is one source shard as the tasks row records it.
+type recordedShard struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Database string `json:"database"`
+	User     string `json:"user,omitempty"`
+}
+
+// persist records the task's state on destination shard 0, with the
+// source's shards while t.cutoverFrom is set. Most callers only log a
+// failure (the record only matters for a restart); the cutover needs the
+// record and gives up without it.
+func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) error {
 	if t.Kind == KindSchemaSync {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	var shards *string
+	if db := t.cutoverFrom; db != nil {
+		rec := make([]recordedShard, len(db.Shards))
+		for i, sh := range db.Shards {
+			rec[i] = recordedShard{Host: sh.Host, Port: sh.Port, Database: sh.Database, User: sh.User}
+			if rec[i].Database == "" {
+				rec[i].Database = db.Name
+			}
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("record the task: %w", err)
+		}
+		s := string(b)
+		shards = &s
+	}
 	conn, err := t.Task.connectDest(ctx, 0)
 	if err == nil {
 		var why *string
@@ -36,20 +72,24 @@ func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) {
 			s := taskErr.Error()
 			why = &s
 		}
-		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6, updated = now()`,
-			t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why)
+		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
+			ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
+				source_shards = $7::jsonb, updated = now()`,
+			t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards)
 		conn.Close(ctx)
 	}
 	if err != nil {
 		t.Task.log.Warn("could not record the task's state; a restart will not resume it", "id", t.ID, "err", err)
+		return fmt.Errorf("record the task: %w", err)
 	}
+	return nil
 }
 
 // Resume restarts the tasks recorded as running on shard 0 of any database
-// of the running configuration (at the proxy's start). It returns the tasks
-// it started and every problem it met.
+// of the running configuration (at the proxy's start), and finishes the
+// cutovers that a stopped proxy left after rewriting the config file. It
+// returns the tasks it started and every problem it met.
 func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 	cfg := m.gate.Config()
 	seen := map[string]bool{}
@@ -79,31 +119,88 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 				errs = append(errs, fmt.Errorf("task %s (%s → %s): a database is no longer configured", r.name, r.source, r.dest))
 				continue
 			}
-			if sameShards(src, dst) {
-				errs = append(errs, fmt.Errorf("task %s: %q already points at %q's shards (the proxy stopped during the cutover): "+
-					"drop the slots %s_<n> and publications on the old source shards by hand", r.name, r.source, r.dest, r.name))
-				continue
-			}
 			kind := KindReshard
 			if r.kind == KindCopyData.String() {
 				kind = KindCopyData
 			}
-			t, err := m.Start(kind, r.source, r.dest)
+			var t *Managed
+			switch {
+			case sameShards(src, dst) && r.sourceShards == nil:
+				errs = append(errs, fmt.Errorf("task %s: %q already points at %q's shards (the proxy stopped during the cutover) "+
+					"and the task's record has no source shards: drop the slots %s_<n> and publications on the old source shards by hand",
+					r.name, r.source, r.dest, r.name))
+				continue
+			case sameShards(src, dst):
+				t, err = m.finishCutover(cfg, kind, r)
+				if err == nil {
+					m.log.Info("task resumed after its cutover: dropping what it left on the old source shards", "id", t.ID,
+						"source", r.source, "destination", r.dest, "source_shards", r.sourceShards)
+				}
+			case r.state != TaskRunning.String():
+				// A failed task that had not cut over: it resumes when
+				// started again, as before.
+				continue
+			default:
+				t, err = m.Start(kind, r.source, r.dest)
+				if err == nil {
+					m.log.Info("task resumed", "id", t.ID, "kind", kind.String(), "source", r.source, "destination", r.dest)
+				}
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("task %s: %w", r.name, err))
 				continue
 			}
-			m.log.Info("task resumed", "id", t.ID, "kind", kind.String(), "source", r.source, "destination", r.dest)
 			started = append(started, t)
 		}
 	}
 	return started, errors.Join(errs...)
 }
 
-type taskRecord struct {
-	name, kind, source, dest string
+// finishCutover starts a task that only drops what task r left: its source
+// database is rebuilt from the recorded shards, with the credentials a task
+// on r.source uses (a shard's own password is taken from a configured shard
+// with the same host, port and user, since the record holds none).
+func (m *Manager) finishCutover(cfg *config.Config, kind TaskKind, r taskRecord) (*Managed, error) {
+	old := &config.Database{Name: r.source, Shards: make([]config.Shard, len(r.sourceShards))}
+	for i, rs := range r.sourceShards {
+		old.Shards[i] = config.Shard{Host: rs.Host, Port: rs.Port, Database: rs.Database, User: rs.User,
+			Password: shardPassword(cfg, rs)}
+	}
+	user, password := Credentials(cfg, r.source)
+	task, err := New(old, cfg.Database(r.dest), user, password, m.log)
+	if err != nil {
+		return nil, err
+	}
+	if task.Name != r.name {
+		return nil, fmt.Errorf("the recorded task name does not match %q → %q (%s)", r.source, r.dest, task.Name)
+	}
+	return m.launch(kind, r.source, r.dest, task, old)
 }
 
+// shardPassword returns the password of a configured shard on the same
+// server with the same user as rs, or "" (the task's credentials apply).
+func shardPassword(cfg *config.Config, rs recordedShard) string {
+	if rs.User == "" {
+		return ""
+	}
+	for i := range cfg.Databases {
+		for _, sh := range cfg.Databases[i].Shards {
+			if sh.Host == rs.Host && sh.Port == rs.Port && sh.User == rs.User && sh.Password != "" {
+				return sh.Password
+			}
+		}
+	}
+	return ""
+}
+
+type taskRecord struct {
+	name, kind, source, dest, state string
+	sourceShards                    []recordedShard // nil until the cutover recorded them
+}
+
+// recordedTasks returns the tasks recorded as running, and those recorded
+// with source shards in any state (a drop that failed after the cutover is
+// tried again).
 func recordedTasks(ctx context.Context, dsn string) ([]taskRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -116,11 +213,26 @@ func recordedTasks(ctx context.Context, dsn string) ([]taskRecord, error) {
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL`).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
-	rows, _ := conn.Query(ctx, `SELECT task, kind, source, destination FROM shardgate_reshard.tasks WHERE state = 'running' ORDER BY started`)
+	// A table an older version created lacks source_shards.
+	if _, err := conn.Exec(ctx, `ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb`); err != nil {
+		return nil, err
+	}
+	rows, _ := conn.Query(ctx, `SELECT task, kind, source, destination, state, source_shards::text FROM shardgate_reshard.tasks
+		WHERE state = 'running' OR source_shards IS NOT NULL ORDER BY started`)
 	var out []taskRecord
 	var r taskRecord
-	_, err = pgx.ForEachRow(rows, []any{&r.name, &r.kind, &r.source, &r.dest}, func() error {
-		out = append(out, r)
+	var shards *string
+	_, err = pgx.ForEachRow(rows, []any{&r.name, &r.kind, &r.source, &r.dest, &r.state, &shards}, func() error {
+		rec := r
+		if shards != nil {
+			if err := json.Unmarshal([]byte(*shards), &rec.sourceShards); err != nil {
+				return fmt.Errorf("task %s: source_shards: %w", r.name, err)
+			}
+			if len(rec.sourceShards) == 0 {
+				return fmt.Errorf("task %s: source_shards is empty", r.name)
+			}
+		}
+		out = append(out, rec)
 		return nil
 	})
 	return out, err

@@ -73,7 +73,10 @@ func (s Step) String() string {
 
 // bookkeeping is created on every destination shard. tasks (used on shard
 // 0 only) is the Manager's record of a running task, so that a restarted
-// proxy resumes it. table_copies holds one
+// proxy resumes it; its source_shards are the source's shards as they were
+// before the cutover, set from just before the cutover rewrites the config
+// file until the task is dropped (persist.go). The ALTER TABLE adds that
+// column to a table an older version created. table_copies holds one
 // row per (task, source shard, table) copied to this shard, written in the
 // same transaction as the rows; lsn is the snapshot's consistent point, below
 // which the stream skips that table's changes.
@@ -99,7 +102,9 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
 	state text NOT NULL,
 	started timestamptz NOT NULL DEFAULT now(),
 	updated timestamptz NOT NULL DEFAULT now(),
-	error text)`
+	error text,
+	source_shards jsonb);
+ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb`
 
 // bookkeepingSchema is excluded from schema sync and from copies.
 const bookkeepingSchema = "shardgate_reshard"

@@ -210,6 +210,12 @@ type Managed struct {
 	done     chan struct{}
 	cutover  chan chan error // CUTOVER requests
 	stopping bool
+	// cutoverFrom is the source database as it was before the cutover,
+	// set (by the run goroutine, or before it starts) once the cutover is
+	// about to rewrite the config file; persist records its shards, so that
+	// a restart finishes the drop (persist.go). A task started with it set
+	// only drops.
+	cutoverFrom *config.Database
 
 	mu       sync.Mutex
 	state    TaskState
@@ -276,6 +282,12 @@ func (m *Manager) Start(kind TaskKind, src, dst string) (*Managed, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.launch(kind, src, dst, task, nil)
+}
+
+// launch registers task and runs it in the background; with cutoverFrom
+// set, it only finishes a cutover (finishCutover).
+func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom *config.Database) (*Managed, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, t := range m.tasks {
@@ -286,7 +298,7 @@ func (m *Manager) Start(kind TaskKind, src, dst string) (*Managed, error) {
 	m.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Managed{ID: m.nextID, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
-		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error)}
+		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom}
 	m.tasks = append(m.tasks, t)
 	m.log.Info("task started", "id", t.ID, "kind", kind.String(), "source", src, "destination", dst, "task", task.Name)
 	go t.run(ctx)
@@ -407,7 +419,12 @@ func (m *Manager) Close() {
 func (t *Managed) run(ctx context.Context) {
 	defer close(t.done)
 	t.persist(ctx, TaskRunning, nil)
-	err := t.phases(ctx)
+	var err error
+	if t.cutoverFrom != nil {
+		err = t.finishDrop(ctx)
+	} else {
+		err = t.phases(ctx)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finished = time.Now()
