@@ -20,10 +20,9 @@ import (
 	"github.com/shardgate/shardgate/router/sharding"
 )
 
-// reshardSchema is created on every source shard. scratch is truncated by
-// the writer; it is sharded when there is one source and omni otherwise
-// (a sharded table's TRUNCATE on one of several sources cannot be
-// replicated).
+// reshardSchema is created on every source shard. scratch is a sharded
+// table the writer truncates on one source shard at a time: with several
+// sources, only that source's rows leave the destination.
 const reshardSchema = `
 CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL, note text);
 CREATE TABLE users (name text PRIMARY KEY, n int NOT NULL);
@@ -57,13 +56,13 @@ func TestReshard(t *testing.T) {
 	}
 }
 
-func reshardDB(c *pgtest.Cluster, name string, n int, scratchOmni bool) *config.Database {
+func reshardDB(c *pgtest.Cluster, name string, n int) *config.Database {
 	db := &config.Database{Name: name}
 	for i := range n {
 		db.Shards = append(db.Shards, config.Shard{Host: c.Host, Port: c.Port, Database: fmt.Sprintf("%s_%d", name, i)})
 	}
 	for _, tb := range reshardTables {
-		if tb.key == "" || (tb.name == "scratch" && scratchOmni) {
+		if tb.key == "" {
 			db.OmniTables = append(db.OmniTables, tb.name)
 			continue
 		}
@@ -78,9 +77,8 @@ func testReshard(t *testing.T, nsrc, ndst int) {
 	c := pgtest.New(t, pgtest.Options{Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20",
 	}})
-	scratchOmni := nsrc > 1
-	src := reshardDB(c, "src", nsrc, scratchOmni)
-	dst := reshardDB(c, "dst", ndst, scratchOmni)
+	src := reshardDB(c, "src", nsrc)
+	dst := reshardDB(c, "dst", ndst)
 	for _, db := range []*config.Database{src, dst} {
 		for _, sh := range db.Shards {
 			if err := c.CreateDatabase(ctx, sh.Database); err != nil {
@@ -114,7 +112,7 @@ INSERT INTO users SELECT 'user'||i, i FROM generate_series(1, 500) i;
 INSERT INTO docs SELECT i, 1, (SELECT string_agg(md5(i::text || j::text), '') FROM generate_series(1, 3200) j)
 	FROM generate_series(1, 20) i WHERE %[1]s;
 INSERT INTO events (payload) SELECT 'e'||i FROM generate_series(1, 1000) i;
-INSERT INTO scratch SELECT i, i FROM generate_series(1, 100) i`, srcFilter(srcShard, s)))
+INSERT INTO scratch SELECT i, i FROM generate_series(1, 100) i WHERE %[1]s`, srcFilter(srcShard, s)))
 		if nsrc > 1 {
 			// Keep users on the source shard its key hashes to.
 			rows, _ := conn.Query(ctx, "SELECT name FROM users")
@@ -420,12 +418,10 @@ func startReshardWriter(t *testing.T, c *pgtest.Cluster, src *config.Database, s
 					w.writes.Add(1)
 				}
 			case 11:
-				for _, conn := range conns {
-					if i%120 == 11 {
-						exec(conn, "TRUNCATE scratch")
-					} else {
-						exec(conn, "INSERT INTO scratch VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = scratch.v + 1", id%200, i)
-					}
+				if i%120 == 11 { // empties one source's part of scratch
+					exec(any, "TRUNCATE scratch")
+				} else {
+					exec(conns[srcShard(id%200)], "INSERT INTO scratch VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = scratch.v + 1", id%200, i)
 				}
 			}
 			time.Sleep(time.Millisecond)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/semaphore"
 )
 
 // changeKind is what one decoded change does on a destination shard.
@@ -26,6 +27,9 @@ const (
 	// values of the columns the new tuple left unchanged (TOAST), so that
 	// the reader can insert the row on its new shard.
 	changeMoveOut
+	// changeTruncateSource deletes the rows that came from the source
+	// shard of the stream: a TRUNCATE on one of several source shards.
+	changeTruncateSource
 )
 
 // change is one row change routed to one destination shard.
@@ -57,7 +61,26 @@ type op struct {
 	end        pglogrepl.LSN // commit only: the end of the commit record
 	commitTime time.Time     // commit only
 	changes    []change
+	size       int // bytes of changes, as the applier's queue budget counts them
 }
+
+// Batching of the apply. While an applier's queue holds more ops, they
+// join one destination transaction ("group commit") sent in one pipelined
+// round trip of at most about batchStatements statements: BEGIN, the
+// changes of several source transactions, one origin advance to the last
+// one's end, COMMIT. Exactly once still holds, since the group commits or
+// not as a whole together with its origin's progress, and every source
+// transaction in it ends at or before that progress. A group always ends
+// with its COMMIT in the same round trip, so it never holds locks while
+// waiting for the proxy; only a source transaction too big to buffer
+// (several ops) keeps its destination transaction open across round trips,
+// as it must.
+const (
+	batchStatements = 2000
+	// maxPrepared bounds the statements an applier keeps prepared: one per
+	// table, change kind and set of columns present.
+	maxPrepared = 512
+)
 
 // applier applies the stream of one source shard to one destination shard,
 // in its own session whose replication origin records what was committed.
@@ -66,13 +89,24 @@ type applier struct {
 	s, d       int
 	conn       *pgx.Conn
 	ops        chan op
+	budget     *semaphore.Weighted      // bytes of the ops in ops
 	progress   pglogrepl.LSN            // origin progress: end LSN of the last applied transaction
 	watermarks map[string]pglogrepl.LSN // per table: the LSN its copy was taken at
 	applied    atomic.Uint64            // end LSN of the last transaction fully handled
 
-	curFinal pglogrepl.LSN
-	skipTxn  bool
-	inTx     bool
+	curFinal pglogrepl.LSN // the source transaction being handled
+	skipTxn  bool          // it was committed here before a restart
+	inTx     bool          // a destination transaction is open (BEGIN queued or sent)
+	// boundary: the last op handled ended its source transaction, whose
+	// commit LSN and time are last and lastTime; a group may commit here.
+	boundary bool
+	last     pglogrepl.LSN
+	lastTime time.Time
+
+	batch    *pgconn.Batch
+	queued   int // statements in batch
+	prepared map[string]*pgconn.StatementDescription
+	names    int // prepared statement names handed out
 }
 
 // newApplier connects to destination shard d, creates and binds the
@@ -82,7 +116,8 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 	if err != nil {
 		return nil, err
 	}
-	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, 16), watermarks: copies}
+	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
+		batch: &pgconn.Batch{}, prepared: map[string]*pgconn.StatementDescription{}}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%s: origin %s: %w", shardDesc("destination", t.dst, d), t.originName(s, d), err)
@@ -131,53 +166,49 @@ func (a *applier) setup(ctx context.Context) error {
 }
 
 // run applies ops until ctx is done or an error occurs. An open destination
-// transaction is rolled back when the connection closes.
+// transaction is rolled back when the connection closes. The ops waiting
+// in the queue when one arrives join its group.
 func (a *applier) run(ctx context.Context) error {
 	defer a.conn.Close(context.WithoutCancel(ctx))
 	for {
+		var o op
 		select {
 		case <-ctx.Done():
 			return nil
-		case o := <-a.ops:
-			if err := a.apply(ctx, o); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("%s: apply source %d transaction %s: %w",
-					shardDesc("destination", a.t.dst, a.d), a.s, o.final, err)
+		case o = <-a.ops:
+		}
+		err := a.apply(ctx, o)
+	drain:
+		for err == nil && a.queued < batchStatements {
+			select {
+			case o = <-a.ops:
+				err = a.apply(ctx, o)
+			default:
+				break drain
 			}
+		}
+		if err == nil {
+			err = a.commit(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: apply source %d transaction %s: %w",
+				shardDesc("destination", a.t.dst, a.d), a.s, o.final, err)
 		}
 	}
 }
 
+// apply queues the statements of o; a row move or a TRUNCATE of one
+// source's rows sends the batch and runs on its own round trips.
 func (a *applier) apply(ctx context.Context, o op) error {
+	defer a.budget.Release(int64(o.size))
 	if o.final != a.curFinal {
 		a.curFinal = o.final
 		a.skipTxn = o.final < a.progress // committed here before a restart
-		a.inTx = false
 	}
-	// Every statement of the chunk — BEGIN, the changes, the origin
-	// advance and COMMIT — goes to the destination in one pipelined round
-	// trip; only a row move, whose RETURNING the source stream waits for,
-	// runs on its own.
-	b := &pgconn.Batch{}
-	queued := 0
-	flush := func() error {
-		if queued == 0 {
-			return nil
-		}
-		results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
-		b, queued = &pgconn.Batch{}, 0
-		if err != nil {
-			return err
-		}
-		for _, r := range results {
-			if r.Err != nil {
-				return r.Err
-			}
-		}
-		return nil
-	}
+	a.boundary = false
 	for i := range o.changes {
 		c := &o.changes[i]
 		if a.skipTxn || o.final < a.watermarks[c.rel.name] {
@@ -187,45 +218,120 @@ func (a *applier) apply(ctx context.Context, o op) error {
 			continue
 		}
 		if !a.inTx {
-			b.ExecParams("BEGIN", nil, nil, nil, nil)
-			queued++
+			if err := a.queue(ctx, "BEGIN", nil); err != nil {
+				return err
+			}
 			a.inTx = true
 		}
-		if c.kind == changeMoveOut {
-			if err := flush(); err != nil {
+		switch c.kind {
+		case changeTruncateSource:
+			err := a.send(ctx)
+			if err == nil {
+				err = a.truncateSource(ctx, c.rel)
+			}
+			if err != nil {
+				return fmt.Errorf("table %s: truncate the rows of source shard %d: %w", c.rel.name, a.s, err)
+			}
+		case changeMoveOut:
+			// The source stream waits for the RETURNING of the move.
+			err := a.send(ctx)
+			if err == nil {
+				err = a.exec(ctx, c)
+			}
+			if err != nil {
 				c.reply <- moveReply{err: err}
 				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
-			if err := a.exec(ctx, c); err != nil {
-				c.reply <- moveReply{err: err}
-				return fmt.Errorf("table %s: %w", c.rel.name, err)
+		default:
+			if sql, args, ok := a.statement(c); ok {
+				if err := a.queue(ctx, sql, args); err != nil {
+					return fmt.Errorf("table %s: %w", c.rel.name, err)
+				}
 			}
-			continue
-		}
-		sql, args, ok := a.statement(c)
-		if ok {
-			b.ExecParams(sql, args, nil, nil, nil)
-			queued++
 		}
 	}
-	if o.commit && a.inTx {
-		b.ExecParams(`SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2::text::timestamptz)`,
-			[][]byte{[]byte(o.end.String()), []byte(o.commitTime.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))}, nil, nil, nil)
-		b.ExecParams("COMMIT", nil, nil, nil, nil)
-		queued += 2
+	if o.commit {
+		a.boundary, a.last, a.lastTime = true, o.end, o.commitTime
 	}
-	if err := flush(); err != nil {
+	return nil
+}
+
+// commit ends the group: at a source transaction's boundary it advances
+// the origin to the last source transaction's end and commits, all in the
+// round trip that sends the batch; inside a source transaction it only
+// sends the batch.
+func (a *applier) commit(ctx context.Context) error {
+	if !a.boundary {
+		return a.send(ctx)
+	}
+	if a.inTx {
+		if err := a.queue(ctx, `SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2::text::timestamptz)`,
+			[][]byte{[]byte(a.last.String()), []byte(a.lastTime.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))}); err != nil {
+			return err
+		}
+		if err := a.queue(ctx, "COMMIT", nil); err != nil {
+			return err
+		}
+	}
+	if err := a.send(ctx); err != nil {
 		return err
-	}
-	if !o.commit {
-		return nil
 	}
 	if a.inTx {
 		a.inTx = false
-		a.progress = o.end
-		a.t.noteApplied(a.s, a.d, o.end, o.commitTime)
+		a.progress = a.last
+		a.t.noteApplied(a.s, a.d, a.last, a.lastTime)
 	}
-	a.applied.Store(uint64(o.end))
+	a.applied.Store(uint64(a.last))
+	return nil
+}
+
+// queue adds a statement to the batch, prepared on the destination once
+// per distinct text so that the server does not parse and plan it again
+// for every row.
+func (a *applier) queue(ctx context.Context, sql string, args [][]byte) error {
+	sd := a.prepared[sql]
+	if sd == nil {
+		if len(a.prepared) >= maxPrepared {
+			for text, old := range a.prepared { // evict one, any
+				if err := a.conn.PgConn().Deallocate(ctx, old.Name); err != nil {
+					return fmt.Errorf("deallocate: %w", err)
+				}
+				delete(a.prepared, text)
+				break
+			}
+		}
+		var err error
+		sd, err = a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, nil)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", sql, err)
+		}
+		a.prepared[sql] = sd
+	}
+	a.batch.ExecStatement(sd, args, nil, nil)
+	a.queued++
+	return nil
+}
+
+func (a *applier) nextName() int {
+	a.names++
+	return a.names
+}
+
+// send sends the queued statements in one round trip.
+func (a *applier) send(ctx context.Context) error {
+	if a.queued == 0 {
+		return nil
+	}
+	results, err := a.conn.PgConn().ExecBatch(ctx, a.batch).ReadAll()
+	a.batch, a.queued = &pgconn.Batch{}, 0
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
 	return nil
 }
 
@@ -351,4 +457,77 @@ func (r *relation) where(old []*pglogrepl.TupleDataColumn, param func([]byte) st
 		return "ctid = (SELECT ctid FROM " + r.ident + " WHERE " + strings.Join(conds, " AND ") + " LIMIT 1)"
 	}
 	return strings.Join(conds, " AND ")
+}
+
+// truncateSource deletes, in the open destination transaction, every row of
+// rel whose key the source's rule places on this applier's source shard.
+// The keys are read through a cursor and deleted a page at a time, so
+// memory stays bounded whatever the table's size.
+func (a *applier) truncateSource(ctx context.Context, rel *relation) error {
+	col := quoteIdent(rel.src.column)
+	pg := a.conn.PgConn()
+	if err := pg.Exec(ctx, "DECLARE sg_truncate NO SCROLL CURSOR FOR SELECT "+col+"::text FROM "+rel.ident).Close(); err != nil {
+		return err
+	}
+	deleteSQL := "DELETE FROM " + rel.ident + " WHERE " + col + " = ANY($1)"
+	var deleted int64
+	for {
+		res := pg.ExecParams(ctx, "FETCH 10000 FROM sg_truncate", nil, nil, nil, nil).Read()
+		if res.Err != nil {
+			return res.Err
+		}
+		var list []byte
+		nulls := false
+		for _, row := range res.Rows {
+			s, err := rel.src.shardOfText(row[0], row[0] == nil)
+			if err != nil {
+				return fmt.Errorf("route by %s on the source: %w", rel.src.column, err)
+			}
+			if s != rel.s {
+				continue
+			}
+			if row[0] == nil {
+				nulls = true
+				continue
+			}
+			list = appendArrayElem(list, row[0])
+		}
+		if len(list) > 0 {
+			arr := append(append([]byte{'{'}, list[1:]...), '}')
+			res := pg.ExecParams(ctx, deleteSQL, [][]byte{arr}, nil, nil, nil).Read()
+			if res.Err != nil {
+				return res.Err
+			}
+			deleted += res.CommandTag.RowsAffected()
+		}
+		if nulls {
+			res := pg.ExecParams(ctx, "DELETE FROM "+rel.ident+" WHERE "+col+" IS NULL", nil, nil, nil, nil).Read()
+			if res.Err != nil {
+				return res.Err
+			}
+			deleted += res.CommandTag.RowsAffected()
+		}
+		if len(res.Rows) < 10000 {
+			break
+		}
+	}
+	if err := pg.Exec(ctx, "CLOSE sg_truncate").Close(); err != nil {
+		return err
+	}
+	a.t.log.Info("TRUNCATE on one of several source shards: deleted that source's rows", "table", rel.name,
+		"source", a.s, "destination", a.d, "rows", deleted)
+	return nil
+}
+
+// appendArrayElem appends ",\"v\"" to an array literal's element list,
+// escaping backslashes and double quotes.
+func appendArrayElem(list, v []byte) []byte {
+	list = append(list, ',', '"')
+	for _, b := range v {
+		if b == '"' || b == '\\' {
+			list = append(list, '\\')
+		}
+		list = append(list, b)
+	}
+	return append(list, '"')
 }

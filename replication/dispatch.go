@@ -166,18 +166,25 @@ func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
-	err := r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.pending[d]})
+	err := r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.pending[d], size: r.size[d]})
 	r.pending[d], r.size[d], r.touched[d] = nil, 0, true
 	return err
 }
 
 // send queues o for destination shard d's applier, waiting while its queue
-// is full: backpressure that stops reading from the source.
+// holds queueBytes of changes or queueOps ops: backpressure that stops
+// reading from the source.
 func (r *reader) send(ctx context.Context, d int, o op) error {
+	a := r.appliers[d]
+	o.size = min(o.size, queueBytes)
+	if err := a.budget.Acquire(ctx, int64(o.size)); err != nil {
+		return err
+	}
 	select {
-	case r.appliers[d].ops <- o:
+	case a.ops <- o:
 		return nil
 	case <-ctx.Done():
+		a.budget.Release(int64(o.size))
 		return ctx.Err()
 	}
 }

@@ -26,6 +26,12 @@ const (
 	// memory whatever the size of a source transaction.
 	chunkChanges = 1000
 	chunkBytes   = 8 << 20
+	// queueOps and queueBytes bound each applier's queue. The ops waiting
+	// there when the applier turns to it are applied as one group, so a
+	// deep queue lets a destination that fell behind catch up with few
+	// round trips and commits.
+	queueOps   = 1024
+	queueBytes = 64 << 20
 )
 
 // relation is a source table as a pgoutput Relation message describes it.
@@ -38,6 +44,11 @@ type relation struct {
 	rule  rule
 	keyAt int  // index of rule.column in cols (sharded tables)
 	skip  bool // an omni table this source shard does not own
+	// src and s: with several source shards, the table's rule on the
+	// source and the source shard whose stream this is, which tell the
+	// rows of a TRUNCATE on this source apart.
+	src rule
+	s   int
 }
 
 // Stream applies the changes of every source shard to the destination
@@ -305,13 +316,19 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 			if rel.skip {
 				continue
 			}
+			kind := changeTruncate
 			if rel.rule.place == placeSharded && len(r.t.src.Shards) > 1 {
-				return fmt.Errorf("TRUNCATE of sharded table %s on one of %d source shards cannot be replicated: it would empty the rows of the other sources too",
-					rel.name, len(r.t.src.Shards))
+				// The destination tables hold the rows of every source
+				// shard: delete only those that came from this one.
+				if rel.src.place != placeSharded {
+					return fmt.Errorf("TRUNCATE of table %s: it is sharded on the destination but not on the %d source shards, so the rows of this source cannot be told apart",
+						rel.name, len(r.t.src.Shards))
+				}
+				kind = changeTruncateSource
 			}
 			for d := range r.pending {
 				if rel.rule.place != placePinned || rel.rule.shard == d {
-					r.add(ctx, d, change{kind: changeTruncate, rel: rel})
+					r.add(ctx, d, change{kind: kind, rel: rel})
 				}
 			}
 		}
@@ -319,7 +336,7 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
 				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
-					commitTime: m.CommitTime, changes: r.pending[d]}); err != nil {
+					commitTime: m.CommitTime, changes: r.pending[d], size: r.size[d]}); err != nil {
 					return err
 				}
 				r.sent[d] = m.TransactionEndLSN
@@ -363,6 +380,13 @@ func (r *reader) relation(m *pglogrepl.RelationMessage) (*relation, error) {
 		rel.rule = ru
 	} else {
 		rel.rule = tb.rule
+	}
+	if len(r.t.src.Shards) > 1 && rel.rule.place == placeSharded {
+		ru, err := ruleFor(r.t.src, m.Namespace, m.RelationName, rel.cols)
+		if err != nil {
+			return nil, fmt.Errorf("source rule: %w", err)
+		}
+		rel.src, rel.s = ru, r.s
 	}
 	rel.keyAt = slices.Index(rel.cols, rel.rule.column)
 	if rel.rule.place == placeSharded && rel.keyAt < 0 {
