@@ -104,8 +104,9 @@ type applier struct {
 	lastTime time.Time
 
 	batch    *pgconn.Batch
-	queued   int // statements in batch
-	prepared map[string]*pgconn.StatementDescription
+	queued   int                                     // statements in batch
+	prepared map[string]*pgconn.StatementDescription // by SQL text
+	byShape  map[shape]*pgconn.StatementDescription
 	names    int // prepared statement names handed out
 }
 
@@ -117,7 +118,8 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 		return nil, err
 	}
 	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
-		batch: &pgconn.Batch{}, prepared: map[string]*pgconn.StatementDescription{}}
+		batch: &pgconn.Batch{}, prepared: map[string]*pgconn.StatementDescription{},
+		byShape: map[shape]*pgconn.StatementDescription{}}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%s: origin %s: %w", shardDesc("destination", t.dst, d), t.originName(s, d), err)
@@ -243,10 +245,8 @@ func (a *applier) apply(ctx context.Context, o op) error {
 				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
 		default:
-			if sql, args, ok := a.statement(c); ok {
-				if err := a.queue(ctx, sql, args); err != nil {
-					return fmt.Errorf("table %s: %w", c.rel.name, err)
-				}
+			if err := a.queueChange(ctx, c); err != nil {
+				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
 		}
 	}
@@ -289,27 +289,127 @@ func (a *applier) commit(ctx context.Context) error {
 // per distinct text so that the server does not parse and plan it again
 // for every row.
 func (a *applier) queue(ctx context.Context, sql string, args [][]byte) error {
-	sd := a.prepared[sql]
-	if sd == nil {
-		if len(a.prepared) >= maxPrepared {
-			for text, old := range a.prepared { // evict one, any
-				if err := a.conn.PgConn().Deallocate(ctx, old.Name); err != nil {
-					return fmt.Errorf("deallocate: %w", err)
-				}
-				delete(a.prepared, text)
-				break
-			}
-		}
-		var err error
-		sd, err = a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, nil)
-		if err != nil {
-			return fmt.Errorf("prepare %q: %w", sql, err)
-		}
-		a.prepared[sql] = sd
+	sd, err := a.prepare(ctx, sql)
+	if err != nil {
+		return err
 	}
 	a.batch.ExecStatement(sd, args, nil, nil)
 	a.queued++
 	return nil
+}
+
+// prepare returns the prepared statement of sql, preparing it when it is
+// new. Past maxPrepared statements, the batch is sent and every statement
+// deallocated.
+func (a *applier) prepare(ctx context.Context, sql string) (*pgconn.StatementDescription, error) {
+	if sd := a.prepared[sql]; sd != nil {
+		return sd, nil
+	}
+	if len(a.prepared) >= maxPrepared {
+		if err := a.send(ctx); err != nil {
+			return nil, err
+		}
+		if err := a.conn.PgConn().Exec(ctx, "DEALLOCATE ALL").Close(); err != nil {
+			return nil, fmt.Errorf("deallocate: %w", err)
+		}
+		clear(a.prepared)
+		clear(a.byShape)
+	}
+	sd, err := a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, nil)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", sql, err)
+	}
+	a.prepared[sql] = sd
+	return sd, nil
+}
+
+// queueChange adds the statement of a row change to the batch. The
+// statement of a change's shape (table, kind, columns present) is built
+// and prepared once; after that only its parameters are collected.
+func (a *applier) queueChange(ctx context.Context, c *change) error {
+	sh, ok := shapeOf(c)
+	if sd := a.byShape[sh]; ok && sd != nil {
+		a.batch.ExecStatement(sd, changeArgs(c), nil, nil)
+		a.queued++
+		return nil
+	}
+	sql, args, needed := a.statement(c)
+	if !needed {
+		return nil
+	}
+	sd, err := a.prepare(ctx, sql)
+	if err != nil {
+		return err
+	}
+	if ok {
+		a.byShape[sh] = sd
+	}
+	a.batch.ExecStatement(sd, args, nil, nil)
+	a.queued++
+	return nil
+}
+
+// shape identifies the statement of a row change: its table, its kind and
+// which columns the new tuple (set) and the old identity (where) carry.
+type shape struct {
+	rel        *relation
+	kind       changeKind
+	set, where uint64
+}
+
+// shapeOf returns c's shape; ok is false for changes it cannot describe
+// (tables of more than 64 columns, kinds other than insert, update and
+// delete, an update that changes nothing).
+func shapeOf(c *change) (shape, bool) {
+	sh := shape{rel: c.rel, kind: c.kind}
+	if len(c.rel.cols) > 64 {
+		return sh, false
+	}
+	switch c.kind {
+	case changeInsert, changeUpdate, changeDelete:
+	default:
+		return sh, false
+	}
+	if c.kind != changeDelete {
+		for i, v := range c.new {
+			if v.DataType != pglogrepl.TupleDataTypeToast {
+				sh.set |= 1 << i
+			}
+		}
+		if c.kind == changeUpdate && sh.set == 0 {
+			return sh, false
+		}
+	}
+	if c.kind != changeInsert {
+		for _, i := range c.rel.key {
+			if i < len(c.old) && c.old[i].DataType != pglogrepl.TupleDataTypeToast {
+				sh.where |= 1 << i
+			}
+		}
+	}
+	return sh, true
+}
+
+// changeArgs returns the parameters of c's statement in the order
+// statement numbers them: the new tuple's values present, then the
+// identity's.
+func changeArgs(c *change) [][]byte {
+	args := make([][]byte, 0, len(c.new)+len(c.rel.key))
+	if c.kind != changeDelete {
+		for _, v := range c.new {
+			if v.DataType != pglogrepl.TupleDataTypeToast {
+				args = append(args, value(v))
+			}
+		}
+	}
+	if c.kind != changeInsert {
+		for _, i := range c.rel.key {
+			if i < len(c.old) && c.old[i].DataType != pglogrepl.TupleDataTypeToast {
+				args = append(args, value(c.old[i]))
+			}
+		}
+	}
+	return args
 }
 
 func (a *applier) nextName() int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -19,6 +20,12 @@ const (
 	// statusInterval is how often a stream confirms its flush LSN to the
 	// source when nothing else prompts it.
 	statusInterval = time.Second
+	// statusMinInterval is the shortest time between two status messages
+	// that only advance the flush LSN.
+	statusMinInterval = 10 * time.Millisecond
+	// pollInterval bounds how long the reader waits for the source before
+	// it confirms what the appliers committed meanwhile.
+	pollInterval = 100 * time.Millisecond
 	// chunkChanges and chunkBytes bound the changes of one transaction that
 	// the reader buffers for one destination shard before handing them to
 	// its applier, which applies them into the still open destination
@@ -186,22 +193,43 @@ func (r *reader) read(ctx context.Context) error {
 	}
 	r.t.log.Info("streaming", "source", r.s, "slot", slot, "from", r.dispatched)
 	next := time.Now().Add(statusInterval)
+	// Receiving waits at most pollInterval, so that the flush LSN follows
+	// the appliers when the source is quiet and ctx is noticed. The wait
+	// is a read deadline on the socket, set once per interval: a context
+	// per message would cost more than decoding the message.
+	var checked, deadline time.Time
 	for {
-		if err := r.status(ctx, conn, time.Now().After(next)); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if time.Now().After(next) {
-			next = time.Now().Add(statusInterval)
+		now := time.Now()
+		force := now.After(next)
+		// While messages stream in, the flush LSN is confirmed at most
+		// every statusMinInterval: one status message per received
+		// message would cost the walsender and us more than the rest.
+		if force || now.Sub(checked) >= statusMinInterval {
+			if err := r.status(ctx, conn, force); err != nil {
+				return err
+			}
+			checked = now
 		}
-		rctx, cancel := context.WithDeadline(ctx, time.Now().Add(100*time.Millisecond))
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
+		if force {
+			next = now.Add(statusInterval)
+		}
+		if now.After(deadline) {
+			deadline = now.Add(pollInterval)
+			if err := conn.Conn().SetReadDeadline(deadline); err != nil {
+				return err
+			}
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				continue
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
-			}
-			if pgconn.Timeout(err) {
-				continue
 			}
 			return err
 		}
