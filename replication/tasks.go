@@ -440,7 +440,7 @@ func (t *Managed) run(ctx context.Context) {
 		t.Task.log.Error("task failed", "id", t.ID, "phase", t.phase.String(), "err", err)
 		t.persist(ctx, TaskFailed, err)
 	default:
-		t.state, t.phase = TaskDone, PhaseFinished
+		t.state, t.phase, t.err = TaskDone, PhaseFinished, nil
 		t.Task.log.Info("task done", "id", t.ID, "took", t.finished.Sub(t.Started))
 	}
 }
@@ -461,13 +461,43 @@ func (t *Managed) phases(ctx context.Context) error {
 	if err := t.Task.SchemaSyncPost(ctx); err != nil {
 		return err
 	}
-	for {
+	// A stream that fails — a shard restarting, a network error, a row the
+	// destination rejects — is started again after a growing pause, as
+	// PostgreSQL's apply worker is: the slots keep their position and the
+	// origins skip what was applied, so nothing is lost or applied twice.
+	// SHOW TASKS shows the last failure meanwhile.
+	backoff := streamRetryMin
+	for retries := 0; ; retries++ {
+		started := time.Now()
 		done, err := t.stream(ctx)
-		if done || err != nil || ctx.Err() != nil {
+		if done || ctx.Err() != nil {
 			return err
 		}
+		if err == nil { // an aborted cutover: stream again at once
+			continue
+		}
+		if time.Since(started) > streamRetryMax {
+			backoff = streamRetryMin // it had been streaming for a while
+		}
+		t.mu.Lock()
+		t.err = fmt.Errorf("stream failed at %s, retrying in %s: %w", time.Now().UTC().Format(time.TimeOnly), backoff, err)
+		t.mu.Unlock()
+		t.Task.log.Warn("stream failed; retrying", "id", t.ID, "in", backoff, "retries", retries, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, streamRetryMax)
 	}
 }
+
+// The pause before a failed stream starts again grows from streamRetryMin
+// to streamRetryMax.
+const (
+	streamRetryMin = time.Second
+	streamRetryMax = 30 * time.Second
+)
 
 // stream runs Stream until a cutover succeeds (done) or the stream fails.
 // An aborted cutover restarts it.
