@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -182,7 +183,10 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	defer rconn.Close(context.WithoutCancel(ctx))
 	slot := t.slotName(s)
 	if slotExists {
-		slot += "_copy" // a re-run: a temporary slot only for its snapshot
+		// A re-run: a temporary slot only for its snapshot, named anew
+		// each time, since the session of a killed proxy may still hold
+		// the previous one for a moment.
+		slot += fmt.Sprintf("_copy_%08x", rand.Uint32())
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, rconn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
 		Temporary:      slotExists,
