@@ -12,30 +12,31 @@ import (
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
-// TestReshardStreamSurvivesDestinationCrash: the destination's PostgreSQL
-// crashes while a task streams and writes go on at the source; the task
-// keeps running, says in SHOW TASKS that it retries, and once the
-// destination is back it applies every write exactly once.
-func TestReshardStreamSurvivesDestinationCrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
-	defer cancel()
+// retryEnv is a source cluster (app: one shard) and a destination cluster
+// (app_new: two shards) with a COPY_DATA task streaming between them.
+type retryEnv struct {
+	sc, dc *pgtest.Cluster
+	src    *pgx.Conn
+	adm    *pgx.Conn
+	id     string
+}
+
+func startRetryEnv(t *testing.T, ctx context.Context) *retryEnv {
 	opts := pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret"}
 	srcOpts := opts
 	srcOpts.Settings = map[string]string{"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
-	sc := pgtest.New(t, srcOpts)
-	dc := pgtest.New(t, opts)
-	if err := sc.CreateDatabase(ctx, "app_0"); err != nil {
+	e := &retryEnv{sc: pgtest.New(t, srcOpts), dc: pgtest.New(t, opts)}
+	if err := e.sc.CreateDatabase(ctx, "app_0"); err != nil {
 		t.Fatal(err)
 	}
 	for _, db := range []string{"app_new_0", "app_new_1"} {
-		if err := dc.CreateDatabase(ctx, db); err != nil {
+		if err := e.dc.CreateDatabase(ctx, db); err != nil {
 			t.Fatal(err)
 		}
 	}
-	src := reshardConnect(t, ctx, sc.DSN("app_0"))
-	reshardExec(t, ctx, src, `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+	e.src = reshardConnect(t, ctx, e.sc.DSN("app_0"))
+	reshardExec(t, ctx, e.src, `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
 INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 2000) i`)
-
 	shard := func(c *pgtest.Cluster, db string) string {
 		return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db)
 	}
@@ -50,32 +51,37 @@ databases:
   - name: app_new
     shards: [%s, %s]
     sharded_tables: [{ table: accounts, column: id, type: bigint }]
-`, appPassword, sc.User, sc.Password, shard(sc, "app_0"), shard(dc, "app_new_0"), shard(dc, "app_new_1")))
-	adm := connect(t, o.AdminURL())
-
-	tb, err := adminPgx(adm, "COPY_DATA app app_new")
+`, appPassword, e.sc.User, e.sc.Password, shard(e.sc, "app_0"), shard(e.dc, "app_new_0"), shard(e.dc, "app_new_1")))
+	e.adm = connect(t, o.AdminURL())
+	tb, err := adminPgx(e.adm, "COPY_DATA app app_new")
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := tb.get(t, map[string]string{"source": "app"}, "id")
-	task := func() (state, phase, errText string) {
-		tasks, err := adminPgx(adm, "SHOW TASKS")
-		if err != nil {
-			t.Fatalf("SHOW TASKS: %v", err)
-		}
-		m := map[string]string{"id": id}
-		return tasks.get(t, m, "state"), tasks.get(t, m, "phase"), tasks.get(t, m, "error")
-	}
+	e.id = tb.get(t, map[string]string{"source": "app"}, "id")
 	eventually(t, 30*time.Second, "task streaming", func() bool {
-		_, phase, _ := task()
+		_, phase, _ := e.task(t)
 		return phase == "stream"
 	})
+	return e
+}
 
-	// dest returns count and sum of accounts over the destination shards,
-	// or ok false while they cannot be read.
+// task returns the task's state, phase and error from SHOW TASKS.
+func (e *retryEnv) task(t *testing.T) (state, phase, errText string) {
+	tasks, err := adminPgx(e.adm, "SHOW TASKS")
+	if err != nil {
+		t.Fatalf("SHOW TASKS: %v", err)
+	}
+	m := map[string]string{"id": e.id}
+	return tasks.get(t, m, "state"), tasks.get(t, m, "phase"), tasks.get(t, m, "error")
+}
+
+// caughtUp waits until the destination shards hold the source's rows
+// (count and sum).
+func (e *retryEnv) caughtUp(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
 	dest := func() (n, sum int64, ok bool) {
 		for _, db := range []string{"app_new_0", "app_new_1"} {
-			conn, err := pgx.Connect(ctx, dc.DSN(db))
+			conn, err := pgx.Connect(ctx, e.dc.DSN(db))
 			if err != nil {
 				return 0, 0, false
 			}
@@ -89,50 +95,97 @@ databases:
 		}
 		return n, sum, true
 	}
-	source := func() (n, sum int64) {
-		if err := src.QueryRow(ctx, "SELECT count(*), sum(id + balance) FROM accounts").Scan(&n, &sum); err != nil {
+	eventually(t, 60*time.Second, what, func() bool {
+		var wn, ws int64
+		if err := e.src.QueryRow(ctx, "SELECT count(*), sum(id + balance) FROM accounts").Scan(&wn, &ws); err != nil {
 			t.Fatal(err)
 		}
-		return n, sum
-	}
-	caughtUp := func(what string) {
-		t.Helper()
-		eventually(t, 60*time.Second, what, func() bool {
-			wn, ws := source()
-			n, s, ok := dest()
-			return ok && n == wn && s == ws
-		})
-	}
-
-	reshardExec(t, ctx, src, `INSERT INTO accounts SELECT i, 1 FROM generate_series(2001, 2100) i`)
-	caughtUp("the destination has the rows written before the crash")
-
-	if err := dc.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	reshardExec(t, ctx, src, `INSERT INTO accounts SELECT i, 2 FROM generate_series(2101, 2300) i;
-UPDATE accounts SET balance = balance + 10 WHERE id % 10 = 0;
-DELETE FROM accounts WHERE id % 50 = 1`)
-	eventually(t, 30*time.Second, "SHOW TASKS reporting the retries", func() bool {
-		state, _, errText := task()
-		if state != "running" {
-			t.Fatalf("task %s while the destination is down (error %q)", state, errText)
-		}
-		return strings.Contains(errText, "retrying")
+		n, s, ok := dest()
+		return ok && n == wn && s == ws
 	})
-	if err := dc.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	reshardExec(t, ctx, src, `INSERT INTO accounts SELECT i, 3 FROM generate_series(2301, 2400) i`)
-	caughtUp("the destination catching up after its restart")
-	if state, phase, errText := task(); state != "running" || phase != "stream" {
-		t.Errorf("after the restart: state %s phase %s error %q", state, phase, errText)
-	}
+}
 
-	if _, err := adminPgx(adm, "STOP_TASK "+id); err != nil {
+// stop ends the task and checks it left no slot.
+func (e *retryEnv) stop(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := adminPgx(e.adm, "STOP_TASK "+e.id); err != nil {
 		t.Fatal(err)
 	}
-	if n := countSlots(t, ctx, src); n != 0 {
+	if n := countSlots(t, ctx, e.src); n != 0 {
 		t.Errorf("%d slots left after STOP_TASK", n)
 	}
+}
+
+// waitRetrying waits until SHOW TASKS reports a failed stream being
+// retried whose error contains want, the task still running.
+func (e *retryEnv) waitRetrying(t *testing.T, want string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "SHOW TASKS reporting the retries", func() bool {
+		state, _, errText := e.task(t)
+		if state != "running" {
+			t.Fatalf("task %s while its stream fails (error %q)", state, errText)
+		}
+		return strings.Contains(errText, "retrying") && strings.Contains(errText, want)
+	})
+}
+
+// TestReshardStreamSurvivesDestinationCrash: the destination's PostgreSQL
+// crashes while a task streams and writes go on at the source; the task
+// keeps running, says in SHOW TASKS that it retries, and once the
+// destination is back it applies every write exactly once.
+func TestReshardStreamSurvivesDestinationCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	e := startRetryEnv(t, ctx)
+	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 1 FROM generate_series(2001, 2100) i`)
+	e.caughtUp(t, ctx, "the destination has the rows written before the crash")
+
+	if err := e.dc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 2 FROM generate_series(2101, 2300) i;
+UPDATE accounts SET balance = balance + 10 WHERE id % 10 = 0;
+DELETE FROM accounts WHERE id % 50 = 1`)
+	e.waitRetrying(t, "")
+	if err := e.dc.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 3 FROM generate_series(2301, 2400) i`)
+	e.caughtUp(t, ctx, "the destination catching up after its restart")
+	if state, phase, errText := e.task(t); state != "running" || phase != "stream" {
+		t.Errorf("after the restart: state %s phase %s error %q", state, phase, errText)
+	}
+	e.stop(t, ctx)
+}
+
+// TestReshardStreamAfterSourceDDL: a column added on the source while the
+// task streams makes the apply fail with an error that says what to do;
+// once the operator adds the column on the destination shards, the
+// retried stream applies the held-up rows.
+func TestReshardStreamAfterSourceDDL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	e := startRetryEnv(t, ctx)
+	reshardExec(t, ctx, e.src, `ALTER TABLE accounts ADD COLUMN note text;
+INSERT INTO accounts SELECT i, 1, 'n' || i FROM generate_series(2001, 2100) i`)
+	e.waitRetrying(t, "run the same DDL on every destination shard")
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		if err := e.dc.Exec(ctx, db, "ALTER TABLE accounts ADD COLUMN note text"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.caughtUp(t, ctx, "the rows with the new column")
+	var notes int
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		conn := reshardConnect(t, ctx, e.dc.DSN(db))
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE note = 'n' || id").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		notes += n
+	}
+	if notes != 100 {
+		t.Errorf("%d rows carry their note on the destination, want 100", notes)
+	}
+	e.stop(t, ctx)
 }

@@ -196,8 +196,8 @@ func (a *applier) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("%s: apply source %d transaction %s: %w",
-				shardDesc("destination", a.t.dst, a.d), a.s, o.final, err)
+			return fmt.Errorf("%s: apply source %d transaction %s: %w%s",
+				shardDesc("destination", a.t.dst, a.d), a.s, o.final, err, schemaHint(err))
 		}
 	}
 }
@@ -630,4 +630,18 @@ func appendArrayElem(list, v []byte) []byte {
 		list = append(list, b)
 	}
 	return append(list, '"')
+}
+
+// schemaHint explains an apply error that a schema change on the source
+// causes: DDL is not replicated.
+func schemaHint(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch pgErr.Code {
+	case "42703", "42P01", "42804", "23502": // undefined column or table, type mismatch, not null
+		return " (the source's schema may have changed: DDL is not replicated; run the same DDL on every destination shard and the stream, retried by itself, goes on)"
+	}
+	return ""
 }
