@@ -2,32 +2,58 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
 // table is one published table of a source shard and where its rows go.
 type table struct {
 	schema, name string
-	columns      []string // copied columns in catalog order: not dropped, not generated
-	identity     byte     // relreplident: d(efault), i(ndex), f(ull), n(othing)
-	keyColumns   []string // the replica identity's columns (empty for full and nothing)
-	rule         rule
-	keyIndex     int // index of rule.column in columns, for sharded tables
+	// rootSchema and rootName name the table whose rule applies: for a
+	// leaf partition the root of its partition tree (the table the config
+	// names), else the table itself.
+	rootSchema, rootName string
+	columns              []string // copied columns in catalog order: not dropped, not generated
+	identity             byte     // relreplident: d(efault), i(ndex), f(ull), n(othing)
+	keyColumns           []string // the replica identity's columns (empty for full and nothing)
+	rule                 rule
+	keyIndex             int // index of rule.column in columns, for sharded tables
 }
 
 func (tb *table) String() string { return tb.schema + "." + tb.name }
 
 func (tb *table) ident() string { return qualified(tb.schema, tb.name) }
 
+// partition reports whether the table is a leaf partition.
+func (tb *table) partition() bool { return tb.rootSchema != tb.schema || tb.rootName != tb.name }
+
+// describe names the table in messages, with its root when it is a partition.
+func (tb *table) describe() string {
+	if tb.partition() {
+		return fmt.Sprintf("%s (partition of %s.%s)", tb, tb.rootSchema, tb.rootName)
+	}
+	return tb.String()
+}
+
 // loadTables lists the ordinary tables of a source shard outside the system
 // schemas, which is what a FOR ALL TABLES publication publishes, with their
 // destination rules.
+//
+// With declarative partitioning the rows live in the leaf partitions
+// (relkind 'r', relispartition); the partitioned tables above them (relkind
+// 'p') hold none and are not listed. The publication publishes the leaves
+// under their own names (publish_via_partition_root is off), so each leaf is
+// copied and streamed to the same leaf on the destination, which SchemaSync
+// creates with the whole partition tree. A leaf takes the rule of the root
+// of its tree, however deep, as the router routes the root's name; the
+// leaves have the root's column names.
 func (t *Task) loadTables(ctx context.Context, conn *pgx.Conn) ([]*table, error) {
 	rows, err := conn.Query(ctx, `
-SELECT n.nspname, c.relname, c.relreplident,
+SELECT n.nspname, c.relname, coalesce(rn.nspname, n.nspname), coalesce(r.relname, c.relname), c.relreplident,
 	ARRAY(SELECT a.attname FROM pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum)::text[],
@@ -35,6 +61,8 @@ SELECT n.nspname, c.relname, c.relreplident,
 		WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))
 		ORDER BY a.attnum)::text[]
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	LEFT JOIN pg_class r ON c.relispartition AND r.oid = pg_partition_root(c.oid)
+	LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 WHERE c.relkind = 'r' AND c.relpersistence = 'p'
 	AND n.nspname NOT IN ('pg_catalog', 'information_schema', $1) AND n.nspname NOT LIKE 'pg\_%'
 ORDER BY 1, 2`, bookkeepingSchema)
@@ -45,7 +73,7 @@ ORDER BY 1, 2`, bookkeepingSchema)
 	for rows.Next() {
 		tb := &table{}
 		var ident string
-		if err := rows.Scan(&tb.schema, &tb.name, &ident, &tb.columns, &tb.keyColumns); err != nil {
+		if err := rows.Scan(&tb.schema, &tb.name, &tb.rootSchema, &tb.rootName, &ident, &tb.columns, &tb.keyColumns); err != nil {
 			return nil, err
 		}
 		tb.identity = ident[0]
@@ -55,7 +83,10 @@ ORDER BY 1, 2`, bookkeepingSchema)
 		return nil, err
 	}
 	for _, tb := range tables {
-		if tb.rule, err = ruleFor(t.dst, tb.schema, tb.name, tb.columns); err != nil {
+		if tb.rule, err = ruleFor(t.dst, tb.rootSchema, tb.rootName, tb.columns); err != nil {
+			if tb.partition() {
+				err = fmt.Errorf("partition %s: %w", tb, err)
+			}
 			return nil, err
 		}
 		tb.keyIndex = slices.Index(tb.columns, tb.rule.column)
@@ -63,19 +94,55 @@ ORDER BY 1, 2`, bookkeepingSchema)
 	return tables, nil
 }
 
+// ruleTable returns the table whose rule applies to the streamed relation
+// m: its partition root when m is a partition, else m itself. Owned tables
+// know it from loadTables; for the others (omni tables of another source
+// shard, tables that are new since the stream started) the source's catalog
+// says, so that a new partition of a sharded table is not mistaken for an
+// omni table.
+func (r *reader) ruleTable(ctx context.Context, m *pglogrepl.RelationMessage) (schema, name string, err error) {
+	if tb := r.tables[m.Namespace+"."+m.RelationName]; tb != nil {
+		return tb.rootSchema, tb.rootName, nil
+	}
+	src, err := r.source(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	// pg_partition_root is NULL for a relation that is not in a partition
+	// tree or no longer exists: then m's own name applies.
+	err = src.QueryRow(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = pg_partition_root($1::oid)`, m.RelationID).Scan(&schema, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m.Namespace, m.RelationName, nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("relation %s.%s: find its partition root: %w", m.Namespace, m.RelationName, err)
+	}
+	return schema, name, nil
+}
+
 // checkIdentity returns an error when the stream could not apply UPDATE and
 // DELETE for the table: no replica identity, or a sharding key outside it
 // (then an UPDATE that moves a row between shards carries no old key).
+//
+// A partition is checked with its root's rule but its own replica identity:
+// its changes are published under its own name and carry its identity. Its
+// primary key is the root's (which must include the partition key), but
+// ALTER TABLE … REPLICA IDENTITY does not recurse to partitions.
 func checkIdentity(tb *table) error {
+	hint := "set REPLICA IDENTITY FULL"
+	if tb.partition() {
+		hint += " on every partition"
+	}
 	switch {
 	case tb.identity == 'f':
 		return nil
 	case tb.identity == 'n' || len(tb.keyColumns) == 0:
-		return fmt.Errorf("table %s has no primary key or replica identity index; add one or set REPLICA IDENTITY FULL", tb)
+		return fmt.Errorf("table %s has no primary key or replica identity index; add one or %s", tb.describe(), hint)
 	case tb.rule.place == placeSharded && !slices.Contains(tb.keyColumns, tb.rule.column):
 		return fmt.Errorf("table %s: sharding column %q is not part of the replica identity (%v); "+
-			"an UPDATE of it could not find the old row; include it in the primary key or set REPLICA IDENTITY FULL",
-			tb, tb.rule.column, tb.keyColumns)
+			"an UPDATE of it could not find the old row; include it in the primary key or %s",
+			tb.describe(), tb.rule.column, tb.keyColumns, hint)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 )
 
 // route turns one decoded row change into changes on destination shards.
@@ -200,12 +201,9 @@ func tupleSize(t []*pglogrepl.TupleDataColumn) int {
 // sourceValues reads the columns newT leaves unchanged (TOAST) from the
 // source's current row with newT's identity; nil when there is none.
 func (r *reader) sourceValues(ctx context.Context, rel *relation, newT []*pglogrepl.TupleDataColumn) (map[int][]byte, error) {
-	if r.srcConn == nil {
-		conn, err := r.t.connectSource(ctx, r.s)
-		if err != nil {
-			return nil, err
-		}
-		r.srcConn = conn
+	src, err := r.source(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var args [][]byte
 	param := func(v []byte) string {
@@ -221,7 +219,7 @@ func (r *reader) sourceValues(ctx context.Context, rel *relation, newT []*pglogr
 		}
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + rel.ident + " WHERE " + rel.where(newT, param) + " LIMIT 1"
-	res := r.srcConn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read()
+	res := src.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read()
 	if res.Err != nil {
 		return nil, fmt.Errorf("table %s: read unchanged TOASTed columns from the source: %w", rel.name, res.Err)
 	}
@@ -233,4 +231,17 @@ func (r *reader) sourceValues(ctx context.Context, rel *relation, newT []*pglogr
 		values[i] = res.Rows[0][j]
 	}
 	return values, nil
+}
+
+// source returns the reader's normal session on its source shard, opened
+// on first use.
+func (r *reader) source(ctx context.Context) (*pgx.Conn, error) {
+	if r.srcConn == nil {
+		conn, err := r.t.connectSource(ctx, r.s)
+		if err != nil {
+			return nil, err
+		}
+		r.srcConn = conn
+	}
+	return r.srcConn, nil
 }

@@ -306,7 +306,7 @@ func (r *reader) copyData(ctx context.Context, conn *pgconn.PgConn, data []byte)
 func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 	switch m := m.(type) {
 	case *pglogrepl.RelationMessage:
-		rel, err := r.relation(m)
+		rel, err := r.relation(ctx, m)
 		if err != nil {
 			return err
 		}
@@ -386,7 +386,7 @@ func (r *reader) rel(id uint32) (*relation, error) {
 }
 
 // relation builds the routing of a Relation message's table.
-func (r *reader) relation(m *pglogrepl.RelationMessage) (*relation, error) {
+func (r *reader) relation(ctx context.Context, m *pglogrepl.RelationMessage) (*relation, error) {
 	name := m.Namespace + "." + m.RelationName
 	rel := &relation{name: name, ident: qualified(m.Namespace, m.RelationName), full: m.ReplicaIdentity == 'f'}
 	for i, c := range m.Columns {
@@ -395,10 +395,15 @@ func (r *reader) relation(m *pglogrepl.RelationMessage) (*relation, error) {
 			rel.key = append(rel.key, i)
 		}
 	}
+	// A partition takes the rule of its partition root.
+	ruleSchema, ruleName, err := r.ruleTable(ctx, m)
+	if err != nil {
+		return nil, err
+	}
 	tb := r.tables[name]
 	if tb == nil {
 		// Not owned (an omni table of another source) or new since the copy.
-		ru, err := ruleFor(r.t.dst, m.Namespace, m.RelationName, rel.cols)
+		ru, err := ruleFor(r.t.dst, ruleSchema, ruleName, rel.cols)
 		if err != nil {
 			return nil, err
 		}
@@ -410,7 +415,7 @@ func (r *reader) relation(m *pglogrepl.RelationMessage) (*relation, error) {
 		rel.rule = tb.rule
 	}
 	if len(r.t.src.Shards) > 1 && rel.rule.place == placeSharded {
-		ru, err := ruleFor(r.t.src, m.Namespace, m.RelationName, rel.cols)
+		ru, err := ruleFor(r.t.src, ruleSchema, ruleName, rel.cols)
 		if err != nil {
 			return nil, fmt.Errorf("source rule: %w", err)
 		}
