@@ -7,12 +7,14 @@ import (
 )
 
 // Check verifies what Copy and Stream rely on, and returns every problem
-// found, each naming its shard and table: wal_level=logical on each source; a
+// found, each naming its shard and table: superusers, free slots, WAL
+// senders and origins, the same columns on every shard (checkServers);
+// wal_level=logical on each source; a
 // primary key or replica identity on each table (or REPLICA IDENTITY FULL)
 // that includes a sharded table's key column; and empty destination tables,
 // unless this task has already copied to that shard (a resumed task).
 func (t *Task) Check(ctx context.Context) error {
-	var errs []error
+	errs := t.checkServers(ctx)
 	var tables []*table
 	for s := range t.src.Shards {
 		conn, err := t.connectSource(ctx, s)
