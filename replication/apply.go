@@ -422,17 +422,18 @@ func (a *applier) send(ctx context.Context) error {
 	if a.queued == 0 {
 		return nil
 	}
-	results, err := a.conn.PgConn().ExecBatch(ctx, a.batch).ReadAll()
+	mrr := a.conn.PgConn().ExecBatch(ctx, a.batch)
 	a.batch, a.queued = &pgconn.Batch{}, 0
-	if err != nil {
-		return err
-	}
-	for _, r := range results {
-		if r.Err != nil {
-			return r.Err
+	var first error
+	for mrr.NextResult() {
+		if _, err := mrr.ResultReader().Close(); err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil
+	if err := mrr.Close(); first == nil {
+		first = err
+	}
+	return first
 }
 
 // exec runs one change in the open transaction on its own round trip:
