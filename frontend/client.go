@@ -398,7 +398,7 @@ func (c *client) detach() {
 // loop reads and serves client messages until the client leaves.
 func (c *client) loop(ctx context.Context) error {
 	for {
-		if c.l.shutting.Load() && c.server == nil || c.killed.Load() {
+		if c.l.shutting.Load() && c.holdsNothing() || c.killed.Load() {
 			code := wire.AdminShutdown
 			c.sendFatal(wire.Fatalf(code, "terminating connection due to administrator command"))
 			c.abandon() // a killed client may hold a server: roll back, return it
@@ -423,6 +423,13 @@ func (c *client) loop(ctx context.Context) error {
 			}
 			c.abandon()
 			return err
+		}
+		if c.l.shutting.Load() && c.holdsNothing() && typ != 'X' {
+			// A message that raced Shutdown's nudge: an idle client starts
+			// nothing new once shutdown began.
+			c.sendFatal(wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command"))
+			c.abandon()
+			return nil
 		}
 		switch typ {
 		case 'Q':
@@ -595,6 +602,10 @@ func (c *client) resetSession() {
 func (c *client) nudge() {
 	c.conn.SetReadDeadline(time.Now())
 }
+
+// holdsNothing reports whether the client holds no server: no open
+// transaction or session that shutdown must let finish.
+func (c *client) holdsNothing() bool { return c.server == nil && !c.holdsShards() }
 
 // wakeIfIdle nudges the client for Shutdown if it holds no server (or is
 // an admin session, which has no database). A client holding a server is
