@@ -49,12 +49,14 @@ func (g Gate) Pause(ctx context.Context, db string) error { return g.L.Pause(ctx
 func (g Gate) Resume(db string) error                     { return g.L.Resume(db) }
 func (g Gate) Install(cfg *config.Config) error           { return g.L.Reconfigure(cfg) }
 
-// Disconnect ends the sessions of db's clients and waits (up to 5s) until
-// they are gone, so that none passes the gate after the cutover's Resume.
+// Disconnect ends the session-pooled sessions of db's clients and waits (up
+// to 5s) until they are gone, so that none passes the gate after the
+// cutover's Resume. Transaction-pooled clients hold no server between
+// transactions and become sharded sessions by themselves.
 func (g Gate) Disconnect(db string) {
 	killed := map[uint64]bool{}
 	for _, c := range g.L.Clients() {
-		if c.Database == db && g.L.Kill(c.ID) {
+		if c.Database == db && c.Session && g.L.Kill(c.ID) {
 			killed[c.ID] = true
 		}
 	}

@@ -52,6 +52,7 @@ type ClientInfo struct {
 	ConnectedAt time.Time
 	Server      uint64 // id of the attached server, 0 if none
 	Queries     uint64
+	Session     bool // session pooling: the client keeps its server
 }
 
 type cancelTarget struct {
@@ -163,7 +164,8 @@ func (c *client) info() ClientInfo {
 	app := c.appName
 	c.infoMu.Unlock()
 	ci := ClientInfo{ID: c.id, Addr: c.conn.RemoteAddr().String(), AppName: app,
-		State: ClientState(c.state.Load()), TLS: c.tls, ConnectedAt: c.started, Queries: c.queries.Load()}
+		State: ClientState(c.state.Load()), TLS: c.tls, ConnectedAt: c.started, Queries: c.queries.Load(),
+		Session: c.mode == config.PoolSession}
 	if c.user != nil {
 		ci.User = c.user.Name
 	}

@@ -231,6 +231,9 @@ func (c *client) refresh() error {
 	if err != nil {
 		return err
 	}
+	if len(db.Shards) > 1 {
+		return errResharded(db.Name)
+	}
 	p := st.Pools.Get(db, u, 0)
 	if p == nil {
 		return wire.Errorf(wire.InternalError, "database %q has no shard 0 after reload", db.Name)

@@ -52,6 +52,9 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	if c.localSkip {
 		return nil
 	}
+	if err := c.becomeSharded(); err != nil {
+		return c.answerLocally(err, true)
+	}
 	sql := body
 	if n := len(sql); n > 0 && sql[n-1] == 0 {
 		sql = sql[:n-1]
@@ -132,6 +135,9 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 			return c.flushClient()
 		}
 		return nil
+	}
+	if err := c.becomeSharded(); err != nil {
+		return c.answerLocally(err, false)
 	}
 	if typ == 'E' {
 		c.queries.Add(1)

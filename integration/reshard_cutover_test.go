@@ -597,6 +597,13 @@ func TestReshardCutoverAbort(t *testing.T) {
 	if _, err := other.Exec(ctx, "UPDATE accounts SET balance = 6 WHERE id = 2", pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("a new transaction after the abort: %v", err)
 	}
+	// Session state the one-shard session carries over the cutover: a
+	// setting and a prepared statement (pgx's statement cache).
+	mustExec(t, other, "SET statement_timeout = '12345ms'")
+	var balance int
+	if err := other.QueryRow(ctx, "SELECT balance FROM accounts WHERE id = $1", 2).Scan(&balance); err != nil || balance != 6 {
+		t.Fatalf("prepared statement before the cutover: %d, %v", balance, err)
+	}
 	tasks, err := adminPgx(adm, "SHOW TASKS")
 	if err != nil {
 		t.Fatal(err)
@@ -618,9 +625,18 @@ func TestReshardCutoverAbort(t *testing.T) {
 	if st := done.get(t, map[string]string{"id": id}, "state"); st != "done" {
 		t.Errorf("after CUTOVER: state %s", st)
 	}
-	// app had one shard: its sessions were ended at the cutover.
-	if _, err := other.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); sqlstate(err) != "57P01" {
-		t.Errorf("a one-shard session after the cutover: %v, want 57P01", err)
+	// app had one shard: its transaction-pooled session goes on as a
+	// sharded one, with its setting and its prepared statement.
+	if err := other.QueryRow(ctx, "SELECT balance FROM accounts WHERE id = $1", 2).Scan(&balance); err != nil || balance != 6 {
+		t.Errorf("the session's prepared statement after the cutover: %d, %v; want 6", balance, err)
+	}
+	var timeout string
+	if err := other.QueryRow(ctx, "SHOW statement_timeout", pgx.QueryExecModeSimpleProtocol).Scan(&timeout); err != nil || timeout != "12345ms" {
+		t.Errorf("the session's setting after the cutover: %q, %v", timeout, err)
+	}
+	var rows int
+	if err := other.QueryRow(ctx, "SELECT count(*) FROM accounts", pgx.QueryExecModeSimpleProtocol).Scan(&rows); err != nil || rows != 2000 {
+		t.Errorf("the session's count(*) over the new shards: %d, %v; want 2000", rows, err)
 	}
 	var sum int
 	if err := connect(t, o.AppURL("app")).QueryRow(ctx, "SELECT sum(balance) FROM accounts WHERE id IN (1, 2)", pgx.QueryExecModeSimpleProtocol).Scan(&sum); err != nil || sum != 11 {

@@ -103,8 +103,9 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return abort(fmt.Errorf("install the new configuration: %w", err), true)
 	}
 	if len(old.Database(t.Source).Shards) < 2 && len(next.Database(t.Source).Shards) >= 2 {
-		// One-shard sessions would keep using shard 0 only: end them, so
-		// that clients reconnect as sharded sessions.
+		// Session-pooled one-shard sessions would keep using shard 0
+		// only: end them, so that clients reconnect as sharded sessions
+		// (transaction-pooled ones switch by themselves).
 		g.Disconnect(t.Source)
 	}
 	rerr := g.Resume(t.Source)

@@ -119,7 +119,7 @@ type Gate interface {
 	Resume(db string) error
 	// Install makes cfg the running configuration.
 	Install(cfg *config.Config) error
-	// Disconnect ends the sessions of db's clients (used when db goes from
+	// Disconnect ends the session-pooled sessions of db's clients (used when db goes from
 	// one shard to several: a one-shard session would keep using shard 0).
 	Disconnect(db string)
 }
