@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -17,16 +18,19 @@ import (
 // in a replication.Manager whose cutover pauses, reconfigures and resumes
 // this handler's Listener.
 
+// RESHARD, SCHEMA_SYNC and COPY_DATA take an optional publication and slot
+// (replication.Names), as PgDog's commands do; SCHEMA_SYNC uses neither and
+// only checks them.
 var reshardSpecs = []*spec{
-	{words: []string{"RESHARD"}, usage: "RESHARD source_db destination_db",
+	{words: []string{"RESHARD"}, usage: "RESHARD source_db destination_db [publication [slot]]",
 		help:    "move source_db to destination_db's shards: schema, copy, stream, then cut over when the lag is small",
-		columns: taskColumns, tag: "RESHARD", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
-	{words: []string{"SCHEMA_SYNC"}, usage: "SCHEMA_SYNC source_db destination_db",
+		columns: taskColumns, tag: "RESHARD", minArgs: 2, maxArgs: 4, run: (*Handler).reshardStart},
+	{words: []string{"SCHEMA_SYNC"}, usage: "SCHEMA_SYNC source_db destination_db [publication [slot]]",
 		help:    "copy the schema (tables, types, sequences) to every destination shard",
-		columns: taskColumns, tag: "SCHEMA_SYNC", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
-	{words: []string{"COPY_DATA"}, usage: "COPY_DATA source_db destination_db",
+		columns: taskColumns, tag: "SCHEMA_SYNC", minArgs: 2, maxArgs: 4, run: (*Handler).reshardStart},
+	{words: []string{"COPY_DATA"}, usage: "COPY_DATA source_db destination_db [publication [slot]]",
 		help:    "schema, copy, then keep streaming changes until CUTOVER or STOP_TASK",
-		columns: taskColumns, tag: "COPY_DATA", minArgs: 2, maxArgs: 2, run: (*Handler).reshardStart},
+		columns: taskColumns, tag: "COPY_DATA", minArgs: 2, maxArgs: 4, run: (*Handler).reshardStart},
 	{words: []string{"CUTOVER"}, usage: "CUTOVER [task_id]",
 		help:    "pause the source, catch up, point its name at the destination's shards (file and live), resume",
 		columns: taskColumns, tag: "CUTOVER", maxArgs: 1, run: (*Handler).reshardCutover},
@@ -84,7 +88,7 @@ func (h *Handler) tasks() *replication.Manager {
 
 var taskColumns = []column{
 	num("id"), text("kind"), text("source"), text("destination"), text("state"), text("phase"),
-	text("started"), num("elapsed"), num("pause"), text("error"),
+	text("started"), num("elapsed"), num("pause"), text("error"), text("publications"), text("slots"),
 }
 
 func addTask(r *result, t *replication.Managed) {
@@ -93,7 +97,13 @@ func addTask(r *result, t *replication.Managed) {
 	if i.Err != nil {
 		why = i.Err.Error()
 	}
-	r.add(i.ID, i.Kind.String(), i.Source, i.Dest, i.State.String(), i.Phase.String(), i.Started, i.Elapsed, i.Pause, why)
+	pubs, slots := "", ""
+	if i.Kind != replication.KindSchemaSync {
+		pubs = strings.Join(t.Task.Publications(), ",")
+		slots = strings.Join(t.Task.SlotNames(), ",")
+	}
+	r.add(i.ID, i.Kind.String(), i.Source, i.Dest, i.State.String(), i.Phase.String(), i.Started, i.Elapsed, i.Pause, why,
+		pubs, slots)
 }
 
 // reshardSetError reports a bad value of a SET of the task manager.
@@ -114,7 +124,14 @@ func taskError(err error) error {
 func (h *Handler) reshardStart(ctx context.Context, x *call) (*result, error) {
 	kind := map[string]replication.TaskKind{"RESHARD": replication.KindReshard,
 		"SCHEMA_SYNC": replication.KindSchemaSync, "COPY_DATA": replication.KindCopyData}[x.spec.words[0]]
-	t, err := h.tasks().Start(kind, x.args[0], x.args[1])
+	var names replication.Names
+	if len(x.args) > 2 {
+		names.Publication = x.args[2]
+	}
+	if len(x.args) > 3 {
+		names.Slot = x.args[3]
+	}
+	t, err := h.tasks().StartNamed(kind, x.args[0], x.args[1], names)
 	if err != nil {
 		return nil, wire.Errorf(wire.InvalidParameterValue, "%s: %v", x.spec.words[0], err)
 	}

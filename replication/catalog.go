@@ -51,6 +51,10 @@ func (tb *table) describe() string {
 // creates with the whole partition tree. A leaf takes the rule of the root
 // of its tree, however deep, as the router routes the root's name; the
 // leaves have the root's column names.
+//
+// With a publication given to UseNames, only the tables it publishes are
+// listed (pg_publication_tables, which lists the leaves of a published
+// partitioned table, since checkNames refuses publish_via_partition_root).
 func (t *Task) loadTables(ctx context.Context, conn *pgx.Conn) ([]*table, error) {
 	rows, err := conn.Query(ctx, `
 SELECT n.nspname, c.relname, coalesce(rn.nspname, n.nspname), coalesce(r.relname, c.relname), c.relreplident,
@@ -65,7 +69,9 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 WHERE c.relkind = 'r' AND c.relpersistence = 'p'
 	AND n.nspname NOT IN ('pg_catalog', 'information_schema', $1) AND n.nspname NOT LIKE 'pg\_%'
-ORDER BY 1, 2`, bookkeepingSchema)
+	AND ($2::text = '' OR EXISTS (SELECT 1 FROM pg_publication_tables pt
+		WHERE pt.pubname = $2 AND pt.schemaname = n.nspname AND pt.tablename = c.relname))
+ORDER BY 1, 2`, bookkeepingSchema, t.names.Publication)
 	if err != nil {
 		return nil, err
 	}

@@ -156,11 +156,14 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 			t.noteCopied(s, tb, done)
 		}
 	}
-	if _, err := conn.Exec(ctx, `DO $$ BEGIN
-		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '`+t.slotName(s)+`') THEN
-			CREATE PUBLICATION `+quoteIdent(t.slotName(s))+` FOR ALL TABLES;
+	if t.names.Publication == "" {
+		// ownPublication is made of letters, digits and underscores.
+		if _, err := conn.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '`+t.ownPublication(s)+`') THEN
+			CREATE PUBLICATION `+quoteIdent(t.ownPublication(s))+` FOR ALL TABLES;
 		END IF; END $$`); err != nil {
-		return fmt.Errorf("replication: copy: %s: create publication: %w", src, err)
+			return fmt.Errorf("replication: copy: %s: create publication: %w", src, err)
+		}
 	}
 	var slotExists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`,
@@ -183,10 +186,11 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	defer rconn.Close(context.WithoutCancel(ctx))
 	slot := t.slotName(s)
 	if slotExists {
-		// A re-run: a temporary slot only for its snapshot, named anew
-		// each time, since the session of a killed proxy may still hold
-		// the previous one for a moment.
-		slot += fmt.Sprintf("_copy_%08x", rand.Uint32())
+		// A re-run, or a slot the user made beforehand: a temporary slot
+		// only for its snapshot, named anew each time, since the session
+		// of a killed proxy may still hold the previous one for a moment.
+		// It is named after the task, whose name is short.
+		slot = t.ownPublication(s) + fmt.Sprintf("_copy_%08x", rand.Uint32())
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, rconn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
 		Temporary:      slotExists,
@@ -201,6 +205,11 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 		return fmt.Errorf("replication: copy: %s: slot %s: %w", src, slot, err)
 	}
 	t.log.Info("copy snapshot", "source", s, "slot", slot, "lsn", lsn, "snapshot", res.SnapshotName)
+	if slotExists && !anyDone {
+		if err := t.advanceSlot(ctx, conn, s, lsn); err != nil {
+			return fmt.Errorf("replication: copy: %s: %w", src, err)
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, t.CopyParallelism))
 	for i, tb := range tables {
@@ -392,6 +401,29 @@ func (t *Task) loadDest(ctx context.Context, d, s int, tb *table, colList string
 		return fmt.Errorf("%s: commit: %w", dst, err)
 	}
 	t.log.Info("table copied", "source", s, "shard", d, "table", tb.String(), "rows", *rows)
+	return nil
+}
+
+// advanceSlot moves the permanent slot of source shard s, which existed
+// before any table of s was copied, to lsn, the snapshot every table of s is
+// about to be copied at: its changes before lsn are in the copy. Without
+// it the stream would decode them only to skip them, and pgoutput would
+// fail on the first one older than the publication ("publication does not
+// exist"), as it reads the publication as of each change. A slot already
+// past lsn is left alone. pg_replication_slot_advance moves a logical slot
+// by decoding without calling the output plugin.
+func (t *Task) advanceSlot(ctx context.Context, conn *pgx.Conn, s int, lsn pglogrepl.LSN) error {
+	slot := t.slotName(s)
+	var to *string
+	err := conn.QueryRow(ctx, `SELECT (SELECT end_lsn::text FROM pg_replication_slot_advance(slot_name, $2::text::pg_lsn))
+		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::text::pg_lsn`, slot, lsn.String()).Scan(&to)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("advance slot %s to the copy's snapshot %s: %w", slot, lsn, err)
+	}
+	t.log.Info("existing slot advanced to the copy's snapshot", "source", s, "slot", slot, "lsn", lsn, "to", to)
 	return nil
 }
 

@@ -13,7 +13,9 @@
 //     a marker row in shardgate_reshard.steps.
 //  2. Copy: Check, then per source shard a publication FOR ALL TABLES and a
 //     permanent logical slot (pgoutput) created on a replication connection
-//     with EXPORT_SNAPSHOT. That connection stays open and idle while the
+//     with EXPORT_SNAPSHOT (or a publication and slot the user named,
+//     names.go; an existing slot is moved to a temporary slot's snapshot).
+//     That connection stays open and idle while the
 //     tables copy, each in a REPEATABLE READ transaction that imports the
 //     snapshot, as binary COPY TO STDOUT. Each row is routed by the
 //     destination's sharding function (omni tables: to every shard, from

@@ -141,7 +141,8 @@ func (t *Task) SyncSequences(ctx context.Context) error {
 }
 
 // Drop removes what the task created: each source shard's slot (stopping a
-// walsender that still uses it) and publication, each destination shard's
+// walsender that still uses it; a slot named by UseNames too) and the
+// publication the task created (not one named by UseNames), each destination shard's
 // replication origins and bookkeeping rows. Stop Stream first. Drop keeps
 // going after an error so that no slot is left behind, and returns every
 // error.
@@ -186,8 +187,12 @@ func (t *Task) dropSource(ctx context.Context, s int) error {
 	if err != nil {
 		return fmt.Errorf("%s: drop slot %s: %w", shardDesc("source", t.src, s), slot, err)
 	}
-	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+quoteIdent(slot)); err != nil {
-		return fmt.Errorf("%s: drop publication %s: %w", shardDesc("source", t.src, s), slot, err)
+	// Only the publication the task creates is dropped, never one the
+	// user named (UseNames).
+	if pub := t.ownPublication(s); pub != t.names.Publication {
+		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+quoteIdent(pub)); err != nil {
+			return fmt.Errorf("%s: drop publication %s: %w", shardDesc("source", t.src, s), pub, err)
+		}
 	}
 	return nil
 }

@@ -72,11 +72,12 @@ func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) e
 			s := taskErr.Error()
 			why = &s
 		}
-		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
+		n := t.Task.Names()
+		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, nullif($8, ''), nullif($9, ''))
 			ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
-				source_shards = $7::jsonb, updated = now()`,
-			t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards)
+				source_shards = $7::jsonb, publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
+			t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
 		conn.Close(ctx)
 	}
 	if err != nil {
@@ -127,8 +128,8 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 			switch {
 			case sameShards(src, dst) && r.sourceShards == nil:
 				errs = append(errs, fmt.Errorf("task %s: %q already points at %q's shards (the proxy stopped during the cutover) "+
-					"and the task's record has no source shards: drop the slots %s_<n> and publications on the old source shards by hand",
-					r.name, r.source, r.dest, r.name))
+					"and the task's record has no source shards: drop the slots (%s) and publications on the old source shards by hand",
+					r.name, r.source, r.dest, slotPattern(r)))
 				continue
 			case sameShards(src, dst):
 				t, err = m.finishCutover(cfg, kind, r)
@@ -141,7 +142,7 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 				// started again, as before.
 				continue
 			default:
-				t, err = m.Start(kind, r.source, r.dest)
+				t, err = m.start(kind, r.source, r.dest, r.names, false)
 				if err == nil {
 					m.log.Info("task resumed", "id", t.ID, "kind", kind.String(), "source", r.source, "destination", r.dest)
 				}
@@ -174,6 +175,9 @@ func (m *Manager) finishCutover(cfg *config.Config, kind TaskKind, r taskRecord)
 	if task.Name != r.name {
 		return nil, fmt.Errorf("the recorded task name does not match %q → %q (%s)", r.source, r.dest, task.Name)
 	}
+	if err := task.UseNames(r.names); err != nil {
+		return nil, fmt.Errorf("the recorded names: %w", err)
+	}
 	return m.launch(kind, r.source, r.dest, task, old)
 }
 
@@ -196,7 +200,55 @@ func shardPassword(cfg *config.Config, rs recordedShard) string {
 type taskRecord struct {
 	name, kind, source, dest, state string
 	sourceShards                    []recordedShard // nil until the cutover recorded them
+	names                           Names
 }
+
+// slotPattern describes the slots of task r in a message.
+func slotPattern(r taskRecord) string {
+	if r.names.Slot != "" {
+		return r.names.Slot + " or " + r.names.Slot + "_<n>"
+	}
+	return r.name + "_<n>"
+}
+
+// checkRecordedNames refuses names that differ from those of the task's
+// record on destination shard 0 while it is recorded as running: another
+// proxy may run it, or this one failed to resume it, and its slots and
+// copies belong to the recorded names. A destination without the record
+// (or unreachable: the task then fails on its own) passes.
+func (t *Task) checkRecordedNames(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, t.dsn(t.dst, 0, false))
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	if _, err := conn.Exec(ctx, recordColumns); err != nil {
+		return err
+	}
+	var rec Names
+	err = conn.QueryRow(ctx, `SELECT coalesce(publication, ''), coalesce(slot, '') FROM shardgate_reshard.tasks
+		WHERE task = $1 AND state = 'running'`, t.Name).Scan(&rec.Publication, &rec.Slot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: read the task's record: %w", shardDesc("destination", t.dst, 0), err)
+	}
+	if rec != t.names {
+		return fmt.Errorf("task %s is recorded as running with %s, not %s: use the same names, or stop it first", t.Name, rec, t.names)
+	}
+	return nil
+}
+
+// recordColumns adds the columns of shardgate_reshard.tasks that an older
+// version did not create (as bookkeeping does).
+const recordColumns = `ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb;
+ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS publication text;
+ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS slot text`
 
 // recordedTasks returns the tasks recorded as running, and those recorded
 // with source shards in any state (a drop that failed after the cutover is
@@ -213,16 +265,18 @@ func recordedTasks(ctx context.Context, dsn string) ([]taskRecord, error) {
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL`).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
-	// A table an older version created lacks source_shards.
-	if _, err := conn.Exec(ctx, `ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb`); err != nil {
+	// A table an older version created lacks some columns.
+	if _, err := conn.Exec(ctx, recordColumns); err != nil {
 		return nil, err
 	}
-	rows, _ := conn.Query(ctx, `SELECT task, kind, source, destination, state, source_shards::text FROM shardgate_reshard.tasks
+	rows, _ := conn.Query(ctx, `SELECT task, kind, source, destination, state, source_shards::text,
+		coalesce(publication, ''), coalesce(slot, '') FROM shardgate_reshard.tasks
 		WHERE state = 'running' OR source_shards IS NOT NULL ORDER BY started`)
 	var out []taskRecord
 	var r taskRecord
 	var shards *string
-	_, err = pgx.ForEachRow(rows, []any{&r.name, &r.kind, &r.source, &r.dest, &r.state, &shards}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.name, &r.kind, &r.source, &r.dest, &r.state, &shards,
+		&r.names.Publication, &r.names.Slot}, func() error {
 		rec := r
 		if shards != nil {
 			if err := json.Unmarshal([]byte(*shards), &rec.sourceShards); err != nil {

@@ -11,7 +11,8 @@ import (
 
 // checkServers reports what would stop the task later, before it starts:
 // a user that is not a superuser (publications FOR ALL TABLES, replication
-// origins and session_replication_role need one), a source without a free
+// origins and session_replication_role need one), a slot or publication
+// that does not fit (checkNames), a source without a free
 // replication slot or WAL sender, a destination without room for one
 // replication origin per source shard, and tables whose columns differ
 // between the source shards or from a destination table that already
@@ -27,6 +28,7 @@ func (t *Task) checkServers(ctx context.Context) []error {
 			continue
 		}
 		errs = append(errs, checkSuperuser(ctx, conn, desc)...)
+		errs = append(errs, t.checkNames(ctx, conn, s)...)
 		var slotExists bool
 		var freeSlots, freeSenders int
 		err = conn.QueryRow(ctx, `SELECT

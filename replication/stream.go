@@ -185,13 +185,15 @@ func (r *reader) read(ctx context.Context) error {
 		}
 	}()
 	slot := r.t.slotName(r.s)
+	// publication_names is a list of identifiers: quote the name as one.
+	pubs := quoteLiteral(quoteIdent(r.t.publication(r.s)))
 	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names " + quoteLiteral(slot)},
+		PluginArgs: []string{"proto_version '1'", "publication_names " + pubs},
 	}); err != nil {
 		return fmt.Errorf("start replication from slot %s: %w", slot, err)
 	}
-	r.t.log.Info("streaming", "source", r.s, "slot", slot, "from", r.dispatched)
+	r.t.log.Info("streaming", "source", r.s, "slot", slot, "publication", r.t.publication(r.s), "from", r.dispatched)
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
 	// the appliers when the source is quiet and ctx is noticed. The wait

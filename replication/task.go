@@ -36,6 +36,10 @@ type Task struct {
 	// (default 4).
 	CopyParallelism int
 
+	// names are the publication and slot the user chose (UseNames); empty
+	// fields mean the task's own (names.go).
+	names Names
+
 	prog progress // in-memory copy and apply progress (progress.go)
 }
 
@@ -75,8 +79,9 @@ func (s Step) String() string {
 // 0 only) is the Manager's record of a running task, so that a restarted
 // proxy resumes it; its source_shards are the source's shards as they were
 // before the cutover, set from just before the cutover rewrites the config
-// file until the task is dropped (persist.go). The ALTER TABLE adds that
-// column to a table an older version created. table_copies holds one
+// file until the task is dropped (persist.go); publication and slot are the
+// names given to UseNames (NULL: the task's own). The ALTER TABLEs add
+// those columns to a table an older version created. table_copies holds one
 // row per (task, source shard, table) copied to this shard, written in the
 // same transaction as the rows; lsn is the snapshot's consistent point, below
 // which the stream skips that table's changes.
@@ -103,8 +108,10 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
 	started timestamptz NOT NULL DEFAULT now(),
 	updated timestamptz NOT NULL DEFAULT now(),
 	error text,
-	source_shards jsonb);
-ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb`
+	source_shards jsonb,
+	publication text,
+	slot text);
+` + recordColumns
 
 // bookkeepingSchema is excluded from schema sync and from copies.
 const bookkeepingSchema = "shardgate_reshard"
@@ -159,9 +166,26 @@ func taskName(src, dst string) string {
 	return name
 }
 
-// slotName is the permanent slot on source shard s; the publication has the
-// same name.
-func (t *Task) slotName(s int) string { return t.Name + "_" + strconv.Itoa(s) }
+// slotName is the permanent slot on source shard s: the task's name and
+// the shard, or the name given to UseNames (names.go).
+func (t *Task) slotName(s int) string {
+	if t.names.Slot != "" {
+		return namedSlot(t.names.Slot, s, len(t.src.Shards))
+	}
+	return t.ownPublication(s)
+}
+
+// ownPublication is the publication FOR ALL TABLES the task creates on
+// source shard s when UseNames gave none, and drops.
+func (t *Task) ownPublication(s int) string { return t.Name + "_" + strconv.Itoa(s) }
+
+// publication is the publication the stream of source shard s uses.
+func (t *Task) publication(s int) string {
+	if t.names.Publication != "" {
+		return t.names.Publication
+	}
+	return t.ownPublication(s)
+}
 
 // originName is the replication origin of the stream from source shard s to
 // destination shard d. It lives on destination shard d.

@@ -265,8 +265,26 @@ func (t *Managed) setPhase(p Phase) {
 }
 
 // Start starts a task of kind from database src to database dst of the
-// running configuration. At most one task per pair runs at a time.
+// running configuration, with the task's own publication and slots.
 func (m *Manager) Start(kind TaskKind, src, dst string) (*Managed, error) {
+	return m.StartNamed(kind, src, dst, Names{})
+}
+
+// StartNamed starts a task of kind from database src to database dst of the
+// running configuration with the publication and slot of names (see
+// Names). At most one task per pair runs at a time, and a pair recorded as
+// running on the destination keeps the names it was recorded with. Named
+// publications and slots are checked on the source shards before it
+// returns (Task.CheckNames); a SCHEMA_SYNC, which uses neither, only
+// checks their syntax.
+func (m *Manager) StartNamed(kind TaskKind, src, dst string, names Names) (*Managed, error) {
+	return m.start(kind, src, dst, names, true)
+}
+
+// start is StartNamed; Resume skips the checks against the servers
+// (check), which the task runs anyway, so that a shard that is down at the
+// proxy's start does not keep a recorded task from resuming.
+func (m *Manager) start(kind TaskKind, src, dst string, names Names, check bool) (*Managed, error) {
 	cfg := m.gate.Config()
 	sdb, ddb := cfg.Database(src), cfg.Database(dst)
 	switch {
@@ -282,6 +300,21 @@ func (m *Manager) Start(kind TaskKind, src, dst string) (*Managed, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := task.UseNames(names); err != nil {
+		return nil, err
+	}
+	if check && kind != KindSchemaSync {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := task.checkRecordedNames(ctx); err != nil {
+			return nil, err
+		}
+		if names != (Names{}) {
+			if err := task.CheckNames(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return m.launch(kind, src, dst, task, nil)
 }
 
@@ -292,6 +325,9 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 	defer m.mu.Unlock()
 	for _, t := range m.tasks {
 		if t.Task.Name == task.Name && t.Info().State == TaskRunning {
+			if n := t.Task.Names(); n != task.Names() {
+				return nil, fmt.Errorf("task %d already runs from %q to %q with %s", t.ID, src, dst, n)
+			}
 			return nil, fmt.Errorf("task %d already runs from %q to %q", t.ID, src, dst)
 		}
 	}

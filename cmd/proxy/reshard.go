@@ -18,7 +18,7 @@ import (
 // line against the databases of a config file, without a proxy.
 //
 //	proxy schema-sync -config FILE SRC DST
-//	proxy data-sync -config FILE SRC DST   (copy, then stream until Ctrl-C)
+//	proxy data-sync -config FILE [-publication PUB] [-slot SLOT] SRC DST   (copy, then stream until Ctrl-C)
 
 // reshardTask parses the flags and arguments of schema-sync and data-sync
 // and returns the engine task.
@@ -27,6 +27,9 @@ func reshardTask(name string, args []string) (*replication.Task, *slog.Logger, t
 	path := fs.String("config", "shardgate.yaml", "config file")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
 	every := fs.Duration("progress", 5*time.Second, "data-sync: how often to print a progress line")
+	var names replication.Names
+	fs.StringVar(&names.Publication, "publication", "", "a publication on every source shard whose tables are copied and streamed (default: the task creates one FOR ALL TABLES)")
+	fs.StringVar(&names.Slot, "slot", "", "the replication slot on the source, with _<shard> appended when there are several source shards; reused when it exists (default: the task's name)")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, 0, err
 	}
@@ -47,6 +50,9 @@ func reshardTask(name string, args []string) (*replication.Task, *slog.Logger, t
 	log := newLogger(os.Stderr, *level)
 	user, password := replication.Credentials(cfg, src.Name)
 	task, err := replication.New(src, dst, user, password, log)
+	if err == nil {
+		err = task.UseNames(names)
+	}
 	return task, log, *every, err
 }
 
