@@ -99,9 +99,17 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 		if err := c.admit(ctx); err != nil {
 			return err
 		}
+		before := c.st
 		if err := c.refreshShards(); err != nil {
 			c.release()
 			return err
+		}
+		if c.st != before {
+			// The statement was routed by the rules in force before this
+			// reload (a resharding cutover changes the shard count, and
+			// the gate held the client through it): route it again.
+			c.release()
+			return errReplan
 		}
 	}
 	if i >= len(c.shards) {
@@ -202,7 +210,28 @@ func (c *client) detachShards() {
 }
 
 // shardedQuery runs a simple Query on a sharded database.
+// errReplan is attachShard's answer when a reload at the start of a
+// transaction replaced the routing the statement was planned with; the
+// caller plans it again, at most maxReplans times.
+var errReplan = errors.New("the configuration changed: route the statement again")
+
+const maxReplans = 10
+
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) error {
+	for range maxReplans {
+		err := c.shardedQueryOnce(ctx, sql, ops)
+		if err != errReplan {
+			return err
+		}
+	}
+	return c.shardedError(errReplansExhausted())
+}
+
+func errReplansExhausted() error {
+	return wire.Errorf("55000", "the configuration changed %d times while the statement waited; try again", maxReplans)
+}
+
+func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp) error {
 	p, err := c.plan(sql)
 	if err != nil {
 		return c.shardedError(err)
@@ -234,6 +263,9 @@ func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) erro
 		if err := c.attachShard(ctx, i); err != nil {
 			c.lb.read = false
 			c.releaseIfIdle()
+			if err == errReplan {
+				return err
+			}
 			return c.shardedError(err)
 		}
 	}

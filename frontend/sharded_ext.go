@@ -242,8 +242,29 @@ func (c *client) sDescribe(ctx context.Context, body []byte) error {
 			shard = p.plan.shards[0]
 		}
 	}
-	if err := c.attachShard(ctx, shard); err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		err := c.attachShard(ctx, shard)
+		if err == errReplan && attempt >= maxReplans {
+			return errReplansExhausted()
+		}
+		if err != errReplan {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		// Chosen before a reload that changed the routing: choose again.
+		if p == nil {
+			shard = c.anyShard()
+			continue
+		}
+		if p.plan, err = c.rt.planParams(st.sql, p.params, p.formats, c); err != nil {
+			return err
+		}
+		shard = 0
+		if len(p.plan.shards) > 0 {
+			shard = p.plan.shards[0]
+		}
 	}
 	s := c.shards[shard].server
 	c.server = s
@@ -353,24 +374,36 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 	}
 	plan := p.plan
-	switch plan.kind {
-	case routeBegin, routeCommit, routeRollback, routeSavepoint:
-		return c.sTxControl(ctx, plan)
-	}
-	if c.stx.failed {
-		return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
-	}
-	// A read that starts the batch's work outside a transaction may go to
-	// replicas; once a server is held, the batch stays on it.
-	c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
-		!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
-	for _, i := range plan.shards {
-		if err := c.attachShard(ctx, i); err != nil {
-			c.lb.read = false
+	for attempt := 0; ; attempt++ {
+		switch plan.kind {
+		case routeBegin, routeCommit, routeRollback, routeSavepoint:
+			return c.sTxControl(ctx, plan)
+		}
+		if c.stx.failed {
+			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+		}
+		// A read that starts the batch's work outside a transaction may go to
+		// replicas; once a server is held, the batch stays on it.
+		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
+			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
+		err := c.attachShards(ctx, plan.shards)
+		c.lb.read = false
+		if err == errReplan && attempt < maxReplans {
+			// Bound before a reload that changed the routing: bind again.
+			if plan, err = c.rt.planParams(p.stmt.sql, p.params, p.formats, c); err != nil {
+				return err
+			}
+			p.plan = plan
+			continue
+		}
+		if err == errReplan {
+			return errReplansExhausted()
+		}
+		if err != nil {
 			return err
 		}
+		break
 	}
-	c.lb.read = false
 	c.routeCounts().count(len(plan.shards), len(c.shards))
 	if len(plan.shards) > 1 && maxRows > 0 {
 		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
@@ -627,4 +660,14 @@ func widenResultFormats(tail []byte, hidden int) []byte {
 		out = wire.AppendInt16(out, 0)
 	}
 	return out
+}
+
+// attachShards attaches every shard in shards, stopping at the first error.
+func (c *client) attachShards(ctx context.Context, shards []int) error {
+	for _, i := range shards {
+		if err := c.attachShard(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
