@@ -159,17 +159,7 @@ func testReshardKillDuringCopy(t *testing.T, bin, stalledName string) {
 		}
 	}
 
-	eventually(t, 60*time.Second, "the task to cut over", func() bool {
-		tb, err := adminPgx(adm, "SHOW TASKS")
-		if err != nil || len(tb.rows) == 0 {
-			return false
-		}
-		state := tb.rows[0][tb.col(t, "state")]
-		if state == "failed" {
-			t.Fatalf("task failed: %v", tb.rows[0])
-		}
-		return state == "done"
-	})
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
 	k.checkResult(t, ctx)
 }
 
@@ -197,21 +187,11 @@ INSERT INTO countries SELECT 'c' || i, 'country ' || i, 0 FROM generate_series(1
 	dir := t.TempDir()
 	k.addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	k.adminURL = fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", k.addr)
-	shard := func(db string) string { return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db) }
 	rules := `
     sharded_tables: [{ table: accounts, column: id, type: bigint }, { table: orders, column: id, type: bigint }]
     omni_tables: [countries]`
-	cfg := fmt.Sprintf(`listen: %s
-admin: { user: admin, password: admin-secret }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards: [%s]%s
-  - name: app_new
-    shards: [%s, %s]%s
-`, k.addr, dir, appPassword, c.User, c.Password, shard("app_0"), rules, shard(k.dests[0]), shard(k.dests[1]), rules)
+	cfg := reshardYAML(processHead(k.addr, dir), c, rules,
+		[]string{shardYAML(c, "app_0")}, []string{shardYAML(c, k.dests[0]), shardYAML(c, k.dests[1])})
 	k.path = filepath.Join(dir, "shardgate.yaml")
 	if err := os.WriteFile(k.path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -53,20 +53,8 @@ INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 3000) i`)
 
 			dir := t.TempDir()
 			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			shard := func(db string) string { return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db) }
-			cfg := fmt.Sprintf(`listen: %s
-admin: { user: admin, password: admin-secret }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards: [%s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-  - name: app_new
-    shards: [%s, %s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-`, addr, dir, appPassword, c.User, c.Password, shard("app_0"), shard("app_new_0"), shard("app_new_1"))
+			cfg := reshardYAML(processHead(addr, dir), c, accountsRule,
+				[]string{shardYAML(c, "app_0")}, []string{shardYAML(c, "app_new_0"), shardYAML(c, "app_new_1")})
 			path := filepath.Join(dir, "shardgate.yaml")
 			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
@@ -134,16 +122,7 @@ databases:
 
 			startProxyProcess(t, bin, path, addr)
 			adm = connect(t, adminURL)
-			eventually(t, 40*time.Second, "the task to finish after the restart", func() bool {
-				tb, err := adminPgx(adm, "SHOW TASKS")
-				if err != nil || len(tb.rows) == 0 {
-					return false
-				}
-				if state := tb.rows[0][tb.col(t, "state")]; state == "failed" {
-					t.Fatalf("task failed: %v", tb.rows[0])
-				}
-				return tb.rows[0][tb.col(t, "state")] == "done"
-			})
+			waitOnlyTaskDone(t, adm, 40*time.Second, "the task to finish after the restart")
 			if slots, pubs := slotsLeft(); slots != 0 || pubs != 0 {
 				t.Fatalf("the finished task left %d slots and %d publications on the source", slots, pubs)
 			}

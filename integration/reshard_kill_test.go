@@ -34,20 +34,8 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 5000) i`)
 
 	dir := t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	shard := func(db string) string { return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db) }
-	cfg := fmt.Sprintf(`listen: %s
-admin: { user: admin, password: admin-secret }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards: [%s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-  - name: app_new
-    shards: [%s, %s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-`, addr, dir, appPassword, c.User, c.Password, shard("app_0"), shard("app_new_0"), shard("app_new_1"))
+	cfg := reshardYAML(processHead(addr, dir), c, accountsRule,
+		[]string{shardYAML(c, "app_0")}, []string{shardYAML(c, "app_new_0"), shardYAML(c, "app_new_1")})
 	path := filepath.Join(dir, "shardgate.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -101,17 +89,7 @@ databases:
 	close(stopWriter)
 	<-writerDone
 	// After the writer stopped, the task catches up and cuts over.
-	eventually(t, 90*time.Second, "the task to finish", func() bool {
-		tb, err := adminPgx(adm, "SHOW TASKS")
-		if err != nil || len(tb.rows) == 0 {
-			return false
-		}
-		state := tb.rows[0][tb.col(t, "state")]
-		if state == "failed" {
-			t.Fatalf("task failed: %v", tb.rows[0])
-		}
-		return state == "done"
-	})
+	waitOnlyTaskDone(t, adm, 90*time.Second, "the task to finish")
 	var wantN, wantSum int64
 	if err := src.QueryRow(ctx, "SELECT count(*), sum(balance) FROM accounts").Scan(&wantN, &wantSum); err != nil {
 		t.Fatal(err)

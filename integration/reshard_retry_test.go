@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,21 +36,8 @@ func startRetryEnv(t *testing.T, ctx context.Context) *retryEnv {
 	e.src = reshardConnect(t, ctx, e.sc.DSN("app_0"))
 	reshardExec(t, ctx, e.src, `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
 INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 2000) i`)
-	shard := func(c *pgtest.Cluster, db string) string {
-		return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db)
-	}
-	o := startOperated(t, fmt.Sprintf(`listen: 127.0.0.1:0
-admin: { user: admin, password: admin-secret }
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards: [%s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-  - name: app_new
-    shards: [%s, %s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
-`, appPassword, e.sc.User, e.sc.Password, shard(e.sc, "app_0"), shard(e.dc, "app_new_0"), shard(e.dc, "app_new_1")))
+	o := startOperated(t, reshardYAML("listen: 127.0.0.1:0\nadmin: { user: admin, password: admin-secret }", e.sc, accountsRule,
+		[]string{shardYAML(e.sc, "app_0")}, []string{shardYAML(e.dc, "app_new_0"), shardYAML(e.dc, "app_new_1")}))
 	e.adm = connect(t, o.AdminURL())
 	tb, err := adminPgx(e.adm, "COPY_DATA app app_new")
 	if err != nil {
