@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -41,10 +43,17 @@ func demo(ctx context.Context, listen string, log *slog.Logger) error {
 		}
 		shards = append(shards, config.Shard{Host: cl.Host, Port: cl.Port, Database: db})
 	}
+	// The two-phase commit log lives with the shards and goes with them.
+	dir, err := os.MkdirTemp("", "shardgate-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
 	cfg := &config.Config{
-		Listen:          listen,
-		ShutdownTimeout: 10 * time.Second,
-		Admin:           config.Admin{Database: "admin", User: "admin", Password: "admin"},
+		Listen:            listen,
+		TwoPhaseCommitLog: filepath.Join(dir, "2pc.log"),
+		ShutdownTimeout:   10 * time.Second,
+		Admin:             config.Admin{Database: "admin", User: "admin", Password: "admin"},
 		Pool: config.Pool{Mode: config.PoolTransaction, Size: 10, CheckoutTimeout: 5 * time.Second,
 			IdleTimeout: time.Minute, ServerLifetime: time.Hour, ConnectTimeout: 5 * time.Second},
 		Limits:   config.Limits{MaxClientConn: 1000, ClientLoginTimeout: time.Minute, MaxMessageSize: 1 << 30},
