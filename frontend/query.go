@@ -142,7 +142,11 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	if typ == 'E' {
 		c.queries.Add(1)
 	}
-	if typ == 'P' {
+	if typ == 'P' && c.shards == nil && len(c.q) == 0 && len(c.out) == 0 {
+		// Answered here only when nothing of the batch is pending, so the
+		// error is in its place; later in a pipeline the server fails the
+		// Parse (no shardgate schema) in order. Sharded batches check in
+		// sParse.
 		if _, tail, ok := wire.CString(body); ok {
 			if err := uniqueIDInParse(tail); err != nil {
 				return c.answerLocally(err, false)

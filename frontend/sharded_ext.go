@@ -111,6 +111,9 @@ func (c *client) sParse(body []byte) error {
 	if !ok {
 		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
 	}
+	if err := uniqueIDInParse(query); err != nil {
+		return err
+	}
 	if _, err := c.rt.plan(string(query), c); err != nil {
 		if e, ok := wire.AsError(err); ok && e.Code == wire.SyntaxError {
 			return err

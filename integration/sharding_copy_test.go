@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestShardedCopy: COPY FROM STDIN in binary, text and CSV: every row on
@@ -122,5 +124,71 @@ func TestUniqueID(t *testing.T) {
 	}
 	if _, err := pc.Exec(ctx, "SELECT shardgate.unique_id() + $1", 1); sqlstate(err) != "0A000" {
 		t.Fatalf("extended protocol: %v", err)
+	}
+}
+
+// TestUniqueIDInPipeline: a Parse with shardgate.unique_id() in the middle
+// of a pipeline fails in its place: the statement before it answers first,
+// and the connection stays in step afterwards. On a sharded database and a
+// one-shard one.
+func TestUniqueIDInPipeline(t *testing.T) {
+	for _, shards := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+			e := newShardedEnv(t, shards)
+			ctx := context.Background()
+			pc := connect(t, e.p.AppURL("app"))
+			pl := pc.PgConn().StartPipeline(ctx)
+			pl.SendQueryParams("SELECT 41 + $1::int", [][]byte{[]byte("1")}, nil, nil, nil)
+			pl.SendQueryParams("SELECT shardgate.unique_id() + $1::bigint", [][]byte{[]byte("1")}, nil, nil, nil)
+			pl.SendQueryParams("SELECT 7", nil, nil, nil, nil)
+			if err := pl.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				res, err := pl.GetResults()
+				if err != nil {
+					got = append(got, "error "+sqlstate(err))
+					continue
+				}
+				if res == nil {
+					break
+				}
+				if _, ok := res.(*pgconn.PipelineSync); ok {
+					got = append(got, "sync")
+					break
+				}
+				rr, ok := res.(*pgconn.ResultReader)
+				if !ok {
+					t.Fatalf("result %T", res)
+				}
+				r := rr.Read()
+				switch {
+				case r.Err != nil:
+					got = append(got, "error "+sqlstate(r.Err))
+				case len(r.Rows) == 1:
+					got = append(got, string(r.Rows[0][0]))
+				default:
+					got = append(got, fmt.Sprintf("%d rows", len(r.Rows)))
+				}
+			}
+			if err := pl.Close(); err != nil {
+				t.Fatalf("pipeline close: %v", err)
+			}
+			// The sharded path answers 0A000 itself, in order; on one shard
+			// the server fails the Parse (no shardgate schema). The
+			// statement after the error is skipped until Sync.
+			want := "error 0A000"
+			if shards == 1 {
+				want = "error 3F000"
+			}
+			if !slices.Equal(got, []string{"42", want, "sync"}) {
+				t.Errorf("pipeline results %q: want 42, %s, sync", got, want)
+			}
+			var n int
+			if err := pc.QueryRow(ctx, "SELECT 2").Scan(&n); err != nil || n != 2 {
+				t.Errorf("after the pipeline: %d, %v", n, err)
+			}
+		})
 	}
 }
