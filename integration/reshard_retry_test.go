@@ -175,3 +175,43 @@ INSERT INTO accounts SELECT i, 1, 'n' || i FROM generate_series(2001, 2100) i`)
 	}
 	e.stop(t, ctx)
 }
+
+// TestReshardStreamLargeTransaction: source transactions far larger than
+// the applier's chunk (1000 changes per destination shard) arrive in
+// several pieces applied into one open destination transaction, while
+// small transactions commit between them on another connection; a large
+// transaction rolled back on the source leaves nothing.
+func TestReshardStreamLargeTransaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	e := startRetryEnv(t, ctx)
+	other := reshardConnect(t, ctx, e.sc.DSN("app_0"))
+	done := make(chan error, 1)
+	go func() { // small transactions the whole time
+		for i := 0; i < 300; i++ {
+			if _, err := other.Exec(ctx, "INSERT INTO accounts VALUES ($1, 1)", 900000+i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	reshardExec(t, ctx, e.src, `BEGIN;
+INSERT INTO accounts SELECT i, 3 FROM generate_series(10001, 16000) i;
+UPDATE accounts SET balance = balance + 100 WHERE id <= 3000;
+DELETE FROM accounts WHERE id BETWEEN 14001 AND 15000;
+UPDATE accounts SET balance = -1 WHERE id BETWEEN 15001 AND 16000;
+COMMIT`)
+	reshardExec(t, ctx, e.src, `BEGIN;
+INSERT INTO accounts SELECT i, 4 FROM generate_series(20001, 25000) i;
+UPDATE accounts SET balance = 0;
+ROLLBACK`)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.caughtUp(t, ctx, "the large transactions")
+	if state, _, errText := e.task(t); state != "running" || errText != "" {
+		t.Errorf("task %s, error %q", state, errText)
+	}
+	e.stop(t, ctx)
+}
