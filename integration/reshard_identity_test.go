@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/replication"
+)
+
+// TestReshardReplicaIdentityFull streams a table without a primary key,
+// REPLICA IDENTITY FULL, with identical duplicate rows and NULLs: an
+// UPDATE or DELETE of one of two identical rows changes one row on the
+// destination too, NULLs match, and key changes move rows between shards.
+func TestReshardReplicaIdentityFull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	c := pgtest.New(t, pgtest.Options{Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
+	}})
+	db := func(name string, shards ...string) *config.Database {
+		d := &config.Database{Name: name}
+		for _, s := range shards {
+			if err := c.CreateDatabase(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			d.Shards = append(d.Shards, config.Shard{Host: c.Host, Port: c.Port, Database: s})
+		}
+		d.ShardedTables = []config.ShardedTable{{Table: "logs", Column: "k", Type: "bigint", Function: "hash"}}
+		return d
+	}
+	src, dst := db("src", "rf_s0"), db("dst", "rf_d0", "rf_d1")
+	s0 := reshardConnect(t, ctx, c.DSN("rf_s0"))
+	reshardExec(t, ctx, s0, `CREATE TABLE logs (k bigint, v text, n int);
+ALTER TABLE logs REPLICA IDENTITY FULL;
+INSERT INTO logs VALUES (1, 'a', 1), (1, 'a', 1), (2, NULL, 5), (3, 'c', NULL), (4, 'd', 4), (4, 'd', 4);
+INSERT INTO logs SELECT i, 'r' || i, i FROM generate_series(10, 200) i`)
+
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	task, err := replication.New(src, dst, c.User, c.Password, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
+		if err := step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	streamed := make(chan error, 1)
+	go func() { streamed <- task.Stream(sctx) }()
+
+	reshardExec(t, ctx, s0, `UPDATE logs SET n = 10 WHERE ctid = (SELECT ctid FROM logs WHERE k = 1 LIMIT 1);
+DELETE FROM logs WHERE ctid = (SELECT ctid FROM logs WHERE k = 4 LIMIT 1);
+UPDATE logs SET v = 'z' WHERE k = 2;
+UPDATE logs SET n = 7 WHERE k = 3;
+UPDATE logs SET k = k + 1000 WHERE k BETWEEN 10 AND 60;
+DELETE FROM logs WHERE k BETWEEN 100 AND 120;
+INSERT INTO logs VALUES (5, NULL, NULL), (5, NULL, NULL);
+UPDATE logs SET v = 'y' WHERE ctid = (SELECT ctid FROM logs WHERE k = 5 LIMIT 1)`)
+
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := task.WaitCaughtUp(wctx, nil); err != nil {
+		stop()
+		t.Fatalf("%v (stream: %v)", err, <-streamed)
+	}
+	stop()
+	if err := <-streamed; err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+
+	rows := func(conn *pgx.Conn) []string {
+		rs, _ := conn.Query(ctx, "SELECT format('%s|%s|%s', k, v, n) FROM logs")
+		out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := rows(s0)
+	var got []string
+	for d, sh := range dst.Shards {
+		conn := reshardConnect(t, ctx, c.DSN(sh.Database))
+		var ks []int64
+		if err := conn.QueryRow(ctx, "SELECT coalesce(array_agg(k), '{}') FROM logs").Scan(&ks); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			if s := shardOf(t, k, 2); s != d {
+				t.Errorf("key %d on destination shard %d, the hash names %d", k, d, s)
+			}
+		}
+		got = append(got, rows(conn)...)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		t.Errorf("destination rows differ from the source's:\nsource      %v\ndestination %v", want, got)
+	}
+	if err := task.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countSlots(t, ctx, s0); n != 0 {
+		t.Errorf("%d slots left", n)
+	}
+}
