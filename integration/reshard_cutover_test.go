@@ -454,6 +454,14 @@ func TestReshardStopTask(t *testing.T) {
 	if _, err := adminPgx(adm, "SET reshard_max_lag_bytes = lots"); sqlstate(err) != "22023" {
 		t.Errorf("SET reshard_max_lag_bytes = lots: %v", err)
 	}
+	for _, bad := range []string{"0", "65", "two"} {
+		if _, err := adminPgx(adm, "SET reshard_copy_parallelism = "+bad); sqlstate(err) != "22023" {
+			t.Errorf("SET reshard_copy_parallelism = %s: %v", bad, err)
+		}
+	}
+	if _, err := adminPgx(adm, "SET reshard_copy_parallelism = 1"); err != nil {
+		t.Errorf("SET reshard_copy_parallelism = 1: %v", err)
+	}
 	tb, err := adminPgx(adm, "COPY_DATA app app_new")
 	if err != nil {
 		t.Fatal(err)

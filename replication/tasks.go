@@ -143,6 +143,9 @@ type Manager struct {
 	// RetryInterval is how long a RESHARD task waits after an aborted
 	// cutover before it tries again (default 10s).
 	RetryInterval time.Duration
+	// CopyParallelism is how many tables each source shard of a task
+	// started from now on copies at once (default 4).
+	CopyParallelism int
 
 	mu     sync.Mutex
 	tasks  []*Managed
@@ -155,7 +158,7 @@ func NewManager(gate Gate, log *slog.Logger) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{gate: gate, log: log, MaxLagBytes: 1 << 20, MaxLagTime: time.Second,
-		CutoverTimeout: 10 * time.Second, RetryInterval: 10 * time.Second}
+		CutoverTimeout: 10 * time.Second, RetryInterval: 10 * time.Second, CopyParallelism: 4}
 }
 
 // limits returns the thresholds, which Set may change while tasks run.
@@ -166,11 +169,16 @@ func (m *Manager) limits() (maxBytes int64, maxTime, cutoverTimeout, retry time.
 }
 
 // Settings are the names Set accepts.
-var Settings = []string{"reshard_max_lag_bytes", "reshard_max_lag_time", "reshard_cutover_timeout"}
+var Settings = []string{"reshard_max_lag_bytes", "reshard_max_lag_time", "reshard_cutover_timeout", "reshard_copy_parallelism"}
+
+// maxCopyParallelism bounds reshard_copy_parallelism: each table copy holds
+// a source session and one session per destination shard.
+const maxCopyParallelism = 64
 
 // Set changes a threshold by name (Settings): reshard_max_lag_bytes (an
-// integer), reshard_max_lag_time or reshard_cutover_timeout (Go durations).
-// It reports whether name is one of them.
+// integer), reshard_max_lag_time or reshard_cutover_timeout (Go durations),
+// reshard_copy_parallelism (1 to 64, for tasks started afterwards). It
+// reports whether name is one of them.
 func (m *Manager) Set(name, value string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -181,6 +189,12 @@ func (m *Manager) Set(name, value string) (bool, error) {
 			return true, fmt.Errorf("%s must be a non-negative integer, not %q", name, value)
 		}
 		m.MaxLagBytes = n
+	case "reshard_copy_parallelism":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > maxCopyParallelism {
+			return true, fmt.Errorf("%s must be an integer from 1 to %d, not %q", name, maxCopyParallelism, value)
+		}
+		m.CopyParallelism = n
 	case "reshard_max_lag_time", "reshard_cutover_timeout":
 		d, err := time.ParseDuration(value)
 		if err != nil || d <= 0 {
@@ -300,6 +314,9 @@ func (m *Manager) start(kind TaskKind, src, dst string, names Names, check bool)
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	task.CopyParallelism = m.CopyParallelism
+	m.mu.Unlock()
 	if err := task.UseNames(names); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ const usage = `usage:
   proxy demo [-listen ADDR]       start two local PostgreSQL shards and the proxy in front of them
   proxy schema-sync -config FILE SRC DST
                                   copy SRC's schema to every shard of DST (databases of FILE)
-  proxy data-sync -config FILE [-publication PUB] [-slot SLOT] SRC DST
+  proxy data-sync -config FILE [-publication PUB] [-slot SLOT] [-parallel N] SRC DST
                                   copy SRC's rows to DST's shards, then stream changes until Ctrl-C
                                   (only PUB's tables; through slot SLOT, or SLOT_<n> per source shard)
 `

@@ -18,7 +18,7 @@ import (
 // line against the databases of a config file, without a proxy.
 //
 //	proxy schema-sync -config FILE SRC DST
-//	proxy data-sync -config FILE [-publication PUB] [-slot SLOT] SRC DST   (copy, then stream until Ctrl-C)
+//	proxy data-sync -config FILE [-publication PUB] [-slot SLOT] [-parallel N] SRC DST   (copy, then stream until Ctrl-C)
 
 // reshardTask parses the flags and arguments of schema-sync and data-sync
 // and returns the engine task.
@@ -27,6 +27,7 @@ func reshardTask(name string, args []string) (*replication.Task, *slog.Logger, t
 	path := fs.String("config", "shardgate.yaml", "config file")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
 	every := fs.Duration("progress", 5*time.Second, "data-sync: how often to print a progress line")
+	parallel := fs.Int("parallel", 4, "data-sync: tables each source shard copies at once (1 to 64)")
 	var names replication.Names
 	fs.StringVar(&names.Publication, "publication", "", "a publication on every source shard whose tables are copied and streamed (default: the task creates one FOR ALL TABLES)")
 	fs.StringVar(&names.Slot, "slot", "", "the replication slot on the source, with _<shard> appended when there are several source shards; reused when it exists (default: the task's name)")
@@ -35,6 +36,9 @@ func reshardTask(name string, args []string) (*replication.Task, *slog.Logger, t
 	}
 	if fs.NArg() != 2 {
 		return nil, nil, 0, fmt.Errorf("%s takes a source and a destination database\n%s", name, usage)
+	}
+	if *parallel < 1 || *parallel > 64 {
+		return nil, nil, 0, fmt.Errorf("%s: -parallel must be from 1 to 64, not %d", name, *parallel)
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -51,6 +55,7 @@ func reshardTask(name string, args []string) (*replication.Task, *slog.Logger, t
 	user, password := replication.Credentials(cfg, src.Name)
 	task, err := replication.New(src, dst, user, password, log)
 	if err == nil {
+		task.CopyParallelism = *parallel
 		err = task.UseNames(names)
 	}
 	return task, log, *every, err
