@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ type retryEnv struct {
 	id     string
 }
 
-func startRetryEnv(t *testing.T, ctx context.Context) *retryEnv {
+// startRetryEnv starts the clusters and the proxy and, with stream, the
+// task, returning once it streams.
+func startRetryEnv(t *testing.T, ctx context.Context, stream bool) *retryEnv {
 	opts := pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret"}
 	srcOpts := opts
 	srcOpts.Settings = map[string]string{"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
@@ -39,16 +42,32 @@ INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 2000) i`)
 	o := startOperated(t, reshardYAML("listen: 127.0.0.1:0\nadmin: { user: admin, password: admin-secret }", e.sc, accountsRule,
 		[]string{shardYAML(e.sc, "app_0")}, []string{shardYAML(e.dc, "app_new_0"), shardYAML(e.dc, "app_new_1")}))
 	e.adm = connect(t, o.AdminURL())
+	if stream {
+		e.start(t)
+		e.waitPhase(t, "stream")
+	}
+	return e
+}
+
+// start runs COPY_DATA app app_new.
+func (e *retryEnv) start(t *testing.T) {
+	t.Helper()
 	tb, err := adminPgx(e.adm, "COPY_DATA app app_new")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.id = tb.get(t, map[string]string{"source": "app"}, "id")
-	eventually(t, 30*time.Second, "task streaming", func() bool {
-		_, phase, _ := e.task(t)
-		return phase == "stream"
+}
+
+func (e *retryEnv) waitPhase(t *testing.T, phase string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "task in phase "+phase, func() bool {
+		state, p, errText := e.task(t)
+		if state != "running" {
+			t.Fatalf("task %s in phase %s: %s", state, p, errText)
+		}
+		return p == phase
 	})
-	return e
 }
 
 // task returns the task's state, phase and error from SHOW TASKS.
@@ -122,7 +141,7 @@ func (e *retryEnv) waitRetrying(t *testing.T, want string) {
 func TestReshardStreamSurvivesDestinationCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	e := startRetryEnv(t, ctx)
+	e := startRetryEnv(t, ctx, true)
 	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 1 FROM generate_series(2001, 2100) i`)
 	e.caughtUp(t, ctx, "the destination has the rows written before the crash")
 
@@ -151,7 +170,7 @@ DELETE FROM accounts WHERE id % 50 = 1`)
 func TestReshardStreamAfterSourceDDL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	e := startRetryEnv(t, ctx)
+	e := startRetryEnv(t, ctx, true)
 	reshardExec(t, ctx, e.src, `ALTER TABLE accounts ADD COLUMN note text;
 INSERT INTO accounts SELECT i, 1, 'n' || i FROM generate_series(2001, 2100) i`)
 	e.waitRetrying(t, "run the same DDL on every destination shard")
@@ -184,7 +203,7 @@ INSERT INTO accounts SELECT i, 1, 'n' || i FROM generate_series(2001, 2100) i`)
 func TestReshardStreamLargeTransaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	e := startRetryEnv(t, ctx)
+	e := startRetryEnv(t, ctx, true)
 	other := reshardConnect(t, ctx, e.sc.DSN("app_0"))
 	done := make(chan error, 1)
 	go func() { // small transactions the whole time
@@ -213,5 +232,38 @@ ROLLBACK`)
 	if state, _, errText := e.task(t); state != "running" || errText != "" {
 		t.Errorf("task %s, error %q", state, errText)
 	}
+	e.stop(t, ctx)
+}
+
+// TestReshardCopySurvivesDestinationCrash: the destination's PostgreSQL
+// crashes while a table is being copied (held there by the test seam
+// SHARDGATE_STALL_COPY_FOR_TEST); the task keeps running, retries the copy
+// once the destination is back, and streams with every row exactly once.
+func TestReshardCopySurvivesDestinationCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	t.Setenv("SHARDGATE_STALL_COPY_FOR_TEST", "public.accounts")
+	e := startRetryEnv(t, ctx, false)
+	e.start(t)
+	eventually(t, 30*time.Second, "accounts being copied", func() bool {
+		tb, err := adminPgx(e.adm, "SHOW TABLE_COPIES")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := tb.find(t, map[string]string{"table": "public.accounts"})
+		return r != nil && r[tb.col(t, "state")] == "copying" && r[tb.col(t, "rows")] == "2000"
+	})
+	if err := e.dc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	os.Unsetenv("SHARDGATE_STALL_COPY_FOR_TEST") // the retried copy goes through
+	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 2 FROM generate_series(2001, 2100) i`)
+	e.waitRetrying(t, "copy")
+	if err := e.dc.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPhase(t, "stream")
+	reshardExec(t, ctx, e.src, `UPDATE accounts SET balance = balance + 1 WHERE id % 3 = 0`)
+	e.caughtUp(t, ctx, "the destination after the retried copy")
 	e.stop(t, ctx)
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardgate/shardgate/config"
 )
@@ -499,27 +504,29 @@ func (t *Managed) run(ctx context.Context) {
 }
 
 func (t *Managed) phases(ctx context.Context) error {
-	t.setPhase(PhaseSchemaSync)
-	if err := t.Task.SchemaSync(ctx); err != nil {
-		return err
-	}
-	if t.Kind == KindSchemaSync {
-		return nil
-	}
-	t.setPhase(PhaseCopy)
-	if err := t.Task.Copy(ctx); err != nil {
-		return err
-	}
-	t.setPhase(PhasePostSchema)
-	if err := t.Task.SchemaSyncPost(ctx); err != nil {
-		return err
+	// Schema sync and copy can be run again and continue where they
+	// stopped: when a shard goes away under them they are retried like a
+	// failed stream. Other failures (a check, a schema error) end the task.
+	backoff := streamRetryMin
+	for retries := 0; ; retries++ {
+		err := t.setup(ctx)
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			if err != nil || t.Kind == KindSchemaSync {
+				return err
+			}
+			break
+		}
+		if !t.wait(ctx, t.phaseName(), retries, backoff, err) {
+			return nil
+		}
+		backoff = min(2*backoff, streamRetryMax)
 	}
 	// A stream that fails — a shard restarting, a network error, a row the
 	// destination rejects — is started again after a growing pause, as
 	// PostgreSQL's apply worker is: the slots keep their position and the
 	// origins skip what was applied, so nothing is lost or applied twice.
 	// SHOW TASKS shows the last failure meanwhile.
-	backoff := streamRetryMin
+	backoff = streamRetryMin
 	for retries := 0; ; retries++ {
 		started := time.Now()
 		done, err := t.stream(ctx)
@@ -532,17 +539,65 @@ func (t *Managed) phases(ctx context.Context) error {
 		if time.Since(started) > streamRetryMax {
 			backoff = streamRetryMin // it had been streaming for a while
 		}
-		t.mu.Lock()
-		t.err = fmt.Errorf("stream failed at %s, retrying in %s: %w", time.Now().UTC().Format(time.TimeOnly), backoff, err)
-		t.mu.Unlock()
-		t.Task.log.Warn("stream failed; retrying", "id", t.ID, "in", backoff, "retries", retries, "err", err)
-		select {
-		case <-ctx.Done():
+		if !t.wait(ctx, "stream", retries, backoff, err) {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, streamRetryMax)
 	}
+}
+
+// setup runs the steps before the stream: schema sync, copy, post-data
+// schema (only the first for a SCHEMA_SYNC task).
+func (t *Managed) setup(ctx context.Context) error {
+	t.setPhase(PhaseSchemaSync)
+	if err := t.Task.SchemaSync(ctx); err != nil || t.Kind == KindSchemaSync {
+		return err
+	}
+	t.setPhase(PhaseCopy)
+	if err := t.Task.Copy(ctx); err != nil {
+		return err
+	}
+	t.setPhase(PhasePostSchema)
+	return t.Task.SchemaSyncPost(ctx)
+}
+
+func (t *Managed) phaseName() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.phase.String()
+}
+
+// wait records a failure of what for SHOW TASKS and the log, then waits
+// backoff; it returns false when ctx ended first.
+func (t *Managed) wait(ctx context.Context, what string, retries int, backoff time.Duration, err error) bool {
+	t.mu.Lock()
+	t.err = fmt.Errorf("%s failed at %s, retrying in %s: %w", what, time.Now().UTC().Format(time.TimeOnly), backoff, err)
+	t.mu.Unlock()
+	t.Task.log.Warn(what+" failed; retrying", "id", t.ID, "in", backoff, "retries", retries, "err", err)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(backoff):
+		return true
+	}
+}
+
+// transient reports whether err comes from a server or connection that
+// went away (connection failures, shutdowns, too many connections) rather
+// than from what the task asked: retrying can succeed.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300", "40001", "40P01":
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08")
+	}
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // The pause before a failed stream starts again grows from streamRetryMin
