@@ -511,7 +511,17 @@ func TestReshardDataSyncCLI(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, bin, "schema-sync", "-config", o.File, "app", "app_new").CombinedOutput(); err != nil {
 		t.Fatalf("schema-sync: %v\n%s", err, out)
 	}
-	cmd := exec.CommandContext(ctx, bin, "data-sync", "-config", o.File, "-progress", "200ms", "app", "app_new")
+	if out, err := exec.CommandContext(ctx, bin, "data-sync", "-config", o.File, "-parallel", "0", "app", "app_new").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "-parallel must be from 1 to 64") {
+		t.Errorf("data-sync -parallel 0: %v\n%s", err, out)
+	}
+	if out, err := exec.CommandContext(ctx, bin, "data-sync", "-config", o.File, "-slot", "Bad-Name", "app", "app_new").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "only lower-case letters, digits and underscores") {
+		t.Errorf("data-sync -slot Bad-Name: %v\n%s", err, out)
+	}
+	reshardExec(t, ctx, src, "CREATE PUBLICATION cli_pub FOR ALL TABLES")
+	cmd := exec.CommandContext(ctx, bin, "data-sync", "-config", o.File, "-progress", "200ms",
+		"-parallel", "1", "-publication", "cli_pub", "-slot", "cli_slot", "app", "app_new")
 	var stdout, stderr bytes.Buffer
 	var mu sync.Mutex
 	cmd.Stdout = lockedWriter{&mu, &stdout}
@@ -545,8 +555,13 @@ func TestReshardDataSyncCLI(t *testing.T) {
 		mu.Lock()
 		t.Fatalf("data-sync: %v\n%s", err, stderr.String())
 	}
-	if n := countSlots(t, ctx, src); n != 1 {
-		t.Errorf("after Ctrl-C: %d slots, want 1 (kept for a later run)", n)
+	var slot string
+	if err := src.QueryRow(ctx, "SELECT string_agg(slot_name, ',') FROM pg_replication_slots").Scan(&slot); err != nil || slot != "cli_slot" {
+		t.Errorf("after Ctrl-C: slots %q (%v), want cli_slot, kept for a later run", slot, err)
+	}
+	var pubs string
+	if err := src.QueryRow(ctx, "SELECT string_agg(pubname, ',') FROM pg_publication").Scan(&pubs); err != nil || pubs != "cli_pub" {
+		t.Errorf("publications %q (%v), want only the named cli_pub", pubs, err)
 	}
 	mu.Lock()
 	t.Logf("progress: %s", strings.SplitN(stdout.String(), "\n", 2)[0])
