@@ -30,13 +30,7 @@ func (c *client) becomeSharded() error {
 	if db := st.Config.Database(c.db.Name); db == nil || len(db.Shards) < 2 {
 		return nil // refresh handles it at checkout
 	}
-	u, db, err := c.reloadedIdentity(st)
-	if err != nil {
-		return err
-	}
-	c.st, c.user, c.db = st, u, db
-	c.pool = st.Pools.Get(db, u, 0)
-	if err := c.initShards(st); err != nil {
+	if err := c.refreshShards(); err != nil {
 		return err
 	}
 	// The client's prepared statements, named and unnamed, become the
@@ -45,33 +39,29 @@ func (c *client) becomeSharded() error {
 		c.sstmts = map[string]*sStmt{}
 	}
 	for name, s := range c.stmts {
-		if q, ok := parseQuery(s.parse); ok {
-			c.sstmts[name] = &sStmt{sql: string(q), st: s, query: q}
-		}
-	}
-	if len(c.unnamed) > 0 {
-		if _, tail, ok := wire.CString(c.unnamed); ok {
-			if q, _, ok := wire.CString(tail); ok {
-				c.sstmts[""] = &sStmt{sql: string(q), st: c.l.stmts.get(tail), query: q}
+		if len(s.parse) > 5 {
+			if q, _, ok := parseBody(s.parse[5:]); ok {
+				c.sstmts[name] = &sStmt{sql: string(q), st: s, query: q}
 			}
 		}
 	}
+	if q, tail, ok := parseBody(c.unnamed); ok {
+		c.sstmts[""] = &sStmt{sql: string(q), st: c.l.stmts.get(tail), query: q}
+	}
 	c.stmts, c.unnamed = map[string]*stmt{}, c.unnamed[:0]
-	c.log.Info("database resharded: the session continues on its shards", "shards", len(db.Shards))
+	c.log.Info("database resharded: the session continues on its shards", "shards", len(c.shards))
 	return nil
 }
 
-// parseQuery returns the query text of a Parse message.
-func parseQuery(parse []byte) ([]byte, bool) {
-	if len(parse) < 5 {
-		return nil, false
-	}
-	_, tail, ok := wire.CString(parse[5:])
+// parseBody returns the query text of a Parse message's body, and the
+// body after the statement name (query and parameter types).
+func parseBody(body []byte) (query, tail []byte, ok bool) {
+	_, tail, ok = wire.CString(body)
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
-	q, _, ok := wire.CString(tail)
-	return q, ok
+	query, _, ok = wire.CString(tail)
+	return query, tail, ok
 }
 
 // errResharded ends a one-shard client that meets its database sharded

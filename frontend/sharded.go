@@ -209,7 +209,6 @@ func (c *client) detachShards() {
 	c.setState(ClientIdle)
 }
 
-// shardedQuery runs a simple Query on a sharded database.
 // errReplan is attachShard's answer when a reload at the start of a
 // transaction replaced the routing the statement was planned with; the
 // caller plans it again, at most maxReplans times.
@@ -217,6 +216,7 @@ var errReplan = errors.New("the configuration changed: route the statement again
 
 const maxReplans = 10
 
+// shardedQuery runs a simple Query on a sharded database.
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) error {
 	for range maxReplans {
 		err := c.shardedQueryOnce(ctx, sql, ops)
@@ -259,17 +259,15 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp) 
 	}
 	c.lb.read = !c.stx.open && !p.write && (p.kind == routeOne || p.kind == routeRead) &&
 		c.balanced() && c.readStatement(sql, false)
-	for _, i := range p.shards {
-		if err := c.attachShard(ctx, i); err != nil {
-			c.lb.read = false
-			c.releaseIfIdle()
-			if err == errReplan {
-				return err
-			}
-			return c.shardedError(err)
-		}
-	}
+	err = c.attachShards(ctx, p.shards)
 	c.lb.read = false
+	if err != nil {
+		c.releaseIfIdle()
+		if err == errReplan {
+			return err
+		}
+		return c.shardedError(err)
+	}
 	c.routeCounts().count(len(p.shards), len(c.shards))
 	if p.kind == routeOne {
 		return c.runOne(p)

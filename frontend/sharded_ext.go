@@ -147,8 +147,7 @@ func (c *client) sBind(body []byte) error {
 		return err
 	}
 	p := &sPortal{stmt: st, params: params, formats: formats, tail: tail}
-	p.plan, err = c.rt.planParams(st.sql, params, formats, c)
-	if err != nil {
+	if err := c.planPortal(p); err != nil {
 		return err
 	}
 	if c.sportals == nil {
@@ -261,7 +260,7 @@ func (c *client) sDescribe(ctx context.Context, body []byte) error {
 			shard = c.anyShard()
 			continue
 		}
-		if p.plan, err = c.rt.planParams(st.sql, p.params, p.formats, c); err != nil {
+		if err := c.planPortal(p); err != nil {
 			return err
 		}
 		shard = 0
@@ -393,10 +392,10 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		c.lb.read = false
 		if err == errReplan && attempt < maxReplans {
 			// Bound before a reload that changed the routing: bind again.
-			if plan, err = c.rt.planParams(p.stmt.sql, p.params, p.formats, c); err != nil {
+			if err := c.planPortal(p); err != nil {
 				return err
 			}
-			p.plan = plan
+			plan = p.plan
 			continue
 		}
 		if err == errReplan {
@@ -672,5 +671,15 @@ func (c *client) attachShards(ctx context.Context, shards []int) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// planPortal routes a bound statement with its parameters.
+func (c *client) planPortal(p *sPortal) error {
+	plan, err := c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
+	if err != nil {
+		return err
+	}
+	p.plan = plan
 	return nil
 }
