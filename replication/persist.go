@@ -65,19 +65,22 @@ func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) e
 		s := string(b)
 		shards = &s
 	}
+	var why *string
+	if taskErr != nil {
+		s := taskErr.Error()
+		why = &s
+	}
+	n := t.Task.Names()
 	conn, err := t.Task.connectDest(ctx, 0)
 	if err == nil {
-		var why *string
-		if taskErr != nil {
-			s := taskErr.Error()
-			why = &s
-		}
-		n := t.Task.Names()
-		_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
+		_, err = conn.Exec(ctx, recordColumns)
+		if err == nil {
+			_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
 			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, nullif($8, ''), nullif($9, ''))
 			ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
 				source_shards = $7::jsonb, publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
-			t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
+				t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
+		}
 		conn.Close(ctx)
 	}
 	if err != nil {
@@ -245,7 +248,7 @@ func (t *Task) checkRecordedNames(ctx context.Context) error {
 }
 
 // recordColumns adds the columns of shardgate_reshard.tasks that an older
-// version did not create (as bookkeeping does).
+// version did not create; it runs where the table is read or written.
 const recordColumns = `ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS source_shards jsonb;
 ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS publication text;
 ALTER TABLE shardgate_reshard.tasks ADD COLUMN IF NOT EXISTS slot text`

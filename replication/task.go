@@ -80,8 +80,10 @@ func (s Step) String() string {
 // proxy resumes it; its source_shards are the source's shards as they were
 // before the cutover, set from just before the cutover rewrites the config
 // file until the task is dropped (persist.go); publication and slot are the
-// names given to UseNames (NULL: the task's own). The ALTER TABLEs add
-// those columns to a table an older version created. table_copies holds one
+// names given to UseNames (NULL: the task's own); the code that reads or
+// writes tasks first adds those columns to a table an older version created
+// (recordColumns), so that not every destination session takes the
+// table's lock for it. table_copies holds one
 // row per (task, source shard, table) copied to this shard, written in the
 // same transaction as the rows; lsn is the snapshot's consistent point, below
 // which the stream skips that table's changes.
@@ -111,7 +113,7 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
 	source_shards jsonb,
 	publication text,
 	slot text);
-` + recordColumns
+`
 
 // bookkeepingSchema is excluded from schema sync and from copies.
 const bookkeepingSchema = "shardgate_reshard"
