@@ -238,7 +238,7 @@ func (a *applier) apply(ctx context.Context, o op) error {
 			// The source stream waits for the RETURNING of the move.
 			err := a.send(ctx)
 			if err == nil {
-				err = a.exec(ctx, c)
+				err = a.moveOut(ctx, c)
 			}
 			if err != nil {
 				c.reply <- moveReply{err: err}
@@ -436,19 +436,11 @@ func (a *applier) send(ctx context.Context) error {
 	return first
 }
 
-// exec runs one change in the open transaction on its own round trip:
-// a row move out of this shard, whose RETURNING supplies the unchanged
-// TOASTed values the source stream waits for, or any other change.
-// Values travel in text format with unspecified types, so the server
-// infers each from its column.
-func (a *applier) exec(ctx context.Context, c *change) error {
-	if c.kind != changeMoveOut {
-		sql, args, ok := a.statement(c)
-		if !ok {
-			return nil
-		}
-		return a.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read().Err
-	}
+// moveOut runs a row move out of this shard in the open transaction on its
+// own round trip: its RETURNING supplies the unchanged TOASTed values the
+// source stream waits for. Values travel in text format with unspecified
+// types, so the server infers each from its column.
+func (a *applier) moveOut(ctx context.Context, c *change) error {
 	rel := c.rel
 	var sql strings.Builder
 	var args [][]byte
