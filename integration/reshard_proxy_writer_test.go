@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardgate/shardgate/internal/pgtest"
-	"github.com/shardgate/shardgate/router/sharding"
 )
 
 // proxyReshardSchema is created on every source shard of
@@ -284,18 +283,4 @@ func ownedIDs(lo, hi int64, n, s int) string {
 		}
 	}
 	return "'{" + strings.Join(ids, ",") + "}'::bigint[]"
-}
-
-// hashShard is the shard of n that the proxy's hash names for a bigint
-// key. Unlike shardOf it needs no testing.T, so the writer can use it.
-func hashShard(id int64, n int) int {
-	k, err := sharding.ParseKey(sharding.Bigint, strconv.FormatInt(id, 10))
-	if err != nil {
-		panic(err) // a decimal int64 always parses
-	}
-	s, err := sharding.Hash{Type: sharding.Bigint, Shards: n}.Shard(k)
-	if err != nil {
-		panic(err)
-	}
-	return s
 }

@@ -94,11 +94,7 @@ func testReshard(t *testing.T, nsrc, ndst int) {
 		reshardExec(t, ctx, srcConns[s], fmt.Sprintf("ALTER SEQUENCE events_id_seq RESTART WITH %d", s*1000000+1))
 		reshardExec(t, ctx, srcConns[s], `INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 20) i`)
 	}
-	srcShard := func(id int64) int {
-		k, _ := sharding.ParseKey(sharding.Bigint, fmt.Sprint(id))
-		s, _ := sharding.Hash{Type: sharding.Bigint, Shards: nsrc}.Shard(k)
-		return s
-	}
+	srcShard := func(id int64) int { return hashShard(id, nsrc) }
 	srcShardText := func(name string) int {
 		k, _ := sharding.ParseKey(sharding.Text, name)
 		s, _ := sharding.Hash{Type: sharding.Text, Shards: nsrc}.Shard(k)
