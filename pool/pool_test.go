@@ -31,7 +31,7 @@ func TestPool(t *testing.T) {
 }
 
 // newTestPool returns a pool of size servers of cl.
-func newTestPool(t *testing.T, cl *pgtest.Cluster, size int, checkoutTimeout time.Duration) *Pool {
+func newTestPool(t testing.TB, cl *pgtest.Cluster, size int, checkoutTimeout time.Duration) *Pool {
 	t.Helper()
 	var ids atomic.Uint64
 	p := New(Key{Database: "postgres", User: cl.User, Role: "primary"},
@@ -42,7 +42,7 @@ func newTestPool(t *testing.T, cl *pgtest.Cluster, size int, checkoutTimeout tim
 	return p
 }
 
-func checkout(t *testing.T, p *Pool) *Server {
+func checkout(t testing.TB, p *Pool) *Server {
 	t.Helper()
 	s, err := p.Checkout(context.Background())
 	if err != nil {
