@@ -292,7 +292,7 @@ func (p *Pool) discard(s *Server) {
 }
 
 func (p *Pool) connect(ctx context.Context) (*Server, error) {
-	s, err := Dial(ctx, p.Target, p.Config.ConnectTimeout)
+	s, err := Dial(ctx, p.Target, Startup{}, p.Config.ConnectTimeout)
 	if err != nil {
 		p.Stats.ConnectErrs.Add(1)
 		p.log.Warn("server connection failed", "err", err)

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -92,6 +93,7 @@ type Server struct {
 	bytesIn, bytesOut uint64
 
 	state    ServerState
+	startup  Startup
 	created  time.Time
 	lastUsed time.Time
 	pool     *Pool
@@ -99,6 +101,9 @@ type Server struct {
 
 // State returns the server's state.
 func (s *Server) State() ServerState { return s.state }
+
+// Startup returns the startup parameters the connection was opened with.
+func (s *Server) Startup() Startup { return s.startup }
 
 // Created returns when the connection was established.
 func (s *Server) Created() time.Time { return s.created }
@@ -231,7 +236,7 @@ func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) err
 // Connect opens an ordinary pgconn connection to t, for the proxy's own
 // queries (catalog lookups, two-phase commit recovery).
 func Connect(ctx context.Context, t Target, connectTimeout time.Duration) (*pgconn.PgConn, error) {
-	cfg, err := t.pgconnConfig(connectTimeout)
+	cfg, err := t.pgconnConfig(connectTimeout, Startup{})
 	if err != nil {
 		return nil, err
 	}
@@ -247,9 +252,11 @@ func Connect(ctx context.Context, t Target, connectTimeout time.Duration) (*pgco
 	return pc, nil
 }
 
-// Dial connects and authenticates to t, then takes the raw connection over.
-func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server, error) {
-	cfg, err := t.pgconnConfig(connectTimeout)
+// Dial connects and authenticates to t with the startup parameters of st,
+// then takes the raw connection over. When the server refuses one of st's
+// parameters, the error wraps the server's *pgconn.PgError.
+func Dial(ctx context.Context, t Target, st Startup, connectTimeout time.Duration) (*Server, error) {
+	cfg, err := t.pgconnConfig(connectTimeout, st)
 	if err != nil {
 		return nil, err
 	}
@@ -273,10 +280,19 @@ func Dial(ctx context.Context, t Target, connectTimeout time.Duration) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("server %s: connect: %w", t, err)
 	}
-	return hijack(pc, r, t)
+	s, err := hijack(pc, r, t)
+	if err != nil {
+		return nil, err
+	}
+	s.startup = st
+	return s, nil
 }
 
-func (t Target) pgconnConfig(connectTimeout time.Duration) (*pgconn.Config, error) {
+// pgconnConfig is the pgconn configuration to connect to t with the startup
+// parameters of st. pgconn sends every RuntimeParams entry as a startup
+// packet parameter under its own name (options included) and then sets
+// user and database, so st cannot change those.
+func (t Target) pgconnConfig(connectTimeout time.Duration, st Startup) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d sslmode=%s connect_timeout=%d",
 		quoteDSN(t.Host), t.Port, sslmode(t.SSLMode), max(1, int(connectTimeout/time.Second))))
 	if err != nil {
@@ -285,7 +301,10 @@ func (t Target) pgconnConfig(connectTimeout time.Duration) (*pgconn.Config, erro
 	cfg.User = t.User
 	cfg.Password = t.Password
 	cfg.Database = t.Database
-	cfg.RuntimeParams = map[string]string{}
+	cfg.RuntimeParams = maps.Clone(st.Params())
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
 	cfg.ConnectTimeout = connectTimeout
 	if t.SSLMode == config.SSLVerifyFull && t.ServerCA != "" && cfg.TLSConfig != nil {
 		pem, err := os.ReadFile(t.ServerCA)

@@ -1,0 +1,124 @@
+package pool
+
+import (
+	"slices"
+	"strings"
+)
+
+// Startup is the set of startup parameters a server connection was opened
+// with, beyond the user and database of its pool's Target.
+//
+// A client's startup parameters are its session's reset values: RESET,
+// SET ... TO DEFAULT, RESET ALL and DISCARD ALL return to them, and
+// pg_settings reports them with source 'client'. SET cannot reproduce
+// that, so a client is lent only servers opened with its own set. Key
+// identifies a set: two Startups with the same Key open servers in the same
+// state. The zero Startup is the empty set.
+//
+// Names are compared as PostgreSQL compares setting names, ignoring ASCII
+// case, except for the names the startup packet treats specially (user,
+// database, options, replication and the _pq_. protocol options), which
+// PostgreSQL matches exactly: "Options" is a setting name that does not
+// exist, not the options parameter. Pool does not pick which client
+// parameters go in; the caller leaves out those that are not session
+// settings (user, database, replication) or that it handles itself
+// (application_name).
+type Startup struct {
+	key    string
+	params map[string]string
+}
+
+// NewStartup returns the set of params. It copies params, folding each
+// setting name to lower case; when two names differ only in case, the value
+// of the spelling that sorts last is kept (PostgreSQL would keep the one
+// sent last, but a map has no order).
+func NewStartup(params map[string]string) Startup {
+	if len(params) == 0 {
+		return Startup{}
+	}
+	names := make([]string, 0, len(params))
+	for name := range params {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	canon := make(map[string]string, len(params))
+	for _, name := range names {
+		canon[canonicalName(name)] = params[name]
+	}
+	names = names[:0]
+	for name := range canon {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		writeKeyString(&b, name)
+		writeKeyString(&b, canon[name])
+	}
+	return Startup{key: b.String(), params: canon}
+}
+
+// Key returns a string that identifies the set: equal for equal sets,
+// different for different ones. It is the sorted name, value pairs, each
+// string followed by a NUL; the zero Startup's Key is "".
+func (s Startup) Key() string { return s.key }
+
+// Params returns the parameters, keyed by the names sent to the server.
+// The map is shared: callers must not modify it.
+func (s Startup) Params() map[string]string { return s.params }
+
+// IsZero reports whether s is the empty set.
+func (s Startup) IsZero() bool { return s.key == "" }
+
+// specialStartupNames are the startup packet's parameters that are not
+// settings; PostgreSQL matches them case-sensitively (ProcessStartupPacket).
+var specialStartupNames = []string{"database", "user", "options", "replication"}
+
+// canonicalName folds a setting name to ASCII lower case, as PostgreSQL's
+// guc_name_compare does, unless the name, or what it would fold to, is one
+// the startup packet treats specially.
+func canonicalName(name string) string {
+	lower := asciiLower(name)
+	if lower == name {
+		return name
+	}
+	if slices.Contains(specialStartupNames, lower) || strings.HasPrefix(lower, "_pq_.") {
+		return name
+	}
+	return lower
+}
+
+func asciiLower(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return 'A' <= r && r <= 'Z' })
+	if i < 0 {
+		return s
+	}
+	b := []byte(s)
+	for j := i; j < len(b); j++ {
+		if 'A' <= b[j] && b[j] <= 'Z' {
+			b[j] += 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// writeKeyString appends s and a NUL to a Key. A startup packet cannot carry
+// a NUL, but a Go string can; escaping NUL as "\x01\x02" (and the escape
+// byte itself as "\x01\x01") keeps keys of such strings distinct too.
+func writeKeyString(b *strings.Builder, s string) {
+	for {
+		i := strings.IndexAny(s, "\x00\x01")
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i])
+		if s[i] == 0 {
+			b.WriteString("\x01\x02")
+		} else {
+			b.WriteString("\x01\x01")
+		}
+		s = s[i+1:]
+	}
+	b.WriteString(s)
+	b.WriteByte(0)
+}

@@ -1,0 +1,57 @@
+package pool
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestNewStartup checks which parameter sets share a Key.
+func TestNewStartup(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b map[string]string
+		same bool
+	}{
+		{"empty is zero", nil, map[string]string{}, true},
+		{"order does not matter", map[string]string{"DateStyle": "ISO", "TimeZone": "UTC"},
+			map[string]string{"TimeZone": "UTC", "DateStyle": "ISO"}, true},
+		{"setting names ignore case", map[string]string{"DateStyle": "ISO"}, map[string]string{"datestyle": "ISO"}, true},
+		{"values do not", map[string]string{"DateStyle": "ISO"}, map[string]string{"DateStyle": "iso"}, false},
+		// PostgreSQL takes "Options" for a setting (which does not exist).
+		{"options is exact", map[string]string{"options": "-c work_mem=1MB"},
+			map[string]string{"Options": "-c work_mem=1MB"}, false},
+		{"a pair is not a name", map[string]string{"a": "b"}, map[string]string{"ab": ""}, false},
+		{"pairs do not run together", map[string]string{"a": "b", "c": "d"},
+			map[string]string{"a": "b\x00c\x00d"}, false},
+		{"escapes do not collide", map[string]string{"a": "\x00"}, map[string]string{"a": "\x01\x02"}, false},
+		{"the zero set differs from an empty value", nil, map[string]string{"search_path": ""}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := NewStartup(tc.a), NewStartup(tc.b)
+			if same := a.Key() == b.Key(); same != tc.same {
+				t.Fatalf("keys %q and %q: same = %v, want %v", a.Key(), b.Key(), same, tc.same)
+			}
+		})
+	}
+}
+
+func TestNewStartupParams(t *testing.T) {
+	in := map[string]string{"DateStyle": "ISO", "Options": "x", "_PQ_.x": "y", "extra_float_digits": "3"}
+	st := NewStartup(in)
+	in["DateStyle"] = "German"
+	want := map[string]string{"datestyle": "ISO", "Options": "x", "_PQ_.x": "y", "extra_float_digits": "3"}
+	if got := st.Params(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("params %v, want %v", got, want)
+	}
+	if st.IsZero() || !NewStartup(nil).IsZero() || NewStartup(nil).Params() != nil {
+		t.Fatal("IsZero is wrong")
+	}
+	// Of two spellings of one setting, the one that sorts last wins,
+	// whatever the map's order.
+	for range 20 {
+		st := NewStartup(map[string]string{"DateStyle": "ISO", "datestyle": "German", "DATESTYLE": "SQL"})
+		if got := st.Params()["datestyle"]; got != "German" {
+			t.Fatalf("datestyle %q, want German", got)
+		}
+	}
+}
