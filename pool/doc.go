@@ -17,6 +17,28 @@
 // close connections idle longer than idle_timeout or older than
 // server_lifetime, and replace connections that broke.
 //
+// # Startup parameters
+//
+// In PostgreSQL a client's startup parameters (DateStyle, TimeZone,
+// options=-c ..., search_path) are its session's reset values: RESET,
+// RESET ALL and DISCARD ALL return to them, and pg_settings shows them with
+// source 'client'. A SET on a pooled server cannot reproduce that, so every
+// Server is opened with a Startup, a set of startup parameters, and
+// CheckoutStartup lends a client only Servers opened with its own set
+// (compared by Startup.Key). Checkout is CheckoutStartup with the zero
+// Startup, the set min_size connections are opened with.
+//
+// The servers of all sets share the pool's size. A checkout takes the most
+// recently used idle server of its set; else opens one if the pool has
+// room; else closes the least recently used idle server of another set and
+// opens one in its slot; else waits. A checkin hands its server to the
+// first waiter of the server's set, so that it is not closed and replaced,
+// unless an earlier waiter was passed over maxPassOver times; a waiter
+// handed a server of another set closes it and opens its own in that slot.
+// A slot whose connection failed goes to the next waiter. Parameter
+// statuses (what a login reports without a server) are cached per set, for
+// a bounded number of sets.
+//
 // # Lifecycle of a Server
 //
 // A Server is idle (in the pool) or checked out (owned by exactly one client

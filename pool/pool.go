@@ -54,6 +54,9 @@ type Stats struct {
 	ConnectErrs atomic.Uint64
 	Opened      atomic.Uint64
 	Closed      atomic.Uint64
+	// Evicted counts servers closed to open one with another Startup in
+	// their place, because the pool was full.
+	Evicted atomic.Uint64
 
 	// The counters below are kept by the clients of the pool (package
 	// frontend). A query is one round trip: a simple Query, or an
@@ -89,7 +92,7 @@ type Pool struct {
 	open     int        // servers open or being opened
 	active   int
 	closed   bool
-	params   map[string]string    // ParameterStatus of the first connection
+	params   paramCache           // ParameterStatus of the first connection of each Startup
 	maxWait  time.Time            // oldest waiter's start, for SHOW POOLS
 	servers  map[*Server]struct{} // every open server, idle or checked out
 	connErr  error                // the last failed connection attempt, nil after a success
@@ -98,11 +101,17 @@ type Pool struct {
 	reapDone chan struct{}
 }
 
+// waiter is a checkout waiting for a server.
 type waiter struct {
-	ch    chan result
-	start time.Time
+	ch     chan result
+	start  time.Time
+	st     Startup
+	passed int // how often a later waiter was served first; see nextWaiter
 }
 
+// result is what a waiter is handed: an error, or a server (which may be of
+// another Startup), or neither: a slot, counted in open and active, to
+// connect in.
 type result struct {
 	s   *Server
 	err error
@@ -122,18 +131,31 @@ func newPool(key Key, t Target, cfg config.Pool, log *slog.Logger, ids *atomic.U
 	return p
 }
 
-// Checkout returns a server connection, waiting up to checkout_timeout (or
-// ctx) for one.
+// Checkout returns a server connection opened with the zero Startup,
+// waiting up to checkout_timeout (or ctx) for one.
 func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
+	return p.CheckoutStartup(ctx, Startup{})
+}
+
+// CheckoutStartup returns a server connection opened with the startup
+// parameters of st, waiting up to checkout_timeout (or ctx) for one.
+//
+// Servers of every Startup share the pool's size. A checkout takes the
+// most recently used idle server of st's Key; else it opens one while
+// fewer than size are open; else it closes the least recently used idle
+// server, of another Key, and opens one in its place; else it waits.
+func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error) {
 	start := time.Now()
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrClosed
-	}
-	for len(p.idle) > 0 {
-		s := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		s := p.takeIdle(st.key)
+		if s == nil {
+			break
+		}
 		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
 			p.open--
 			p.mu.Unlock()
@@ -147,23 +169,44 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 		p.Stats.Checkouts.Add(1)
 		return s, nil
 	}
-	if p.open < p.Config.Size {
+	var evict *Server
+	switch {
+	case p.open < p.Config.Size:
 		p.open++
-		p.active++
-		p.mu.Unlock()
-		s, err := p.connect(ctx)
-		if err != nil {
-			p.mu.Lock()
-			p.open--
-			p.active--
-			p.mu.Unlock()
-			return nil, err
-		}
-		s.state = ServerActive
-		p.Stats.Checkouts.Add(1)
-		return s, nil
+	case len(p.idle) > 0:
+		// The slot of the idle server is reused: open does not change.
+		evict = p.idle[0]
+		p.idle = slices.Delete(p.idle, 0, 1)
+	default:
+		return p.wait(ctx, st, start) // unlocks p.mu
 	}
-	w := &waiter{ch: make(chan result, 1), start: start}
+	p.active++
+	p.mu.Unlock()
+	if evict != nil {
+		p.Stats.Evicted.Add(1)
+		p.discard(evict)
+	}
+	return p.connectSlot(ctx, st)
+}
+
+// takeIdle removes and returns the most recently checked-in idle server
+// opened with the Startup of key, or returns nil; p.mu is held. Idle
+// servers are a stack: the top one matches unless clients with different
+// startup parameters share the pool, so the common case is one pop.
+func (p *Pool) takeIdle(key string) *Server {
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		if s := p.idle[i]; s.startup.key == key {
+			p.idle = slices.Delete(p.idle, i, i+1)
+			return s
+		}
+	}
+	return nil
+}
+
+// wait queues a checkout for st and waits for a server or a slot to
+// connect in; p.mu is held and wait unlocks it.
+func (p *Pool) wait(ctx context.Context, st Startup, start time.Time) (*Server, error) {
+	w := &waiter{ch: make(chan result, 1), start: start, st: st}
 	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 
@@ -173,10 +216,7 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 	select {
 	case r := <-w.ch:
 		p.Stats.WaitNanos.Add(uint64(time.Since(start)))
-		if r.err == nil {
-			p.Stats.Checkouts.Add(1)
-		}
-		return r.s, r.err
+		return p.take(ctx, st, r)
 	case <-timer.C:
 		cause = fmt.Errorf("no server connection became free within checkout_timeout (%s)", p.Config.CheckoutTimeout)
 	case <-ctx.Done():
@@ -186,9 +226,21 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 	removed := p.removeWaiter(w)
 	p.mu.Unlock()
 	if !removed {
-		// A server was handed to us while we gave up: take it anyway.
-		r := <-w.ch
-		return r.s, r.err
+		// Something was handed to us while we gave up. A server of our
+		// Key we take anyway; a server to replace or a slot to connect in
+		// would cost a connection we no longer want: pass it on.
+		switch r := <-w.ch; {
+		case r.err != nil:
+			return nil, r.err
+		case r.s != nil && r.s.startup.key == st.key:
+			r.s.state = ServerActive
+			p.Stats.Checkouts.Add(1)
+			return r.s, nil
+		case r.s != nil:
+			p.Checkin(r.s)
+		default:
+			p.releaseSlot()
+		}
 	}
 	p.Stats.WaitNanos.Add(uint64(time.Since(start)))
 	p.Stats.Timeouts.Add(1)
@@ -196,6 +248,57 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 		Message: fmt.Sprintf("pool %s is exhausted: all %d server connections are busy", p.Key, p.Config.Size),
 		Detail:  cause.Error(),
 		Hint:    "raise pool size or checkout_timeout, or shorten transactions"}
+}
+
+// take turns what a waiter for st was handed into its checkout's result: a
+// server of st's Key is the answer; a server of another Key is closed and
+// one of st's opened in its slot; with neither, the waiter was handed a
+// slot and opens its server in it.
+func (p *Pool) take(ctx context.Context, st Startup, r result) (*Server, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.s != nil {
+		if r.s.startup.key == st.key {
+			r.s.state = ServerActive
+			p.Stats.Checkouts.Add(1)
+			return r.s, nil
+		}
+		p.Stats.Evicted.Add(1)
+		p.discard(r.s)
+	}
+	return p.connectSlot(ctx, st)
+}
+
+// connectSlot opens a server with st in a slot the caller counted in open
+// and active, and gives the slot up when that fails.
+func (p *Pool) connectSlot(ctx context.Context, st Startup) (*Server, error) {
+	s, err := p.connect(ctx, st)
+	if err != nil {
+		p.releaseSlot()
+		return nil, err
+	}
+	s.state = ServerActive
+	p.Stats.Checkouts.Add(1)
+	return s, nil
+}
+
+// releaseSlot gives up a slot counted in open and active that holds no
+// server: to the first waiter, which connects in it, or back to the
+// pool's budget. Handing it on matters when the connection failed for the
+// checkout's own reasons (its startup parameters): the waiters behind it
+// would otherwise wait for a checkin that may never come.
+func (p *Pool) releaseSlot() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		w := p.popWaiter(0)
+		p.mu.Unlock()
+		w.ch <- result{}
+		return
+	}
+	p.open--
+	p.active--
+	p.mu.Unlock()
 }
 
 func (p *Pool) removeWaiter(w *waiter) bool {
@@ -206,6 +309,40 @@ func (p *Pool) removeWaiter(w *waiter) bool {
 		}
 	}
 	return false
+}
+
+// popWaiter removes and returns waiter i; p.mu is held.
+func (p *Pool) popWaiter(i int) *waiter {
+	w := p.waiters[i]
+	if i == 0 {
+		p.waiters = p.waiters[1:]
+	} else {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+	}
+	return w
+}
+
+// maxPassOver bounds how often a waiter sees a later one served first.
+const maxPassOver = 4
+
+// nextWaiter returns the index of the waiter to hand an idle server of
+// Startup key to; p.mu is held and there is a waiter. Waiters are served
+// first come, first served, except that a server goes to the first waiter
+// of its Key, when there is one, so that it is not closed and replaced by
+// one of the first waiter's Key. The waiters passed over count it, and one
+// passed over maxPassOver times is served next whatever the server's Key:
+// a waiter waits at most maxPassOver checkins longer than in strict FIFO
+// order, and with a single Key the order is strict FIFO.
+func (p *Pool) nextWaiter(key string) int {
+	for i, w := range p.waiters {
+		if w.st.key == key || w.passed >= maxPassOver {
+			for _, e := range p.waiters[:i] {
+				e.passed++
+			}
+			return i
+		}
+	}
+	return 0
 }
 
 // Checkin returns a server to the pool (or closes it when it is broken,
@@ -220,22 +357,23 @@ func (p *Pool) Checkin(s *Server) {
 	p.mu.Lock()
 	p.active--
 	if s.Broken || p.closed || p.expired(s, now) {
-		p.open--
-		refill := !p.closed && len(p.waiters) > 0
-		if refill {
-			p.open++
+		// A closed pool has no waiters.
+		if len(p.waiters) > 0 {
+			// The slot goes to the first waiter, which connects in it.
+			w := p.popWaiter(0)
 			p.active++
+			p.mu.Unlock()
+			p.discard(s)
+			w.ch <- result{}
+			return
 		}
+		p.open--
 		p.mu.Unlock()
 		p.discard(s)
-		if refill {
-			go p.refill()
-		}
 		return
 	}
 	if len(p.waiters) > 0 {
-		w := p.waiters[0]
-		p.waiters = p.waiters[1:]
+		w := p.popWaiter(p.nextWaiter(s.startup.key))
 		p.active++
 		p.mu.Unlock()
 		w.ch <- result{s: s}
@@ -244,39 +382,6 @@ func (p *Pool) Checkin(s *Server) {
 	s.state = ServerIdle
 	p.idle = append(p.idle, s)
 	p.mu.Unlock()
-}
-
-// refill opens a connection for the first waiter; the caller counted it in
-// open and active already.
-func (p *Pool) refill() {
-	s, err := p.connect(context.Background())
-	p.mu.Lock()
-	if err != nil {
-		p.open--
-		p.active--
-		// Waiters keep waiting: another checkin may serve them, or their
-		// timeout tells them.
-		p.mu.Unlock()
-		return
-	}
-	if len(p.waiters) == 0 || p.closed {
-		p.active--
-		s.state = ServerIdle
-		if p.closed {
-			p.open--
-			p.mu.Unlock()
-			p.discard(s)
-			return
-		}
-		p.idle = append(p.idle, s)
-		p.mu.Unlock()
-		return
-	}
-	w := p.waiters[0]
-	p.waiters = p.waiters[1:]
-	p.mu.Unlock()
-	s.state = ServerActive
-	w.ch <- result{s: s}
 }
 
 func (p *Pool) expired(s *Server, now time.Time) bool {
@@ -291,9 +396,15 @@ func (p *Pool) discard(s *Server) {
 	p.Stats.Closed.Add(1)
 }
 
-func (p *Pool) connect(ctx context.Context) (*Server, error) {
-	s, err := Dial(ctx, p.Target, Startup{}, p.Config.ConnectTimeout)
+// connect opens a server with st. An attempt that ended because ctx did
+// (the client went away) is neither counted in ConnectErrs nor kept as the
+// pool's connErr, which makes its shard unhealthy.
+func (p *Pool) connect(ctx context.Context, st Startup) (*Server, error) {
+	s, err := Dial(ctx, p.Target, st, p.Config.ConnectTimeout)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
 		p.Stats.ConnectErrs.Add(1)
 		p.log.Warn("server connection failed", "err", err)
 		p.mu.Lock()
@@ -307,42 +418,9 @@ func (p *Pool) connect(ctx context.Context) (*Server, error) {
 	p.mu.Lock()
 	p.servers[s] = struct{}{}
 	p.connErr = nil
-	if p.params == nil {
-		p.params = make(map[string]string, len(s.Params))
-		for k, v := range s.Params {
-			p.params[k] = v
-		}
-	}
+	p.params.add(st.key, s.Params)
 	p.mu.Unlock()
 	return s, nil
-}
-
-// CachedParams returns the parameters the pool's servers reported, or nil
-// before the first connection.
-func (p *Pool) CachedParams() map[string]string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.params
-}
-
-// Params returns the parameters the pool's servers report, connecting
-// once if no connection was made yet.
-func (p *Pool) Params(ctx context.Context) (map[string]string, error) {
-	p.mu.Lock()
-	params := p.params
-	p.mu.Unlock()
-	if params != nil {
-		return params, nil
-	}
-	s, err := p.Checkout(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.Checkin(s)
-	p.mu.Lock()
-	params = p.params
-	p.mu.Unlock()
-	return params, nil
 }
 
 // Close closes idle connections, fails waiters, and makes checked-out
@@ -436,14 +514,23 @@ func (p *Pool) maintain() {
 			p.discard(s)
 		}
 		for range max(need, 0) {
-			s, err := p.connect(context.Background())
-			p.mu.Lock()
+			s, err := p.connect(context.Background(), Startup{})
 			if err != nil {
+				p.mu.Lock()
 				p.open--
-			} else {
-				s.state = ServerIdle
-				p.idle = append([]*Server{s}, p.idle...) // cold end of the stack
+				p.mu.Unlock()
+				continue
 			}
+			p.mu.Lock()
+			if len(p.waiters) > 0 || p.closed {
+				// Checkin hands it to a waiter, or closes it.
+				p.active++
+				p.mu.Unlock()
+				p.Checkin(s)
+				continue
+			}
+			s.state = ServerIdle
+			p.idle = slices.Insert(p.idle, 0, s) // cold end of the stack
 			p.mu.Unlock()
 		}
 	}

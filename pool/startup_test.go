@@ -55,3 +55,28 @@ func TestNewStartupParams(t *testing.T) {
 		}
 	}
 }
+
+// TestParamCacheBound: the cache keeps at most maxCachedParams Startups
+// besides the zero one, dropping the least recently used.
+func TestParamCacheBound(t *testing.T) {
+	var c paramCache
+	c.add("", map[string]string{"DateStyle": "ISO, MDY"})
+	hot := NewStartup(map[string]string{"DateStyle": "German"}).Key()
+	c.add(hot, map[string]string{"DateStyle": "German, DMY"})
+	for i := range 10 * maxCachedParams {
+		c.add(NewStartup(map[string]string{"application_name": fmt.Sprint(i)}).Key(), map[string]string{})
+		c.get(hot)
+		if len(c.keys) > maxCachedParams {
+			t.Fatalf("%d keys cached", len(c.keys))
+		}
+	}
+	if c.get("")["DateStyle"] != "ISO, MDY" {
+		t.Fatal("the zero Startup's entry was evicted")
+	}
+	if c.get(hot)["DateStyle"] != "German, DMY" {
+		t.Fatal("a recently used entry was evicted")
+	}
+	if c.get(NewStartup(map[string]string{"application_name": "0"}).Key()) != nil {
+		t.Fatal("the oldest entry was kept")
+	}
+}
