@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/config"
 )
 
@@ -194,5 +195,23 @@ func TestHealthCheckBans(t *testing.T) {
 	b.ban(k, 0, errors.New("down"))
 	if !b.banned(k) || !b.passed(k) || b.banned(k) {
 		t.Fatal("an expired ban was not lifted by a passed check")
+	}
+}
+
+// TestBanIgnoresStartupRejection: a server that refused a client's startup
+// parameter is not banned for it.
+func TestBanIgnoresStartupRejection(t *testing.T) {
+	cfg := lbConfig(t, "strategy: round_robin", 6001)
+	r := NewRegistry(cfg, slog.New(slog.DiscardHandler))
+	defer r.Close()
+	p := r.Replica(cfg.Database("app"), cfg.User("u"), 0, 0)
+	err := fmt.Errorf("server x: connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "42501"})
+	r.Ban(p, &StartupRejectedError{Startup: NewStartup(map[string]string{"log_statement": "all"}), Err: err})
+	if r.Banned(p) {
+		t.Fatal("a replica was banned for refusing a client's startup parameter")
+	}
+	r.Ban(p, err)
+	if !r.Banned(p) {
+		t.Fatal("a replica was not banned for a failed connection")
 	}
 }

@@ -39,6 +39,13 @@
 // statuses (what a login reports without a server) are cached per set, for
 // a bounded number of sets.
 //
+// A server that refuses a client's parameter (an unknown setting, a bad
+// value, a superuser-only one) fails the connection with a FATAL
+// ErrorResponse. CheckoutStartup returns it as a *StartupRejectedError
+// wrapping the server's *pgconn.PgError, for the client to see unchanged;
+// it frees the slot and counts neither as a connect error nor against the
+// shard's health, for the server is fine.
+//
 // # Lifecycle of a Server
 //
 // A Server is idle (in the pool) or checked out (owned by exactly one client

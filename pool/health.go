@@ -20,7 +20,9 @@ import (
 // health check. Bans belong to the replica server of one shard of a
 // logical database (host, port and database name), not to a pool: every
 // user's pool of the replica is banned together, and bans survive reloads.
-// The primary is never banned.
+// The primary is never banned. A checkout that the server refused for the
+// client's startup parameters (IsStartupRejected) did connect: it bans
+// nothing.
 
 // banKey names one replica server of one shard.
 type banKey struct {
@@ -91,9 +93,10 @@ func (r *Registry) Banned(p *Pool) bool {
 }
 
 // Ban bans the replica of pool p after err (a failed connection), for the
-// ban_time of its database. It does nothing for a primary.
+// ban_time of its database. It does nothing for a primary, or when err is
+// the server's refusal of a client's startup parameters.
 func (r *Registry) Ban(p *Pool, err error) {
-	if p.Key.Role != "replica" {
+	if p.Key.Role != "replica" || IsStartupRejected(err) {
 		return
 	}
 	lb := r.loadBalancing(p.Key.Database)

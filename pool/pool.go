@@ -143,7 +143,9 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 // Servers of every Startup share the pool's size. A checkout takes the
 // most recently used idle server of st's Key; else it opens one while
 // fewer than size are open; else it closes the least recently used idle
-// server, of another Key, and opens one in its place; else it waits.
+// server, of another Key, and opens one in its place; else it waits. When
+// the server refuses st's parameters the error is a *StartupRejectedError
+// (see IsStartupRejected).
 func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error) {
 	start := time.Now()
 	p.mu.Lock()
@@ -396,12 +398,19 @@ func (p *Pool) discard(s *Server) {
 	p.Stats.Closed.Add(1)
 }
 
-// connect opens a server with st. An attempt that ended because ctx did
-// (the client went away) is neither counted in ConnectErrs nor kept as the
-// pool's connErr, which makes its shard unhealthy.
+// connect opens a server with st. A refusal of st's parameters is returned
+// as a *StartupRejectedError and, unlike other failures, is neither counted
+// in ConnectErrs nor kept as the pool's connErr (which makes its shard
+// unhealthy): the server is fine, and a client must not be able to make it
+// look otherwise by sending a bad setting. Neither is an attempt that ended
+// because ctx did (the client went away).
 func (p *Pool) connect(ctx context.Context, st Startup) (*Server, error) {
 	s, err := Dial(ctx, p.Target, st, p.Config.ConnectTimeout)
 	if err != nil {
+		if startupRejected(st, err) {
+			p.log.Debug("server refused startup parameters", "err", err)
+			return nil, &StartupRejectedError{Startup: st, Err: err}
+		}
 		if ctx.Err() != nil {
 			return nil, err
 		}

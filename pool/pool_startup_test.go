@@ -3,11 +3,13 @@ package pool
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -25,6 +27,8 @@ func TestPoolStartup(t *testing.T) {
 		{"evict", testStartupEvict},
 		{"waiter", testStartupWaiter},
 		{"pass over", testStartupPassOver},
+		{"rejected", testStartupRejected},
+		{"rejected waiter", testStartupRejectedWaiter},
 		{"budget", testStartupBudget},
 		{"params", testStartupParams},
 	} {
@@ -36,6 +40,7 @@ var (
 	german  = NewStartup(map[string]string{"DateStyle": "German, DMY"})
 	sqlDMY  = NewStartup(map[string]string{"DateStyle": "SQL, DMY"})
 	workMem = NewStartup(map[string]string{"options": "-c work_mem=1234kB", "extra_float_digits": "3"})
+	bogus   = NewStartup(map[string]string{"work_mem": "bogus"})
 )
 
 func checkoutStartup(t testing.TB, p *Pool, st Startup) *Server {
@@ -200,6 +205,96 @@ func testStartupPassOver(t *testing.T, cl *pgtest.Cluster) {
 		t.Fatalf("%s waiter served last", r.name)
 	}
 	p.Checkin(r.s)
+	checkPool(t, p, 1, 0)
+}
+
+// testStartupRejected: the server's refusal of a startup parameter reaches
+// the caller as the server's error, frees the slot, and does not count
+// against the pool's health.
+func testStartupRejected(t *testing.T, cl *pgtest.Cluster) {
+	const size = 2
+	p := newTestPool(t, cl, size, 10*time.Second)
+	for range 3 * size {
+		_, err := p.CheckoutStartup(context.Background(), bogus)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Fatalf("got %v, want a *pgconn.PgError", err)
+		}
+		if pe.Severity != "FATAL" || pe.Code != "22023" || pe.Message != `invalid value for parameter "work_mem": "bogus"` {
+			t.Fatalf("got %s %s %q", pe.Severity, pe.Code, pe.Message)
+		}
+		if !IsStartupRejected(err) {
+			t.Fatalf("IsStartupRejected(%v) = false", err)
+		}
+		if _, ok := wire.AsError(err); ok {
+			t.Fatalf("the rejection is a proxy error: %v", err)
+		}
+	}
+	if snap := p.Snapshot(); snap.Active != 0 || snap.ConnectErr != nil {
+		t.Fatalf("after the rejections: %+v", snap)
+	}
+	if n := p.Stats.ConnectErrs.Load(); n != 0 {
+		t.Fatalf("%d connect errors counted", n)
+	}
+	checkPool(t, p, 0, 0)
+	start := time.Now()
+	var held []*Server
+	for range size {
+		held = append(held, checkout(t, p))
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the checkouts took %s", took)
+	}
+	for _, s := range held {
+		p.Checkin(s)
+	}
+
+	// A rejection with no startup parameters would be the server's
+	// problem: an unknown setting in the zero Startup cannot happen, so
+	// check the other side with a Target the server refuses.
+	bad := newTestPool(t, cl, 1, 10*time.Second)
+	bad.Target.Database = "nosuch"
+	if _, err := bad.CheckoutStartup(context.Background(), german); err == nil || IsStartupRejected(err) {
+		t.Fatalf("a missing database: %v (rejected: %v)", err, IsStartupRejected(err))
+	}
+	if bad.Snapshot().ConnectErr == nil {
+		t.Fatal("a missing database was not kept as the pool's connect error")
+	}
+}
+
+// testStartupRejectedWaiter: a waiter whose parameters are refused hands its
+// slot on, so the waiters behind it do not wait for a checkin.
+func testStartupRejectedWaiter(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, time.Minute)
+	s := checkout(t, p)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.CheckoutStartup(context.Background(), bogus)
+		errc <- err
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	got := make(chan *Server, 1)
+	go func() {
+		s, err := p.CheckoutStartup(context.Background(), german)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 2 })
+	p.Checkin(s) // to the first waiter, which closes it and is refused
+	if err := <-errc; !IsStartupRejected(err) {
+		t.Fatalf("the bogus waiter got %v", err)
+	}
+	select {
+	case g := <-got:
+		if g.Startup().Key() != german.Key() {
+			t.Fatalf("the German waiter got a server of %q", g.Startup().Key())
+		}
+		p.Checkin(g)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the German waiter is still waiting")
+	}
 	checkPool(t, p, 1, 0)
 }
 

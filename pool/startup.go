@@ -1,8 +1,11 @@
 package pool
 
 import (
+	"errors"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Startup is the set of startup parameters a server connection was opened
@@ -121,4 +124,77 @@ func writeKeyString(b *strings.Builder, s string) {
 	}
 	b.WriteString(s)
 	b.WriteByte(0)
+}
+
+// StartupRejectedError is the error of a checkout whose server refused to
+// open a connection with the checkout's startup parameters: an unknown
+// setting, an invalid value, or a setting the pool's user may not set or
+// that cannot be set at connection start. The server is fine; the client's
+// parameters are not. Err is the connect error, which wraps the server's
+// *pgconn.PgError.
+type StartupRejectedError struct {
+	Startup Startup
+	Err     error
+}
+
+func (e *StartupRejectedError) Error() string { return e.Err.Error() }
+
+func (e *StartupRejectedError) Unwrap() error { return e.Err }
+
+// IsStartupRejected reports whether err is, or wraps, a
+// *StartupRejectedError. Such an error says nothing about the server's
+// health: callers must not ban a replica for it, and should pass its
+// *pgconn.PgError (errors.As) to the client as the server sent it.
+func IsStartupRejected(err error) bool {
+	var e *StartupRejectedError
+	return errors.As(err, &e)
+}
+
+// startupRejected reports whether connecting with st failed because the
+// server refused one of st's parameters. PostgreSQL applies startup
+// parameters after authentication and the database's checks
+// (process_startup_options in InitPostgres) and fails the connection with
+// the SQLSTATE of the setting's error. PostgreSQL 15 sends, for example:
+//
+//	22023  invalid value for parameter "work_mem": "bogus"
+//	22023  1 kB is outside the valid range for parameter "work_mem" (64 .. 2147483647)
+//	22023  role "nosuch" does not exist (role, session_authorization)
+//	42704  unrecognized configuration parameter "nosuch"
+//	42602  invalid configuration parameter name "bad-name.x"
+//	42601  invalid command-line argument for server process: -x (options)
+//	42601  -c work_mem requires a value (options)
+//	42501  permission denied to set parameter "log_statement"
+//	55P02  parameter "shared_buffers" cannot be changed without restarting the server
+//	55P02  parameter "autovacuum" cannot be changed now
+//	25001  SET TRANSACTION ISOLATION LEVEL must be called before any query
+//
+// A setting's check hook picks its own SQLSTATE; besides class 22 (the
+// default) the core ones use class 25 (transaction_isolation,
+// transaction_read_only), 0A000 (features missing from the build or on a
+// hot standby), 42704 and 42501, which are all classified as rejections.
+//
+// 42501 is also the code of a missing CONNECT privilege, and 0A000 of a
+// protocol version the server does not support: problems of the pool, not
+// of the client. They are classified as rejections all the same when st is
+// not empty, because the other mistake is worse: a client must not be able
+// to get a replica banned by sending a superuser-only setting. A pool with
+// such a problem still fails its connections with the zero Startup
+// (min_size, Params) and its health checks, which are never classified so.
+func startupRejected(st Startup, err error) bool {
+	if st.IsZero() {
+		return false
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "25":
+		return true
+	}
+	switch pe.Code {
+	case "0A000", "42501", "42601", "42602", "42704", "55P02":
+		return true
+	}
+	return false
 }

@@ -1,8 +1,11 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestNewStartup checks which parameter sets share a Key.
@@ -53,6 +56,46 @@ func TestNewStartupParams(t *testing.T) {
 		if got := st.Params()["datestyle"]; got != "German" {
 			t.Fatalf("datestyle %q, want German", got)
 		}
+	}
+}
+
+func TestStartupRejected(t *testing.T) {
+	st := NewStartup(map[string]string{"work_mem": "bogus"})
+	wrap := func(code string) error {
+		return fmt.Errorf("server x: connect: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
+	}
+	for _, tc := range []struct {
+		st   Startup
+		err  error
+		want bool
+	}{
+		{st, wrap("22023"), true},
+		{st, wrap("42704"), true},
+		{st, wrap("42602"), true},
+		{st, wrap("42601"), true},
+		{st, wrap("42501"), true},
+		{st, wrap("55P02"), true},
+		{st, wrap("25001"), true},
+		{st, wrap("0A000"), true},
+		{st, wrap("28P01"), false}, // password authentication failed
+		{st, wrap("3D000"), false}, // database does not exist
+		{st, wrap("53300"), false}, // too many connections
+		{st, wrap("57P03"), false}, // the database system is starting up
+		{st, errors.New("dial tcp: connection refused"), false},
+		{Startup{}, wrap("22023"), false},
+		{Startup{}, wrap("42501"), false},
+	} {
+		if got := startupRejected(tc.st, tc.err); got != tc.want {
+			t.Errorf("startupRejected(%q, %v) = %v, want %v", tc.st.Key(), tc.err, got, tc.want)
+		}
+	}
+	err := fmt.Errorf("checkout: %w", &StartupRejectedError{Startup: st, Err: wrap("22023")})
+	var pe *pgconn.PgError
+	if !IsStartupRejected(err) || !errors.As(err, &pe) || pe.Code != "22023" {
+		t.Fatalf("IsStartupRejected = %v, PgError %v", IsStartupRejected(err), pe)
+	}
+	if IsStartupRejected(wrap("22023")) {
+		t.Fatal("a bare PgError is not a rejection: only the pool knows the Startup")
 	}
 }
 
