@@ -14,8 +14,11 @@ const MaxStartupPacket = 10000
 // Reader reads framed messages from one connection.
 type Reader struct {
 	br  *bufio.Reader
-	big []byte // body of the last message that did not fit in br
-	max int    // largest accepted body length
+	big []byte // the last message that did not fit in br, or the part of it read so far
+	// bigLeft is how much of a large message is still to be read when an
+	// error (a read deadline) interrupted it: the next Next resumes it.
+	bigLeft int
+	max     int // largest accepted body length
 }
 
 // NewReader returns a Reader over r with a buffer of size bytes that rejects
@@ -31,12 +34,16 @@ func (r *Reader) Buffered() int { return r.br.Buffered() }
 func (r *Reader) SetMax(max int) { r.max = max }
 
 // Reset discards buffered data and reads from src from now on.
-func (r *Reader) Reset(src io.Reader) { r.br.Reset(src); r.big = nil }
+func (r *Reader) Reset(src io.Reader) { r.br.Reset(src); r.big = nil; r.bigLeft = 0 }
 
 // Next reads one typed message. The returned raw slice holds the whole
 // message (type, length and body) and body its body; both are valid until
-// the next call.
+// the next call. A read error (such as a deadline) loses nothing: the next
+// call goes on with the same message.
 func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
+	if r.bigLeft > 0 {
+		return r.readBig()
+	}
 	hdr, err := r.br.Peek(5)
 	if err != nil {
 		return 0, nil, nil, err
@@ -65,21 +72,28 @@ func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
 	r.big = r.big[:0]
 	r.big = append(r.big, hdr...)
 	r.br.Discard(5)
-	remaining := n
-	for remaining > 0 {
-		chunk := min(remaining, 1<<20)
+	r.bigLeft = n
+	return r.readBig()
+}
+
+// readBig reads the rest of a message larger than the buffer.
+func (r *Reader) readBig() (typ byte, raw, body []byte, err error) {
+	for r.bigLeft > 0 {
+		chunk := min(r.bigLeft, 1<<20)
 		start := len(r.big)
 		r.big = append(r.big, make([]byte, chunk)...)
-		if _, err := io.ReadFull(r.br, r.big[start:]); err != nil {
+		k, err := io.ReadFull(r.br, r.big[start:])
+		r.big = r.big[:start+k]
+		r.bigLeft -= k
+		if err != nil {
 			return 0, nil, nil, unexpectedEOF(err)
 		}
-		remaining -= chunk
 	}
 	raw = r.big
 	if cap(r.big) > 1<<22 {
 		r.big = nil // do not pin huge buffers
 	}
-	return typ, raw, raw[5:], nil
+	return raw[0], raw, raw[5:], nil
 }
 
 // PeekHeader returns the type and body length of the next message without

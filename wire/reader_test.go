@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
@@ -132,4 +133,61 @@ func FuzzReader(f *testing.F) {
 		r.Startup()
 		ParseError(data)
 	})
+}
+
+// stutter returns its data in pieces and fails once with errPause after
+// each piece: a socket whose read deadline keeps expiring.
+type stutter struct {
+	data  []byte
+	piece int
+	pause bool
+}
+
+var errPause = errors.New("pause")
+
+func (s *stutter) Read(p []byte) (int, error) {
+	if s.pause {
+		s.pause = false
+		return 0, errPause
+	}
+	if len(s.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), s.piece, len(s.data))
+	copy(p, s.data[:n])
+	s.data = s.data[n:]
+	s.pause = true
+	return n, nil
+}
+
+// TestReaderResumesAfterError: a read error in the middle of a message,
+// small or larger than the buffer, loses nothing; the next call returns
+// the same message whole.
+func TestReaderResumesAfterError(t *testing.T) {
+	var stream []byte
+	bodies := [][]byte{bytes.Repeat([]byte{'a'}, 10), bytes.Repeat([]byte{'b'}, 200), bytes.Repeat([]byte{'c'}, 3)}
+	for _, b := range bodies {
+		stream = append(stream, 'd', 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(stream[len(stream)-4:], uint32(len(b)+4))
+		stream = append(stream, b...)
+	}
+	r := NewReader(&stutter{data: stream, piece: 7}, 16, 1<<20)
+	for i, want := range bodies {
+		for tries := 0; ; tries++ {
+			typ, _, body, err := r.Next()
+			if errors.Is(err, errPause) {
+				if tries > 1000 {
+					t.Fatal("no progress")
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			if typ != 'd' || !bytes.Equal(body, want) {
+				t.Fatalf("message %d: %q %q, want %q", i, typ, body, want)
+			}
+			break
+		}
+	}
 }
