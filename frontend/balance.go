@@ -188,13 +188,13 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 		if p.Key.Role != "replica" {
 			break // the primary's turn (include_primary), or the fallback
 		}
-		s, err := observeCheckout(ctx, p)
+		s, err := observeCheckout(ctx, p, c.startup)
 		for tries := 0; err == nil && !s.Alive() && tries <= p.Config.Size; tries++ {
 			// An idle server of a replica that went away (a restart, a
 			// failover): drop it rather than fail the client's read.
 			s.Broken = true
 			p.Checkin(s)
-			s, err = observeCheckout(ctx, p)
+			s, err = observeCheckout(ctx, p, c.startup)
 		}
 		if err == nil {
 			return s, p, nil
@@ -207,13 +207,13 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 		}
 		c.log.Debug("replica checkout failed; trying the next server", "pool", p.Key.String(), "err", err)
 	}
-	s, err := observeCheckout(ctx, primary)
+	s, err := observeCheckout(ctx, primary, c.startup)
 	return s, primary, err
 }
 
-func observeCheckout(ctx context.Context, p *pool.Pool) (*pool.Server, error) {
+func observeCheckout(ctx context.Context, p *pool.Pool, st pool.Startup) (*pool.Server, error) {
 	start := time.Now()
-	s, err := p.Checkout(ctx)
+	s, err := p.CheckoutStartup(ctx, st)
 	p.Stats.WaitTime.Observe(time.Since(start))
 	return s, err
 }
@@ -221,7 +221,7 @@ func observeCheckout(ctx context.Context, p *pool.Pool) (*pool.Server, error) {
 // connectFailed reports whether a checkout error means the server could
 // not be connected to (rather than the pool being exhausted or closed).
 func connectFailed(err error) bool {
-	if errors.Is(err, pool.ErrClosed) {
+	if errors.Is(err, pool.ErrClosed) || pool.IsStartupRejected(err) {
 		return false
 	}
 	_, proxyErr := wire.AsError(err)

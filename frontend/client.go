@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,12 +81,29 @@ type client struct {
 	mode config.PoolMode
 	pool *pool.Pool
 
-	server *pool.Server
-	tx     byte // transaction status of the last ReadyForQuery sent: I, T or E
+	server  *pool.Server
+	startup pool.Startup // the startup parameters servers are opened with (see serverStartup)
+	tx      byte         // transaction status of the last ReadyForQuery sent: I, T or E
 
 	sess    session
 	stmts   map[string]*stmt // client statement name → proxy-wide statement
 	unnamed []byte           // body of the client's last unnamed Parse
+	// Session effects of the client's statements in transaction mode
+	// (see effect): unnamedEff is the unnamed statement's, portals the
+	// open portals' (the unnamed one under ""), txEff what the open
+	// transaction's executed statements may have left behind.
+	unnamedEff stmtEffect
+	portals    map[string]stmtEffect
+	txEff      effect
+	// pinned keeps the server of a transaction-mode client between
+	// transactions while its session holds objects that cannot move
+	// (temporary tables, session advisory locks, WITH HOLD cursors,
+	// LISTEN, SQL-level prepared statements); see settle.
+	pinned bool
+	// lost is set when the proxy's own statements failed on a server
+	// that carried the client's session: the client is ended after its
+	// current message.
+	lost error
 
 	out       []byte // messages waiting to be written to the server
 	q         []req  // answers expected from the server, in order
@@ -97,6 +113,7 @@ type client struct {
 	lastTag   []byte // tag of the last CommandComplete relayed
 	txErr     bool   // an error happened since the last ReadyForQuery
 	clientErr error  // the client socket failed while relaying
+	inCopy    bool   // relaying COPY FROM STDIN data (see copyIn)
 	loggingIn bool   // keep the server attached through login
 
 	// Sharded databases only (see sharded.go).
@@ -136,7 +153,10 @@ func newClient(l *Listener, conn net.Conn) *client {
 		tx:      'I',
 		stmts:   map[string]*stmt{},
 	}
-	c.pid = randUint32()
+	c.pid = randUint32() & 0x7fffffff // a positive int4, as PostgreSQL's pids
+	if c.pid == 0 {
+		c.pid = 1
+	}
 	copy(c.secret[:], randomBytes(4))
 	c.log = l.log.With("client", c.id, "addr", conn.RemoteAddr().String())
 	return c
@@ -281,66 +301,40 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 		}
 	}
 	c.sess.startup = startupSettings(s.params)
+	c.startup = pool.NewStartup(serverStartup(s.params))
 	c.infoMu.Lock()
 	c.appName = s.params["application_name"]
 	c.infoMu.Unlock()
 
-	// A client whose startup parameters need checking by a server, or the
-	// first client of a pool, attaches once: that proves the servers accept
-	// us, applies the parameters, and yields the ParameterStatus values to
-	// report. Other clients log in without waiting for a server, so that a
-	// busy pool does not block logins.
-	params := c.pool.CachedParams()
-	if params == nil || needsValidation(s.params) {
-		c.loggingIn = true
-		defer func() { c.loggingIn = false }()
-		if err := c.attach(ctx); err != nil {
-			e, _ := wire.AsError(err)
-			if e == nil {
-				return err
+	// Servers are opened with the client's startup parameters, so that
+	// PostgreSQL knows them as the session's reset values. The first
+	// client of a pool with a given parameter set attaches once: that
+	// proves the server accepts them (a bad value fails this login with
+	// the server's own error) and yields the ParameterStatus values to
+	// report. Other clients log in without waiting for a server, so that
+	// a busy pool does not block logins.
+	if params := c.pool.CachedParamsFor(c.startup); params != nil {
+		for k, v := range params {
+			if k == "application_name" {
+				v = s.params[k]
 			}
-			return &wire.Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
-		}
-		if len(c.q) > 0 {
-			if err := c.roundTrip(); err != nil {
-				return err
-			}
-		}
-		if c.sess.lastError != "" {
-			return wire.Fatalf(wire.InvalidParameterValue, "invalid startup parameter: %s", c.sess.lastError)
-		}
-		for k, v := range c.server.Params {
 			c.w.Write(wire.AppendParameterStatus(nil, k, v))
 		}
 		return nil
 	}
-	for k, v := range params {
-		switch k {
-		case "application_name":
-			v = s.params[k]
-		case "client_encoding":
-			if ce, ok := s.params[k]; ok {
-				v = strings.ToUpper(ce)
-			}
+	c.loggingIn = true
+	defer func() { c.loggingIn = false }()
+	if err := c.attach(ctx); err != nil {
+		e, _ := wire.AsError(err)
+		if e == nil {
+			return err
 		}
+		return &wire.Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+	}
+	for k, v := range c.server.Params {
 		c.w.Write(wire.AppendParameterStatus(nil, k, v))
 	}
 	return nil
-}
-
-// needsValidation reports whether startup parameters include settings that
-// only a server can validate (anything beyond application_name and a
-// UTF8 client_encoding).
-func needsValidation(params map[string]string) bool {
-	for k, v := range params {
-		switch {
-		case k == "application_name":
-		case k == "client_encoding" && (strings.EqualFold(v, "UTF8") || strings.EqualFold(v, "UTF-8")):
-		default:
-			return true
-		}
-	}
-	return false
 }
 
 // attach checks a server out for the client and queues the SETs that bring
@@ -358,13 +352,10 @@ func (c *client) attach(ctx context.Context) error {
 	c.server = s
 	c.setState(ClientActive)
 	c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
-	{
-		if sql := c.sess.diff(s.Session); sql != "" {
-			c.out = wire.AppendQuery(c.out, sql)
-			c.q = append(c.q, req{kind: reqInternal})
-			c.sess.syncTo(s.Session)
-			s.Unnamed = s.Unnamed[:0] // dropped by the simple query
-		}
+	if err := c.restore(s); err != nil {
+		s.Broken = true
+		c.detach()
+		return err
 	}
 	return nil
 }
@@ -374,6 +365,11 @@ func checkoutError(p *pool.Pool, err error) error {
 		return e
 	}
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pool.IsStartupRejected(err) {
+		// The server refused the client's own startup parameters: the
+		// client hears PostgreSQL's answer unchanged.
+		return &wire.Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+	}
 	if errors.As(err, &pe) {
 		return &wire.Error{Severity: "ERROR", Code: pe.Code,
 			Message: fmt.Sprintf("server login failed for %s: %s", p.Key, pe.Message), Detail: pe.Detail, Hint: pe.Hint}
@@ -459,6 +455,12 @@ func (c *client) loop(ctx context.Context) error {
 			c.abandon()
 			return c.clientErr
 		}
+		if c.lost != nil {
+			c.sendFatal(&wire.Error{Severity: "FATAL", Code: wire.ConnectionFailure,
+				Message: "server connection lost", Detail: c.lost.Error()})
+			c.abandon()
+			return c.lost
+		}
 	}
 }
 
@@ -501,8 +503,8 @@ func (c *client) abandon() {
 	if s == nil {
 		return
 	}
-	if c.mode == config.PoolSession {
-		c.resetSession()
+	if c.mode == config.PoolSession || c.pinned {
+		c.reset()
 		c.detach()
 		return
 	}
@@ -573,31 +575,6 @@ func (c *client) syncServer() bool {
 		return false
 	}
 	return true
-}
-
-// resetSession cleans a session-mode server with DISCARD ALL before it goes
-// back to the pool.
-func (c *client) resetSession() {
-	s := c.server
-	c.clientErr = io.EOF
-	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
-	defer s.Conn.SetDeadline(time.Time{})
-	if (len(c.q) > 0 || c.unsynced) && !c.syncServer() {
-		return
-	}
-	sql := "DISCARD ALL"
-	if c.tx != 'I' {
-		sql = "ROLLBACK; DISCARD ALL"
-	}
-	s.W.Write(wire.AppendQuery(nil, sql))
-	c.q = append(c.q[:0], req{kind: reqInternal})
-	if err := s.Flush(); err != nil || c.relay() != nil || c.txErr {
-		s.Broken = true
-		return
-	}
-	clear(s.Session)
-	clear(s.Prepared)
-	s.Unnamed = s.Unnamed[:0]
 }
 
 // nudge wakes a client blocked reading so it notices shutdown or kill.

@@ -2,10 +2,12 @@ package frontend
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
+	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -18,6 +20,27 @@ type stmt struct {
 	// the same text can then be answered without a server (see
 	// answerWithoutServer).
 	valid atomic.Bool
+
+	effOnce sync.Once
+	eff     stmtEffect // what executing it does to the session (see analyze)
+}
+
+// effect returns what executing st does to the session.
+func (st *stmt) effect() stmtEffect {
+	st.effOnce.Do(func() {
+		// parse holds 'P', length, name, NUL, then the text.
+		_, tail, _ := wire.CString(st.parse[5:])
+		text, _, _ := wire.CString(tail)
+		st.eff = analyze(text)
+	})
+	return st.eff
+}
+
+// parseText returns the statement text of a Parse body's tail (text,
+// NUL, parameter types).
+func parseText(tail []byte) []byte {
+	text, _, _ := wire.CString(tail)
+	return text
 }
 
 // stmtCache maps statement text + parameter types to proxy-wide statements.
@@ -80,9 +103,14 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		}
 		if len(name) == 0 {
 			c.unnamed = append(c.unnamed[:0], body...)
+			c.unnamedEff = analyze(parseText(tail))
 			s.Unnamed = append(s.Unnamed[:0], body...)
 			c.out = append(c.out, raw...)
 			c.q = append(c.q, req{kind: reqParse, unnamed: true})
+			return nil
+		}
+		if _, dup := c.stmts[string(name)]; dup {
+			c.failInOrder(duplicateStatement(name))
 			return nil
 		}
 		st := c.l.stmts.get(tail)
@@ -106,6 +134,7 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
 		}
 		st := c.resolve(name)
+		c.notePortal(portal, name, st)
 		if st == nil {
 			if isProxyName(name) {
 				// Never let a client reach another client's shared
@@ -138,6 +167,9 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
 		}
 		if kind != 'S' {
+			if typ == 'C' {
+				delete(c.portals, string(name))
+			}
 			c.out = append(c.out, raw...)
 			c.expect(typ)
 			return nil
@@ -174,10 +206,88 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		}
 		c.expect('D')
 		return nil
+	case 'E':
+		portal, _, ok := wire.CString(body)
+		if !ok {
+			return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
+		}
+		c.out = append(c.out, raw...)
+		if c.skipping {
+			return nil // the server discards it
+		}
+		pe := c.portals[string(portal)]
+		c.txEff |= pe.eff
+		c.q = append(c.q, req{kind: reqExecute, ops: pe.ops})
+		return nil
 	}
 	c.out = append(c.out, raw...)
 	c.expect(typ)
 	return nil
+}
+
+// notePortal records the session effect of the statement a Bind turns
+// into portal: the client's statement name (st, or its unnamed statement).
+func (c *client) notePortal(portal, name []byte, st *stmt) {
+	var se stmtEffect
+	switch {
+	case st != nil:
+		se = st.effect()
+	case len(name) == 0:
+		se = c.unnamedEff
+	}
+	if se.eff == 0 {
+		if len(c.portals) > 0 {
+			delete(c.portals, string(portal))
+		}
+		return
+	}
+	if c.portals == nil {
+		c.portals = map[string]stmtEffect{}
+	}
+	c.portals[string(portal)] = se
+}
+
+// duplicateStatement is PostgreSQL's error for a Parse that reuses the
+// name of an existing prepared statement.
+func duplicateStatement(name []byte) *wire.Error {
+	return &wire.Error{Severity: "ERROR", Code: wire.DuplicatePreparedStatement,
+		Message: fmt.Sprintf("prepared statement %q already exists", name)}
+}
+
+// failInOrder makes the server fail at this point of the batch, as if the
+// message queued now had failed with e: the server gets a Describe of a
+// statement that cannot exist, so it aborts the batch's implicit
+// transaction and skips to Sync exactly as for a real error, and the relay
+// sends the client e in place of the server's answer.
+func (c *client) failInOrder(e *wire.Error) {
+	start := len(c.out)
+	c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
+	c.out = append(c.out, unknownPrefix+"error"...)
+	c.out = append(c.out, 0)
+	c.out = wire.FinishMessage(c.out, start)
+	c.q = append(c.q, req{kind: reqDescribe, replace: e})
+}
+
+// deallocateLocally answers a simple Query that is just DEALLOCATE name
+// of a protocol-level statement the client prepared: in transaction mode
+// the server knows it by its proxy-wide name only, so the proxy forgets the
+// client's name itself, as the server would. It reports whether it
+// answered.
+func (c *client) deallocateLocally(sql []byte, se stmtEffect) (bool, error) {
+	if len(se.ops) != 1 || se.ops[0].kind != opDeallocate || c.tx == 'E' {
+		return false, nil
+	}
+	name := se.ops[0].name
+	if _, mine := c.stmts[name]; !mine {
+		return false, nil
+	}
+	if tree, err := pg_query.Parse(string(sql)); err != nil || len(tree.Stmts) != 1 {
+		return false, nil
+	}
+	delete(c.stmts, name)
+	c.w.Write(wire.AppendCommandComplete(nil, "DEALLOCATE"))
+	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	return true, c.flushClient()
 }
 
 // resolve returns the proxy-wide statement for a client statement name
@@ -237,6 +347,9 @@ func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 		name, tail, ok := wire.CString(body)
 		if !ok || len(name) == 0 {
 			return false
+		}
+		if _, dup := c.stmts[string(name)]; dup {
+			return false // the error must come in its place: see rewrite
 		}
 		st := c.l.stmts.get(tail)
 		if !st.valid.Load() {

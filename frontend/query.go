@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -39,6 +41,10 @@ type req struct {
 	// forget, unnamed says the server's unnamed statement is unknown.
 	client  string
 	unnamed bool
+	// replace is the error the client gets in place of the server's
+	// answer to a message that the proxy made fail on purpose (see
+	// failInOrder).
+	replace *wire.Error
 }
 
 // flushWriteThreshold is the batch size above which the proxy writes to the
@@ -64,11 +70,14 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		raw = wire.AppendQuery(nil, string(sql))
 	}
 	var ops []setOp
-	if c.mode == config.PoolTransaction && mayChangeSession(sql) {
-		var err error
-		ops, err = sessionOps(string(sql))
-		if err != nil {
-			c.log.Debug("could not parse session statement; forwarding", "err", err)
+	if c.mode == config.PoolTransaction {
+		se := analyze(sql)
+		ops = se.ops
+		c.txEff |= se.eff
+		if c.shards == nil {
+			if done, err := c.deallocateLocally(sql, se); done {
+				return err
+			}
 		}
 	}
 	if c.shards != nil {
@@ -212,6 +221,9 @@ func (c *client) expect(typ byte) {
 		c.q = append(c.q, req{kind: reqClose})
 	case 'S':
 		c.q = append(c.q, req{kind: reqSync})
+		// The server skips after an error only up to this Sync: what
+		// the client sends after it runs (and is answered) again.
+		c.skipping = false
 	}
 }
 
@@ -255,9 +267,29 @@ func (c *client) roundTrip() error {
 		return err
 	}
 	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.unsynced && !c.loggingIn {
-		c.detach()
+		if err := c.settle(); err != nil {
+			return c.sessionLost(err)
+		}
+		if !c.pinned {
+			c.detach()
+		}
 	}
 	return nil
+}
+
+// sessionLost ends a client whose session state could not be settled
+// after its transaction (the server failed the proxy's own statements):
+// what the proxy knows of the session is no longer true.
+func (c *client) sessionLost(err error) error {
+	c.log.Warn("session state lost", "err", err)
+	if c.server != nil {
+		c.server.Broken = true
+		c.pinned = false
+		c.detach()
+	}
+	c.sendFatal(&wire.Error{Severity: "FATAL", Code: wire.ConnectionFailure,
+		Message: "server connection lost", Detail: err.Error()})
+	return err
 }
 
 func (c *client) flushClient() error {
@@ -297,12 +329,20 @@ func (c *client) serverFailed(err error) error {
 	s := c.server
 	s.Broken = true
 	c.log.Warn("server connection failed", "server", s.Addr, "err", err)
-	inTx := c.tx != 'I'
+	// A pinned client's or a session-mode client's session objects are
+	// gone with the server: like a lost transaction, that ends the client.
+	inTx := c.sessionBound()
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.skipping = false
 	c.unsynced = false
+	c.pinned = false
 	c.detach()
+	if forwarded && inTx {
+		// The client got the server's FATAL: like PostgreSQL, close.
+		c.flushClient()
+		return err
+	}
 	e := &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure,
 		Message: "server connection lost", Detail: err.Error()}
 	if inTx {
@@ -326,6 +366,13 @@ type serverGone struct {
 	err       error
 }
 
+// sessionBound reports whether the client's session lives on its server
+// beyond the current statement: inside a transaction, in session mode, or
+// pinned by session objects.
+func (c *client) sessionBound() bool {
+	return c.tx != 'I' || c.pinned || c.mode == config.PoolSession
+}
+
 func (e *serverGone) Error() string { return e.err.Error() }
 
 type protocolError struct{ err error }
@@ -337,6 +384,11 @@ func (e *protocolError) Error() string { return e.err.Error() }
 func (c *client) relay() error {
 	s := c.server
 	for len(c.q) > 0 {
+		if c.inCopy {
+			if err := c.copyIn(); err != nil {
+				return err
+			}
+		}
 		if s.R.Buffered() == 0 && c.w.Buffered() > 0 && c.clientErr == nil {
 			// About to block on the server: let the client see what it
 			// has so far (streaming results, notices).
@@ -348,8 +400,10 @@ func (c *client) relay() error {
 		if err != nil {
 			return err
 		}
-		if n > s.R.Size()-5 {
-			// A large row or COPY chunk: stream it through.
+		if n > s.R.Size()-5 && typ != 'E' {
+			// A large row or COPY chunk: stream it through. An
+			// ErrorResponse is read whole (its fields decide what
+			// happens next), however large.
 			if c.q[0].kind == reqInternal || c.clientErr != nil {
 				err = s.R.Copy(io.Discard, n)
 			} else {
@@ -358,7 +412,7 @@ func (c *client) relay() error {
 			if err != nil {
 				return err
 			}
-			if typ == 'E' || typ == 'Z' || typ == 'G' {
+			if typ == 'Z' || typ == 'G' {
 				return &protocolError{fmt.Errorf("oversized %q message from server", typ)}
 			}
 			continue
@@ -380,8 +434,17 @@ func (c *client) relay() error {
 				k := c.q[0].kind
 				ops := c.q[0].ops
 				c.q = c.q[1:]
-				if ops != nil && !c.txErr {
-					c.sess.pending = append(c.sess.pending, ops...)
+				if ops != nil {
+					if c.txErr {
+						// Part of the batch may have run (a multi-statement
+						// Query with COMMIT inside): ask the server.
+						c.sess.resync = true
+					} else {
+						for _, op := range ops {
+							op.server = s
+							c.sess.pending = append(c.sess.pending, op)
+						}
+					}
 				}
 				if k == reqSync || k == reqQuery || k == reqInternal {
 					break
@@ -397,25 +460,40 @@ func (c *client) relay() error {
 			c.lastTag = c.lastTag[:0]
 		case 'E':
 			c.txErr = true
+			c.inCopy = false // an error ends COPY FROM STDIN
 			e := wire.ParseError(body)
 			s.NoteError(e)
 			if e.Fatal() {
 				// The server is closing this connection (shutdown,
-				// pg_terminate_backend, idle timeout...). The client's
-				// connection to the proxy lives on: it gets the error as
-				// an ERROR.
+				// pg_terminate_backend, idle timeout...). When it carried
+				// the client's session (a transaction, session mode, a
+				// pinned session) that session is gone: the client hears
+				// the FATAL exactly as from PostgreSQL and is closed too.
+				// A transaction-mode client between transactions only
+				// lost a pooled server: it gets the message as an ERROR
+				// and carries on with another server.
 				s.Broken = true
+				bound := c.sessionBound()
 				if !internal {
-					e.Severity = "ERROR"
-					c.toClient(wire.AppendError(nil, e))
+					if !bound {
+						e.Severity = "ERROR"
+						raw = wire.AppendError(nil, e)
+					}
+					c.toClient(raw)
 				}
 				return &serverGone{forwarded: !internal, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
 			}
 			if !internal {
 				c.countError(e.Code)
 			}
+			if head.replace != nil {
+				e = head.replace
+				raw = wire.AppendError(nil, e)
+			}
 			if internal {
-				c.sess.lastError = e.Message
+				// The proxy's own statements must not fail: whatever
+				// they were to undo or restore is unknown now.
+				s.Broken = true
 				c.log.Warn("internal query failed on server", "server", s.Addr, "err", e.Error())
 			} else {
 				c.toClient(raw)
@@ -463,6 +541,11 @@ func (c *client) relay() error {
 			}
 			if typ == 'C' {
 				c.lastTag = append(c.lastTag[:0], body...)
+				if bytes.Equal(body, tagRollback) && (len(c.sess.pending) > 0 || head.ops != nil) {
+					// ROLLBACK TO SAVEPOINT undoes part of the
+					// transaction's SETs: ask the server which.
+					c.sess.resync = true
+				}
 				if !internal && (bytes.Equal(body, tagDeallocateAll) || bytes.Equal(body, tagDiscardAll)) {
 					c.dropStatements()
 				}
@@ -475,9 +558,7 @@ func (c *client) relay() error {
 				return &protocolError{errors.New("unexpected COPY in an internal query")}
 			}
 			c.toClient(raw)
-			if err := c.copyIn(); err != nil {
-				return err
-			}
+			c.inCopy = true // the loop's next turn relays the data
 		case 'W':
 			return &protocolError{errors.New("COPY BOTH (replication) is not supported through the proxy")}
 		case 'S':
@@ -503,26 +584,69 @@ func (c *client) relay() error {
 }
 
 // copyIn relays the client's COPY data to the server until CopyDone or
-// CopyFail.
+// CopyFail (c.inCopy is then false), or until the server says something
+// first: an error that ends the COPY, or a notice. The server is watched
+// while the client streams, so that its error reaches the client at once,
+// as from PostgreSQL, not after the client finished sending; the relay
+// calls copyIn again after a notice. Data goes to the server whenever the
+// client has nothing more buffered.
 func (c *client) copyIn() error {
 	if err := c.flushClient(); err != nil {
+		c.inCopy = false
 		return c.failCopy("client connection lost")
 	}
 	s := c.server
+	var mu sync.Mutex // guards copying and the client's read deadline
+	copying := true
+	var spoke atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.R.PeekHeader() // an error surfaces again in the relay
+		spoke.Store(true)
+		mu.Lock()
+		if copying {
+			c.conn.SetReadDeadline(time.Now())
+		}
+		mu.Unlock()
+	}()
+	stop := func() {
+		mu.Lock()
+		copying = false
+		c.conn.SetReadDeadline(time.Time{})
+		mu.Unlock()
+		if c.inCopy || s.Broken {
+			// Ends the watcher if the server stays silent.
+			s.Conn.SetReadDeadline(time.Now())
+		}
+		<-watched
+		s.Conn.SetReadDeadline(time.Time{})
+	}
+	defer stop()
 	for {
+		if c.r.Buffered() == 0 {
+			if err := s.Flush(); err != nil {
+				c.inCopy = false
+				return err
+			}
+		}
 		typ, raw, _, err := c.r.Next()
 		if err != nil {
-			c.clientErr = err
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				c.clientErr = nil
-				c.conn.SetReadDeadline(time.Time{})
+				if spoke.Load() {
+					return nil // the relay reads what the server said
+				}
+				c.conn.SetReadDeadline(time.Time{}) // a shutdown nudge
 				continue
 			}
+			c.clientErr = err
+			c.inCopy = false
 			return c.failCopy("client connection lost during COPY")
 		}
 		if _, err := s.W.Write(raw); err != nil {
 			s.Broken = true
+			c.inCopy = false
 			return err
 		}
 		switch typ {
@@ -530,6 +654,7 @@ func (c *client) copyIn() error {
 		default:
 			// CopyDone, CopyFail, or a message that makes the server
 			// abort the COPY.
+			c.inCopy = false
 			return s.Flush()
 		}
 	}
@@ -560,6 +685,7 @@ func (c *client) notParsed(r *req) {
 }
 
 var (
+	tagRollback      = []byte("ROLLBACK\x00")
 	tagDeallocateAll = []byte("DEALLOCATE ALL\x00")
 	tagDiscardAll    = []byte("DISCARD ALL\x00")
 )
@@ -587,7 +713,7 @@ func (c *client) onReady(status byte, internal bool) {
 	if len(c.sess.pending) == 0 {
 		return
 	}
-	rolledBack := c.txErr || bytes.Equal(c.lastTag, []byte("ROLLBACK"))
+	rolledBack := c.txErr || bytes.Equal(c.lastTag, tagRollback)
 	if !rolledBack {
 		c.applyOps(c.sess.pending)
 	}

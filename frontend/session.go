@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"github.com/shardgate/shardgate/pool"
 )
 
 // opKind is a change to session settings.
@@ -18,6 +19,7 @@ const (
 	opDiscardAll               // DISCARD ALL: settings and prepared statements
 	opDeallocAll               // DEALLOCATE ALL: prepared statements
 	opHint                     // SET [LOCAL] shardgate.shard / shardgate.sharding_key: routing, never sent
+	opDeallocate               // DEALLOCATE name: one prepared statement (name)
 )
 
 // setOp is one tracked change, applied when its transaction commits.
@@ -26,37 +28,75 @@ type setOp struct {
 	kind  opKind
 	name  string // lower-cased setting name
 	stmt  string // the SET statement that reproduces the value
+	// server is the server that ran the statement, once it did: the one
+	// whose record of its settings the op changes (nil: the client's
+	// current server).
+	server *pool.Server
 }
 
 // session is a client's view of its session settings.
+//
+// A client's startup parameters are the server's startup parameters: the
+// pool opens servers with them (see startupKey), so PostgreSQL itself knows
+// them as reset values. Only application_name is replayed with SET, so that
+// clients that differ only in their application name share servers.
 type session struct {
-	startup   map[string]string // from the startup packet: name → SET statement
-	sets      map[string]string // from SET statements: name → SET statement
-	pending   []setOp           // changes of the open transaction
-	lastError string            // why the last internal SET failed
+	startup map[string]string // startup parameters replayed with SET: name → SET statement
+	sets    map[string]string // from SET statements: name → statement that reproduces the value
+	pending []setOp           // changes of the open transaction
+	// resync says the open transaction changed settings in a way the
+	// proxy does not follow statement by statement (set_config, ROLLBACK
+	// TO SAVEPOINT after a SET, an unparsable statement): when it ends,
+	// the settings are read back from the server (see readBack).
+	resync bool
 }
 
-// untracked are startup parameters the proxy must not replay with SET.
-var untracked = map[string]bool{
-	"user": true, "database": true, "replication": true, "options": true,
-	"is_superuser": true, "server_version": true, "server_encoding": true,
-	"integer_datetimes": true, "session_authorization": true, "in_hot_standby": true,
-}
+// Identity settings: SET ROLE and SET SESSION AUTHORIZATION. RESET ALL
+// leaves them alone; SET SESSION AUTHORIZATION (and DISCARD ALL) also
+// resets the role. They are replayed after every other setting, so that a
+// superuser-only SET runs before a SET ROLE to a less privileged role.
+const (
+	settingRole     = "role"
+	settingSessAuth = "session_authorization"
+)
 
-// startupSettings turns startup parameters into SET statements.
+func isIdentity(name string) bool { return name == settingRole || name == settingSessAuth }
+
+// replayedStartup are the startup parameters that are not part of a
+// server's startup packet but replayed with SET.
+var replayedStartup = map[string]bool{"application_name": true}
+
+// notForServer are startup parameters that never reach a server's
+// startup packet: the proxy's own (user, database), replication (refused
+// at login) and those replayed with SET.
+var notForServer = map[string]bool{"user": true, "database": true, "replication": true, "options": true}
+
+// startupSettings turns the startup parameters that are replayed with SET
+// into SET statements.
 func startupSettings(params map[string]string) map[string]string {
+	m := make(map[string]string, 1)
+	for k, v := range params {
+		if replayedStartup[k] {
+			m[k] = "SET " + quoteIdent(k) + " TO " + quoteLiteral(v)
+		}
+	}
+	return m
+}
+
+// serverStartup returns the startup parameters a server must be opened
+// with for a client that sent params.
+func serverStartup(params map[string]string) map[string]string {
 	m := make(map[string]string, len(params))
 	for k, v := range params {
-		if untracked[k] {
-			continue
+		if !notForServer[k] && !replayedStartup[k] {
+			m[k] = v
 		}
-		m[k] = "SET " + quoteIdent(k) + " TO " + quoteLiteral(v)
 	}
 	return m
 }
 
 // want returns the SET statement the client expects for name ("" means
-// the server default).
+// the server's reset value).
 func (s *session) want(name string) string {
 	if v, ok := s.sets[name]; ok {
 		return v
@@ -65,26 +105,47 @@ func (s *session) want(name string) string {
 }
 
 // diff returns the SQL that changes a server's settings (have) into the
-// client's, or "" when they agree.
+// client's, or "" when they agree. Statements come in a fixed order: a
+// role or session authorization the server carries is undone first (SET
+// SESSION AUTHORIZATION DEFAULT resets both), then every other setting is
+// set or reset, then the client's session authorization and role are set.
 func (s *session) diff(have map[string]string) string {
+	var others []string
+	for _, name := range sortedKeys(s.startup) {
+		if _, over := s.sets[name]; !over && have[name] != s.startup[name] {
+			others = append(others, s.startup[name])
+		}
+	}
+	for _, name := range sortedKeys(s.sets) {
+		if !isIdentity(name) && have[name] != s.sets[name] {
+			others = append(others, s.sets[name])
+		}
+	}
+	for _, name := range sortedKeys(have) {
+		if !isIdentity(name) && s.want(name) == "" {
+			others = append(others, "RESET "+quoteIdent(name))
+		}
+	}
+	haveID := have[settingSessAuth] != "" || have[settingRole] != ""
+	idDiffers := have[settingSessAuth] != s.want(settingSessAuth) || have[settingRole] != s.want(settingRole)
+	if len(others) == 0 && !idDiffers {
+		return ""
+	}
 	var b strings.Builder
-	add := func(stmt string) {
+	resetID := haveID && (idDiffers || len(others) > 0)
+	if resetID {
+		b.WriteString("SET SESSION AUTHORIZATION DEFAULT; ")
+	}
+	for _, stmt := range others {
 		b.WriteString(stmt)
 		b.WriteString("; ")
 	}
-	for name, stmt := range s.startup {
-		if _, over := s.sets[name]; !over && have[name] != stmt {
-			add(stmt)
-		}
-	}
-	for name, stmt := range s.sets {
-		if have[name] != stmt {
-			add(stmt)
-		}
-	}
-	for name := range have {
-		if s.want(name) == "" {
-			add("RESET " + quoteIdent(name))
+	if resetID || idDiffers {
+		for _, name := range []string{settingSessAuth, settingRole} {
+			if v := s.want(name); v != "" {
+				b.WriteString(v)
+				b.WriteString("; ")
+			}
 		}
 	}
 	return b.String()
@@ -101,31 +162,46 @@ func (s *session) syncTo(have map[string]string) {
 	}
 }
 
+// apply changes settings (a client's or a server's record) by op, with
+// PostgreSQL's rules for the identity settings.
+func apply(m map[string]string, op setOp) {
+	switch op.kind {
+	case opSet:
+		m[op.name] = op.stmt
+		if op.name == settingSessAuth {
+			delete(m, settingRole)
+		}
+	case opReset:
+		delete(m, op.name)
+		if op.name == settingSessAuth {
+			delete(m, settingRole)
+		}
+	case opResetAll:
+		for name := range m {
+			if !isIdentity(name) {
+				delete(m, name)
+			}
+		}
+	case opDiscardAll:
+		clear(m)
+	}
+}
+
 // applyOps commits tracked changes to the client's settings and the
 // attached server's record of its own settings.
 func (c *client) applyOps(ops []setOp) {
-	s := c.server
 	for _, op := range ops {
+		if c.sess.sets == nil {
+			c.sess.sets = map[string]string{}
+		}
+		apply(c.sess.sets, op)
+		if s := op.server; s != nil {
+			apply(s.Session, op)
+		} else if c.server != nil {
+			apply(c.server.Session, op)
+		}
 		switch op.kind {
-		case opSet:
-			if c.sess.sets == nil {
-				c.sess.sets = map[string]string{}
-			}
-			c.sess.sets[op.name] = op.stmt
-			s.Session[op.name] = op.stmt
-		case opReset:
-			delete(c.sess.sets, op.name)
-			delete(s.Session, op.name)
-		case opResetAll:
-			clear(c.sess.sets)
-			clear(s.Session)
-		case opDiscardAll:
-			clear(c.sess.sets)
-			clear(s.Session)
-			if c.shards != nil {
-				c.dropStatements()
-			}
-		case opDeallocAll:
+		case opDiscardAll, opDeallocAll:
 			// Statements are not transactional: for clients of
 			// unsharded databases dropStatements ran when the command
 			// completed, and a statement prepared since must survive.
@@ -133,16 +209,87 @@ func (c *client) applyOps(ops []setOp) {
 				c.dropStatements()
 			}
 		}
-		if op.name == "application_name" || op.kind != opSet && op.kind != opReset {
-			c.infoMu.Lock()
-			c.appName = strings.Trim(strings.TrimPrefix(c.sess.want("application_name"), "SET application_name TO "), "'")
-			c.infoMu.Unlock()
+		if op.name == "application_name" || op.kind == opResetAll || op.kind == opDiscardAll {
+			c.noteAppName()
 		}
 	}
 }
 
-// sessionKeywords start statements that change session state.
+// noteAppName records the client's application_name for SHOW CLIENTS.
+func (c *client) noteAppName() {
+	c.infoMu.Lock()
+	c.appName = strings.Trim(strings.TrimPrefix(c.sess.want("application_name"), "SET application_name TO "), "'")
+	c.infoMu.Unlock()
+}
+
+// sessionKeywords start statements that change session settings.
 var sessionKeywords = []string{"set", "reset", "discard", "deallocate"}
+
+// effect is what a statement may do to the session beyond its own
+// transaction, as far as a cheap scan of its words tells (literals and
+// comments included: a false alarm costs only a parse or a probe).
+type effect uint8
+
+const (
+	// effSettings: a statement starts with SET, RESET, DISCARD or
+	// DEALLOCATE; sessionOps tells what it changes.
+	effSettings effect = 1 << iota
+	// effResync: set_config() changes settings the proxy does not parse;
+	// they are read back when the transaction ends.
+	effResync
+	// effObjects: temporary objects, session advisory locks, WITH HOLD
+	// cursors, LISTEN or SQL-level PREPARE may outlive the transaction;
+	// the server is probed when it ends and the client keeps it (pinned)
+	// while any of them exists.
+	effObjects
+)
+
+// scanEffects tells which effects sql may have.
+func scanEffects(sql []byte) effect {
+	var eff effect
+	if mayChangeSession(sql) {
+		eff |= effSettings
+	}
+	var tok [24]byte
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		if !isIdentByte(c) {
+			i++
+			continue
+		}
+		j, n := i, 0
+		for j < len(sql) && isIdentByte(sql[j]) {
+			if n < len(tok) {
+				tok[n] = sql[j] | 0x20
+			}
+			n++
+			j++
+		}
+		if n <= len(tok) {
+			eff |= wordEffect(string(tok[:n]))
+		}
+		i = j
+	}
+	return eff
+}
+
+func isIdentByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c >= 0x80
+}
+
+// wordEffect is the effect one lower-cased word hints at.
+func wordEffect(w string) effect {
+	switch w {
+	case "set_config":
+		return effResync
+	case "temp", "temporary", "pg_temp", "hold", "listen", "prepare":
+		return effObjects
+	}
+	if strings.HasPrefix(w, "pg_advisory") || strings.HasPrefix(w, "pg_try_advisory") {
+		return effObjects
+	}
+	return 0
+}
 
 // mayChangeSession is a cheap pre-check: does any statement in sql start
 // with SET, RESET, DISCARD or DEALLOCATE? Only then is sql parsed. A
@@ -224,6 +371,30 @@ func skipSpaceAndComments(b []byte, i int) int {
 	return i
 }
 
+// stmtEffect is what executing one statement does to the session.
+type stmtEffect struct {
+	eff effect
+	ops []setOp
+}
+
+// analyze returns the session effect of the statement text sql. A text
+// the parser rejects but that may change settings is read back after its
+// transaction (effResync).
+func analyze(sql []byte) stmtEffect {
+	eff := scanEffects(sql)
+	if eff == 0 {
+		return stmtEffect{}
+	}
+	var ops []setOp
+	if eff&effSettings != 0 {
+		var err error
+		if ops, err = sessionOps(string(sql)); err != nil {
+			eff |= effResync
+		}
+	}
+	return stmtEffect{eff: eff, ops: ops}
+}
+
 // sessionOps parses sql and returns the session changes its statements
 // make. SET LOCAL and SET TRANSACTION last for one transaction and are not
 // tracked.
@@ -280,6 +451,8 @@ func sessionOps(sql string) ([]setOp, error) {
 		case *pg_query.Node_DeallocateStmt:
 			if n.DeallocateStmt.Isall {
 				ops = append(ops, setOp{kind: opDeallocAll})
+			} else {
+				ops = append(ops, setOp{kind: opDeallocate, name: n.DeallocateStmt.Name})
 			}
 		}
 	}

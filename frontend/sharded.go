@@ -315,9 +315,57 @@ func (c *client) shardedError(err error) error {
 
 // releaseIfIdle returns servers when no transaction holds them.
 func (c *client) releaseIfIdle() {
-	if !c.stx.open && c.mode != config.PoolSession {
+	if c.stx.open || c.mode == config.PoolSession {
+		return
+	}
+	if err := c.settleShards(); err != nil {
+		c.log.Warn("session state lost", "err", err)
+		c.lost = err
+	}
+	if !c.pinned {
 		c.detachShards()
 	}
+}
+
+// settleShards is settle for a sharded session: settings are read back
+// from every shard's server where the transaction's statements call for
+// it, and the client keeps all its servers while any of them holds
+// session objects.
+func (c *client) settleShards() error {
+	eff := c.txEff
+	c.txEff = 0
+	resync := c.sess.resync || eff&effResync != 0
+	c.sess.resync = false
+	probe := c.pinned || eff&effObjects != 0
+	if !resync && !probe {
+		return nil
+	}
+	saved := c.server
+	defer func() { c.server = saved }()
+	pinned := false
+	for i := range c.shards {
+		s := c.shards[i].server
+		if s == nil {
+			continue
+		}
+		c.server = s
+		if resync {
+			if err := c.readBack(s); err != nil {
+				return err
+			}
+		}
+		if probe {
+			held, err := c.probe(s)
+			if err != nil {
+				return err
+			}
+			pinned = pinned || held
+		}
+	}
+	if probe {
+		c.pinned = pinned
+	}
+	return nil
 }
 
 // endSession settles tracked SETs at the end of the client's transaction:
@@ -325,7 +373,8 @@ func (c *client) releaseIfIdle() {
 func (c *client) endSession(commit bool) {
 	c.hints.localShard, c.hints.localKey = nil, nil
 	if commit && len(c.sess.pending) > 0 {
-		c.applyOpsAll(c.sess.pending)
+		// Each op changes the record of the server that ran it only.
+		c.applyOps(c.sess.pending)
 	}
 	c.sess.pending = c.sess.pending[:0]
 }

@@ -3,7 +3,9 @@ package frontend
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -22,6 +24,15 @@ type sStmt struct {
 	sql   string
 	st    *stmt // proxy-wide statement (name and Parse message)
 	query []byte
+
+	effOnce sync.Once
+	eff     stmtEffect
+}
+
+// effect returns what executing the statement does to the session.
+func (st *sStmt) effect() stmtEffect {
+	st.effOnce.Do(func() { st.eff = analyze([]byte(st.sql)) })
+	return st.eff
 }
 
 // sPortal is a bound statement.
@@ -407,6 +418,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		break
 	}
 	c.routeCounts().count(len(plan.shards), len(c.shards))
+	if c.mode == config.PoolTransaction {
+		c.txEff |= p.stmt.effect().eff
+	}
 	if len(plan.shards) > 1 && maxRows > 0 {
 		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
 	}
@@ -436,8 +450,15 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 				c.toClient(raw)
 			}
 		})
-		if err == nil && len(plan.ops) > 0 && !c.stx.open {
-			c.applyOps(plan.ops)
+		if err == nil && len(plan.ops) > 0 {
+			if c.stx.open {
+				for _, op := range plan.ops {
+					op.server = c.server
+					c.sess.pending = append(c.sess.pending, op)
+				}
+			} else {
+				c.applyOps(plan.ops)
+			}
 		}
 		return err
 	}
@@ -679,6 +700,9 @@ func (c *client) planPortal(p *sPortal) error {
 	plan, err := c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
 	if err != nil {
 		return err
+	}
+	if c.mode == config.PoolTransaction {
+		plan.ops = p.stmt.effect().ops
 	}
 	p.plan = plan
 	return nil

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"fmt"
+	"github.com/shardgate/shardgate/config"
 	"path/filepath"
 	"strings"
 
@@ -39,6 +40,17 @@ func (c *client) abandonShards() {
 	}
 	c.server = nil
 	c.rollbackShards()
+	if c.mode == config.PoolSession || c.pinned {
+		// The servers carry the client's session: clean each before
+		// it goes back to the pool.
+		for i := range c.shards {
+			if s := c.shards[i].server; s != nil && !s.Broken {
+				c.server, c.tx, c.q, c.unsynced = s, 'I', c.q[:0], false
+				c.reset()
+			}
+		}
+		c.server = nil
+	}
 	c.detachShards()
 	if c.pool != nil {
 		c.detach()

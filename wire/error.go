@@ -8,26 +8,27 @@ import (
 // SQLSTATE codes the proxy itself answers with. Codes are PostgreSQL's own
 // (Appendix A of the manual); the proxy's reason goes into Detail or Hint.
 const (
-	ProtocolViolation     = "08P01"
-	ConnectionFailure     = "08006"
-	ConnectionException   = "08000"
-	InvalidPassword       = "28P01"
-	InvalidAuthSpec       = "28000"
-	InvalidCatalogName    = "3D000" // unknown database
-	TooManyConnections    = "53300"
-	AdminShutdown         = "57P01"
-	QueryCanceled         = "57014"
-	FeatureNotSupported   = "0A000"
-	SyntaxError           = "42601"
-	InsufficientPrivilege = "42501"
-	InternalError         = "XX000"
-	InvalidParameterValue = "22023"
-	ObjectInUse           = "55006"
-	CannotConnectNow      = "57P03"
-	UndefinedObject       = "42704" // unknown setting, client or other named object
-	ConfigFileError       = "F0000" // the configuration file is invalid (RELOAD)
-	InvalidStatementName  = "26000" // unknown prepared statement
-	InvalidCursorName     = "34000" // unknown portal
+	ProtocolViolation          = "08P01"
+	ConnectionFailure          = "08006"
+	ConnectionException        = "08000"
+	InvalidPassword            = "28P01"
+	InvalidAuthSpec            = "28000"
+	InvalidCatalogName         = "3D000" // unknown database
+	TooManyConnections         = "53300"
+	AdminShutdown              = "57P01"
+	QueryCanceled              = "57014"
+	FeatureNotSupported        = "0A000"
+	SyntaxError                = "42601"
+	InsufficientPrivilege      = "42501"
+	InternalError              = "XX000"
+	InvalidParameterValue      = "22023"
+	ObjectInUse                = "55006"
+	CannotConnectNow           = "57P03"
+	UndefinedObject            = "42704" // unknown setting, client or other named object
+	ConfigFileError            = "F0000" // the configuration file is invalid (RELOAD)
+	InvalidStatementName       = "26000" // unknown prepared statement
+	DuplicatePreparedStatement = "42P05"
+	InvalidCursorName          = "34000" // unknown portal
 )
 
 // Error is an ErrorResponse the proxy sends to a client. It implements

@@ -1,0 +1,248 @@
+package frontend
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// This file keeps the isolation invariant of transaction pooling: what the
+// proxy believes about a server's session (pool.Server.Session, Prepared)
+// equals the server's real state whenever the server changes hands, and
+// nothing a client left behind reaches the next client.
+//
+//   - restore brings a server's settings to the client's before the
+//     client's first message goes out, in a round trip of its own: a SET
+//     that fails never leaves the client running with another client's
+//     settings.
+//   - settle runs when a transaction ends: settings changed in ways the
+//     proxy does not follow are read back (readBack), and a server whose
+//     session holds objects that cannot move is kept by the client
+//     (probe, pinned).
+//   - reset cleans a server that a session-mode or pinned client leaves:
+//     ROLLBACK if needed, then DISCARD ALL; any failure closes the server.
+//
+// Internal statements fail only when something is badly wrong; every
+// failure marks the server broken, so that it is closed at checkin.
+
+// internalTimeout bounds one internal round trip.
+const internalTimeout = 10 * time.Second
+
+// serverQuery runs sql as a simple Query on s and returns its rows (text
+// format) and the first error the server reported. A server that fails,
+// reports an error or does not end idle is marked broken.
+func serverQuery(s *pool.Server, sql string) ([][][]byte, *wire.Error, error) {
+	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
+	defer s.Conn.SetDeadline(time.Time{})
+	s.W.Write(wire.AppendQuery(nil, sql))
+	if err := s.Flush(); err != nil {
+		return nil, nil, err
+	}
+	s.Unnamed = s.Unnamed[:0] // a simple Query drops the unnamed statement
+	var rows [][][]byte
+	var serr *wire.Error
+	for {
+		typ, _, body, err := s.R.Next()
+		if err != nil {
+			s.Broken = true
+			return nil, nil, fmt.Errorf("server %s: %w", s.Addr, err)
+		}
+		switch typ {
+		case 'D':
+			cols, err := executor.SplitRow(body, nil)
+			if err != nil {
+				s.Broken = true
+				return nil, nil, fmt.Errorf("server %s: %w", s.Addr, err)
+			}
+			row := make([][]byte, len(cols))
+			for i, col := range cols {
+				if col != nil {
+					row[i] = append([]byte{}, col...)
+				}
+			}
+			rows = append(rows, row)
+		case 'E':
+			e := wire.ParseError(body)
+			s.NoteError(e)
+			if serr == nil {
+				serr = e
+			}
+			s.Broken = true
+		case 'S':
+			name, rest, _ := wire.CString(body)
+			val, _, _ := wire.CString(rest)
+			s.Params[string(name)] = string(val)
+		case 'Z':
+			if len(body) != 1 || body[0] != 'I' {
+				s.Broken = true
+			}
+			return rows, serr, nil
+		}
+	}
+}
+
+// restore brings s's settings to the client's. On failure the server is
+// broken and the error is the client's answer.
+func (c *client) restore(s *pool.Server) error {
+	sql := c.sess.diff(s.Session)
+	if sql == "" {
+		return nil
+	}
+	_, e, err := serverQuery(s, sql)
+	if err != nil {
+		return err
+	}
+	if e != nil {
+		c.log.Warn("restoring the session's settings on a server failed", "server", s.Addr, "err", e.Error())
+		return &wire.Error{Severity: "ERROR", Code: e.Code, Message: e.Message,
+			Detail: "shardgate could not restore this session's settings on a pooled server connection",
+			Hint:   e.Hint}
+	}
+	c.sess.syncTo(s.Session)
+	return nil
+}
+
+// settle runs when a transaction-mode client's transaction has ended on
+// its one server (ReadyForQuery 'I', nothing queued): it reads settings
+// back and probes for session objects where the transaction's statements
+// call for it. It returns an error when the server failed; the client's
+// session state is then lost.
+func (c *client) settle() error {
+	eff := c.txEff
+	c.txEff = 0
+	clear(c.portals)
+	if c.sess.resync || eff&effResync != 0 {
+		c.sess.resync = false
+		if err := c.readBack(c.server); err != nil {
+			return err
+		}
+	}
+	if c.pinned || eff&effObjects != 0 {
+		held, err := c.probe(c.server)
+		if err != nil {
+			return err
+		}
+		c.pinned = held
+	}
+	return nil
+}
+
+// readBackSQL lists the settings the session changed: every setting whose
+// value comes from the session, plus the role and the session
+// authorization, which pg_settings does not show.
+const readBackSQL = `SELECT pg_catalog.lower(name), pg_catalog.current_setting(name) FROM pg_catalog.pg_settings WHERE source = 'session'` +
+	` UNION ALL SELECT 'role', pg_catalog.current_setting('role')` +
+	` UNION ALL SELECT 'session_authorization', pg_catalog.session_user()::text`
+
+// readBack replaces the client's settings and s's record of them by what
+// the server reports.
+func (c *client) readBack(s *pool.Server) error {
+	rows, e, err := serverQuery(s, readBackSQL)
+	if err == nil && e != nil {
+		err = e
+	}
+	if err != nil {
+		return fmt.Errorf("reading the session's settings back: %w", err)
+	}
+	login := ""
+	if p := s.Pool(); p != nil {
+		login = p.Target.User
+	}
+	sets := map[string]string{}
+	for _, row := range rows {
+		if len(row) != 2 || row[0] == nil || row[1] == nil {
+			continue
+		}
+		name, val := string(row[0]), string(row[1])
+		switch {
+		case name == settingRole && val == "none":
+			continue
+		case name == settingSessAuth && val == login:
+			continue
+		case replayedStartup[name] && c.sess.startup[name] != "" && val == startupValue(c.sess.startup[name]):
+			continue // the startup value, replayed
+		}
+		sets[name] = "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(val) + ", false)"
+	}
+	c.sess.sets = sets
+	c.sess.syncTo(s.Session)
+	c.noteAppName()
+	return nil
+}
+
+// startupValue returns the value of a replayed startup parameter from its
+// SET statement (see startupSettings).
+func startupValue(stmt string) string {
+	_, v, _ := strings.Cut(stmt, " TO ")
+	if strings.HasPrefix(v, "E'") {
+		v = strings.ReplaceAll(v[1:], `\\`, `\`)
+	}
+	return strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(v, "'"), "'"), "''", "'")
+}
+
+// probeSQL asks whether the session holds objects that cannot move to
+// another server: temporary relations or functions, session advisory
+// locks, WITH HOLD cursors, LISTEN registrations, SQL-level prepared
+// statements.
+const probeSQL = `SELECT (pg_catalog.pg_my_temp_schema() <> 0 AND (` +
+	`EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()))) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)`
+
+// probe reports whether s's session holds objects that pin it to its
+// client.
+func (c *client) probe(s *pool.Server) (bool, error) {
+	rows, e, err := serverQuery(s, probeSQL)
+	if err == nil && e != nil {
+		err = e
+	}
+	if err != nil {
+		return false, fmt.Errorf("probing the session for temporary objects, locks, cursors and LISTEN: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		s.Broken = true
+		return false, errors.New("probing the session: unexpected answer")
+	}
+	return string(rows[0][0]) == "t", nil
+}
+
+// reset cleans the server of a client that leaves while holding it for
+// its session (session mode, or pinned in transaction mode): an unfinished
+// batch is closed, an open transaction rolled back, then DISCARD ALL drops
+// settings, role, temporary objects, locks, cursors, LISTENs and prepared
+// statements. Each step is its own round trip (DISCARD ALL cannot run in a
+// transaction block, and a multi-statement Query is one); any failure marks
+// the server broken.
+func (c *client) reset() {
+	s := c.server
+	c.clientErr = io.EOF // nothing more reaches the client
+	if (len(c.q) > 0 || c.unsynced) && !c.syncServer() {
+		return
+	}
+	if s.Broken {
+		return
+	}
+	if c.tx != 'I' {
+		if _, e, err := serverQuery(s, "ROLLBACK"); err != nil || e != nil {
+			s.Broken = true
+			return
+		}
+	}
+	if _, e, err := serverQuery(s, "DISCARD ALL"); err != nil || e != nil {
+		s.Broken = true
+		return
+	}
+	clear(s.Session)
+	clear(s.Prepared)
+	s.Unnamed = s.Unnamed[:0]
+	c.pinned = false
+}
