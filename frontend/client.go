@@ -85,9 +85,12 @@ type client struct {
 	startup pool.Startup // the startup parameters servers are opened with (see serverStartup)
 	tx      byte         // transaction status of the last ReadyForQuery sent: I, T or E
 
-	sess    session
-	stmts   map[string]*stmt // client statement name → proxy-wide statement
-	unnamed []byte           // body of the client's last unnamed Parse
+	sess  session
+	stmts map[string]*stmt // client statement name → proxy-wide statement
+	// sqlStmts maps the client's SQL-level prepared statements (PREPARE)
+	// to proxy-wide ones in transaction mode (sqlprepare.go).
+	sqlStmts map[string]*sqlStmt
+	unnamed  []byte // body of the client's last unnamed Parse
 	// Session effects of the client's statements in transaction mode
 	// (see effect): unnamedEff is the unnamed statement's, portals the
 	// open portals' (the unnamed one under ""), txEff what the open
@@ -114,6 +117,7 @@ type client struct {
 	txErr     bool   // an error happened since the last ReadyForQuery
 	clientErr error  // the client socket failed while relaying
 	inCopy    bool   // relaying COPY FROM STDIN data (see copyIn)
+	answers   int    // messages the server sent in this round trip (see roundTrip's retry)
 	loggingIn bool   // keep the server attached through login
 
 	// Sharded databases only (see sharded.go).
@@ -144,14 +148,15 @@ type client struct {
 
 func newClient(l *Listener, conn net.Conn) *client {
 	c := &client{
-		l:       l,
-		conn:    conn,
-		r:       wire.NewReader(conn, 16<<10, 1<<30),
-		w:       bufio.NewWriterSize(conn, 32<<10),
-		id:      l.nextID.Add(1),
-		started: time.Now(),
-		tx:      'I',
-		stmts:   map[string]*stmt{},
+		l:        l,
+		conn:     conn,
+		r:        wire.NewReader(conn, 16<<10, 1<<30),
+		w:        bufio.NewWriterSize(conn, 32<<10),
+		id:       l.nextID.Add(1),
+		started:  time.Now(),
+		tx:       'I',
+		stmts:    map[string]*stmt{},
+		sqlStmts: map[string]*sqlStmt{},
 	}
 	c.pid = randUint32() & 0x7fffffff // a positive int4, as PostgreSQL's pids
 	if c.pid == 0 {
@@ -300,7 +305,6 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 			return err
 		}
 	}
-	c.sess.startup = startupSettings(s.params)
 	c.startup = pool.NewStartup(serverStartup(s.params))
 	c.infoMu.Lock()
 	c.appName = s.params["application_name"]
@@ -315,9 +319,6 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	// a busy pool does not block logins.
 	if params := c.pool.CachedParamsFor(c.startup); params != nil {
 		for k, v := range params {
-			if k == "application_name" {
-				v = s.params[k]
-			}
 			c.w.Write(wire.AppendParameterStatus(nil, k, v))
 		}
 		return nil

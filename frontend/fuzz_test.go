@@ -57,7 +57,6 @@ func runLoop(t testing.TB, input []byte) loopRun {
 	var out bytes.Buffer
 	c := newClient(l, &fakeConn{r: bytes.NewReader(input), w: &out})
 	c.st, c.user, c.db, c.mode, c.pool = st, u, db, db.Pool.Mode, p
-	c.sess.startup = map[string]string{}
 	err = c.loop(context.Background())
 	return loopRun{out: out.Bytes(), fake: fake, server: srv, client: c, err: err}
 }

@@ -52,6 +52,7 @@ type Listener struct {
 	log       *slog.Logger
 	state     atomic.Pointer[State]
 	stmts     *stmtCache
+	sqlStmts  *sqlStmtCache
 	verifiers verifiers
 	Admin     AdminHandler
 	ctl       control // pause, maintenance and reload (gate.go, admin_api.go)
@@ -81,7 +82,7 @@ type Listener struct {
 
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
-	l := &Listener{log: log, stmts: newStmtCache(), clients: map[uint32]*client{},
+	l := &Listener{log: log, stmts: newStmtCache(), sqlStmts: newSQLStmtCache(), clients: map[uint32]*client{},
 		txPrefix: fmt.Sprintf("%08x", randUint32()), ids: executor.NewIDGenerator(st.Config.NodeID)}
 	l.state.Store(st)
 	return l

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -45,12 +44,13 @@ func parseText(tail []byte) []byte {
 
 // stmtCache maps statement text + parameter types to proxy-wide statements.
 type stmtCache struct {
-	mu   sync.Mutex // guards the following
-	m    map[string]*stmt
-	next uint64
+	mu     sync.Mutex // guards the following
+	m      map[string]*stmt
+	byname map[string]*stmt
+	next   uint64
 }
 
-func newStmtCache() *stmtCache { return &stmtCache{m: map[string]*stmt{}} }
+func newStmtCache() *stmtCache { return &stmtCache{m: map[string]*stmt{}, byname: map[string]*stmt{}} }
 
 // get returns the statement for the tail of a Parse body (text, NUL,
 // parameter count and types), creating it on first use.
@@ -68,7 +68,15 @@ func (sc *stmtCache) get(tail []byte) *stmt {
 	msg = append(msg, tail...)
 	st := &stmt{name: name, parse: wire.FinishMessage(msg, 0)}
 	sc.m[string(tail)] = st
+	sc.byname[name] = st
 	return st
+}
+
+// byName returns the statement with proxy-wide name, or nil.
+func (sc *stmtCache) byName(name string) *stmt {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.byname[name]
 }
 
 // Len returns the number of cached statements.
@@ -101,9 +109,15 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		if c.skipping {
 			return nil // the server would discard it: the statement is not created
 		}
+		if nt := c.rewriteSQLText(parseText(tail)); nt != nil {
+			tail = append(nt, tail[len(parseText(tail)):]...)
+			body = append(append(append([]byte{}, name...), 0), tail...)
+			raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
+		}
 		if len(name) == 0 {
 			c.unnamed = append(c.unnamed[:0], body...)
 			c.unnamedEff = analyze(parseText(tail))
+			c.injectNeeds(c.unnamedEff.needs)
 			s.Unnamed = append(s.Unnamed[:0], body...)
 			c.out = append(c.out, raw...)
 			c.q = append(c.q, req{kind: reqParse, unnamed: true})
@@ -121,6 +135,7 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 			c.q = append(c.q, req{kind: reqParse, client: string(name)})
 			return nil
 		}
+		c.injectNeeds(st.effect().needs)
 		c.out = append(c.out, st.parse...)
 		c.q = append(c.q, req{kind: reqParse, confirm: st, client: string(name)})
 		return nil
@@ -268,28 +283,6 @@ func (c *client) failInOrder(e *wire.Error) {
 	c.q = append(c.q, req{kind: reqDescribe, replace: e})
 }
 
-// deallocateLocally answers a simple Query that is just DEALLOCATE name
-// of a protocol-level statement the client prepared: in transaction mode
-// the server knows it by its proxy-wide name only, so the proxy forgets the
-// client's name itself, as the server would. It reports whether it
-// answered.
-func (c *client) deallocateLocally(sql []byte, se stmtEffect) (bool, error) {
-	if len(se.ops) != 1 || se.ops[0].kind != opDeallocate || c.tx == 'E' {
-		return false, nil
-	}
-	name := se.ops[0].name
-	if _, mine := c.stmts[name]; !mine {
-		return false, nil
-	}
-	if tree, err := pg_query.Parse(string(sql)); err != nil || len(tree.Stmts) != 1 {
-		return false, nil
-	}
-	delete(c.stmts, name)
-	c.w.Write(wire.AppendCommandComplete(nil, "DEALLOCATE"))
-	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
-	return true, c.flushClient()
-}
-
 // resolve returns the proxy-wide statement for a client statement name
 // (nil for the unnamed statement or an unknown name), first queuing a Parse
 // if the server lacks the statement.
@@ -298,6 +291,7 @@ func (c *client) resolve(name []byte) *stmt {
 	if len(name) == 0 {
 		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.skipping {
 			// The client's unnamed statement was parsed on another server.
+			c.injectNeeds(c.unnamedEff.needs)
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
 			c.out = append(c.out, c.unnamed...)
 			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
@@ -311,6 +305,7 @@ func (c *client) resolve(name []byte) *stmt {
 		return nil
 	}
 	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.skipping {
+		c.injectNeeds(st.effect().needs)
 		c.out = append(c.out, st.parse...)
 		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st})
 	}

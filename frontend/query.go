@@ -45,6 +45,9 @@ type req struct {
 	// answer to a message that the proxy made fail on purpose (see
 	// failInOrder).
 	replace *wire.Error
+	// create is the client's SQL-level statement that a PREPARE creates
+	// when the server completes it.
+	create *sqlCreate
 }
 
 // flushWriteThreshold is the batch size above which the proxy writes to the
@@ -70,22 +73,52 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		raw = wire.AppendQuery(nil, string(sql))
 	}
 	var ops []setOp
+	var sp *sqlPrep
 	if c.mode == config.PoolTransaction {
 		se := analyze(sql)
 		ops = se.ops
 		c.txEff |= se.eff
-		if c.shards == nil {
-			if done, err := c.deallocateLocally(sql, se); done {
-				return err
-			}
+		if se.eff&effSQLPrepare != 0 {
+			sp = parseSQLPrep(string(sql))
 		}
 	}
 	if c.shards != nil {
-		return c.shardedQuery(ctx, string(sql), ops)
+		return c.shardedQuery(ctx, string(sql), ops, sp)
+	}
+	var create *sqlCreate
+	var fail error
+	if sp != nil {
+		done, out, cr, err := c.sqlPrepared(string(sql), sp)
+		if done {
+			return err
+		}
+		fail, create = err, cr
+		if out != string(sql) {
+			sql, raw = []byte(out), wire.AppendQuery(nil, out)
+		}
 	}
 	c.chooseRead(string(sql))
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
+	}
+	if fail != nil {
+		// The error ends the transaction as the server's own would.
+		return c.failQuery(fail)
+	}
+	if create != nil {
+		if _, ok := c.server.Prepared[create.st.name]; ok {
+			// This server has the statement from another client.
+			c.sqlStmts[create.client] = create.st
+			c.w.Write(wire.AppendCommandComplete(nil, "PREPARE"))
+			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+			return c.endRoundTrip()
+		}
+	}
+	if err := c.prepareExecs(sp); err != nil {
+		if c.server != nil && c.server.Broken {
+			return c.serverFailed(err)
+		}
+		return c.failQuery(err)
 	}
 	// A simple Query drops the unnamed prepared statement, the client's
 	// included (PostgreSQL's exec_simple_query), and ends an
@@ -95,7 +128,21 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	c.server.Unnamed = c.server.Unnamed[:0]
 	c.unsynced = false
 	c.out = append(c.out, raw...)
-	c.q = append(c.q, req{kind: reqQuery, ops: ops})
+	c.q = append(c.q, req{kind: reqQuery, ops: ops, create: create})
+	return c.roundTrip()
+}
+
+// failQuery answers a simple Query with e in the server's place: the
+// server runs a statement that fails, so that an open transaction is
+// aborted exactly as PostgreSQL's own error would abort it, and the relay
+// sends e instead of the server's error.
+func (c *client) failQuery(err error) error {
+	e, ok := wire.AsError(err)
+	if !ok {
+		e = wire.Errorf(wire.InternalError, "%v", err)
+	}
+	c.out = wire.AppendQuery(c.out, "DEALLOCATE "+unknownPrefix+"error")
+	c.q = append(c.q, req{kind: reqQuery, replace: e})
 	return c.roundTrip()
 }
 
@@ -249,11 +296,31 @@ func (c *client) roundTrip() error {
 			return c.serverFailed(err)
 		}
 	}
+	c.answers = 0
 	err := c.relay()
 	if werr != nil {
 		if e := <-werr; e != nil && err == nil {
 			s.Broken = true
 			err = e
+		}
+	}
+	var sg *serverGone
+	if errors.As(err, &sg) && sg.retry {
+		// The pooled server had died before it answered anything of a
+		// statement that carries no session of the client's: nothing of
+		// it ran (its implicit transaction died with the server), so it
+		// runs again on another server, as if the pool had noticed first.
+		c.log.Info("server died before answering; running the statement on another server", "err", err)
+		c.detach()
+		if aerr := c.attach(context.Background()); aerr != nil {
+			c.out = c.out[:0]
+			return c.answerLocally(aerr, true)
+		}
+		s = c.server
+		s.W.Write(c.out)
+		if err = s.Flush(); err == nil {
+			c.answers = 0
+			err = c.relay()
 		}
 	}
 	c.out = c.out[:0]
@@ -263,6 +330,12 @@ func (c *client) roundTrip() error {
 	if err != nil {
 		return c.serverFailed(err)
 	}
+	return c.endRoundTrip()
+}
+
+// endRoundTrip flushes the client's answers and, when the transaction is
+// over, settles the session and returns the server to the pool.
+func (c *client) endRoundTrip() error {
 	if err := c.flushClient(); err != nil {
 		return err
 	}
@@ -363,6 +436,7 @@ func (c *client) serverFailed(err error) error {
 // client already got the server's error.
 type serverGone struct {
 	forwarded bool
+	retry     bool // the server answered nothing of a one-statement Query: run it elsewhere
 	err       error
 }
 
@@ -421,6 +495,7 @@ func (c *client) relay() error {
 		if err != nil {
 			return err
 		}
+		c.answers++
 		head := &c.q[0]
 		internal := head.kind == reqInternal
 		whole := head.kind == reqQuery || internal
@@ -474,6 +549,9 @@ func (c *client) relay() error {
 				// and carries on with another server.
 				s.Broken = true
 				bound := c.sessionBound()
+				if !internal && !bound && c.answers == 1 && len(c.q) == 1 && head.kind == reqQuery {
+					return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+				}
 				if !internal {
 					if !bound {
 						e.Severity = "ERROR"
@@ -536,11 +614,24 @@ func (c *client) relay() error {
 				c.toClient(raw)
 			}
 		case '2', 'T', 'n', 'C', 'I', 's':
-			if !internal {
+			if !internal && !(head.injected && !whole) {
 				c.toClient(raw)
 			}
 			if typ == 'C' {
 				c.lastTag = append(c.lastTag[:0], body...)
+				if cr := head.create; cr != nil {
+					s.Prepared[cr.st.name] = struct{}{}
+					if cr.client != "" {
+						c.sqlStmts[cr.client] = cr.st
+					}
+				}
+				for _, op := range head.ops {
+					if op.kind == opDeallocate {
+						// DEALLOCATE of a proxy-wide name (rewritten,
+						// see rewriteSQLText): the server lost it.
+						delete(s.Prepared, op.name)
+					}
+				}
 				if bytes.Equal(body, tagRollback) && (len(c.sess.pending) > 0 || head.ops != nil) {
 					// ROLLBACK TO SAVEPOINT undoes part of the
 					// transaction's SETs: ask the server which.
@@ -565,6 +656,11 @@ func (c *client) relay() error {
 			name, rest, _ := wire.CString(body)
 			val, _, _ := wire.CString(rest)
 			s.Params[string(name)] = string(val)
+			if string(name) == "application_name" && !internal {
+				c.infoMu.Lock()
+				c.appName = string(val)
+				c.infoMu.Unlock()
+			}
 			if !internal {
 				c.toClient(raw)
 			}
@@ -699,6 +795,7 @@ func (c *client) dropStatements() {
 	clear(s.Prepared)
 	s.Unnamed = s.Unnamed[:0]
 	clear(c.stmts)
+	clear(c.sqlStmts)
 	c.unnamed = c.unnamed[:0]
 }
 

@@ -36,12 +36,11 @@ type setOp struct {
 
 // session is a client's view of its session settings.
 //
-// A client's startup parameters are the server's startup parameters: the
-// pool opens servers with them (see startupKey), so PostgreSQL itself knows
-// them as reset values. Only application_name is replayed with SET, so that
-// clients that differ only in their application name share servers.
+// A client's startup parameters are not part of it: the pool opens servers
+// with them (see serverStartup), so PostgreSQL itself knows them as the
+// session's reset values, reports them in ParameterStatus and shows them in
+// pg_settings with source 'client', exactly as without a proxy.
 type session struct {
-	startup map[string]string // startup parameters replayed with SET: name → SET statement
 	sets    map[string]string // from SET statements: name → statement that reproduces the value
 	pending []setOp           // changes of the open transaction
 	// resync says the open transaction changed settings in a way the
@@ -62,33 +61,17 @@ const (
 
 func isIdentity(name string) bool { return name == settingRole || name == settingSessAuth }
 
-// replayedStartup are the startup parameters that are not part of a
-// server's startup packet but replayed with SET.
-var replayedStartup = map[string]bool{"application_name": true}
-
 // notForServer are startup parameters that never reach a server's
-// startup packet: the proxy's own (user, database), replication (refused
-// at login) and those replayed with SET.
+// startup packet: the proxy's own (user, database, options, which the
+// proxy expanded into its settings) and replication (refused at login).
 var notForServer = map[string]bool{"user": true, "database": true, "replication": true, "options": true}
-
-// startupSettings turns the startup parameters that are replayed with SET
-// into SET statements.
-func startupSettings(params map[string]string) map[string]string {
-	m := make(map[string]string, 1)
-	for k, v := range params {
-		if replayedStartup[k] {
-			m[k] = "SET " + quoteIdent(k) + " TO " + quoteLiteral(v)
-		}
-	}
-	return m
-}
 
 // serverStartup returns the startup parameters a server must be opened
 // with for a client that sent params.
 func serverStartup(params map[string]string) map[string]string {
 	m := make(map[string]string, len(params))
 	for k, v := range params {
-		if !notForServer[k] && !replayedStartup[k] {
+		if !notForServer[k] {
 			m[k] = v
 		}
 	}
@@ -97,12 +80,7 @@ func serverStartup(params map[string]string) map[string]string {
 
 // want returns the SET statement the client expects for name ("" means
 // the server's reset value).
-func (s *session) want(name string) string {
-	if v, ok := s.sets[name]; ok {
-		return v
-	}
-	return s.startup[name]
-}
+func (s *session) want(name string) string { return s.sets[name] }
 
 // diff returns the SQL that changes a server's settings (have) into the
 // client's, or "" when they agree. Statements come in a fixed order: a
@@ -111,11 +89,6 @@ func (s *session) want(name string) string {
 // set or reset, then the client's session authorization and role are set.
 func (s *session) diff(have map[string]string) string {
 	var others []string
-	for _, name := range sortedKeys(s.startup) {
-		if _, over := s.sets[name]; !over && have[name] != s.startup[name] {
-			others = append(others, s.startup[name])
-		}
-	}
 	for _, name := range sortedKeys(s.sets) {
 		if !isIdentity(name) && have[name] != s.sets[name] {
 			others = append(others, s.sets[name])
@@ -154,9 +127,6 @@ func (s *session) diff(have map[string]string) string {
 // syncTo records in have that the client's settings were applied.
 func (s *session) syncTo(have map[string]string) {
 	clear(have)
-	for name := range s.startup {
-		have[name] = s.want(name)
-	}
 	for name, stmt := range s.sets {
 		have[name] = stmt
 	}
@@ -209,17 +179,7 @@ func (c *client) applyOps(ops []setOp) {
 				c.dropStatements()
 			}
 		}
-		if op.name == "application_name" || op.kind == opResetAll || op.kind == opDiscardAll {
-			c.noteAppName()
-		}
 	}
-}
-
-// noteAppName records the client's application_name for SHOW CLIENTS.
-func (c *client) noteAppName() {
-	c.infoMu.Lock()
-	c.appName = strings.Trim(strings.TrimPrefix(c.sess.want("application_name"), "SET application_name TO "), "'")
-	c.infoMu.Unlock()
 }
 
 // sessionKeywords start statements that change session settings.
@@ -242,6 +202,10 @@ const (
 	// the server is probed when it ends and the client keeps it (pinned)
 	// while any of them exists.
 	effObjects
+	// effSQLPrepare: a statement starts with PREPARE, EXECUTE or
+	// DEALLOCATE; SQL-level prepared statements are rewritten
+	// (sqlprepare.go).
+	effSQLPrepare
 )
 
 // scanEffects tells which effects sql may have.
@@ -249,6 +213,9 @@ func scanEffects(sql []byte) effect {
 	var eff effect
 	if mayChangeSession(sql) {
 		eff |= effSettings
+	}
+	if hasPrepareKeyword(sql) {
+		eff |= effSQLPrepare
 	}
 	var tok [24]byte
 	for i := 0; i < len(sql); {
@@ -260,7 +227,11 @@ func scanEffects(sql []byte) effect {
 		j, n := i, 0
 		for j < len(sql) && isIdentByte(sql[j]) {
 			if n < len(tok) {
-				tok[n] = sql[j] | 0x20
+				b := sql[j]
+				if b >= 'A' && b <= 'Z' {
+					b += 'a' - 'A'
+				}
+				tok[n] = b
 			}
 			n++
 			j++
@@ -375,6 +346,9 @@ func skipSpaceAndComments(b []byte, i int) int {
 type stmtEffect struct {
 	eff effect
 	ops []setOp
+	// needs are the proxy-wide statements that a rewritten EXECUTE or
+	// DEALLOCATE names (sqlprepare.go): the server must have them.
+	needs []string
 }
 
 // analyze returns the session effect of the statement text sql. A text
@@ -392,7 +366,11 @@ func analyze(sql []byte) stmtEffect {
 			eff |= effResync
 		}
 	}
-	return stmtEffect{eff: eff, ops: ops}
+	se := stmtEffect{eff: eff, ops: ops}
+	if eff&effSQLPrepare != 0 {
+		se.needs = proxyNames(string(sql))
+	}
+	return se
 }
 
 // sessionOps parses sql and returns the session changes its statements

@@ -35,14 +35,14 @@ import (
 const internalTimeout = 10 * time.Second
 
 // serverQuery runs sql as a simple Query on s and returns its rows (text
-// format) and the first error the server reported. A server that fails,
-// reports an error or does not end idle is marked broken.
-func serverQuery(s *pool.Server, sql string) ([][][]byte, *wire.Error, error) {
+// format), the transaction status it ended with and the first error the
+// server reported. A server that fails is marked broken.
+func serverQuery(s *pool.Server, sql string) ([][][]byte, byte, *wire.Error, error) {
 	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
 	defer s.Conn.SetDeadline(time.Time{})
 	s.W.Write(wire.AppendQuery(nil, sql))
 	if err := s.Flush(); err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	s.Unnamed = s.Unnamed[:0] // a simple Query drops the unnamed statement
 	var rows [][][]byte
@@ -51,14 +51,14 @@ func serverQuery(s *pool.Server, sql string) ([][][]byte, *wire.Error, error) {
 		typ, _, body, err := s.R.Next()
 		if err != nil {
 			s.Broken = true
-			return nil, nil, fmt.Errorf("server %s: %w", s.Addr, err)
+			return nil, 0, nil, fmt.Errorf("server %s: %w", s.Addr, err)
 		}
 		switch typ {
 		case 'D':
 			cols, err := executor.SplitRow(body, nil)
 			if err != nil {
 				s.Broken = true
-				return nil, nil, fmt.Errorf("server %s: %w", s.Addr, err)
+				return nil, 0, nil, fmt.Errorf("server %s: %w", s.Addr, err)
 			}
 			row := make([][]byte, len(cols))
 			for i, col := range cols {
@@ -73,18 +73,36 @@ func serverQuery(s *pool.Server, sql string) ([][][]byte, *wire.Error, error) {
 			if serr == nil {
 				serr = e
 			}
-			s.Broken = true
 		case 'S':
 			name, rest, _ := wire.CString(body)
 			val, _, _ := wire.CString(rest)
 			s.Params[string(name)] = string(val)
 		case 'Z':
-			if len(body) != 1 || body[0] != 'I' {
+			if len(body) != 1 {
 				s.Broken = true
+				return nil, 0, nil, fmt.Errorf("server %s: malformed ReadyForQuery", s.Addr)
 			}
-			return rows, serr, nil
+			return rows, body[0], serr, nil
 		}
 	}
+}
+
+// idleQuery is serverQuery for the proxy's own statements on an idle
+// server: they must succeed and leave it idle, else the server is marked
+// broken and the failure returned.
+func idleQuery(s *pool.Server, sql string) ([][][]byte, error) {
+	rows, status, e, err := serverQuery(s, sql)
+	switch {
+	case err != nil:
+		return nil, err
+	case e != nil:
+		s.Broken = true
+		return nil, e
+	case status != 'I':
+		s.Broken = true
+		return nil, fmt.Errorf("server %s: transaction status %q after %q", s.Addr, status, sql)
+	}
+	return rows, nil
 }
 
 // restore brings s's settings to the client's. On failure the server is
@@ -94,11 +112,16 @@ func (c *client) restore(s *pool.Server) error {
 	if sql == "" {
 		return nil
 	}
-	_, e, err := serverQuery(s, sql)
+	_, status, e, err := serverQuery(s, sql)
 	if err != nil {
 		return err
 	}
+	if e == nil && status != 'I' {
+		s.Broken = true
+		return fmt.Errorf("server %s: not idle after restoring settings", s.Addr)
+	}
 	if e != nil {
+		s.Broken = true
 		c.log.Warn("restoring the session's settings on a server failed", "server", s.Addr, "err", e.Error())
 		return &wire.Error{Severity: "ERROR", Code: e.Code, Message: e.Message,
 			Detail: "shardgate could not restore this session's settings on a pooled server connection",
@@ -143,10 +166,7 @@ const readBackSQL = `SELECT pg_catalog.lower(name), pg_catalog.current_setting(n
 // readBack replaces the client's settings and s's record of them by what
 // the server reports.
 func (c *client) readBack(s *pool.Server) error {
-	rows, e, err := serverQuery(s, readBackSQL)
-	if err == nil && e != nil {
-		err = e
-	}
+	rows, err := idleQuery(s, readBackSQL)
 	if err != nil {
 		return fmt.Errorf("reading the session's settings back: %w", err)
 	}
@@ -165,25 +185,12 @@ func (c *client) readBack(s *pool.Server) error {
 			continue
 		case name == settingSessAuth && val == login:
 			continue
-		case replayedStartup[name] && c.sess.startup[name] != "" && val == startupValue(c.sess.startup[name]):
-			continue // the startup value, replayed
 		}
 		sets[name] = "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(val) + ", false)"
 	}
 	c.sess.sets = sets
 	c.sess.syncTo(s.Session)
-	c.noteAppName()
 	return nil
-}
-
-// startupValue returns the value of a replayed startup parameter from its
-// SET statement (see startupSettings).
-func startupValue(stmt string) string {
-	_, v, _ := strings.Cut(stmt, " TO ")
-	if strings.HasPrefix(v, "E'") {
-		v = strings.ReplaceAll(v[1:], `\\`, `\`)
-	}
-	return strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(v, "'"), "'"), "''", "'")
 }
 
 // probeSQL asks whether the session holds objects that cannot move to
@@ -196,15 +203,27 @@ const probeSQL = `SELECT (pg_catalog.pg_my_temp_schema() <> 0 AND (` +
 	`EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) OR ` +
 	`EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) OR ` +
 	`EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) OR ` +
-	`EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)`
+	`EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql`
+
+// proxyStatements ends probeSQL: SQL-level statements the proxy prepared
+// itself (sqlprepare.go) belong to no client.
+func proxyStatements(s *pool.Server) string {
+	var names []string
+	for name := range s.Prepared {
+		if strings.HasPrefix(name, "sgq_") {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ")"
+	}
+	return " AND name <> ALL (" + quoteLiteral("{"+strings.Join(names, ",")+"}") + "::pg_catalog.text[]))"
+}
 
 // probe reports whether s's session holds objects that pin it to its
 // client.
 func (c *client) probe(s *pool.Server) (bool, error) {
-	rows, e, err := serverQuery(s, probeSQL)
-	if err == nil && e != nil {
-		err = e
-	}
+	rows, err := idleQuery(s, probeSQL+proxyStatements(s))
 	if err != nil {
 		return false, fmt.Errorf("probing the session for temporary objects, locks, cursors and LISTEN: %w", err)
 	}
@@ -232,13 +251,11 @@ func (c *client) reset() {
 		return
 	}
 	if c.tx != 'I' {
-		if _, e, err := serverQuery(s, "ROLLBACK"); err != nil || e != nil {
-			s.Broken = true
+		if _, err := idleQuery(s, "ROLLBACK"); err != nil {
 			return
 		}
 	}
-	if _, e, err := serverQuery(s, "DISCARD ALL"); err != nil || e != nil {
-		s.Broken = true
+	if _, err := idleQuery(s, "DISCARD ALL"); err != nil {
 		return
 	}
 	clear(s.Session)

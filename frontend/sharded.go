@@ -43,6 +43,7 @@ const (
 	routeRollback                   // ROLLBACK / ABORT
 	routeSavepoint                  // SAVEPOINT, RELEASE, ROLLBACK TO
 	routeCopy                       // COPY FROM STDIN split over several shards
+	routeLocal                      // answered by the proxy (localTag)
 )
 
 // routePlan is the routing decision for one statement.
@@ -63,6 +64,10 @@ type routePlan struct {
 	rmerge         *router.Merge // how to merge rows of several shards
 	params         [][]byte      // Bind parameters (LIMIT $n, HAVING … $n)
 	formats        []int16
+
+	localTag string     // routeLocal: the command tag
+	create   *sqlCreate // a PREPARE: the client's statement it creates
+	execs    []*sqlStmt // SQL statements the server must have prepared first
 }
 
 // shardConn is one shard as a client holds it.
@@ -217,9 +222,9 @@ var errReplan = errors.New("the configuration changed: route the statement again
 const maxReplans = 10
 
 // shardedQuery runs a simple Query on a sharded database.
-func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp) error {
+func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
 	for range maxReplans {
-		err := c.shardedQueryOnce(ctx, sql, ops)
+		err := c.shardedQueryOnce(ctx, sql, ops, sp)
 		if err != errReplan {
 			return err
 		}
@@ -231,10 +236,20 @@ func errReplansExhausted() error {
 	return wire.Errorf("55000", "the configuration changed %d times while the statement waited; try again", maxReplans)
 }
 
-func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp) error {
-	p, err := c.plan(sql)
+func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
+	var p *routePlan
+	var err error
+	if sp != nil && !c.stx.failed {
+		p, err = c.shardedSQLPrep(sql, sp)
+	}
+	if p == nil && err == nil {
+		p, err = c.plan(sql)
+	}
 	if err != nil {
 		return c.shardedError(err)
+	}
+	if p.kind == routeLocal {
+		return c.localDone(p.localTag)
 	}
 	p.ops = ops
 	if hintOnly(ops) {
@@ -384,12 +399,42 @@ func (c *client) runOne(p *routePlan) error {
 	i := p.shards[0]
 	sc := &c.shards[i]
 	c.server = sc.server
-	if pre := c.prefix(i, false); pre != "" {
+	if p.create != nil {
+		if _, ok := c.server.Prepared[p.create.st.name]; ok {
+			// This server has the statement from another client.
+			c.sqlStmts[p.create.client] = p.create.st
+			c.releaseIfIdle()
+			return c.localDone("PREPARE")
+		}
+	}
+	pre := c.prefix(i, false)
+	if len(p.execs) > 0 {
+		// Settings (search_path) first, then the PREPARE the EXECUTE
+		// needs, then the statement.
+		if pre != "" {
+			if _, _, e, err := serverQuery(c.server, pre); err != nil || e != nil {
+				c.server.Broken = true
+				if err == nil {
+					err = e
+				}
+				return c.shardFailed(err)
+			}
+			pre = ""
+		}
+		if err := ensurePrepared(c.server, p.execs); err != nil {
+			if c.server.Broken {
+				return c.shardFailed(err)
+			}
+			c.releaseIfIdle()
+			return c.shardedError(err)
+		}
+	}
+	if pre != "" {
 		c.out = wire.AppendQuery(c.out, pre)
 		c.q = append(c.q, req{kind: reqInternal})
 	}
 	c.out = wire.AppendQuery(c.out, p.sqlFor(i))
-	c.q = append(c.q, req{kind: reqQuery, ops: p.ops})
+	c.q = append(c.q, req{kind: reqQuery, ops: p.ops, create: p.create})
 	err := c.roundTripShard()
 	if err != nil {
 		return err
@@ -430,21 +475,30 @@ func (c *client) shardFailed(err error) error {
 			s.Broken = true
 		}
 	}
-	inTx := c.stx.open
+	// A pinned or session-mode client's session objects are gone with
+	// the server, as a transaction is.
+	inTx := c.stx.open || c.pinned || c.mode == config.PoolSession
+	var sg *serverGone
+	forwarded := errors.As(err, &sg) && sg.forwarded
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.skipping = false
+	c.pinned = false
 	c.rollbackShards()
 	c.detachShards()
 	e := &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure, Message: "server connection lost", Detail: err.Error()}
+	if inTx && forwarded {
+		// The client got the server's FATAL: like PostgreSQL, close.
+		c.flushClient()
+		return err
+	}
 	if inTx {
 		e.Severity = "FATAL"
 		e.Detail += "; the transaction was aborted"
 		c.sendFatal(e)
 		return err
 	}
-	var sg *serverGone
-	if !errors.As(err, &sg) || !sg.forwarded {
+	if !forwarded {
 		c.w.Write(wire.AppendError(nil, e))
 	}
 	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))

@@ -9,7 +9,8 @@ import (
 	"github.com/shardgate/shardgate/wire"
 )
 
-// watchServer relays what an idle session-mode server sends on its own —
+// watchServer relays what a session-mode (or pinned) server sends on its
+// own while the client is between statements, in a transaction or not —
 // NOTIFY payloads (LISTEN), notices, parameter changes, a FATAL error
 // before it closes — while the client loop waits for the client's next
 // message. It returns the function that stops it, which the loop calls
@@ -17,7 +18,7 @@ import (
 // is nothing to watch.
 func (c *client) watchServer() func() {
 	s := c.server
-	if c.mode != config.PoolSession || s == nil || c.shards != nil || c.tx != 'I' || len(c.q) > 0 || c.r.Buffered() > 0 {
+	if c.mode != config.PoolSession && !c.pinned || s == nil || c.shards != nil || len(c.q) > 0 || c.unsynced || c.r.Buffered() > 0 {
 		return nil
 	}
 	done := make(chan struct{})
@@ -53,6 +54,10 @@ func (c *client) watchServer() func() {
 			c.toClient(raw)
 			c.flushClient()
 			if s.Broken {
+				// The session is gone with its server (a FATAL, or
+				// something no idle server sends): like PostgreSQL, end
+				// the connection; the loop's read fails and cleans up.
+				c.conn.Close()
 				return
 			}
 		}

@@ -1,0 +1,67 @@
+package frontend
+
+import "testing"
+
+func TestScanEffects(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want effect
+	}{
+		{"SELECT 1", 0},
+		{"UPDATE t SET a = 1", 0},
+		{"set work_mem = '1MB'", effSettings},
+		{"select 1; RESET ALL", effSettings},
+		{"SELECT Set_Config('search_path', 'x', false)", effResync},
+		{"CREATE TEMP TABLE t (x int)", effObjects},
+		{"create table pg_temp.t (x int)", effObjects},
+		{"SELECT pg_advisory_lock(1)", effObjects},
+		{"SELECT PG_TRY_ADVISORY_LOCK(1)", effObjects},
+		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1", effObjects},
+		{"LISTEN ch", effObjects},
+		{"PREPARE p AS SELECT 1", effObjects | effSQLPrepare},
+		{"EXECUTE p", effSQLPrepare},
+		{"DEALLOCATE p", effSettings | effSQLPrepare},
+		{"SELECT holder FROM t", 0},
+	}
+	for _, tc := range tests {
+		if got := scanEffects([]byte(tc.sql)); got != tc.want {
+			t.Errorf("scanEffects(%q) = %b, want %b", tc.sql, got, tc.want)
+		}
+	}
+}
+
+func TestDiffOrdersIdentityLast(t *testing.T) {
+	s := session{sets: map[string]string{
+		"work_mem": "SET work_mem TO '7MB'",
+		"role":     "SET role TO 'r'",
+	}}
+	have := map[string]string{
+		"role":           "SET role TO 'other'",
+		"log_statement":  "SET log_statement TO 'all'",
+		"statement_time": "SET statement_time TO 1",
+	}
+	want := "SET SESSION AUTHORIZATION DEFAULT; SET work_mem TO '7MB'; RESET \"log_statement\"; RESET \"statement_time\"; SET role TO 'r'; "
+	if got := s.diff(have); got != want {
+		t.Fatalf("diff:\n got %q\nwant %q", got, want)
+	}
+	s.syncTo(have)
+	if got := s.diff(have); got != "" {
+		t.Fatalf("diff after sync: %q", got)
+	}
+}
+
+func TestApplyIdentityRules(t *testing.T) {
+	m := map[string]string{"role": "r", "work_mem": "w", "session_authorization": "a"}
+	apply(m, setOp{kind: opResetAll})
+	if len(m) != 2 || m["role"] == "" || m["session_authorization"] == "" {
+		t.Fatalf("RESET ALL must keep role and session authorization: %v", m)
+	}
+	apply(m, setOp{kind: opSet, name: "session_authorization", stmt: "b"})
+	if _, ok := m["role"]; ok {
+		t.Fatalf("SET SESSION AUTHORIZATION must reset the role: %v", m)
+	}
+	apply(m, setOp{kind: opDiscardAll})
+	if len(m) != 0 {
+		t.Fatalf("DISCARD ALL: %v", m)
+	}
+}
