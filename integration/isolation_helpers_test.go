@@ -163,7 +163,7 @@ func abbrev(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return fmt.Sprintf("%s…(%d bytes)", s[:n], len(s))
+	return fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(s[:n], ""), len(s))
 }
 
 // directDefaults returns the values a fresh direct connection to database
