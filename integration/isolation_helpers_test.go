@@ -122,19 +122,29 @@ func value(t testing.TB, conn *pgx.Conn, mode pgx.QueryExecMode, sql string, arg
 // execIn runs sql in mode, failing the test on an error.
 func execIn(t testing.TB, conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(ctx, sql, append([]any{mode}, args...)...); err != nil {
+	if err := tryExec(conn, mode, sql, args...); err != nil {
 		t.Fatalf("%s [%v]: %v", sql, mode, err)
 	}
 }
 
-// tryExec runs sql in mode and returns its error.
+// tryExec runs sql in mode, discarding any rows, and returns its error. It
+// uses Query, not Exec: pgx's Exec runs every statement without arguments
+// with the simple protocol, whatever the mode.
 func tryExec(conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any) error {
+	_, err := execTag(conn, mode, sql, args...)
+	return err
+}
+
+// execTag runs sql as tryExec does and returns its command tag.
+func execTag(conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	_, err := conn.Exec(ctx, sql, append([]any{mode}, args...)...)
-	return err
+	rows, err := conn.Query(ctx, sql, append([]any{mode}, args...)...)
+	if err != nil {
+		return "", err
+	}
+	rows.Close()
+	return rows.CommandTag().String(), rows.Err()
 }
 
 // pgErr returns the PostgreSQL error in err, or nil.

@@ -283,8 +283,8 @@ func TestIsoSQLPrepareSharded(t *testing.T) {
 			for k := int64(1); k <= 6; k++ {
 				id := int64(mi*100) + k
 				email := fmt.Sprintf("e%d", id)
-				tag, err := a.Exec(context.Background(), fmt.Sprintf("EXECUTE ins(%d, '%s')", id, email), mode)
-				if err != nil || tag.String() != "INSERT 0 1" {
+				tag, err := execTag(a, mode, fmt.Sprintf("EXECUTE ins(%d, '%s')", id, email))
+				if err != nil || tag != "INSERT 0 1" {
 					t.Fatalf("EXECUTE ins(%d): %q %s", id, tag, errText(err))
 				}
 				checkRow(t, fmt.Sprintf("EXECUTE sel(%d)", id), row(t, a, mode, fmt.Sprintf("EXECUTE sel(%d)", id)), email)
