@@ -99,6 +99,9 @@ func runPgxScript(t testing.TB, url string, mode pgx.QueryExecMode, stmts []stri
 func pgxStmt(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) stmtResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	if mode == pgx.QueryExecModeSimpleProtocol {
+		return simpleStmt(ctx, conn, sql)
+	}
 	var r stmtResult
 	rows, err := conn.Query(ctx, sql, mode)
 	if err == nil {
@@ -130,6 +133,36 @@ func pgxStmt(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) stmtResult {
 	if err != nil {
 		r.Err = errKey(err)
 		r.Tag = ""
+	}
+	r.Tx = conn.PgConn().TxStatus()
+	return r
+}
+
+// simpleStmt sends sql in a Query message as it is (pgx's simple protocol
+// mode would take $1 in PREPARE … AS … $1 for a placeholder of its own) and
+// reads the rows as text.
+func simpleStmt(ctx context.Context, conn *pgx.Conn, sql string) stmtResult {
+	var r stmtResult
+	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		r.Err = errKey(err)
+	} else if len(results) > 0 {
+		res := results[len(results)-1]
+		for _, f := range res.FieldDescriptions {
+			r.Fields = append(r.Fields, fmt.Sprintf("%s:%d", f.Name, f.DataTypeOID))
+		}
+		for _, row := range res.Rows {
+			var cells []string
+			for _, v := range row {
+				if v == nil {
+					cells = append(cells, "NULL")
+				} else {
+					cells = append(cells, string(v))
+				}
+			}
+			r.Rows = append(r.Rows, strings.Join(cells, "|"))
+		}
+		r.Tag = res.CommandTag.String()
 	}
 	r.Tx = conn.PgConn().TxStatus()
 	return r

@@ -135,10 +135,19 @@ func tryExec(conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any) er
 	return err
 }
 
-// execTag runs sql as tryExec does and returns its command tag.
+// execTag runs sql as tryExec does and returns its command tag. Without
+// arguments, the simple protocol sends sql as it is: pgx would take $1 in
+// it (PREPARE q(int) AS SELECT $1) for a placeholder of its own.
 func execTag(conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	if mode == pgx.QueryExecModeSimpleProtocol && len(args) == 0 {
+		results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+		if err != nil || len(results) == 0 {
+			return "", err
+		}
+		return results[len(results)-1].CommandTag.String(), nil
+	}
 	rows, err := conn.Query(ctx, sql, append([]any{mode}, args...)...)
 	if err != nil {
 		return "", err
