@@ -157,7 +157,7 @@ func TestIsoPinning(t *testing.T) {
 		execIn(t, a, simple, "DECLARE c CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) g")
 		pid := value(t, a, simple, "SELECT pg_backend_pid()::text")
 		wait := runOthers(t, others, 20, func(c *pgx.Conn, i int) error {
-			return expectRow(c, "SELECT count(*)::text FROM pg_cursors", "0")
+			return expectRow(c, "SELECT count(*)::text FROM pg_cursors WHERE name = 'c'", "0")
 		})
 		checkRow(t, "FETCH 3", column(t, a, simple, "FETCH 3 FROM c"), "1", "2", "3")
 		pinned(t, a, pid)
