@@ -157,5 +157,6 @@ var diffScripts = []diffScript{
 // TestDiffScripts: every script answers through the proxy exactly as on
 // PostgreSQL, in both pool modes, on one shard and on two.
 func TestDiffScripts(t *testing.T) {
+	checkGoroutines(t)
 	diffAll(t, newDiffEnv(t), diffScripts)
 }

@@ -54,6 +54,7 @@ func describePgErr(e *pgconn.PgError) string {
 // exactly as PostgreSQL sent it; the client stays connected, a transaction
 // is only aborted, and session state survives.
 func TestIsoLargeErrors(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	ctx := context.Background()
 	if err := cl.Exec(ctx, "app", recursiveFunc); err != nil {
@@ -104,6 +105,7 @@ func TestIsoLargeErrors(t *testing.T) {
 // Query ends that Query as with PostgreSQL: the statements before it ran,
 // those after it did not.
 func TestIsoLargeErrorSimpleQuery(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	ctx := context.Background()
 	if err := cl.Exec(ctx, "app", recursiveFunc); err != nil {

@@ -12,6 +12,7 @@ import (
 // after the one that ran them see the defaults, and that client keeps its
 // own settings on whichever server it runs next.
 func TestIsoExtendedSetTracking(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	tracked := []string{"search_path", "TimeZone", "application_name", "DateStyle"}
 	def := directDefaults(t, cl, "app", tracked...)

@@ -91,6 +91,7 @@ func pinned(t testing.TB, a *pgx.Conn, pid string) {
 // WITH HOLD, LISTEN) keeps its server until the state is gone, and no other
 // client ever sees that state; once it is gone the server serves others.
 func TestIsoPinning(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	ctx := context.Background()
 	direct := simpleConn(t, cl.DSN("app"))
@@ -225,6 +226,7 @@ func TestIsoPinning(t *testing.T) {
 // transaction mode work for the client that prepared, across transactions
 // and servers, and no other client sees its statements.
 func TestIsoSQLPrepare(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	const ownStatements = "SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_prepared_statements WHERE name NOT LIKE 'stmtcache%'"
 	const allStatements = "SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM pg_prepared_statements"
@@ -273,6 +275,7 @@ func TestIsoSQLPrepare(t *testing.T) {
 // TestIsoSQLPrepareSharded: on a database of two shards, EXECUTE of a
 // statement PREPAREd in SQL is routed by its sharding key argument.
 func TestIsoSQLPrepareSharded(t *testing.T) {
+	checkGoroutines(t)
 	e := newShardedEnv(t, 2)
 	for mi, mode := range []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
 		t.Run(mode.String(), func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 // PostgreSQL commits the INSERT zero times. In the second a Sync commits the
 // INSERT before the failing statement: exactly once.
 func TestIsoPipelineFlushError(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	admin := simpleConn(t, cl.DSN("app"))
 	variants := []struct {
@@ -95,6 +96,7 @@ func TestIsoPipelineFlushError(t *testing.T) {
 // existing statement alone, while another client uses the server between
 // the batches.
 func TestIsoPipelineParseExistingName(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	steps := []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("x", "SELECT 1"), syncMsg}, zs: 1},
@@ -113,6 +115,7 @@ func TestIsoPipelineParseExistingName(t *testing.T) {
 // TestIsoPipelineDeallocate: SQL DEALLOCATE of a statement made with Parse
 // drops it, simple or extended, and the name can be parsed again.
 func TestIsoPipelineDeallocate(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	steps := []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("x", "SELECT 1"), syncMsg}, zs: 1},
@@ -133,6 +136,7 @@ func TestIsoPipelineDeallocate(t *testing.T) {
 // client's pg_prepared_statements no longer lists it, and another client's
 // never does.
 func TestIsoPipelineCloseStatement(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	const list = "SELECT name FROM pg_prepared_statements ORDER BY name"
 	steps := []wireStep{
@@ -192,6 +196,7 @@ func alone(testing.TB, *proxy) func(int) { return nil }
 // TestIsoBackendKeyDataPID: the process ID the proxy hands out in
 // BackendKeyData fits a positive int4, as clients such as JDBC store it.
 func TestIsoBackendKeyDataPID(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	for _, mode := range []string{"session", "transaction"} {
 		t.Run(mode, func(t *testing.T) {
@@ -218,6 +223,7 @@ func TestIsoBackendKeyDataPID(t *testing.T) {
 // server's FATAL and its connection ends, as with PostgreSQL; a pooled
 // backend terminated while no client owned it goes unnoticed.
 func TestIsoServerTerminated(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	admin := simpleConn(t, cl.DSN("app"))
 	pidOf := func(w *wire, inside bool) string {
@@ -284,6 +290,7 @@ func TestIsoServerTerminated(t *testing.T) {
 // as it reads it, before the client ends the copy; the proxy relays that
 // error at once, and the rest of the exchange matches PostgreSQL's.
 func TestIsoCopyErrorBeforeCopyDone(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	admin := simpleConn(t, cl.DSN("app"))
 	steps := []wireStep{

@@ -53,6 +53,7 @@ func setSQL(local bool, name, value string) string {
 //
 // Replay a failure with -seed N or ISOLATION_SEED=N.
 func TestIsolationRandomized(t *testing.T) {
+	checkGoroutines(t)
 	seed := *isolationSeed
 	if seed == 0 {
 		if s := os.Getenv("ISOLATION_SEED"); s != "" {

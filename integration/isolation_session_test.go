@@ -17,6 +17,7 @@ const simple = pgx.QueryExecModeSimpleProtocol
 // statement and an advisory lock, and left inside a transaction, leaves
 // the next client on the same server a fresh session.
 func TestIsoSessionModeCleanup(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	ctx := context.Background()
 	def := directDefaults(t, cl, "app", "work_mem")
@@ -71,6 +72,7 @@ func TestIsoSessionModeCleanup(t *testing.T) {
 // whatever the protocol; undoing a superuser-only setting made before SET
 // ROLE must not fail for want of rights.
 func TestIsoTransactionModeRole(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	def := directDefaults(t, cl, "app", "work_mem", "log_statement")
 	cases := []struct {
@@ -129,6 +131,7 @@ func TestIsoTransactionModeRole(t *testing.T) {
 // fails with PostgreSQL's own error, and failed logins do not use up the
 // pool.
 func TestIsoFailedLogin(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	const size = 2
 	cases := []struct {
@@ -176,6 +179,7 @@ func TestIsoFailedLogin(t *testing.T) {
 // with a direct connection, and pg_settings reports it as PostgreSQL does
 // (source client, reset_val the startup value).
 func TestIsoStartupParamsAreResetValues(t *testing.T) {
+	checkGoroutines(t)
 	cl := isoCluster(t)
 	params := []struct {
 		param, value string // startup parameter
