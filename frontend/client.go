@@ -108,17 +108,18 @@ type client struct {
 	// current message.
 	lost error
 
-	out       []byte // messages waiting to be written to the server
-	q         []req  // answers expected from the server, in order
-	skipping  bool   // the server discards messages until Sync after an error
-	unsynced  bool   // the batch sent last leaves the server inside an extended-protocol batch (no Sync yet)
-	localSkip bool   // the proxy failed a message itself: drop until Sync
-	lastTag   []byte // tag of the last CommandComplete relayed
-	txErr     bool   // an error happened since the last ReadyForQuery
-	clientErr error  // the client socket failed while relaying
-	inCopy    bool   // relaying COPY FROM STDIN data (see copyIn)
-	answers   int    // messages the server sent in this round trip (see roundTrip's retry)
-	loggingIn bool   // keep the server attached through login
+	out       []byte  // messages waiting to be written to the server
+	q         []req   // answers expected from the server, in order
+	skipping  bool    // the server discards messages until Sync after an error
+	unsynced  bool    // the batch sent last leaves the server inside an extended-protocol batch (no Sync yet)
+	localSkip bool    // the proxy failed a message itself: drop until Sync
+	lastTag   []byte  // tag of the last CommandComplete relayed
+	txErr     bool    // an error happened since the last ReadyForQuery
+	clientErr error   // the client socket failed while relaying
+	inCopy    bool    // relaying COPY FROM STDIN data (see copyIn)
+	answers   int     // messages the server sent in this round trip (see roundTrip's retry)
+	batchOps  []setOp // session ops of Executes completed since the last Sync
+	loggingIn bool    // keep the server attached through login
 
 	// Sharded databases only (see sharded.go).
 	shards []shardConn

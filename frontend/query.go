@@ -407,6 +407,7 @@ func (c *client) serverFailed(err error) error {
 	inTx := c.sessionBound()
 	c.q = c.q[:0]
 	c.out = c.out[:0]
+	c.batchOps = c.batchOps[:0]
 	c.skipping = false
 	c.unsynced = false
 	c.pinned = false
@@ -509,7 +510,12 @@ func (c *client) relay() error {
 				k := c.q[0].kind
 				ops := c.q[0].ops
 				c.q = c.q[1:]
-				if ops != nil {
+				if k == reqSync || k == reqQuery || k == reqInternal {
+					// Ops of Executes answered before this Sync.
+					ops = append(ops, c.batchOps...)
+					c.batchOps = c.batchOps[:0]
+				}
+				if len(ops) > 0 {
 					if c.txErr {
 						// Part of the batch may have run (a multi-statement
 						// Query with COMMIT inside): ask the server.
@@ -642,6 +648,11 @@ func (c *client) relay() error {
 				}
 			}
 			if !whole {
+				if typ == 'C' && head.ops != nil {
+					// The statement ran; it counts when its batch's
+					// Sync shows how its implicit transaction ended.
+					c.batchOps = append(c.batchOps, head.ops...)
+				}
 				c.q = c.q[1:]
 			}
 		case 'G': // CopyInResponse

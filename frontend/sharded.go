@@ -482,6 +482,7 @@ func (c *client) shardFailed(err error) error {
 	forwarded := errors.As(err, &sg) && sg.forwarded
 	c.q = c.q[:0]
 	c.out = c.out[:0]
+	c.batchOps = c.batchOps[:0]
 	c.skipping = false
 	c.pinned = false
 	c.rollbackShards()
