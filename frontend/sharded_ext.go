@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"encoding/binary"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -59,12 +58,15 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'B':
 			err = c.sBind(m.body)
 		case 'D':
-			describeAndExecute := m.body[0] == 'P' && k+1 < len(batch) && batch[k+1].typ == 'E' && samePortal(m.body[1:], batch[k+1].body)
-			if describeAndExecute {
+			kind, name, derr := describeMsg('D', m.body)
+			switch {
+			case derr != nil:
+				err = derr
+			case kind == 'P' && k+1 < len(batch) && batch[k+1].typ == 'E' && executesPortal(batch[k+1].body, name):
 				k++
 				err = c.sExecute(ctx, batch[k].body, true)
-			} else {
-				err = c.sDescribe(ctx, m.body)
+			default:
+				err = c.sDescribe(ctx, kind, name)
 			}
 		case 'E':
 			err = c.sExecute(ctx, m.body, false)
@@ -96,20 +98,66 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	return nil
 }
 
-func samePortal(describeName, executeBody []byte) bool {
-	a, _, ok1 := wire.CString(describeName)
-	b, _, ok2 := wire.CString(executeBody)
-	return ok1 && ok2 && string(a) == string(b)
+// The proxy decodes the messages of a sharded client's batch itself, in
+// the order PostgreSQL's exec_*_message functions read them; a message
+// that is short, long or malformed fails in its place with the ERROR 08P01
+// PostgreSQL sends for it (wire.Body), and the batch is skipped to Sync.
+
+// executesPortal reports whether an Execute body is well-formed and runs
+// portal: a Describe of that portal can travel with it.
+func executesPortal(executeBody, portal []byte) bool {
+	name, _, err := executeMsg(executeBody)
+	return err == nil && string(name) == string(portal)
+}
+
+// describeMsg decodes a Describe or Close body (typ 'D' or 'C'): its kind,
+// 'S' for a statement or 'P' for a portal, and the name.
+func describeMsg(typ byte, body []byte) (kind byte, name []byte, err error) {
+	d := wire.NewBody(body)
+	kind = d.Byte()
+	name = d.CString()
+	d.End()
+	if err := d.Err(); err != nil {
+		return 0, nil, err
+	}
+	if kind != 'S' && kind != 'P' {
+		what := "DESCRIBE"
+		if typ == 'C' {
+			what = "CLOSE"
+		}
+		return 0, nil, wire.Errorf(wire.ProtocolViolation, "invalid %s message subtype %d", what, kind)
+	}
+	return kind, name, nil
+}
+
+// executeMsg decodes an Execute body.
+func executeMsg(body []byte) (portal []byte, maxRows int32, err error) {
+	d := wire.NewBody(body)
+	portal = d.CString()
+	maxRows = d.Int32()
+	d.End()
+	return portal, maxRows, d.Err()
+}
+
+// parseMsg decodes a Parse body: the statement name, the query, and the
+// body after the name (query and parameter types), which names the
+// proxy-wide statement.
+func parseMsg(body []byte) (name, query, tail []byte, err error) {
+	d := wire.NewBody(body)
+	name = d.CString()
+	tail = d.Rest()
+	query = d.CString()
+	for n := d.Uint16(); n > 0 && d.Err() == nil; n-- {
+		d.Int32() // a parameter type OID
+	}
+	d.End()
+	return name, query, tail, d.Err()
 }
 
 func (c *client) sParse(body []byte) error {
-	name, tail, ok := wire.CString(body)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
-	}
-	query, _, ok := wire.CString(tail)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
+	name, query, tail, err := parseMsg(body)
+	if err != nil {
+		return err
 	}
 	if err := uniqueIDInParse(query); err != nil {
 		return err
@@ -130,14 +178,13 @@ func (c *client) sParse(body []byte) error {
 }
 
 func (c *client) sBind(body []byte) error {
-	portal, rest, ok := wire.CString(body)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+	d := wire.NewBody(body)
+	portal := d.CString()
+	name := d.CString()
+	if err := d.Err(); err != nil {
+		return err
 	}
-	name, tail, ok := wire.CString(rest)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-	}
+	tail := d.Rest()
 	st := c.sstmts[string(name)]
 	if st == nil {
 		return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
@@ -159,37 +206,33 @@ func (c *client) sBind(body []byte) error {
 }
 
 // parseBindParams decodes the parameter formats and values of a Bind body
-// (after the portal and statement names).
-func parseBindParams(b []byte) ([]int16, [][]byte, error) {
-	bad := wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-	n, b, ok := wire.Uint16(b)
-	if !ok || len(b) < 2*int(n) {
-		return nil, nil, bad
+// after the portal and statement names (the tail), and checks that the
+// result formats end it.
+func parseBindParams(tail []byte) ([]int16, [][]byte, error) {
+	d := wire.NewBody(tail)
+	var formats []int16
+	for n := d.Uint16(); n > 0 && d.Err() == nil; n-- {
+		formats = append(formats, int16(d.Uint16()))
 	}
-	formats := make([]int16, n)
-	for i := range formats {
-		formats[i] = int16(binary.BigEndian.Uint16(b[2*i:]))
+	np := d.Uint16()
+	if d.Err() == nil && len(formats) > 1 && len(formats) != int(np) {
+		return nil, nil, wire.Errorf(wire.ProtocolViolation, "bind message has %d parameter formats but %d parameters", len(formats), np)
 	}
-	b = b[2*int(n):]
-	np, b, ok := wire.Uint16(b)
-	if !ok {
-		return nil, nil, bad
-	}
-	params := make([][]byte, np)
-	for i := range params {
-		l, r, ok := wire.Uint32(b)
-		if !ok {
-			return nil, nil, bad
-		}
-		if int32(l) < 0 {
-			b = r
+	var params [][]byte
+	for n := np; n > 0 && d.Err() == nil; n-- {
+		l := d.Int32()
+		if l == -1 {
+			params = append(params, nil) // NULL
 			continue
 		}
-		if int(l) > len(r) {
-			return nil, nil, bad
-		}
-		params[i] = r[:l]
-		b = r[l:]
+		params = append(params, d.Bytes(int(l)))
+	}
+	for n := d.Uint16(); n > 0 && d.Err() == nil; n-- {
+		d.Uint16() // a result format
+	}
+	d.End()
+	if err := d.Err(); err != nil {
+		return nil, nil, err
 	}
 	// Formats apply per parameter: none means text, one applies to all.
 	all := make([]int16, len(params))
@@ -208,11 +251,11 @@ func parseBindParams(b []byte) ([]int16, [][]byte, error) {
 }
 
 func (c *client) sClose(body []byte) error {
-	if len(body) < 2 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Close message")
+	kind, name, err := describeMsg('C', body)
+	if err != nil {
+		return err
 	}
-	name, _, _ := wire.CString(body[1:])
-	if body[0] == 'S' {
+	if kind == 'S' {
 		delete(c.sstmts, string(name))
 	} else {
 		delete(c.sportals, string(name))
@@ -223,12 +266,11 @@ func (c *client) sClose(body []byte) error {
 
 // sDescribe answers Describe of a statement (from any shard) or of a
 // portal (from its first target shard).
-func (c *client) sDescribe(ctx context.Context, body []byte) error {
-	name, _, _ := wire.CString(body[1:])
+func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	var st *sStmt
 	var p *sPortal
 	shard := 0
-	if body[0] == 'S' {
+	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
 			return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
@@ -366,11 +408,10 @@ func (c *client) serverExchange(s interface {
 
 // sExecute runs a portal on the shards its plan names.
 func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
-	name, rest, ok := wire.CString(body)
-	if !ok || len(rest) < 4 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
+	name, maxRows, err := executeMsg(body)
+	if err != nil {
+		return err
 	}
-	maxRows := binary.BigEndian.Uint32(rest)
 	p := c.sportals[string(name)]
 	if p == nil {
 		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
@@ -427,7 +468,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
 		}
 		out = append(out, 'E', 0, 0, 0, 9, 0)
-		out = binary.BigEndian.AppendUint32(out, maxRows)
+		out = wire.AppendInt32(out, maxRows)
 		out = append(out, 'S', 0, 0, 0, 4)
 		err := c.serverExchange(nil, out, func(typ byte, raw []byte) {
 			switch typ {
@@ -631,33 +672,32 @@ func rebindParams(p *sPortal, pm []int) []byte {
 	return append(out, resultFormats(p.tail)...)
 }
 
-// resultFormats returns the result-format part at the end of a Bind tail.
+// resultFormats returns the result-format part at the end of a Bind tail
+// that parseBindParams accepted.
 func resultFormats(tail []byte) []byte {
-	n, b, _ := wire.Uint16(tail)
-	b = b[2*int(n):]
-	np, b, _ := wire.Uint16(b)
-	for i := 0; i < int(np); i++ {
-		l, r, _ := wire.Uint32(b)
-		if int32(l) < 0 {
-			b = r
-			continue
+	d := wire.NewBody(tail)
+	d.Bytes(2 * int(d.Uint16())) // parameter formats
+	for n := d.Uint16(); n > 0 && d.Err() == nil; n-- {
+		if l := d.Int32(); l != -1 {
+			d.Bytes(int(l))
 		}
-		b = r[l:]
 	}
-	return b
+	return d.Rest()
 }
 
 // widenResultFormats adds text-format entries for the hidden columns the
 // router appended, when the client's Bind lists one format per column.
 func widenResultFormats(tail []byte, hidden int) []byte {
 	rf := resultFormats(tail)
-	n, rest, ok := wire.Uint16(rf)
-	if !ok || n <= 1 {
+	d := wire.NewBody(rf)
+	n := d.Uint16()
+	formats := d.Bytes(2 * int(n))
+	if d.Err() != nil || n <= 1 {
 		return tail // none or one format: applies to every column
 	}
 	out := append([]byte{}, tail[:len(tail)-len(rf)]...)
 	out = wire.AppendInt16(out, int16(int(n)+hidden))
-	out = append(out, rest[:2*int(n)]...)
+	out = append(out, formats...)
 	for i := 0; i < hidden; i++ {
 		out = wire.AppendInt16(out, 0)
 	}
