@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -76,10 +77,21 @@ func (r *shardRows) header() {
 			r.s.Broken = true
 		}
 	case 'Z':
-		r.status = body[0]
+		r.ready(body)
 	default:
 		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
 	}
+}
+
+// ready records the status of the shard's ReadyForQuery; a malformed one
+// breaks the server.
+func (r *shardRows) ready(body []byte) {
+	if len(body) != 1 {
+		r.ioErr = errors.New("malformed ReadyForQuery from server")
+		r.s.Broken = true
+		return
+	}
+	r.status = body[0]
 }
 
 // Next implements executor.Rows.
@@ -136,7 +148,7 @@ func (r *shardRows) finish() {
 				r.tag = string(trimNul(body))
 			}
 		case 'Z':
-			r.status = body[0]
+			r.ready(body)
 			return
 		}
 	}
