@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -138,10 +139,22 @@ type shardedRun struct {
 	err     error
 }
 
-// runShardedLoop is runLoop for a client of a database with two shards,
-// each pool holding one fakeServer; the router has no catalog. Two-phase
-// commits log their decisions under dir.
+// runShardedLoop is runLoop for a client of a database with two shards
+// (newShardedClient).
 func runShardedLoop(t testing.TB, dir string, input []byte) shardedRun {
+	var out bytes.Buffer
+	run, done := newShardedClient(t, dir, &fakeConn{r: bytes.NewReader(input), w: &out})
+	defer done()
+	run.err = run.client.loop(context.Background())
+	run.out = out.Bytes()
+	return run
+}
+
+// newShardedClient returns a logged-in transaction-mode client on conn of
+// a database with two shards, each pool holding one fakeServer; the
+// router has no catalog. Two-phase commits log their decisions under
+// dir. done closes the pools and the log.
+func newShardedClient(t testing.TB, dir string, conn net.Conn) (run shardedRun, done func()) {
 	cfg, err := config.Parse([]byte(shardedFuzzConfig), "fuzz.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -150,27 +163,20 @@ func runShardedLoop(t testing.TB, dir string, input []byte) shardedRun {
 	log := slog.New(slog.DiscardHandler)
 	st := &State{Config: cfg, Pools: pool.NewRegistry(cfg, log)}
 	l := NewListener(st, log)
-	defer func() {
-		if l.twoPCLog != nil {
-			l.twoPCLog.Close()
-		}
-	}()
 	db, u := cfg.Database("app"), cfg.User("app")
 	rt, err := router.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	c := newClient(l, &fakeConn{r: bytes.NewReader(input), w: &out})
+	c := newClient(l, conn)
 	c.st, c.user, c.db, c.mode = st, u, db, db.Pool.Mode
 	c.rt = &routerPlanner{r: rt}
 	c.sess.startup = map[string]string{}
 	var ids atomic.Uint64
-	run := shardedRun{client: c}
+	run.client = c
 	for i := range db.Shards {
 		p := pool.New(pool.Key{Database: "app", User: "app", Shard: i, Role: "primary"},
 			pool.Target{Host: "127.0.0.1", Port: 1 + i}, db.Pool, log, &ids)
-		defer p.Close()
 		fake := newFakeServer()
 		srv := fake.server()
 		p.Checkin(srv)
@@ -178,9 +184,14 @@ func runShardedLoop(t testing.TB, dir string, input []byte) shardedRun {
 		run.fakes, run.servers = append(run.fakes, fake), append(run.servers, srv)
 	}
 	c.pool = c.shards[0].pool
-	run.err = c.loop(context.Background())
-	run.out = out.Bytes()
-	return run
+	return run, func() {
+		for i := range c.shards {
+			c.shards[i].pool.Close()
+		}
+		if l.twoPCLog != nil {
+			l.twoPCLog.Close()
+		}
+	}
 }
 
 // checkShardedLoop is checkLoop for a sharded client: every shard's server

@@ -130,6 +130,7 @@ func (l *Listener) handle(ctx context.Context, conn net.Conn) {
 		if r := recover(); r != nil {
 			l.log.Error("client goroutine panicked", "client", c.id, "panic", r, "stack", string(debug.Stack()))
 			c.sendFatal(wire.Fatalf(wire.InternalError, "internal error in shardgate: %v", r))
+			c.dropServers()
 		}
 		c.close()
 	}()
@@ -142,6 +143,40 @@ func (l *Listener) handle(ctx context.Context, conn net.Conn) {
 	if err := c.run(ctx, st); err != nil {
 		c.log.Debug("client closed", "err", err)
 	}
+}
+
+// dropServers gives back what a client whose goroutine panicked holds:
+// every server (each shard's, and the one-shard server), marked broken so
+// that its pool closes it instead of lending a connection in an unknown
+// state (a half-sent batch, an open transaction) and frees its slot, and
+// its place at the database's gate. It recovers a panic of its own: the
+// client is being closed anyway, and the process must not go with it.
+func (c *client) dropServers() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("dropping the servers of a panicked client panicked", "panic", r)
+		}
+	}()
+	drop := func(s *pool.Server, p *pool.Pool) {
+		s.Broken = true
+		serverPool(s, p).Checkin(s)
+	}
+	for i := range c.shards {
+		sc := &c.shards[i]
+		if s := sc.server; s != nil {
+			sc.server = nil
+			if s == c.server {
+				c.server = nil // the shard's server, as the one the relay used
+			}
+			drop(s, sc.pool)
+		}
+	}
+	if s := c.server; s != nil {
+		c.server = nil
+		drop(s, c.pool)
+	}
+	c.cancelTarget.Store(nil)
+	c.release()
 }
 
 func (l *Listener) register(c *client) {
