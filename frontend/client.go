@@ -59,6 +59,7 @@ type cancelTarget struct {
 	addr   string
 	pid    uint32
 	secret []byte
+	next   *cancelTarget // another server the client holds (sharded databases)
 }
 
 // client is one client connection and its goroutine's state. Fields are

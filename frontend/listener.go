@@ -157,6 +157,7 @@ func (c *client) dropServers() {
 			c.log.Error("dropping the servers of a panicked client panicked", "panic", r)
 		}
 	}()
+	c.cancelTarget.Store(nil) // before another client can have the servers
 	drop := func(s *pool.Server, p *pool.Pool) {
 		s.Broken = true
 		serverPool(s, p).Checkin(s)
@@ -175,7 +176,6 @@ func (c *client) dropServers() {
 		c.server = nil
 		drop(s, c.pool)
 	}
-	c.cancelTarget.Store(nil)
 	c.release()
 }
 
@@ -199,7 +199,9 @@ func (l *Listener) unregister(c *client) {
 	l.mu.Unlock()
 }
 
-// cancel forwards a client's CancelRequest to the server running its query.
+// cancel forwards a client's CancelRequest to every server it holds (one,
+// or one per shard a sharded client holds), at once, and waits until each
+// is sent.
 func (l *Listener) cancel(pid uint32, secret []byte) {
 	l.mu.Lock()
 	c := l.clients[pid]
@@ -208,15 +210,17 @@ func (l *Listener) cancel(pid uint32, secret []byte) {
 		l.log.Debug("cancel request for unknown client", "pid", pid)
 		return
 	}
-	t := c.cancelTarget.Load()
-	if t == nil {
-		return
-	}
 	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
-		l.log.Warn("cancel failed", "client", c.id, "err", err)
+	var wg sync.WaitGroup
+	for t := c.cancelTarget.Load(); t != nil; t = t.next {
+		wg.Go(func() {
+			if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
+				l.log.Warn("cancel failed", "client", c.id, "server", t.addr, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // Clients returns a snapshot of connected clients, for the admin database.
