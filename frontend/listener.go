@@ -94,9 +94,15 @@ func (l *Listener) State() *State { return l.state.Load() }
 // checkout.
 func (l *Listener) SetState(st *State) { l.state.Store(st) }
 
-// Serve accepts connections on ln until Shutdown or an accept error.
+// Serve accepts connections on ln until Shutdown or an accept error. A
+// connection accepted once Shutdown began is closed unserved.
 func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	l.mu.Lock()
+	if l.shutting.Load() {
+		l.mu.Unlock()
+		ln.Close()
+		return nil
+	}
 	l.ln = ln
 	l.mu.Unlock()
 	for {
@@ -116,9 +122,26 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 			tc.SetNoDelay(true)
 			tc.SetKeepAlive(true)
 		}
-		l.wg.Add(1)
+		if !l.track() {
+			conn.Close() // accepted as Shutdown closed ln
+			return nil
+		}
 		go l.handle(ctx, conn)
 	}
+}
+
+// track counts a client goroutine about to start, for Shutdown to wait
+// for, unless Shutdown has begun. Both hold mu, so that no goroutine is
+// added once Shutdown may be waiting (WaitGroup forbids an Add from zero
+// concurrent with Wait, and the client would outlive Shutdown).
+func (l *Listener) track() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shutting.Load() {
+		return false
+	}
+	l.wg.Add(1)
+	return true
 }
 
 func (l *Listener) handle(ctx context.Context, conn net.Conn) {
@@ -252,8 +275,8 @@ func (l *Listener) Kill(id uint64) bool {
 // idle clients with 57P01, and waits until all clients are gone or ctx ends
 // (then closes the rest).
 func (l *Listener) Shutdown(ctx context.Context) error {
-	l.shutting.Store(true)
 	l.mu.Lock()
+	l.shutting.Store(true) // under mu: see track
 	if l.ln != nil {
 		l.ln.Close()
 	}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
+	"time"
 
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
 )
 
@@ -121,5 +125,96 @@ func TestCancelReachesEveryShard(t *testing.T) {
 	c.detachShards()
 	if c.cancelTarget.Load() != nil {
 		t.Error("a client that holds no server still has cancel targets")
+	}
+}
+
+// handListener is a net.Listener whose Accept returns the connections the
+// test hands it, whether or not it was closed: a connection accepted just
+// before Shutdown closed the listener.
+type handListener struct {
+	accepting chan struct{} // a token each time Accept waits
+	conns     chan net.Conn // closed: Accept fails
+}
+
+func (l *handListener) Accept() (net.Conn, error) {
+	l.accepting <- struct{}{}
+	c, ok := <-l.conns
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+
+func (l *handListener) Close() error   { return nil }
+func (l *handListener) Addr() net.Addr { return fakeAddr{} }
+
+// newTestListener returns a Listener of the one-shard fuzz configuration.
+func newTestListener(t *testing.T) *Listener {
+	cfg, err := config.Parse([]byte(fuzzConfig), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	st := &State{Config: cfg, Pools: pool.NewRegistry(cfg, log)}
+	t.Cleanup(st.Pools.Close)
+	return NewListener(st, log)
+}
+
+// TestAcceptDuringShutdown hands Serve a connection after Shutdown began
+// (and, with no client, returned): it must be closed unserved, not run
+// by a client goroutine Shutdown no longer waits for.
+func TestAcceptDuringShutdown(t *testing.T) {
+	l := newTestListener(t)
+	ln := &handListener{accepting: make(chan struct{}, 1), conns: make(chan net.Conn)}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve(context.Background(), ln) }()
+	<-ln.accepting
+	if err := l.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client, server := net.Pipe()
+	defer client.Close()
+	ln.conns <- server
+	close(ln.conns)
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	// A client goroutine would wait for the startup packet; a refused
+	// connection is closed.
+	client.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := client.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read from a connection accepted during Shutdown: %v, want EOF", err)
+	}
+	if n := l.clientsNum.Load(); n != 0 {
+		t.Fatalf("%d client goroutines after Shutdown", n)
+	}
+}
+
+// TestServeAfterShutdown checks that Serve called after Shutdown closes
+// its listener at once instead of serving.
+func TestServeAfterShutdown(t *testing.T) {
+	l := newTestListener(t)
+	if err := l.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() { served <- l.Serve(context.Background(), ln) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		ln.Close()
+		<-served
+		t.Fatal("Serve after Shutdown went on accepting")
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Serve returned: %v, want the listener closed", err)
 	}
 }
