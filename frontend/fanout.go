@@ -29,6 +29,10 @@ type shardRows struct {
 	// ParseComplete, BindComplete and NoData the reader skips.
 	extended  bool
 	quietDesc bool
+	// parsing is the statement whose Parse leads the messages (see
+	// ensureParsed) until its ParseComplete: an error before that means
+	// the server does not have it.
+	parsing string
 }
 
 func (r *shardRows) next() (typ byte, body []byte, ok bool) {
@@ -38,6 +42,13 @@ func (r *shardRows) next() (typ byte, body []byte, ok bool) {
 			r.ioErr = err
 			r.s.Broken = true
 			return 0, nil, false
+		}
+		if typ == '1' {
+			r.parsing = ""
+		}
+		if typ == 'E' && r.parsing != "" {
+			delete(r.s.Prepared, r.parsing)
+			r.parsing = ""
 		}
 		if r.extended && (typ == '1' || typ == '2' || typ == 'n') {
 			continue

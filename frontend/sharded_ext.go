@@ -343,11 +343,15 @@ func (c *client) anyShard() int {
 }
 
 // ensureParsed appends the Parse of st if the current server lacks it.
+// The server is taken to have the statement from then on, unless it
+// answers an error before the Parse's ParseComplete: an error after it
+// (a failed Bind or Execute) leaves the statement in place
+// (serverExchange, and shardRows.parsing for a fan-out).
 func (c *client) ensureParsed(out []byte, st *sStmt) []byte {
 	s := c.server
 	if _, ok := s.Prepared[st.st.name]; !ok {
 		out = append(out, st.st.parse...)
-		s.Prepared[st.st.name] = struct{}{} // undone by serverExchange on error
+		s.Prepared[st.st.name] = struct{}{}
 		c.pendingPrepare = st.st.name
 	}
 	return out
@@ -386,8 +390,12 @@ func (c *client) serverExchange(s interface {
 				srv.NoteError(serr)
 			}
 			if c.pendingPrepare != "" {
-				delete(srv.Prepared, c.pendingPrepare)
+				delete(srv.Prepared, c.pendingPrepare) // the Parse failed
+				c.pendingPrepare = ""
 			}
+		case '1':
+			c.pendingPrepare = "" // the statement exists, whatever fails next
+			fn(typ, raw)
 		case 'N':
 			c.toClient(raw)
 		case 'S':
@@ -496,6 +504,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			out = out[:0]
 		}
 		out = c.appendPortal(out, p, i)
+		parsing := c.pendingPrepare
 		c.pendingPrepare = ""
 		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
 		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
@@ -504,7 +513,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		if err := c.server.Flush(); err != nil {
 			return c.shardFailed(err)
 		}
-		readers[k] = &shardRows{c: c, s: c.server, extended: true}
+		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
 	}
 	var firstErr *wire.Error
 	for _, r := range readers {

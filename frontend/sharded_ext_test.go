@@ -154,3 +154,40 @@ func shardedSeeds() [][]byte {
 		encode(parse("i", "INSERT INTO accounts (id, name) VALUES ($1, 'a'), ($2, 'b')"), bind("i", "1", "2"), exec, sync),
 	}
 }
+
+// TestShardedPreparedAfterError checks the proxy's record of the
+// statements each shard has prepared when a statement fails: a shard that
+// rejected the Parse does not have it (it is parsed again next time), and
+// a shard where only the Bind or Execute failed does (it is not parsed
+// again, which would fail with 42P05). The fake servers reject the Parse
+// of a text with "fail" and the Execute of one with "execfail".
+func TestShardedPreparedAfterError(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+		want []string // the SQLSTATEs of the two executions
+	}{
+		{"parse rejected by one shard", "SELECT 'fail' FROM accounts WHERE id = 1", []string{"42601", "42601"}},
+		{"parse rejected by every shard", "SELECT 'fail' FROM accounts", []string{"42601", "42601"}},
+		{"execute failed on one shard", "SELECT 'execfail' FROM accounts WHERE id = 1", []string{"22012", "22012"}},
+		{"execute failed on every shard", "SELECT 'execfail' FROM accounts", []string{"22012", "22012"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func() []pgproto3.FrontendMessage {
+				return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "a"}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+			}
+			msgs := append([]pgproto3.FrontendMessage{&pgproto3.Parse{Name: "a", Query: tc.sql}}, run()...)
+			msgs = append(msgs, run()...)
+			r := runShardedLoop(t, t.TempDir(), encode(msgs...))
+			checkShardedLoop(t, r)
+			var got []string
+			for _, e := range clientErrors(r.out) {
+				got = append(got, e.Code)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("errors %v, want %v%s", got, tc.want, errorsOf(r.out))
+			}
+		})
+	}
+}

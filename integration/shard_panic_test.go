@@ -2,14 +2,11 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
@@ -20,37 +17,9 @@ import (
 // servers closed and given back: with one server per pool, the next
 // client still gets both shards.
 func TestShardPanicReleasesServers(t *testing.T) {
-	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "10"}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var shards strings.Builder
-	for i := range 2 {
-		db := fmt.Sprintf("shard%d", i)
-		if err := cl.CreateDatabase(ctx, db); err != nil {
-			t.Fatal(err)
-		}
-		if err := cl.Exec(ctx, db, "CREATE TABLE accounts (id bigint PRIMARY KEY, email text)"); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&shards, "      - { host: %s, port: %d, database: %s }\n", cl.Host, cl.Port, db)
-	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
-pool: { mode: transaction, size: 1, checkout_timeout: 2s }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards:
-%s    sharded_tables:
-      - { table: accounts, column: id, type: bigint }
-`, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var panicking atomic.Bool
 	panicking.Store(true)
-	p := startProxyConfig(t, cfg, func(l *frontend.Listener) {
+	cl, p := twoShards(t, func(l *frontend.Listener) {
 		l.TwoPhaseHookForTest = func(stage string) {
 			if stage == "prepared" && panicking.CompareAndSwap(true, false) {
 				panic("test: a panic in the middle of a two-phase commit")
@@ -58,6 +27,8 @@ databases:
 		}
 	})
 	t.Cleanup(func() { rollbackPrepared(t, cl, "shard0", "shard1") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	conn := connect(t, p.AppURL("app"))
 	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
@@ -68,7 +39,7 @@ databases:
 			t.Fatal(err)
 		}
 	}
-	_, err = conn.Exec(ctx, "COMMIT")
+	_, err := conn.Exec(ctx, "COMMIT")
 	if sqlstate(err) != "XX000" {
 		t.Fatalf("COMMIT with a panic: %v, want XX000", err)
 	}

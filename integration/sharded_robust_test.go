@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
+
+// twoShards starts a cluster with databases shard0 and shard1, each with
+// table accounts sharded by id, and a proxy of database "app" over them
+// with one server per pool, so that a test's statements reuse the same
+// server connections. setup runs on the listener before it serves.
+func twoShards(t *testing.T, setup ...func(*frontend.Listener)) (*pgtest.Cluster, *proxy) {
+	t.Helper()
+	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "10"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var shards strings.Builder
+	for i := range 2 {
+		db := fmt.Sprintf("shard%d", i)
+		if err := cl.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Exec(ctx, db, "CREATE TABLE accounts (id bigint PRIMARY KEY, email text)"); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&shards, "      - { host: %s, port: %d, database: %s }\n", cl.Host, cl.Port, db)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
+pool: { mode: transaction, size: 1, checkout_timeout: 2s }
+two_phase_commit_log: %s/2pc.log
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+  - name: app
+    shards:
+%s    sharded_tables:
+      - { table: accounts, column: id, type: bigint }
+`, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, startProxyConfig(t, cfg, setup...)
+}
+
+// TestShardPreparedAfterError runs extended-protocol statements that fail
+// on the shards and runs them again: a statement whose Execute failed is
+// still prepared on its shard (parsing it again would fail with 42P05),
+// and one whose Parse every shard rejected is not (binding it without a
+// Parse would fail with 26000 once the schema is fixed).
+func TestShardPreparedAfterError(t *testing.T) {
+	cl, p := twoShards(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := connect(t, p.AppURL("app"))
+	if _, err := conn.Exec(ctx, "INSERT INTO accounts (id) VALUES (1), (2), (3), (4)", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string, args ...any) error {
+		_, err := conn.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+		return err
+	}
+	for _, sql := range []string{
+		"SELECT 1 / (id - id) FROM accounts WHERE id = $1", // one shard
+		"SELECT 1 / (id - id) FROM accounts WHERE id > $1", // both
+	} {
+		for try := range 2 {
+			if err := exec(sql, 1); sqlstate(err) != "22012" {
+				t.Fatalf("%s, execution %d: %v, want 22012", sql, try+1, err)
+			}
+		}
+	}
+
+	if err := exec("SELECT nope FROM accounts WHERE id > $1", 0); sqlstate(err) != "42703" {
+		t.Fatalf("a column no shard has: %v, want 42703", err)
+	}
+	for _, db := range []string{"shard0", "shard1"} {
+		if err := cl.Exec(ctx, db, "ALTER TABLE accounts ADD COLUMN nope int"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := exec("SELECT nope FROM accounts WHERE id > $1", 0); err != nil {
+		t.Fatalf("the same statement once every shard has the column: %v", err)
+	}
+}
