@@ -286,6 +286,9 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	l.mu.Unlock()
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
+	// With every client gone, nothing plans any more: close the catalog
+	// connections (the caller closes the pools).
+	defer func() { l.State().retire() }()
 	select {
 	case <-done:
 		return nil

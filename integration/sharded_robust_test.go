@@ -90,3 +90,41 @@ func TestShardPreparedAfterError(t *testing.T) {
 		t.Fatalf("the same statement once every shard has the column: %v", err)
 	}
 }
+
+// TestShardReloadClosesCatalog reloads the configuration of a sharded
+// database several times, each time running a statement whose routing
+// asks shard 0's catalog (an INSERT without a column list): the catalog
+// connections of the replaced states must close, and the last one at
+// Shutdown.
+func TestShardReloadClosesCatalog(t *testing.T) {
+	cl, p := twoShards(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watch := connect(t, cl.DSN("postgres"))
+	backends := func() int {
+		var n int
+		if err := watch.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'shard0' AND backend_type = 'client backend'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	conn := connect(t, p.AppURL("app"))
+	for i := range 4 {
+		if i > 0 {
+			if err := p.Listener.Reconfigure(p.Config); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO accounts VALUES (%d, 'x')", 10+i), pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// shard 0's pool server and the current state's catalog.
+	eventually(t, 10*time.Second, "the replaced states' catalog connections to close", func() bool { return backends() <= 2 })
+	conn.Close(ctx)
+	if err := p.Listener.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Listener.State().Pools.Close()
+	eventually(t, 10*time.Second, "every connection to shard 0 to close at shutdown", func() bool { return backends() == 0 })
+}
