@@ -207,7 +207,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction && c.server != nil {
+	if (c.mode == config.PoolTransaction || c.shards != nil) && c.server != nil {
 		c.detach()
 	}
 	c.setState(ClientIdle)

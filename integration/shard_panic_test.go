@@ -19,7 +19,7 @@ import (
 func TestShardPanicReleasesServers(t *testing.T) {
 	var panicking atomic.Bool
 	panicking.Store(true)
-	cl, p := twoShards(t, func(l *frontend.Listener) {
+	cl, p := twoShards(t, "transaction", func(l *frontend.Listener) {
 		l.TwoPhaseHookForTest = func(stage string) {
 			if stage == "prepared" && panicking.CompareAndSwap(true, false) {
 				panic("test: a panic in the middle of a two-phase commit")

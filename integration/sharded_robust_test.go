@@ -15,9 +15,10 @@ import (
 
 // twoShards starts a cluster with databases shard0 and shard1, each with
 // table accounts sharded by id, and a proxy of database "app" over them
-// with one server per pool, so that a test's statements reuse the same
-// server connections. setup runs on the listener before it serves.
-func twoShards(t *testing.T, setup ...func(*frontend.Listener)) (*pgtest.Cluster, *proxy) {
+// in pool mode mode with one server per pool, so that a test's statements
+// reuse the same server connections. setup runs on the listener before it
+// serves.
+func twoShards(t *testing.T, mode string, setup ...func(*frontend.Listener)) (*pgtest.Cluster, *proxy) {
 	t.Helper()
 	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "10"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -34,7 +35,7 @@ func twoShards(t *testing.T, setup ...func(*frontend.Listener)) (*pgtest.Cluster
 		fmt.Fprintf(&shards, "      - { host: %s, port: %d, database: %s }\n", cl.Host, cl.Port, db)
 	}
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
-pool: { mode: transaction, size: 1, checkout_timeout: 2s }
+pool: { mode: %s, size: 1, checkout_timeout: 2s }
 two_phase_commit_log: %s/2pc.log
 users:
   - { name: app, password: %s, server_user: %s, server_password: %s }
@@ -43,7 +44,7 @@ databases:
     shards:
 %s    sharded_tables:
       - { table: accounts, column: id, type: bigint }
-`, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
+`, mode, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ databases:
 // and one whose Parse every shard rejected is not (binding it without a
 // Parse would fail with 26000 once the schema is fixed).
 func TestShardPreparedAfterError(t *testing.T) {
-	cl, p := twoShards(t)
+	cl, p := twoShards(t, "transaction")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := connect(t, p.AppURL("app"))
@@ -97,7 +98,7 @@ func TestShardPreparedAfterError(t *testing.T) {
 // connections of the replaced states must close, and the last one at
 // Shutdown.
 func TestShardReloadClosesCatalog(t *testing.T) {
-	cl, p := twoShards(t)
+	cl, p := twoShards(t, "transaction")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	watch := connect(t, cl.DSN("postgres"))
@@ -127,4 +128,32 @@ func TestShardReloadClosesCatalog(t *testing.T) {
 	}
 	p.Listener.State().Pools.Close()
 	eventually(t, 10*time.Second, "every connection to shard 0 to close at shutdown", func() bool { return backends() == 0 })
+}
+
+// TestShardSessionModeLogin logs a session-pooled client in to a sharded
+// database: the server it attaches at login (to validate its startup
+// parameters; it is the first client) is shard 0's, outside the client's
+// shards, and must go back to the pool. With one server per pool, the
+// client's own statements on shard 0 need it, and so do later clients.
+func TestShardSessionModeLogin(t *testing.T) {
+	_, p := twoShards(t, "session")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		conn := connect(t, p.AppURL("app"))
+		for id := 1; id <= 4; id++ { // both shards
+			if _, err := conn.Exec(ctx, "SELECT * FROM accounts WHERE id = $1", pgx.QueryExecModeSimpleProtocol, id); err != nil {
+				t.Fatalf("id %d: %v", id, err)
+			}
+		}
+		conn.Close(ctx)
+		eventually(t, 10*time.Second, "the client's servers to go back", func() bool {
+			for _, pl := range p.Listener.State().Pools.Pools() {
+				if pl.Snapshot().Active > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
 }
