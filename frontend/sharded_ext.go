@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -30,6 +31,11 @@ type sPortal struct {
 	formats []int16
 	tail    []byte // Bind body after the statement name
 	plan    *routePlan
+	// suspended: an Execute with a row limit stopped before the last row
+	// (PortalSuspended). Every Execute binds the statement anew on the
+	// shard, so the rest cannot be fetched: running it again would start
+	// over and return the first rows again.
+	suspended bool
 }
 
 type batchMsg struct {
@@ -424,6 +430,11 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	if p == nil {
 		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 	}
+	if p.suspended {
+		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+			Message: fmt.Sprintf("fetching the rest of portal \"%s\" is not supported on sharded databases", name),
+			Hint:    "execute the portal without a row limit (turn the driver's fetch size off)"}
+	}
 	plan := p.plan
 	for attempt := 0; ; attempt++ {
 		switch plan.kind {
@@ -481,6 +492,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		err := c.serverExchange(nil, out, func(typ byte, raw []byte) {
 			switch typ {
 			case '1', '2':
+			case 's':
+				p.suspended = true
+				c.toClient(raw)
 			default:
 				c.toClient(raw)
 			}

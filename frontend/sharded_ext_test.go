@@ -191,3 +191,23 @@ func TestShardedPreparedAfterError(t *testing.T) {
 		})
 	}
 }
+
+// TestShardedSuspendedPortal executes a one-shard portal with a row limit
+// and then again for the rest. The proxy binds the statement anew for each
+// Execute, so the second one would start over; it must fail instead of
+// returning the first rows again.
+func TestShardedSuspendedPortal(t *testing.T) {
+	limit := &pgproto3.Execute{MaxRows: 1}
+	r := runShardedLoop(t, t.TempDir(), encode(
+		&pgproto3.Parse{Name: "s", Query: "SELECT 'suspend' FROM accounts WHERE id = 1"}, &pgproto3.Bind{PreparedStatement: "s"},
+		limit, &pgproto3.Sync{}, limit, &pgproto3.Sync{},
+		&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{}, // bound again: runs whole
+	))
+	checkShardedLoop(t, r)
+	if got, want := messageTypes(r.out), "1 2 D s Z E Z 2 C Z"; got != want {
+		t.Fatalf("client got %q, want %q%s", got, want, errorsOf(r.out))
+	}
+	if e := clientErrors(r.out)[0]; e.Code != wire.FeatureNotSupported {
+		t.Fatalf("fetching the rest: %v, want 0A000", e)
+	}
+}

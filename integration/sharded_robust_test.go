@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/internal/pgtest"
@@ -156,4 +158,68 @@ func TestShardSessionModeLogin(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// TestShardSuspendedPortal fetches a one-shard portal in chunks (Execute
+// with a row limit inside a transaction, as JDBC does with a fetch size),
+// which the proxy cannot continue: the second Execute must fail with
+// 0A000, not return the first rows again (a client looping until the end
+// of the rows would loop forever).
+func TestShardSuspendedPortal(t *testing.T) {
+	_, p := twoShards(t, "transaction")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, p.AppURL("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Exec(ctx, "INSERT INTO accounts (id) VALUES (1)").Close(); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Conn.Close()
+	hc.Conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fe := hc.Frontend
+	// answer returns the types of the messages up to ReadyForQuery, and
+	// the data rows' first column.
+	answer := func(msgs ...pgproto3.FrontendMessage) (types string, rows []string) {
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				rows = append(rows, string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				types += "E" + m.Code + " "
+				continue
+			}
+			types += fmt.Sprintf("%T ", m)[len("*pgproto3."):]
+			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+				return types, rows
+			}
+		}
+	}
+	answer(&pgproto3.Query{String: "BEGIN"})
+	_, rows := answer(&pgproto3.Parse{Name: "s", Query: "SELECT g FROM generate_series(1, 5) g, accounts WHERE id = $1"},
+		&pgproto3.Bind{DestinationPortal: "c", PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}},
+		&pgproto3.Execute{Portal: "c", MaxRows: 2}, &pgproto3.Sync{})
+	if fmt.Sprint(rows) != "[1 2]" {
+		t.Fatalf("first chunk %v, want [1 2]", rows)
+	}
+	types, rows := answer(&pgproto3.Execute{Portal: "c", MaxRows: 2}, &pgproto3.Sync{})
+	if len(rows) > 0 || !strings.HasPrefix(types, "E0A000 ") {
+		t.Fatalf("second chunk: %s%v, want 0A000", types, rows)
+	}
+	answer(&pgproto3.Query{String: "ROLLBACK"})
 }
