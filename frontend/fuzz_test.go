@@ -222,6 +222,24 @@ func FuzzClientMessages(f *testing.F) {
 	})
 }
 
+// FuzzShardedMessages is FuzzClientMessages for a client of a database
+// with two shards: the proxy routes, answers Parse, Bind, Describe and
+// Close itself, fans statements out and merges their answers
+// (sharded.go, sharded_ext.go, fanout.go). It must never panic or hang,
+// and must return every shard's server in a state it knows.
+func FuzzShardedMessages(f *testing.F) {
+	for _, seed := range shardedSeeds() {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64<<10 {
+			return
+		}
+		checkShardedLoop(t, runShardedLoop(t, dir, data))
+	})
+}
+
 // encode concatenates frontend messages.
 func encode(msgs ...pgproto3.FrontendMessage) []byte {
 	var b []byte

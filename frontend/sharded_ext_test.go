@@ -108,6 +108,16 @@ func TestShardedExtendedSeeds(t *testing.T) {
 		"C Z 1 2 C Z C Z",
 		"1 3 Z E Z",
 		"1 2 C Z",
+		"1 2 C Z", // a binary sharding key
+		"1 2 C Z",
+		"C Z C Z C Z C Z C Z C Z",
+		"G C Z C Z",
+		"E Z C Z", // the proxy rejects the Parse: Bind and Execute are skipped
+		"1 2 n C 3 Z",
+		"C Z C Z C Z",
+		"1 2 C Z",
+		"1 2 C Z",
+		"1 2 D s Z E Z",
 	}
 	seeds := shardedSeeds()
 	if len(seeds) != len(want) {
@@ -152,6 +162,18 @@ func shardedSeeds() [][]byte {
 		encode(q("BEGIN"), parse("u", "UPDATE accounts SET name = 'x'"), bind("u"), exec, sync, q("COMMIT")),
 		encode(parse("c", "SELECT 1"), &pgproto3.Close{ObjectType: 'S', Name: "c"}, sync, bind("c"), exec, sync),
 		encode(parse("i", "INSERT INTO accounts (id, name) VALUES ($1, 'a'), ($2, 'b')"), bind("i", "1", "2"), exec, sync),
+		encode(parse("b", "SELECT * FROM accounts WHERE id = $1"),
+			&pgproto3.Bind{PreparedStatement: "b", ParameterFormatCodes: []int16{1}, Parameters: [][]byte{{0, 0, 0, 0, 0, 0, 0, 7}}}, exec, sync),
+		encode(parse("l", "SELECT id FROM accounts ORDER BY id LIMIT $1 OFFSET $2"), bind("l", "1", "2"), exec, sync),
+		encode(q("BEGIN"), q("SAVEPOINT a"), q("INSERT INTO accounts (id) VALUES (1)"), q("ROLLBACK TO a"), q("INSERT INTO accounts (id) VALUES (2)"), q("COMMIT")),
+		encode(q("COPY accounts (id, name) FROM STDIN"), &pgproto3.CopyData{Data: []byte("1\tx\n2\ty\n")}, &pgproto3.CopyDone{}, q("SELECT 1")),
+		encode(parse("", "SELEC"), bind(""), exec, sync, q("SELECT 1")),
+		encode(parse("s", "SELECT * FROM accounts WHERE id = $1"), &pgproto3.Bind{DestinationPortal: "x", PreparedStatement: "s", Parameters: [][]byte{[]byte("3")}},
+			&pgproto3.Describe{ObjectType: 'P', Name: "x"}, &pgproto3.Execute{Portal: "x"}, &pgproto3.Close{ObjectType: 'P', Name: "x"}, sync),
+		encode(q("SET shardgate.shard TO 1"), q("SELECT * FROM accounts"), q("RESET shardgate.shard")),
+		encode(parse("f", "SELECT * FROM countries"), bind("f"), exec, &pgproto3.Flush{}, sync),
+		encode(parse("w", "UPDATE accounts SET name = $1"), bind("w", "x"), exec, sync),
+		encode(parse("p", "SELECT 'suspend' FROM accounts WHERE id = 1"), bind("p"), &pgproto3.Execute{MaxRows: 1}, sync, &pgproto3.Execute{MaxRows: 1}, sync),
 	}
 }
 
