@@ -55,7 +55,8 @@ func (l *Listener) Reload() error {
 // connections), swaps it in with one pointer store, and then closes the
 // pools that were replaced or removed; their checked-out servers close as
 // their clients' transactions end. Clients move to the new state at their
-// next checkout (client.refresh).
+// next checkout (client.refresh). The old state's catalog connections
+// close as well (State.retire).
 func (l *Listener) Reconfigure(cfg *config.Config) error {
 	l.ctl.reloadMu.Lock()
 	defer l.ctl.reloadMu.Unlock()
@@ -72,6 +73,7 @@ func (l *Listener) Reconfigure(cfg *config.Config) error {
 	for _, p := range retired {
 		p.Close()
 	}
+	old.retire()
 	return nil
 }
 

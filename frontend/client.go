@@ -58,6 +58,7 @@ type cancelTarget struct {
 	addr   string
 	pid    uint32
 	secret []byte
+	next   *cancelTarget // another server the client holds (sharded databases)
 }
 
 // client is one client connection and its goroutine's state. Fields are
@@ -232,7 +233,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction && c.server != nil {
+	if (c.mode == config.PoolTransaction || c.shards != nil) && c.server != nil {
 		c.detach()
 	}
 	c.setState(ClientIdle)

@@ -48,8 +48,9 @@
 // # Invariants
 //
 //   - A checked-out server is touched only by the client goroutine that owns
-//     it; cancel requests read the owner's cancel target through an atomic
-//     pointer.
+//     it; cancel requests read the owner's cancel targets (every server it
+//     holds: one per shard on a sharded database) through an atomic
+//     pointer, which the owner clears before it returns the servers.
 //   - The client sees exactly one answer per message it sent, in order.
 //   - Errors a client can cause are ErrorResponses with SQLSTATEs (package
 //     wire); a panic in a client goroutine is recovered, logged, and only

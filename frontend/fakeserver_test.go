@@ -19,8 +19,9 @@ import (
 // simple and extended queries, named and unnamed statements and portals,
 // skipping to Sync after an error, transaction status, COPY FROM STDIN and
 // DEALLOCATE ALL / DISCARD ALL. Statement texts steer it: a text containing
-// "fail" fails to parse, "execfail" fails to execute, "BEGIN", "COMMIT" and
-// "ROLLBACK" change the transaction status, "COPY" starts a COPY FROM
+// "fail" fails to parse, "execfail" fails to execute, "suspend" returns a
+// row and PortalSuspended to an Execute with a row limit, "BEGIN", "COMMIT"
+// and "ROLLBACK" change the transaction status, "COPY" starts a COPY FROM
 // STDIN.
 //
 // Every write is processed at once and its answers queued, so the proxy
@@ -237,10 +238,15 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		}
 		f.send('n')
 	case 'E':
-		portal, _, _ := wire.CString(body)
+		portal, rest, _ := wire.CString(body)
 		text, ok := f.portals[string(portal)]
 		if !ok {
 			f.fail("34000", true)
+			return
+		}
+		if max, _, _ := wire.Uint32(rest); max > 0 && strings.Contains(text, "suspend") {
+			f.send('D', []byte{0, 1, 0, 0, 0, 1, '1'})
+			f.send('s')
 			return
 		}
 		f.complete(text, true)

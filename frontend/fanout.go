@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,10 @@ type shardRows struct {
 	// ParseComplete, BindComplete and NoData the reader skips.
 	extended  bool
 	quietDesc bool
+	// parsing is the statement whose Parse leads the messages (see
+	// ensureParsed) until its ParseComplete: an error before that means
+	// the server does not have it.
+	parsing string
 }
 
 func (r *shardRows) next() (typ byte, body []byte, ok bool) {
@@ -37,6 +42,13 @@ func (r *shardRows) next() (typ byte, body []byte, ok bool) {
 			r.ioErr = err
 			r.s.Broken = true
 			return 0, nil, false
+		}
+		if typ == '1' {
+			r.parsing = ""
+		}
+		if typ == 'E' && r.parsing != "" {
+			delete(r.s.Prepared, r.parsing)
+			r.parsing = ""
 		}
 		if r.extended && (typ == '1' || typ == '2' || typ == 'n') {
 			continue
@@ -76,10 +88,21 @@ func (r *shardRows) header() {
 			r.s.Broken = true
 		}
 	case 'Z':
-		r.status = body[0]
+		r.ready(body)
 	default:
 		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
 	}
+}
+
+// ready records the status of the shard's ReadyForQuery; a malformed one
+// breaks the server.
+func (r *shardRows) ready(body []byte) {
+	if len(body) != 1 {
+		r.ioErr = errors.New("malformed ReadyForQuery from server")
+		r.s.Broken = true
+		return
+	}
+	r.status = body[0]
 }
 
 // Next implements executor.Rows.
@@ -136,7 +159,7 @@ func (r *shardRows) finish() {
 				r.tag = string(trimNul(body))
 			}
 		case 'Z':
-			r.status = body[0]
+			r.ready(body)
 			return
 		}
 	}

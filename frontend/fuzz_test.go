@@ -5,6 +5,8 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -67,7 +70,18 @@ func runLoop(t testing.TB, input []byte) loopRun {
 // batch, and holds exactly the statements the proxy thinks it holds.
 func checkLoop(t testing.TB, r loopRun) {
 	t.Helper()
-	rd := wire.NewReader(bytes.NewReader(r.out), 1024, 1<<30)
+	checkClientOutput(t, r.out)
+	if r.client.server != nil {
+		t.Fatal("the client still holds its server after the loop ended")
+	}
+	checkServer(t, r.fake, r.server)
+}
+
+// checkClientOutput checks that out is a sequence of whole backend
+// messages.
+func checkClientOutput(t testing.TB, out []byte) {
+	t.Helper()
+	rd := wire.NewReader(bytes.NewReader(out), 1024, 1<<30)
 	for {
 		typ, _, body, err := rd.Next()
 		if err != nil {
@@ -80,23 +94,114 @@ func checkLoop(t testing.TB, r loopRun) {
 			t.Fatalf("unexpected message %q %q to the client", typ, body)
 		}
 	}
-	if r.client.server != nil {
-		t.Fatal("the client still holds its server after the loop ended")
-	}
-	if r.server.Broken {
+}
+
+// checkServer checks a server the client returned: unless it was closed as
+// broken, it is idle, out of any COPY or skipped batch, and holds exactly
+// the statements the proxy thinks it holds.
+func checkServer(t testing.TB, f *fakeServer, server *pool.Server) {
+	t.Helper()
+	if server.Broken {
 		return
 	}
-	f := r.fake
 	if f.status != 'I' || f.skipping || f.copying || f.batch {
 		t.Fatalf("server returned to the pool in status %c (skipping %v, copying %v, in a batch %v)", f.status, f.skipping, f.copying, f.batch)
 	}
 	have := slices.Sorted(maps.Keys(f.stmts))
-	think := slices.Sorted(maps.Keys(r.server.Prepared))
+	think := slices.Sorted(maps.Keys(server.Prepared))
 	if !slices.Equal(have, think) {
 		t.Fatalf("the server has statements %v, the proxy thinks %v", have, think)
 	}
-	if len(r.server.Unnamed) > 0 && !bytes.Equal(r.server.Unnamed, f.unnamed) {
-		t.Fatalf("the server's unnamed statement is %q, the proxy thinks %q", f.unnamed, r.server.Unnamed)
+	if len(server.Unnamed) > 0 && !bytes.Equal(server.Unnamed, f.unnamed) {
+		t.Fatalf("the server's unnamed statement is %q, the proxy thinks %q", f.unnamed, server.Unnamed)
+	}
+}
+
+const shardedFuzzConfig = `
+pool: { mode: transaction, size: 1, checkout_timeout: 10ms, server_lifetime: 0s, idle_timeout: 0s }
+users:
+  - { name: app, password: secret }
+databases:
+  - name: app
+    shards: [{ host: 127.0.0.1, port: 1 }, { host: 127.0.0.1, port: 2 }]
+    sharded_tables:
+      - { table: accounts, column: id, type: bigint }
+    omni_tables: [countries]
+`
+
+// shardedRun is the outcome of running a sharded client's message loop.
+type shardedRun struct {
+	out     []byte
+	fakes   []*fakeServer // shard i's server
+	servers []*pool.Server
+	client  *client
+	err     error
+}
+
+// runShardedLoop is runLoop for a client of a database with two shards
+// (newShardedClient).
+func runShardedLoop(t testing.TB, dir string, input []byte) shardedRun {
+	var out bytes.Buffer
+	run, done := newShardedClient(t, dir, &fakeConn{r: bytes.NewReader(input), w: &out})
+	defer done()
+	run.err = run.client.loop(context.Background())
+	run.out = out.Bytes()
+	return run
+}
+
+// newShardedClient returns a logged-in transaction-mode client on conn of
+// a database with two shards, each pool holding one fakeServer; the
+// router has no catalog. Two-phase commits log their decisions under
+// dir. done closes the pools and the log.
+func newShardedClient(t testing.TB, dir string, conn net.Conn) (run shardedRun, done func()) {
+	cfg, err := config.Parse([]byte(shardedFuzzConfig), "fuzz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TwoPhaseCommitLog = filepath.Join(dir, "2pc.log")
+	log := slog.New(slog.DiscardHandler)
+	st := &State{Config: cfg, Pools: pool.NewRegistry(cfg, log)}
+	l := NewListener(st, log)
+	db, u := cfg.Database("app"), cfg.User("app")
+	rt, err := router.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(l, conn)
+	c.st, c.user, c.db, c.mode = st, u, db, db.Pool.Mode
+	c.rt = &routerPlanner{r: rt}
+	var ids atomic.Uint64
+	run.client = c
+	for i := range db.Shards {
+		p := pool.New(pool.Key{Database: "app", User: "app", Shard: i, Role: "primary"},
+			pool.Target{Host: "127.0.0.1", Port: 1 + i}, db.Pool, log, &ids)
+		fake := newFakeServer()
+		srv := fake.server()
+		p.Checkin(srv)
+		c.shards = append(c.shards, shardConn{pool: p})
+		run.fakes, run.servers = append(run.fakes, fake), append(run.servers, srv)
+	}
+	c.pool = c.shards[0].pool
+	return run, func() {
+		for i := range c.shards {
+			c.shards[i].pool.Close()
+		}
+		if l.twoPCLog != nil {
+			l.twoPCLog.Close()
+		}
+	}
+}
+
+// checkShardedLoop is checkLoop for a sharded client: every shard's server
+// went back to the pool in a state the proxy knows.
+func checkShardedLoop(t testing.TB, r shardedRun) {
+	t.Helper()
+	checkClientOutput(t, r.out)
+	if r.client.server != nil || r.client.holdsShards() {
+		t.Fatal("the client still holds a server after the loop ended")
+	}
+	for i := range r.fakes {
+		checkServer(t, r.fakes[i], r.servers[i])
 	}
 }
 
@@ -112,6 +217,24 @@ func FuzzClientMessages(f *testing.F) {
 			return // keep batches below flushWriteThreshold: no writer goroutine
 		}
 		checkLoop(t, runLoop(t, data))
+	})
+}
+
+// FuzzShardedMessages is FuzzClientMessages for a client of a database
+// with two shards: the proxy routes, answers Parse, Bind, Describe and
+// Close itself, fans statements out and merges their answers
+// (sharded.go, sharded_ext.go, fanout.go). It must never panic or hang,
+// and must return every shard's server in a state it knows.
+func FuzzShardedMessages(f *testing.F) {
+	for _, seed := range shardedSeeds() {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64<<10 {
+			return
+		}
+		checkShardedLoop(t, runShardedLoop(t, dir, data))
 	})
 }
 

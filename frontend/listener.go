@@ -95,9 +95,15 @@ func (l *Listener) State() *State { return l.state.Load() }
 // checkout.
 func (l *Listener) SetState(st *State) { l.state.Store(st) }
 
-// Serve accepts connections on ln until Shutdown or an accept error.
+// Serve accepts connections on ln until Shutdown or an accept error. A
+// connection accepted once Shutdown began is closed unserved.
 func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	l.mu.Lock()
+	if l.shutting.Load() {
+		l.mu.Unlock()
+		ln.Close()
+		return nil
+	}
 	l.ln = ln
 	l.mu.Unlock()
 	for {
@@ -117,9 +123,26 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 			tc.SetNoDelay(true)
 			tc.SetKeepAlive(true)
 		}
-		l.wg.Add(1)
+		if !l.track() {
+			conn.Close() // accepted as Shutdown closed ln
+			return nil
+		}
 		go l.handle(ctx, conn)
 	}
+}
+
+// track counts a client goroutine about to start, for Shutdown to wait
+// for, unless Shutdown has begun. Both hold mu, so that no goroutine is
+// added once Shutdown may be waiting (WaitGroup forbids an Add from zero
+// concurrent with Wait, and the client would outlive Shutdown).
+func (l *Listener) track() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shutting.Load() {
+		return false
+	}
+	l.wg.Add(1)
+	return true
 }
 
 func (l *Listener) handle(ctx context.Context, conn net.Conn) {
@@ -131,6 +154,7 @@ func (l *Listener) handle(ctx context.Context, conn net.Conn) {
 		if r := recover(); r != nil {
 			l.log.Error("client goroutine panicked", "client", c.id, "panic", r, "stack", string(debug.Stack()))
 			c.sendFatal(wire.Fatalf(wire.InternalError, "internal error in shardgate: %v", r))
+			c.dropServers()
 		}
 		c.close()
 	}()
@@ -143,6 +167,40 @@ func (l *Listener) handle(ctx context.Context, conn net.Conn) {
 	if err := c.run(ctx, st); err != nil {
 		c.log.Debug("client closed", "err", err)
 	}
+}
+
+// dropServers gives back what a client whose goroutine panicked holds:
+// every server (each shard's, and the one-shard server), marked broken so
+// that its pool closes it instead of lending a connection in an unknown
+// state (a half-sent batch, an open transaction) and frees its slot, and
+// its place at the database's gate. It recovers a panic of its own: the
+// client is being closed anyway, and the process must not go with it.
+func (c *client) dropServers() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("dropping the servers of a panicked client panicked", "panic", r)
+		}
+	}()
+	c.cancelTarget.Store(nil) // before another client can have the servers
+	drop := func(s *pool.Server, p *pool.Pool) {
+		s.Broken = true
+		serverPool(s, p).Checkin(s)
+	}
+	for i := range c.shards {
+		sc := &c.shards[i]
+		if s := sc.server; s != nil {
+			sc.server = nil
+			if s == c.server {
+				c.server = nil // the shard's server, as the one the relay used
+			}
+			drop(s, sc.pool)
+		}
+	}
+	if s := c.server; s != nil {
+		c.server = nil
+		drop(s, c.pool)
+	}
+	c.release()
 }
 
 func (l *Listener) register(c *client) {
@@ -165,7 +223,9 @@ func (l *Listener) unregister(c *client) {
 	l.mu.Unlock()
 }
 
-// cancel forwards a client's CancelRequest to the server running its query.
+// cancel forwards a client's CancelRequest to every server it holds (one,
+// or one per shard a sharded client holds), at once, and waits until each
+// is sent.
 func (l *Listener) cancel(pid uint32, secret []byte) {
 	l.mu.Lock()
 	c := l.clients[pid]
@@ -174,15 +234,17 @@ func (l *Listener) cancel(pid uint32, secret []byte) {
 		l.log.Debug("cancel request for unknown client", "pid", pid)
 		return
 	}
-	t := c.cancelTarget.Load()
-	if t == nil {
-		return
-	}
 	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
-		l.log.Warn("cancel failed", "client", c.id, "err", err)
+	var wg sync.WaitGroup
+	for t := c.cancelTarget.Load(); t != nil; t = t.next {
+		wg.Go(func() {
+			if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
+				l.log.Warn("cancel failed", "client", c.id, "server", t.addr, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // Clients returns a snapshot of connected clients, for the admin database.
@@ -214,8 +276,8 @@ func (l *Listener) Kill(id uint64) bool {
 // idle clients with 57P01, and waits until all clients are gone or ctx ends
 // (then closes the rest).
 func (l *Listener) Shutdown(ctx context.Context) error {
-	l.shutting.Store(true)
 	l.mu.Lock()
+	l.shutting.Store(true) // under mu: see track
 	if l.ln != nil {
 		l.ln.Close()
 	}
@@ -225,6 +287,9 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	l.mu.Unlock()
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
+	// With every client gone, nothing plans any more: close the catalog
+	// connections (the caller closes the pools).
+	defer func() { l.State().retire() }()
 	select {
 	case <-done:
 		return nil

@@ -19,8 +19,28 @@ import (
 
 // routers caches one router per sharded database of a State.
 type routers struct {
-	mu sync.Mutex // guards m
-	m  map[string]*routerPlanner
+	mu      sync.Mutex // guards the following
+	m       map[string]*routerPlanner
+	retired bool // the State was replaced: catalogs keep no connection open
+}
+
+// retire closes the catalog connections of a State that a reload replaced
+// or that shut down. A client still on it may plan again (its next
+// transaction moves it to the new State): its catalog then connects for
+// the question and closes again, so no connection outlives the last user.
+func (st *State) retire() {
+	st.routers.mu.Lock()
+	st.routers.retired = true
+	ps := make([]*routerPlanner, 0, len(st.routers.m))
+	for _, p := range st.routers.m {
+		ps = append(ps, p)
+	}
+	st.routers.mu.Unlock()
+	for _, p := range ps {
+		if p.cat != nil {
+			p.cat.retire()
+		}
+	}
 }
 
 // planner returns the router of db, building it on first use.
@@ -32,7 +52,7 @@ func (st *State) planner(db *config.Database) (planner, error) {
 	}
 	var cat *catalog
 	if u := st.Config.FirstUserFor(db.Name); u != nil {
-		cat = &catalog{pool: st.Pools.Get(db, u, 0), cache: map[string][]string{}}
+		cat = &catalog{pool: st.Pools.Get(db, u, 0), cache: map[string][]string{}, retired: st.routers.retired}
 	}
 	var columns router.ColumnOrder
 	if cat != nil {
@@ -382,16 +402,38 @@ func (c *client) collation() string {
 type catalog struct {
 	pool *pool.Pool
 
-	mu    sync.Mutex // guards the following
-	conn  *pgconn.PgConn
-	cache map[string][]string
-	coll  *string
+	mu      sync.Mutex // guards the following
+	conn    *pgconn.PgConn
+	cache   map[string][]string
+	coll    *string
+	retired bool // close conn after each use (State.retire)
+}
+
+// retire closes the catalog's connection, after the question it may be
+// answering, and makes every later question close it again.
+func (cat *catalog) retire() {
+	cat.mu.Lock()
+	defer cat.mu.Unlock()
+	cat.retired = true
+	cat.release()
+}
+
+// release closes the connection of a retired catalog; cat.mu is held.
+func (cat *catalog) release() {
+	if !cat.retired || cat.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	cat.conn.Close(ctx)
+	cat.conn = nil
 }
 
 // collation returns datcollate unless it is C or POSIX.
 func (cat *catalog) collation() string {
 	cat.mu.Lock()
 	defer cat.mu.Unlock()
+	defer cat.release()
 	if cat.coll != nil {
 		return *cat.coll
 	}
@@ -431,6 +473,7 @@ func (cat *catalog) columns(schema, table string) []string {
 	key := schema + "." + table
 	cat.mu.Lock()
 	defer cat.mu.Unlock()
+	defer cat.release()
 	if cols, ok := cat.cache[key]; ok {
 		return cols
 	}

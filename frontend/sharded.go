@@ -132,9 +132,22 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 		}
 		sc.server = s
 		c.setState(ClientActive)
-		c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
+		c.storeCancelTargets()
 	}
 	return nil
+}
+
+// storeCancelTargets points cancel requests at every shard's server the
+// client holds: a statement fanned out runs on all of them, and a cancel
+// must stop it everywhere.
+func (c *client) storeCancelTargets() {
+	var t *cancelTarget
+	for i := len(c.shards) - 1; i >= 0; i-- {
+		if s := c.shards[i].server; s != nil {
+			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, next: t}
+		}
+	}
+	c.cancelTarget.Store(t)
 }
 
 // prefix returns the internal SQL a shard needs before the client's
@@ -201,6 +214,8 @@ func (c *client) detachShards() {
 			c.release()
 		}
 	}()
+	// No cancel may reach a server once another client can have it.
+	c.cancelTarget.Store(nil)
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {
@@ -210,7 +225,6 @@ func (c *client) detachShards() {
 		sc.inTx = false
 	}
 	c.server = nil
-	c.cancelTarget.Store(nil)
 	c.setState(ClientIdle)
 }
 

@@ -2,7 +2,7 @@ package frontend
 
 import (
 	"context"
-	"encoding/binary"
+	"fmt"
 	"sync"
 
 	"github.com/shardgate/shardgate/config"
@@ -42,6 +42,11 @@ type sPortal struct {
 	formats []int16
 	tail    []byte // Bind body after the statement name
 	plan    *routePlan
+	// suspended: an Execute with a row limit stopped before the last row
+	// (PortalSuspended). Every Execute binds the statement anew on the
+	// shard, so the rest cannot be fetched: running it again would start
+	// over and return the first rows again.
+	suspended bool
 }
 
 type batchMsg struct {
@@ -70,12 +75,15 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'B':
 			err = c.sBind(m.body)
 		case 'D':
-			describeAndExecute := m.body[0] == 'P' && k+1 < len(batch) && batch[k+1].typ == 'E' && samePortal(m.body[1:], batch[k+1].body)
-			if describeAndExecute {
+			kind, name, derr := describeMsg('D', m.body)
+			switch {
+			case derr != nil:
+				err = derr
+			case kind == 'P' && k+1 < len(batch) && batch[k+1].typ == 'E' && executesPortal(batch[k+1].body, name):
 				k++
 				err = c.sExecute(ctx, batch[k].body, true)
-			} else {
-				err = c.sDescribe(ctx, m.body)
+			default:
+				err = c.sDescribe(ctx, kind, name)
 			}
 		case 'E':
 			err = c.sExecute(ctx, m.body, false)
@@ -107,20 +115,10 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	return nil
 }
 
-func samePortal(describeName, executeBody []byte) bool {
-	a, _, ok1 := wire.CString(describeName)
-	b, _, ok2 := wire.CString(executeBody)
-	return ok1 && ok2 && string(a) == string(b)
-}
-
 func (c *client) sParse(body []byte) error {
-	name, tail, ok := wire.CString(body)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
-	}
-	query, _, ok := wire.CString(tail)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
+	name, query, tail, err := parseMsg(body)
+	if err != nil {
+		return err
 	}
 	if err := uniqueIDInParse(query); err != nil {
 		return err
@@ -141,14 +139,13 @@ func (c *client) sParse(body []byte) error {
 }
 
 func (c *client) sBind(body []byte) error {
-	portal, rest, ok := wire.CString(body)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+	d := wire.NewBody(body)
+	portal := d.CString()
+	name := d.CString()
+	if err := d.Err(); err != nil {
+		return err
 	}
-	name, tail, ok := wire.CString(rest)
-	if !ok {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-	}
+	tail := d.Rest()
 	st := c.sstmts[string(name)]
 	if st == nil {
 		return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
@@ -169,61 +166,12 @@ func (c *client) sBind(body []byte) error {
 	return nil
 }
 
-// parseBindParams decodes the parameter formats and values of a Bind body
-// (after the portal and statement names).
-func parseBindParams(b []byte) ([]int16, [][]byte, error) {
-	bad := wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-	n, b, ok := wire.Uint16(b)
-	if !ok || len(b) < 2*int(n) {
-		return nil, nil, bad
-	}
-	formats := make([]int16, n)
-	for i := range formats {
-		formats[i] = int16(binary.BigEndian.Uint16(b[2*i:]))
-	}
-	b = b[2*int(n):]
-	np, b, ok := wire.Uint16(b)
-	if !ok {
-		return nil, nil, bad
-	}
-	params := make([][]byte, np)
-	for i := range params {
-		l, r, ok := wire.Uint32(b)
-		if !ok {
-			return nil, nil, bad
-		}
-		if int32(l) < 0 {
-			b = r
-			continue
-		}
-		if int(l) > len(r) {
-			return nil, nil, bad
-		}
-		params[i] = r[:l]
-		b = r[l:]
-	}
-	// Formats apply per parameter: none means text, one applies to all.
-	all := make([]int16, len(params))
-	for i := range all {
-		switch len(formats) {
-		case 0:
-		case 1:
-			all[i] = formats[0]
-		default:
-			if i < len(formats) {
-				all[i] = formats[i]
-			}
-		}
-	}
-	return all, params, nil
-}
-
 func (c *client) sClose(body []byte) error {
-	if len(body) < 2 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Close message")
+	kind, name, err := describeMsg('C', body)
+	if err != nil {
+		return err
 	}
-	name, _, _ := wire.CString(body[1:])
-	if body[0] == 'S' {
+	if kind == 'S' {
 		delete(c.sstmts, string(name))
 	} else {
 		delete(c.sportals, string(name))
@@ -234,12 +182,11 @@ func (c *client) sClose(body []byte) error {
 
 // sDescribe answers Describe of a statement (from any shard) or of a
 // portal (from its first target shard).
-func (c *client) sDescribe(ctx context.Context, body []byte) error {
-	name, _, _ := wire.CString(body[1:])
+func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	var st *sStmt
 	var p *sPortal
 	shard := 0
-	if body[0] == 'S' {
+	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
 			return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
@@ -312,11 +259,15 @@ func (c *client) anyShard() int {
 }
 
 // ensureParsed appends the Parse of st if the current server lacks it.
+// The server is taken to have the statement from then on, unless it
+// answers an error before the Parse's ParseComplete: an error after it
+// (a failed Bind or Execute) leaves the statement in place
+// (serverExchange, and shardRows.parsing for a fan-out).
 func (c *client) ensureParsed(out []byte, st *sStmt) []byte {
 	s := c.server
 	if _, ok := s.Prepared[st.st.name]; !ok {
 		out = append(out, st.st.parse...)
-		s.Prepared[st.st.name] = struct{}{} // undone by serverExchange on error
+		s.Prepared[st.st.name] = struct{}{}
 		c.pendingPrepare = st.st.name
 	}
 	return out
@@ -355,8 +306,12 @@ func (c *client) serverExchange(s interface {
 				srv.NoteError(serr)
 			}
 			if c.pendingPrepare != "" {
-				delete(srv.Prepared, c.pendingPrepare)
+				delete(srv.Prepared, c.pendingPrepare) // the Parse failed
+				c.pendingPrepare = ""
 			}
+		case '1':
+			c.pendingPrepare = "" // the statement exists, whatever fails next
+			fn(typ, raw)
 		case 'N':
 			c.toClient(raw)
 		case 'S':
@@ -377,14 +332,18 @@ func (c *client) serverExchange(s interface {
 
 // sExecute runs a portal on the shards its plan names.
 func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
-	name, rest, ok := wire.CString(body)
-	if !ok || len(rest) < 4 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
+	name, maxRows, err := executeMsg(body)
+	if err != nil {
+		return err
 	}
-	maxRows := binary.BigEndian.Uint32(rest)
 	p := c.sportals[string(name)]
 	if p == nil {
 		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
+	}
+	if p.suspended {
+		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+			Message: fmt.Sprintf("fetching the rest of portal \"%s\" is not supported on sharded databases", name),
+			Hint:    "execute the portal without a row limit (turn the driver's fetch size off)"}
 	}
 	plan := p.plan
 	for attempt := 0; ; attempt++ {
@@ -441,11 +400,14 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
 		}
 		out = append(out, 'E', 0, 0, 0, 9, 0)
-		out = binary.BigEndian.AppendUint32(out, maxRows)
+		out = wire.AppendInt32(out, maxRows)
 		out = append(out, 'S', 0, 0, 0, 4)
 		err := c.serverExchange(nil, out, func(typ byte, raw []byte) {
 			switch typ {
 			case '1', '2':
+			case 's':
+				p.suspended = true
+				c.toClient(raw)
 			default:
 				c.toClient(raw)
 			}
@@ -476,6 +438,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			out = out[:0]
 		}
 		out = c.appendPortal(out, p, i)
+		parsing := c.pendingPrepare
 		c.pendingPrepare = ""
 		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
 		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
@@ -484,7 +447,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		if err := c.server.Flush(); err != nil {
 			return c.shardFailed(err)
 		}
-		readers[k] = &shardRows{c: c, s: c.server, extended: true}
+		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
 	}
 	var firstErr *wire.Error
 	for _, r := range readers {
@@ -650,39 +613,6 @@ func rebindParams(p *sPortal, pm []int) []byte {
 		out = append(out, v...)
 	}
 	return append(out, resultFormats(p.tail)...)
-}
-
-// resultFormats returns the result-format part at the end of a Bind tail.
-func resultFormats(tail []byte) []byte {
-	n, b, _ := wire.Uint16(tail)
-	b = b[2*int(n):]
-	np, b, _ := wire.Uint16(b)
-	for i := 0; i < int(np); i++ {
-		l, r, _ := wire.Uint32(b)
-		if int32(l) < 0 {
-			b = r
-			continue
-		}
-		b = r[l:]
-	}
-	return b
-}
-
-// widenResultFormats adds text-format entries for the hidden columns the
-// router appended, when the client's Bind lists one format per column.
-func widenResultFormats(tail []byte, hidden int) []byte {
-	rf := resultFormats(tail)
-	n, rest, ok := wire.Uint16(rf)
-	if !ok || n <= 1 {
-		return tail // none or one format: applies to every column
-	}
-	out := append([]byte{}, tail[:len(tail)-len(rf)]...)
-	out = wire.AppendInt16(out, int16(int(n)+hidden))
-	out = append(out, rest[:2*int(n)]...)
-	for i := 0; i < hidden; i++ {
-		out = wire.AppendInt16(out, 0)
-	}
-	return out
 }
 
 // attachShards attaches every shard in shards, stopping at the first error.

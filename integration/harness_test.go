@@ -50,7 +50,9 @@ func startProxy(t testing.TB, yamlText string) *proxy {
 	return startProxyConfig(t, cfg)
 }
 
-func startProxyConfig(t testing.TB, cfg *config.Config) *proxy {
+// startProxyConfig serves cfg until the test ends; setup runs on the
+// listener before it serves (to set test hooks).
+func startProxyConfig(t testing.TB, cfg *config.Config, setup ...func(*frontend.Listener)) *proxy {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := frontend.NewState(cfg, log)
@@ -58,6 +60,9 @@ func startProxyConfig(t testing.TB, cfg *config.Config) *proxy {
 		t.Fatal(err)
 	}
 	l := frontend.NewListener(st, log)
+	for _, f := range setup {
+		f(l)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
