@@ -91,6 +91,12 @@ type client struct {
 	// sqlStmts maps the client's SQL-level prepared statements (PREPARE)
 	// to proxy-wide ones in transaction mode (sqlprepare.go).
 	sqlStmts map[string]*sqlStmt
+	// sqlPending maps the proxy-wide name of a PREPARE sent through the
+	// extended protocol to the client's name, until it runs.
+	sqlPending map[string]string
+	// origText keeps the client's text of statements rewritten for
+	// SQL-level statements ("" is the unnamed one), see rebindStatement.
+	origText map[string][]byte
 	unnamed  []byte // body of the client's last unnamed Parse
 	// Session effects of the client's statements in transaction mode
 	// (see effect): unnamedEff is the unnamed statement's, portals the

@@ -109,7 +109,17 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		if c.skipping {
 			return nil // the server would discard it: the statement is not created
 		}
-		if nt := c.rewriteSQLText(parseText(tail)); nt != nil {
+		orig := parseText(tail)
+		nt, fail := c.rewriteSQLText(orig)
+		if fail != nil {
+			c.failInOrder(fail)
+			return nil
+		}
+		if nt == nil && c.origText != nil {
+			delete(c.origText, string(name))
+		}
+		if nt != nil {
+			c.noteOrig(name, orig)
 			tail = append(nt, tail[len(parseText(tail)):]...)
 			body = append(append(append([]byte{}, name...), 0), tail...)
 			raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
@@ -148,6 +158,7 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		if !ok {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
 		}
+		c.rebindStatement(name)
 		st := c.resolve(name)
 		c.notePortal(portal, name, st)
 		if st == nil {
@@ -232,7 +243,15 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		}
 		pe := c.portals[string(portal)]
 		c.txEff |= pe.eff
-		c.q = append(c.q, req{kind: reqExecute, ops: pe.ops})
+		r := req{kind: reqExecute, ops: pe.ops}
+		if pe.prepares != "" {
+			// c.out holds the client's Execute already: the injected
+			// DEALLOCATE must come before it.
+			c.out = c.out[:len(c.out)-len(raw)]
+			r.create = c.prepareOnExecute(pe.prepares)
+			c.out = append(c.out, raw...)
+		}
+		c.q = append(c.q, r)
 		return nil
 	}
 	c.out = append(c.out, raw...)
@@ -399,4 +418,44 @@ func appendBindRenamed(out, portal, name, rest []byte) []byte {
 	out = append(out, 0)
 	out = append(out, rest...)
 	return wire.FinishMessage(out, start)
+}
+
+// noteOrig remembers the client's text of a statement the proxy rewrote
+// for SQL-level prepared statements, for rebindStatement.
+func (c *client) noteOrig(name, orig []byte) {
+	if c.origText == nil {
+		c.origText = map[string][]byte{}
+	}
+	c.origText[string(name)] = append([]byte{}, orig...)
+}
+
+// rebindStatement re-does, at Bind, the rewrite of a statement that names
+// SQL-level prepared statements, when the client's names changed since its
+// Parse (see rebind): the statement then stands for the new text.
+func (c *client) rebindStatement(name []byte) {
+	orig, ok := c.origText[string(name)]
+	if !ok {
+		return
+	}
+	var body []byte
+	if len(name) == 0 {
+		body = c.unnamed
+	} else if st := c.stmts[string(name)]; st != nil {
+		body = st.parse[5:]
+	} else {
+		return
+	}
+	_, tail, _ := wire.CString(body)
+	cur := parseText(tail)
+	nt := c.rebind(orig, cur)
+	if nt == nil {
+		return
+	}
+	newTail := append(append([]byte{}, nt...), tail[len(cur):]...)
+	if len(name) == 0 {
+		c.unnamed = append(append(c.unnamed[:0], 0), newTail...)
+		c.unnamedEff = analyze(nt)
+		return
+	}
+	c.stmts[string(name)] = c.l.stmts.get(newTail)
 }

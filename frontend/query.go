@@ -636,6 +636,7 @@ func (c *client) relay() error {
 						// DEALLOCATE of a proxy-wide name (rewritten,
 						// see rewriteSQLText): the server lost it.
 						delete(s.Prepared, op.name)
+						c.deallocated(op.name)
 					}
 				}
 				if bytes.Equal(body, tagRollback) && (len(c.sess.pending) > 0 || head.ops != nil) {

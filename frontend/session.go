@@ -349,6 +349,8 @@ type stmtEffect struct {
 	// needs are the proxy-wide statements that a rewritten EXECUTE or
 	// DEALLOCATE names (sqlprepare.go): the server must have them.
 	needs []string
+	// prepares is the proxy-wide statement a rewritten PREPARE creates.
+	prepares string
 }
 
 // analyze returns the session effect of the statement text sql. A text
@@ -369,6 +371,9 @@ func analyze(sql []byte) stmtEffect {
 	se := stmtEffect{eff: eff, ops: ops}
 	if eff&effSQLPrepare != 0 {
 		se.needs = proxyNames(string(sql))
+		if sp := parseSQLPrep(string(sql)); sp != nil && sp.prepare && strings.HasPrefix(sp.prepName, "sgq_") {
+			se.prepares = sp.prepName
+		}
 	}
 	return se
 }

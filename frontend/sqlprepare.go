@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -370,14 +371,27 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 // one EXECUTE or DEALLOCATE of the client's prepared statement to use the
 // proxy-wide name; nil when there is nothing to rewrite. The server gets
 // the named statement, if it lacks it, from injectNeeds.
-func (c *client) rewriteSQLText(text []byte) []byte {
+func (c *client) rewriteSQLText(text []byte) ([]byte, *wire.Error) {
 	if !hasPrepareKeyword(text) {
-		return nil
+		return nil, nil
 	}
 	sql := string(text)
 	sp := parseSQLPrep(sql)
-	if sp == nil || sp.prepare {
-		return nil // an extended-protocol PREPARE stays on its server (pinned)
+	if sp == nil {
+		return nil, nil
+	}
+	if sp.prepare {
+		if c.duplicateSQLName(sp.prepName) {
+			// PostgreSQL fails the Execute; the proxy fails the Parse,
+			// in its place in the batch.
+			return nil, duplicateStatement([]byte(sp.prepName))
+		}
+		st := c.l.sqlStmts.get(sp.rest, sp.queryText)
+		if c.sqlPending == nil {
+			c.sqlPending = map[string]string{}
+		}
+		c.sqlPending[st.name] = sp.prepName
+		return []byte(st.prepare), nil
 	}
 	if sp.dealloc {
 		var proxy string
@@ -386,20 +400,24 @@ func (c *client) rewriteSQLText(text []byte) []byte {
 		} else if st := c.sqlStmts[sp.prepName]; st != nil {
 			proxy = st.name
 		} else {
-			return nil
+			return nil, nil
 		}
-		delete(c.stmts, sp.prepName)
-		delete(c.sqlStmts, sp.prepName)
-		return []byte("DEALLOCATE " + proxy)
+		// The client's name goes when the DEALLOCATE runs (see
+		// deallocated); DEALLOCATE is not transactional.
+		if c.sqlPending == nil {
+			c.sqlPending = map[string]string{}
+		}
+		c.sqlPending[proxy] = sp.prepName
+		return []byte("DEALLOCATE " + proxy), nil
 	}
 	if len(sp.execs) != 1 {
-		return nil
+		return nil, nil
 	}
 	out, used := c.rewriteExecs(sql, sp)
 	if used == nil {
-		return nil
+		return nil, nil
 	}
-	return []byte(out)
+	return []byte(out), nil
 }
 
 // proxyNames lists the proxy-wide statement names (sg_…, sgq_…) that an
@@ -443,31 +461,89 @@ func (c *client) injectNeeds(names []string) {
 		if st == nil {
 			continue // not the proxy's: the server answers 26000
 		}
-		const inj = "shardgate_inject"
-		start := len(c.out)
-		c.out = append(c.out, 'P', 0, 0, 0, 0)
-		c.out = append(c.out, inj+"\x00"...)
-		c.out = append(c.out, st.prepare...)
-		c.out = append(c.out, 0, 0, 0)
-		c.out = wire.FinishMessage(c.out, start)
-		start = len(c.out)
-		c.out = append(c.out, 'B', 0, 0, 0, 0)
-		c.out = append(c.out, inj+"\x00"+inj+"\x00"...)
-		c.out = append(c.out, 0, 0, 0, 0, 0, 0)
-		c.out = wire.FinishMessage(c.out, start)
-		start = len(c.out)
-		c.out = append(c.out, 'E', 0, 0, 0, 0)
-		c.out = append(c.out, inj+"\x00"...)
-		c.out = append(c.out, 0, 0, 0, 0)
-		c.out = wire.FinishMessage(c.out, start)
-		for _, kind := range []byte{'S', 'P'} {
-			start = len(c.out)
-			c.out = append(c.out, 'C', 0, 0, 0, 0, kind)
-			c.out = append(c.out, inj+"\x00"...)
-			c.out = wire.FinishMessage(c.out, start)
-		}
-		c.q = append(c.q, req{kind: reqParse, injected: true}, req{kind: reqBind, injected: true},
-			req{kind: reqExecute, injected: true, create: &sqlCreate{st: st}},
-			req{kind: reqClose, injected: true}, req{kind: reqClose, injected: true})
+		c.injectSQL(st.prepare, req{kind: reqExecute, injected: true, create: &sqlCreate{st: st}})
 	}
+}
+
+// injectSQL queues sql, run through a statement and portal of the proxy's
+// own whose answers the client never sees; exec is the request for its
+// Execute.
+func (c *client) injectSQL(sql string, exec req) {
+	const inj = "shardgate_inject"
+	start := len(c.out)
+	c.out = append(c.out, 'P', 0, 0, 0, 0)
+	c.out = append(c.out, inj+"\x00"...)
+	c.out = append(c.out, sql...)
+	c.out = append(c.out, 0, 0, 0)
+	c.out = wire.FinishMessage(c.out, start)
+	start = len(c.out)
+	c.out = append(c.out, 'B', 0, 0, 0, 0)
+	c.out = append(c.out, inj+"\x00"+inj+"\x00"...)
+	c.out = append(c.out, 0, 0, 0, 0, 0, 0)
+	c.out = wire.FinishMessage(c.out, start)
+	start = len(c.out)
+	c.out = append(c.out, 'E', 0, 0, 0, 0)
+	c.out = append(c.out, inj+"\x00"...)
+	c.out = append(c.out, 0, 0, 0, 0)
+	c.out = wire.FinishMessage(c.out, start)
+	for _, kind := range []byte{'S', 'P'} {
+		start = len(c.out)
+		c.out = append(c.out, 'C', 0, 0, 0, 0, kind)
+		c.out = append(c.out, inj+"\x00"...)
+		c.out = wire.FinishMessage(c.out, start)
+	}
+	c.q = append(c.q, req{kind: reqParse, injected: true}, req{kind: reqBind, injected: true}, exec,
+		req{kind: reqClose, injected: true}, req{kind: reqClose, injected: true})
+}
+
+// prepareOnExecute readies the server for an Execute of a rewritten
+// PREPARE of proxy-wide name (stmtEffect.prepares): a server that has the
+// statement from another client drops it first, so that the PREPARE runs
+// (and can fail) as the client's own. It returns what the Execute creates.
+func (c *client) prepareOnExecute(name string) *sqlCreate {
+	st := c.l.sqlStmts.byName(name)
+	if st == nil {
+		return nil
+	}
+	if _, ok := c.server.Prepared[name]; ok {
+		c.injectSQL("DEALLOCATE "+name, req{kind: reqExecute, injected: true,
+			ops: []setOp{{kind: opDeallocate, name: name}}})
+	}
+	return &sqlCreate{client: c.sqlPending[name], st: st}
+}
+
+// deallocated records that a rewritten DEALLOCATE of proxy-wide name ran:
+// the client's name for it is gone.
+func (c *client) deallocated(proxy string) {
+	name, ok := c.sqlPending[proxy]
+	if !ok {
+		return
+	}
+	delete(c.sqlPending, proxy)
+	if st := c.stmts[name]; st != nil && st.name == proxy {
+		delete(c.stmts, name)
+	}
+	if st := c.sqlStmts[name]; st != nil && st.name == proxy {
+		delete(c.sqlStmts, name)
+	}
+}
+
+// rebind brings a statement whose text names SQL-level statements (orig,
+// the client's text) up to the client's names as they are now: an EXECUTE
+// parsed before its statement was deallocated or prepared again must run
+// what the name means at execution, as in PostgreSQL. It returns the text
+// to use, or nil when the rewrite made at Parse still holds.
+func (c *client) rebind(orig, current []byte) []byte {
+	sp := parseSQLPrep(string(orig))
+	if sp == nil || sp.prepare {
+		return nil
+	}
+	nt, _ := c.rewriteSQLText(orig)
+	if nt == nil {
+		nt = orig
+	}
+	if bytes.Equal(nt, current) {
+		return nil
+	}
+	return nt
 }

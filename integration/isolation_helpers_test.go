@@ -61,6 +61,15 @@ func tryConnect(url string, mode pgx.QueryExecMode, params map[string]string) (*
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// notProxyNamed filters pg_prepared_statements down to what transaction
+// pooling can show exactly. In transaction mode the proxy shares server-side
+// statements between the clients of a pool under proxy-wide names (sg_<n>
+// for protocol-level, sgq_<n> for SQL-level statements), so every client of
+// the pool sees them, and its own statements under those names, not its
+// own; PgBouncer and PgDog do the same. docs/pooling.md lists it as a
+// difference by nature.
+const notProxyNamed = "name !~ '^sgq?_[0-9]+$'"
+
 // simpleConn connects with the simple query protocol only, so that the
 // connection creates no prepared statements of its own: what it sees in
 // pg_prepared_statements was made by someone else.

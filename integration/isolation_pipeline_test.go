@@ -138,10 +138,11 @@ func TestIsoPipelineDeallocate(t *testing.T) {
 func TestIsoPipelineCloseStatement(t *testing.T) {
 	checkGoroutines(t)
 	cl := isoCluster(t)
-	const list = "SELECT name FROM pg_prepared_statements ORDER BY name"
+	// Proxy-wide names are shared by nature in transaction mode (see
+	// notProxyNamed); the client's own names must come and go exactly.
+	const list = "SELECT name FROM pg_prepared_statements WHERE " + notProxyNamed + " ORDER BY name"
 	steps := []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("x", "SELECT 1"), syncMsg}, zs: 1},
-		{send: []pgproto3.FrontendMessage{queryMsg(list)}, zs: 1},
 		{send: []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "x"}, syncMsg}, zs: 1},
 		{send: []pgproto3.FrontendMessage{queryMsg(list)}, zs: 1},
 		{send: []pgproto3.FrontendMessage{bindMsg("x"), execMsg(0), syncMsg}, zs: 1},
@@ -151,7 +152,7 @@ func TestIsoPipelineCloseStatement(t *testing.T) {
 		b := simpleConn(t, p.AppURL("app"))
 		return func(i int) {
 			checkRow(t, fmt.Sprintf("the other client's pg_prepared_statements after step %d", i),
-				row(t, b, simple, "SELECT coalesce(string_agg(name, ','), '') FROM pg_prepared_statements"), "")
+				row(t, b, simple, "SELECT coalesce(string_agg(name, ','), '') FROM pg_prepared_statements WHERE "+notProxyNamed), "")
 		}
 	})
 }

@@ -196,8 +196,10 @@ func TestSessionIsolation(t *testing.T) {
 	cl := cluster(t, "app")
 	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
 	ctx := context.Background()
+	// The same startup parameters: servers are opened with a client's
+	// startup parameters, so only such clients share one.
 	a := connect(t, p.AppURL("app")+"&application_name=alice")
-	b := connect(t, p.AppURL("app"))
+	b := connect(t, p.AppURL("app")+"&application_name=alice")
 	show := func(c *pgx.Conn, name string) string {
 		t.Helper()
 		var v string
@@ -219,7 +221,7 @@ func TestSessionIsolation(t *testing.T) {
 	if got := show(b, "search_path"); got != `"$user", public` {
 		t.Fatalf("b sees search_path %q", got)
 	}
-	if got := show(b, "application_name"); got != "" {
+	if got := show(b, "application_name"); got != "alice" {
 		t.Fatalf("b sees application_name %q", got)
 	}
 	if got := show(a, "search_path"); got != "alice_schema, public" {
