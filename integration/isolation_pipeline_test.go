@@ -238,10 +238,20 @@ func TestIsoServerTerminated(t *testing.T) {
 		}
 		return got[1][2 : len(got[1])-1] // D[pid]
 	}
-	terminated := func(w *wire, inside bool) []string {
+	terminated := func(w *wire, inside, next bool) []string {
 		t.Helper()
 		pid := pidOf(w, inside)
 		checkRow(t, "pg_terminate_backend", row(t, admin, simple, "SELECT pg_terminate_backend($1::int)", pid), "true")
+		if next {
+			// A transaction-mode client idle in its transaction hears of
+			// its server's end at its next statement: the proxy watches
+			// idle servers only where that costs nothing per statement
+			// (session mode, pinned sessions), see docs/pooling.md.
+			w.fe.Send(queryMsg("SELECT 1"))
+			if err := w.fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var got []string
 		for len(got) < 5 {
 			more := w.read(wireStep{n: 1})
@@ -254,7 +264,7 @@ func TestIsoServerTerminated(t *testing.T) {
 	}
 	for _, inside := range []bool{false, true} {
 		where := map[bool]string{false: "outside a transaction", true: "inside a transaction"}[inside]
-		want := terminated(dialWire(t, cl.DSN("app")), inside)
+		want := terminated(dialWire(t, cl.DSN("app")), inside, false)
 		if len(want) != 2 || want[1] != "read error: connection closed" {
 			t.Fatalf("direct answer: %v", want)
 		}
@@ -264,7 +274,7 @@ func TestIsoServerTerminated(t *testing.T) {
 			}
 			t.Run(mode+"/"+where, func(t *testing.T) {
 				p := startProxy(t, poolConfig(cl, mode, 1, "app"))
-				got := terminated(dialWire(t, p.AppURL("app")), inside)
+				got := terminated(dialWire(t, p.AppURL("app")), inside, mode == "transaction")
 				sameWire(t, "after pg_terminate_backend", nil, [][]string{got}, [][]string{want})
 				c := simpleConn(t, p.AppURL("app"))
 				checkRow(t, "a new client", row(t, c, simple, "SELECT 1"), "1")
