@@ -32,18 +32,33 @@
 //
 // # Session state and prepared statements in transaction mode
 //
-// Startup parameters and SET/RESET are tracked per client (session.go); on
-// attach the proxy sends only the settings in which the server differs from
-// what the client expects. Named prepared statements are mapped to
-// proxy-wide names (prepared.go) so that a client's statement survives
-// moving to another server: Parse is sent to a server only when it lacks the
-// statement, and a client's Close never closes a shared statement. A client
-// holding no server hears ParseComplete for a statement that a server has
-// accepted before without checking one out (answerWithoutServer). The
-// bookkeeping follows PostgreSQL: a Parse the server rejects or skips
-// creates nothing, a simple Query drops the unnamed statement, and DEALLOCATE
-// ALL and DISCARD ALL drop statements when they complete (they are not
-// transactional).
+// Servers are opened with the client's startup parameters (the pool lends
+// a server only to clients with the same set), so PostgreSQL knows them as
+// reset values. SET/RESET/DISCARD are tracked per client in every protocol
+// path (session.go: a cheap word scan, then pg_query for the statements
+// that need it); on attach the proxy brings the server's settings to the
+// client's in a round trip of its own, role and session authorization
+// last. When a transaction ends, settle.go reads settings back from the
+// server where the proxy could not follow them (set_config, ROLLBACK TO,
+// a reported setting changed by a function), and probes for session
+// objects (temporary tables, advisory locks, WITH HOLD cursors, LISTEN):
+// while any exists the client keeps its server (pinned). Session-mode and
+// pinned servers are cleaned with ROLLBACK and DISCARD ALL when the client
+// leaves; any failed undo closes the server.
+//
+// Named prepared statements are mapped to proxy-wide names (prepared.go)
+// so that a client's statement survives moving to another server: Parse is
+// sent to a server only when it lacks the statement, and a client's Close
+// never closes a shared statement. SQL-level PREPARE/EXECUTE/DEALLOCATE
+// are rewritten onto proxy-wide statements in the same way
+// (sqlprepare.go). A client holding no server hears ParseComplete for a
+// statement that a server has accepted before without checking one out
+// (answerWithoutServer). The bookkeeping follows PostgreSQL: a Parse the
+// server rejects or skips creates nothing, a simple Query drops the
+// unnamed statement, and DEALLOCATE ALL and DISCARD ALL drop statements
+// when they complete (they are not transactional).
+//
+// docs/pooling.md states the resulting semantics per pool mode.
 //
 // # Invariants
 //

@@ -53,6 +53,7 @@ type Listener struct {
 	state     atomic.Pointer[State]
 	stmts     *stmtCache
 	sqlStmts  *sqlStmtCache
+	ddlGen    atomic.Uint64 // schema changes seen (see freshen)
 	verifiers verifiers
 	Admin     AdminHandler
 	ctl       control // pause, maintenance and reload (gate.go, admin_api.go)

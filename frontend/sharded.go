@@ -130,6 +130,14 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 			}
 			return checkoutError(p, err)
 		}
+		if err := c.freshen(s); err != nil {
+			s.Broken = true
+			serverPool(s, sc.pool).Checkin(s)
+			if !c.holdsShards() {
+				c.release()
+			}
+			return err
+		}
 		sc.server = s
 		c.setState(ClientActive)
 		c.storeCancelTargets()
