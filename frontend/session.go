@@ -208,37 +208,38 @@ const (
 	effSQLPrepare
 )
 
-// scanEffects tells which effects sql may have.
+// scanEffects tells which effects sql may have, in one pass over its
+// words: the first word of each statement (after the start or a
+// semicolon) and every word anywhere.
 func scanEffects(sql []byte) effect {
 	var eff effect
-	if mayChangeSession(sql) {
-		eff |= effSettings
-	}
-	if hasPrepareKeyword(sql) {
-		eff |= effSQLPrepare
-	}
-	var tok [24]byte
+	first := true
 	for i := 0; i < len(sql); {
 		c := sql[i]
 		if !isIdentByte(c) {
+			switch {
+			case c == ';':
+				first = true
+			case i+1 < len(sql) && (c == '-' && sql[i+1] == '-' || c == '/' && sql[i+1] == '*'):
+				// A comment, where a statement's first word may follow.
+				if j := skipSpaceAndComments(sql, i); j > i {
+					i = j
+					continue
+				}
+			}
 			i++
 			continue
 		}
-		j, n := i, 0
+		j := i + 1
 		for j < len(sql) && isIdentByte(sql[j]) {
-			if n < len(tok) {
-				b := sql[j]
-				if b >= 'A' && b <= 'Z' {
-					b += 'a' - 'A'
-				}
-				tok[n] = b
-			}
-			n++
 			j++
 		}
-		if n <= len(tok) {
-			eff |= wordEffect(string(tok[:n]))
+		w := sql[i:j]
+		if first {
+			eff |= firstWordEffect(w)
+			first = false
 		}
+		eff |= wordEffect(w)
 		i = j
 	}
 	return eff
@@ -248,15 +249,76 @@ func isIdentByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c >= 0x80
 }
 
-// wordEffect is the effect one lower-cased word hints at.
-func wordEffect(w string) effect {
-	switch w {
-	case "set_config":
-		return effResync
-	case "temp", "temporary", "pg_temp", "hold", "listen", "prepare":
-		return effObjects
+// is reports whether word w is kw (lower case), ignoring ASCII case.
+func is(w []byte, kw string) bool {
+	if len(w) != len(kw) {
+		return false
 	}
-	if strings.HasPrefix(w, "pg_advisory") || strings.HasPrefix(w, "pg_try_advisory") {
+	for i := range w {
+		if w[i]|0x20 != kw[i] && !(w[i] == '_' && kw[i] == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPrefixFold reports whether w starts with kw (lower case), ignoring
+// ASCII case.
+func hasPrefixFold(w []byte, kw string) bool {
+	return len(w) >= len(kw) && is(w[:len(kw)], kw)
+}
+
+// firstWordEffect is the effect the first word of a statement hints at.
+func firstWordEffect(w []byte) effect {
+	switch len(w) {
+	case 3:
+		if is(w, "set") {
+			return effSettings
+		}
+	case 5:
+		if is(w, "reset") {
+			return effSettings
+		}
+	case 7:
+		switch {
+		case is(w, "discard"):
+			return effSettings
+		case is(w, "prepare"), is(w, "execute"):
+			return effSQLPrepare
+		}
+	case 10:
+		if is(w, "deallocate") {
+			return effSettings | effSQLPrepare
+		}
+	}
+	return 0
+}
+
+// wordEffect is the effect a word anywhere in a statement hints at.
+func wordEffect(w []byte) effect {
+	switch len(w) {
+	case 4:
+		if is(w, "temp") || is(w, "hold") {
+			return effObjects
+		}
+	case 6:
+		if is(w, "listen") {
+			return effObjects
+		}
+	case 7:
+		if is(w, "pg_temp") || is(w, "prepare") {
+			return effObjects
+		}
+	case 9:
+		if is(w, "temporary") {
+			return effObjects
+		}
+	case 10:
+		if is(w, "set_config") {
+			return effResync
+		}
+	}
+	if len(w) > 11 && (w[0]|0x20) == 'p' && (hasPrefixFold(w, "pg_advisory") || hasPrefixFold(w, "pg_try_advisory")) {
 		return effObjects
 	}
 	return 0

@@ -22,6 +22,11 @@ func TestScanEffects(t *testing.T) {
 		{"EXECUTE p", effSQLPrepare},
 		{"DEALLOCATE p", effSettings | effSQLPrepare},
 		{"SELECT holder FROM t", 0},
+		{"/* a comment */ SET work_mem = 1", effSettings},
+		{"-- set\nSELECT 1", 0},
+		{"SELECT 'a;b'; reset all", effSettings},
+		{"SELECT 1 -* 2 /- 3 /", 0},
+		{"SELECT 1 /* unterminated", 0},
 	}
 	for _, tc := range tests {
 		if got := scanEffects([]byte(tc.sql)); got != tc.want {
@@ -63,5 +68,24 @@ func TestApplyIdentityRules(t *testing.T) {
 	apply(m, setOp{kind: opDiscardAll})
 	if len(m) != 0 {
 		t.Fatalf("DISCARD ALL: %v", m)
+	}
+}
+
+// BenchmarkScanEffects measures the word scan every transaction-mode
+// simple Query and unnamed Parse pays for session tracking.
+func BenchmarkScanEffects(b *testing.B) {
+	for _, sql := range []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;",
+		"UPDATE pgbench_accounts SET abalance = abalance + -2947 WHERE aid = 48213;",
+	} {
+		b.Run(sql[:6], func(b *testing.B) {
+			q := []byte(sql)
+			b.ReportAllocs()
+			for b.Loop() {
+				if analyze(q).eff != 0 {
+					b.Fatal("effect")
+				}
+			}
+		})
 	}
 }
