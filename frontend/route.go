@@ -334,7 +334,10 @@ func (h *hints) forRouter(c *client) router.Hints {
 // searchPathOf extracts schema names from a tracked SET search_path
 // statement.
 func searchPathOf(stmt string) []string {
-	_, list, ok := strings.Cut(stmt, " TO ")
+	list, ok := setConfigValue(stmt)
+	if !ok {
+		_, list, ok = strings.Cut(stmt, " TO ")
+	}
 	if !ok {
 		return nil
 	}
@@ -346,6 +349,48 @@ func searchPathOf(stmt string) []string {
 		}
 	}
 	return out
+}
+
+// setConfigValue returns the value of a statement readBack made
+// ("SELECT pg_catalog.set_config('name', 'value', false)").
+func setConfigValue(stmt string) (string, bool) {
+	rest, ok := strings.CutPrefix(stmt, "SELECT pg_catalog.set_config(")
+	if !ok {
+		return "", false
+	}
+	if _, rest, ok = readLiteral(rest); !ok {
+		return "", false
+	}
+	val, _, ok := readLiteral(strings.TrimPrefix(rest, ", "))
+	return val, ok
+}
+
+// readLiteral reads the string literal quoteLiteral writes at the start of
+// s and returns its value and what follows it.
+func readLiteral(s string) (val, rest string, ok bool) {
+	esc := strings.HasPrefix(s, "E'")
+	if esc {
+		s = s[1:]
+	}
+	if !strings.HasPrefix(s, "'") {
+		return "", "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && esc && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+		case c == '\'' && i+1 < len(s) && s[i+1] == '\'':
+			i++
+			b.WriteByte('\'')
+		case c == '\'':
+			return b.String(), s[i+1:], true
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", "", false
 }
 
 // hintOnly reports whether ops are all routing hints (the statement is

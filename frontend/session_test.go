@@ -1,6 +1,9 @@
 package frontend
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestScanEffects(t *testing.T) {
 	tests := []struct {
@@ -87,5 +90,21 @@ func BenchmarkScanEffects(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestSearchPathOfReadBack(t *testing.T) {
+	for _, tc := range []struct {
+		stmt string
+		want []string
+	}{
+		{"SET search_path TO a, public", []string{"a", "public"}},
+		{"SELECT pg_catalog.set_config('search_path', 'a, \"b c\"', false)", []string{"a", "b c"}},
+		{"SELECT pg_catalog.set_config('search_path', E'x\\\\y, it''s', false)", []string{`x\y`, "it's"}},
+	} {
+		got := searchPathOf(tc.stmt)
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("searchPathOf(%q) = %q, want %q", tc.stmt, got, tc.want)
+		}
 	}
 }
