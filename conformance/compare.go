@@ -159,8 +159,8 @@ func compare(direct, proxied *testRun, exps []*expectation, filtered bool) *mode
 		switch {
 		case proxied.status(id) == statusPass && direct.status(id) == statusPass:
 			m.nowPassing = append(m.nowPassing, e)
-		case !filtered && direct.status(id) == statusMissing && proxied.status(id) == statusMissing &&
-			e.test != "(package)":
+		case !filtered && direct.pkgs[e.pkg] != nil && direct.status(id) == statusMissing &&
+			proxied.status(id) == statusMissing && e.test != "(package)":
 			m.unmatched = append(m.unmatched, e)
 		}
 	}
