@@ -29,3 +29,10 @@ bench-sharding:
 
 bench-reshard:
 	bash bench/reshard.sh
+
+# pgx v5's own test suite, directly and through the proxy in session and
+# transaction mode; fails on a test that passes only directly. CONFORMANCE_RUN
+# runs a slice (go test -run). See docs/conformance.md.
+.PHONY: conformance
+conformance:
+	GO=$(GO) bash conformance/run.sh
