@@ -2,10 +2,8 @@ package frontend
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
-	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -15,9 +13,10 @@ import (
 // sharding key), so the proxy answers Parse, Bind and Close itself and
 // sends each Execute — with the Parse and Bind it needs — to the shards
 // the bound statement routes to, followed by a Sync that the client never
-// sees. Describe of a statement asks any shard (schemas are the same
-// everywhere). A batch is read whole (up to Sync) before it runs, so that a
-// Describe of a portal travels with its Execute.
+// sees (sharded_execute.go). Describe of a statement asks any shard
+// (schemas are the same everywhere). A batch is read whole (up to Sync)
+// before it runs, so that a Describe of a portal travels with its
+// Execute.
 
 // sStmt is a client's prepared statement on a sharded database.
 type sStmt struct {
@@ -92,13 +91,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'H':
 			err = c.flushClient()
 		case 'S':
-			c.localSkip = false
-			if !c.stx.open {
-				c.detachShards()
-			}
-			c.tx = c.shardedStatus()
-			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
-			err = c.flushClient()
+			return c.sSync()
 		}
 		if err != nil {
 			e, ok := wire.AsError(err)
@@ -113,6 +106,18 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		}
 	}
 	return nil
+}
+
+// sSync answers the client's Sync: outside a transaction block the
+// batch's implicit transaction is over.
+func (c *client) sSync() error {
+	c.localSkip = false
+	if !c.stx.open {
+		c.releaseIfIdle()
+	}
+	c.tx = c.shardedStatus()
+	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	return c.flushClient()
 }
 
 func (c *client) sParse(body []byte) error {
@@ -185,49 +190,29 @@ func (c *client) sClose(body []byte) error {
 func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	var st *sStmt
 	var p *sPortal
-	shard := 0
 	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
 			return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
 		}
-		shard = c.anyShard()
 	} else {
 		p = c.sportals[string(name)]
 		if p == nil {
 			return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 		}
 		st = p.stmt
-		if len(p.plan.shards) > 0 {
-			shard = p.plan.shards[0]
-		}
 	}
-	for attempt := 0; ; attempt++ {
-		err := c.attachShard(ctx, shard)
-		if err == errReplan && attempt >= maxReplans {
-			return errReplansExhausted()
-		}
-		if err != errReplan {
-			if err != nil {
-				return err
-			}
-			break
-		}
-		// Chosen before a reload that changed the routing: choose again.
-		if p == nil {
-			shard = c.anyShard()
-			continue
-		}
-		if err := c.planPortal(p); err != nil {
-			return err
-		}
-		shard = 0
-		if len(p.plan.shards) > 0 {
-			shard = p.plan.shards[0]
-		}
+	shard, err := c.describeShard(ctx, p)
+	if err != nil {
+		return err
 	}
 	s := c.shards[shard].server
 	c.server = s
+	// The client's settings (search_path) decide what the statement
+	// means. A shard does not join the client's transaction to describe.
+	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
+		return err
+	}
 	out := c.ensureParsed(nil, st)
 	if p != nil {
 		out = c.appendBind(out, p)
@@ -245,6 +230,37 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			c.toClient(raw)
 		}
 	})
+}
+
+// describeShard attaches the shard that answers a Describe: any shard for
+// a statement (p nil), the first shard of portal p's plan.
+func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
+	pick := func() int {
+		switch {
+		case p == nil:
+			return c.anyShard()
+		case len(p.plan.shards) > 0:
+			return p.plan.shards[0]
+		}
+		return 0
+	}
+	shard := pick()
+	for attempt := 0; ; attempt++ {
+		err := c.attachShard(ctx, shard)
+		if err != errReplan {
+			return shard, err
+		}
+		if attempt >= maxReplans {
+			return 0, errReplansExhausted()
+		}
+		// Chosen before a reload that changed the routing: choose again.
+		if p != nil {
+			if err := c.planPortal(p); err != nil {
+				return 0, err
+			}
+		}
+		shard = pick()
+	}
 }
 
 // anyShard is the shard that answers shard-independent questions: one the
@@ -328,203 +344,6 @@ func (c *client) serverExchange(s interface {
 			fn(typ, raw)
 		}
 	}
-}
-
-// sExecute runs a portal on the shards its plan names.
-func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
-	name, maxRows, err := executeMsg(body)
-	if err != nil {
-		return err
-	}
-	p := c.sportals[string(name)]
-	if p == nil {
-		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
-	}
-	if p.suspended {
-		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-			Message: fmt.Sprintf("fetching the rest of portal \"%s\" is not supported on sharded databases", name),
-			Hint:    "execute the portal without a row limit (turn the driver's fetch size off)"}
-	}
-	plan := p.plan
-	for attempt := 0; ; attempt++ {
-		switch plan.kind {
-		case routeBegin, routeCommit, routeRollback, routeSavepoint:
-			return c.sTxControl(ctx, plan)
-		}
-		if c.stx.failed {
-			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
-		}
-		// A read that starts the batch's work outside a transaction may go to
-		// replicas; once a server is held, the batch stays on it.
-		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
-			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
-		err := c.attachShards(ctx, plan.shards)
-		c.lb.read = false
-		if err == errReplan && attempt < maxReplans {
-			// Bound before a reload that changed the routing: bind again.
-			if err := c.planPortal(p); err != nil {
-				return err
-			}
-			plan = p.plan
-			continue
-		}
-		if err == errReplan {
-			return errReplansExhausted()
-		}
-		if err != nil {
-			return err
-		}
-		break
-	}
-	c.routeCounts().count(len(plan.shards), len(c.shards))
-	if c.mode == config.PoolTransaction {
-		c.txEff |= p.stmt.effect().eff
-	}
-	if len(plan.shards) > 1 && maxRows > 0 {
-		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
-	}
-	implicit := !c.stx.open && len(plan.shards) > 1 && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
-	if len(plan.shards) == 1 {
-		i := plan.shards[0]
-		c.server = c.shards[i].server
-		var out []byte
-		if pre := c.prefix(i, false); pre != "" {
-			out = wire.AppendQuery(out, pre)
-			if err := c.serverExchange(nil, out, func(byte, []byte) {}); err != nil {
-				return err
-			}
-			out = out[:0]
-		}
-		out = c.appendPortal(out, p, i)
-		if describe {
-			out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-		}
-		out = append(out, 'E', 0, 0, 0, 9, 0)
-		out = wire.AppendInt32(out, maxRows)
-		out = append(out, 'S', 0, 0, 0, 4)
-		err := c.serverExchange(nil, out, func(typ byte, raw []byte) {
-			switch typ {
-			case '1', '2':
-			case 's':
-				p.suspended = true
-				c.toClient(raw)
-			default:
-				c.toClient(raw)
-			}
-		})
-		if err == nil && len(plan.ops) > 0 {
-			if c.stx.open {
-				for _, op := range plan.ops {
-					op.server = c.server
-					c.sess.pending = append(c.sess.pending, op)
-				}
-			} else {
-				c.applyOps(plan.ops)
-			}
-		}
-		return err
-	}
-	// Several shards: send to each, then merge as the simple protocol
-	// does.
-	readers := make([]*shardRows, len(plan.shards))
-	for k, i := range plan.shards {
-		c.server = c.shards[i].server
-		var out []byte
-		if pre := c.prefix(i, implicit); pre != "" {
-			out = wire.AppendQuery(out, pre)
-			if err := c.serverExchange(nil, out, func(byte, []byte) {}); err != nil {
-				return err
-			}
-			out = out[:0]
-		}
-		out = c.appendPortal(out, p, i)
-		parsing := c.pendingPrepare
-		c.pendingPrepare = ""
-		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
-		out = append(out, 'S', 0, 0, 0, 4)
-		c.server.W.Write(out)
-		if err := c.server.Flush(); err != nil {
-			return c.shardFailed(err)
-		}
-		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
-	}
-	var firstErr *wire.Error
-	for _, r := range readers {
-		r.header()
-		if r.ioErr != nil {
-			c.server = r.s
-			return c.shardFailed(r.ioErr)
-		}
-		if r.serr != nil && firstErr == nil {
-			firstErr = r.serr
-		}
-	}
-	ioErr, err := c.gatherMany(plan, readers, implicit, firstErr, func() (string, error) {
-		if !describe {
-			for _, r := range readers {
-				r.quietDesc = true
-			}
-		}
-		return c.combineExt(plan, readers, describe)
-	})
-	if ioErr != nil {
-		return c.shardFailed(ioErr)
-	}
-	return err
-}
-
-// combineExt is combine for extended-protocol answers: RowDescription is
-// sent only when the client asked for it.
-func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (string, error) {
-	if !describe && readers[0].desc != nil {
-		c.suppressDesc = true
-		defer func() { c.suppressDesc = false }()
-	}
-	if describe && readers[0].desc == nil && !readers[0].empty {
-		c.toClient([]byte{'n', 0, 0, 0, 4})
-	}
-	return c.combine(p, readers)
-}
-
-// sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the
-// extended protocol.
-func (c *client) sTxControl(ctx context.Context, p *routePlan) error {
-	switch p.kind {
-	case routeBegin:
-		if !c.stx.open {
-			c.stx = shardTx{open: true, begin: p.sql}
-		}
-		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
-	case routeCommit, routeRollback:
-		commit := p.kind == routeCommit && !c.stx.failed
-		var joined []int
-		for i := range c.shards {
-			if c.shards[i].inTx && c.shards[i].server != nil {
-				joined = append(joined, i)
-			}
-		}
-		var err error
-		if commit {
-			err = c.commitShards(joined)
-		} else {
-			c.rollbackShards()
-		}
-		c.endSession(commit && err == nil)
-		c.stx = shardTx{}
-		c.detachShards()
-		if err != nil {
-			return err
-		}
-		if commit {
-			c.w.Write(wire.AppendCommandComplete(nil, "COMMIT"))
-		} else {
-			c.w.Write(wire.AppendCommandComplete(nil, "ROLLBACK"))
-		}
-	default:
-		return wire.Errorf(wire.FeatureNotSupported, "savepoints through the extended protocol are not supported on sharded databases; use the simple protocol")
-	}
-	return nil
 }
 
 // appendPortal appends the Parse (if the server lacks the statement) and
@@ -631,9 +450,8 @@ func (c *client) planPortal(p *sPortal) error {
 	if err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction {
-		plan.ops = p.stmt.effect().ops
-	}
+	// Ops in both pool modes: a sharded session has a server per shard.
+	plan.ops = p.stmt.effect().ops
 	p.plan = plan
 	return nil
 }
