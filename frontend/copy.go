@@ -20,6 +20,10 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 		s := c.shards[i].server
 		servers[k] = s
 		byShard[i] = k
+		if err := c.useShard(i); err != nil {
+			c.server = s
+			return c.shardFailed(err)
+		}
 		for _, q := range c.prefix(i, implicit) {
 			s.W.Write(wire.AppendQuery(nil, q))
 			if err := s.Flush(); err != nil {

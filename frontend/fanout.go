@@ -202,6 +202,10 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 	prefixed := make([]int, len(p.shards)) // internal Queries sent ahead
 	for k, i := range p.shards {
 		s := c.shards[i].server
+		if err := c.useShard(i); err != nil {
+			c.server = s
+			return c.shardFailed(err)
+		}
 		for _, q := range c.prefix(i, implicit) {
 			s.W.Write(wire.AppendQuery(nil, q))
 			prefixed[k]++

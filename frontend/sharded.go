@@ -81,6 +81,16 @@ type shardConn struct {
 	// eff is what the statements that ran on this server since the end of
 	// the last transaction may have left behind (see settleShards).
 	eff effect
+	// unsynced: a row-limited Execute left the server inside an
+	// extended-protocol batch, without Sync (see sharded_portal.go);
+	// failed says the server skips to that Sync after an error, and
+	// batchOps are the session ops of the batch, applied at the Sync.
+	unsynced bool
+	failed   bool
+	batchOps []setOp
+	// portal is the client's portal suspended in the server's unnamed
+	// portal, nil when none is.
+	portal *sPortal
 }
 
 // shardTx is a client's transaction on a sharded database.
@@ -204,10 +214,15 @@ func (c *client) detachShards() {
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {
+			if sc.unsynced {
+				// Every path syncs a batch before it lets the server go;
+				// one that did not leaves it in an unknown state.
+				sc.server.Broken = true
+			}
 			serverPool(sc.server, sc.pool).Checkin(sc.server)
 			sc.server = nil
 		}
-		sc.inTx, sc.eff = false, 0
+		sc.inTx, sc.eff, sc.unsynced, sc.failed, sc.batchOps, sc.portal = false, 0, false, false, nil, nil
 	}
 	c.server = nil
 	c.setState(ClientIdle)
@@ -247,6 +262,10 @@ func errReplansExhausted() error {
 }
 
 func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
+	// A Query after a Flush ends what a row-limited Execute left open.
+	if err := c.syncShards(); err != nil {
+		return c.shardFailed(err)
+	}
 	var p *routePlan
 	var err error
 	if sp != nil && !c.stx.failed {
@@ -343,6 +362,9 @@ func (c *client) runOne(p *routePlan) error {
 	i := p.shards[0]
 	sc := &c.shards[i]
 	c.server = sc.server
+	if err := c.useShard(i); err != nil {
+		return c.shardFailed(err)
+	}
 	if p.create != nil {
 		if _, ok := c.server.Prepared[p.create.st.name]; ok {
 			// This server has the statement from another client.
@@ -469,6 +491,9 @@ func (c *client) shardFailed(err error) error {
 // internal runs sql on shard i and waits for ReadyForQuery, returning the
 // first error the server reported.
 func (c *client) internal(i int, sql string) (status byte, serr *wire.Error, err error) {
+	if err := c.useShard(i); err != nil {
+		return 0, nil, err
+	}
 	s := c.shards[i].server
 	s.W.Write(wire.AppendQuery(nil, sql))
 	if err := s.Flush(); err != nil {

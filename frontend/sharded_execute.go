@@ -3,7 +3,6 @@ package frontend
 import (
 	"bytes"
 	"context"
-	"fmt"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -12,7 +11,8 @@ import (
 // names. One shard's answer is relayed as it comes (execOne); the answers
 // of several are merged as for a simple Query (execMany). Each Execute is
 // sent with the Parse and Bind its shard needs, after the settings sync and
-// BEGIN of prefix, and followed by a Sync the client never sees.
+// BEGIN of prefix, and followed by a Sync the client never sees, unless a
+// row limit keeps the portal open (sharded_portal.go).
 
 // sExecute runs a portal on the shards its plan names.
 func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
@@ -25,9 +25,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 	}
 	if p.suspended {
-		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-			Message: fmt.Sprintf("fetching the rest of portal \"%s\" is not supported on sharded databases", name),
-			Hint:    "execute the portal without a row limit (turn the driver's fetch size off)"}
+		return c.resumePortal(p, name, maxRows)
 	}
 	plan := p.plan
 	for attempt := 0; ; attempt++ {
@@ -71,11 +69,17 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	return c.execMany(p, describe)
 }
 
-// execOne runs a portal on its one shard.
+// execOne runs a portal on its one shard. With a row limit the server's
+// batch stays open, so that the rest of the rows can follow (see
+// sharded_portal.go).
 func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	plan := p.plan
 	i := plan.shards[0]
-	c.server = c.shards[i].server
+	sc := &c.shards[i]
+	c.server = sc.server
+	if err := c.useShard(i); err != nil {
+		return c.shardFailed(err)
+	}
 	if err := c.runPrefix(i, c.prefix(i, false)); err != nil {
 		return err
 	}
@@ -101,27 +105,35 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		case '1', '2':
 			return
 		case 's':
-			p.suspended = true
+			p.suspended, p.shard = true, i
+			sc.portal = p
 		case 'C':
 			tag = append([]byte{}, raw[5:]...)
 		}
 		c.toClient(raw)
 	}
-	out = append(out, 'S', 0, 0, 0, 4)
-	err := c.serverExchange(nil, out, fn)
+	var err error
+	if maxRows > 0 {
+		out = append(out, 'H', 0, 0, 0, 4)
+		err = c.flushExchange(i, out, fn)
+	} else {
+		out = append(out, 'S', 0, 0, 0, 4)
+		err = c.serverExchange(nil, out, fn)
+	}
 	c.ranOn(plan.shards)
 	if err != nil || tag == nil {
 		return err
 	}
-	c.completed(plan, p.stmt.sql, tag, setting)
+	c.completed(plan, i, p.stmt.sql, tag, setting)
 	return nil
 }
 
 // completed records what a statement that completed on shard i (with
-// CommandComplete body tag) on c.server did to the session: the statements DISCARD ALL
+// CommandComplete body tag) did to the session: the statements DISCARD ALL
 // and DEALLOCATE ALL dropped, and its session ops (kept with the
-// transaction until it ends).
-func (c *client) completed(plan *routePlan, sql string, tag []byte, setting bool) {
+// transaction, or the open batch, until they count).
+func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setting bool) {
+	sc := &c.shards[i]
 	if bytes.Equal(tag, tagDeallocateAll) || bytes.Equal(tag, tagDiscardAll) {
 		// Not transactional: they are gone now.
 		c.dropStatements()
@@ -136,6 +148,8 @@ func (c *client) completed(plan *routePlan, sql string, tag []byte, setting bool
 		if setting {
 			c.ranSetting(sql, start)
 		}
+	case sc.unsynced:
+		sc.batchOps = append(sc.batchOps, plan.ops...)
 	case len(plan.ops) > 0:
 		c.applyOps(plan.ops)
 	}
@@ -171,6 +185,9 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 	readers := make([]*shardRows, len(plan.shards))
 	for k, i := range plan.shards {
 		c.server = c.shards[i].server
+		if err := c.useShard(i); err != nil {
+			return c.shardFailed(err)
+		}
 		if err := c.runPrefix(i, c.prefix(i, implicit)); err != nil {
 			return err
 		}

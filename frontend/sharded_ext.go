@@ -13,10 +13,10 @@ import (
 // sharding key), so the proxy answers Parse, Bind and Close itself and
 // sends each Execute — with the Parse and Bind it needs — to the shards
 // the bound statement routes to, followed by a Sync that the client never
-// sees (sharded_execute.go). Describe of a statement asks any shard
-// (schemas are the same everywhere). A batch is read whole (up to Sync)
-// before it runs, so that a Describe of a portal travels with its
-// Execute.
+// sees (sharded_execute.go; with a row limit, Flush: sharded_portal.go).
+// Describe of a statement asks any shard (schemas are the same
+// everywhere). A batch is read whole (up to Sync or Flush) before it runs,
+// so that a Describe of a portal travels with its Execute.
 
 // sStmt is a client's prepared statement on a sharded database.
 type sStmt struct {
@@ -42,10 +42,10 @@ type sPortal struct {
 	tail    []byte // Bind body after the statement name
 	plan    *routePlan
 	// suspended: an Execute with a row limit stopped before the last row
-	// (PortalSuspended). Every Execute binds the statement anew on the
-	// shard, so the rest cannot be fetched: running it again would start
-	// over and return the first rows again.
+	// (PortalSuspended); the rest waits in the unnamed portal of shard's
+	// server (see sharded_portal.go).
 	suspended bool
+	shard     int
 }
 
 type batchMsg struct {
@@ -65,6 +65,13 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
 		if c.localSkip && m.typ != 'S' {
+			if m.typ == 'H' {
+				// The error that started the skip reaches the client now,
+				// as PostgreSQL's does.
+				if err := c.flushClient(); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		var err error
@@ -108,11 +115,17 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	return nil
 }
 
-// sSync answers the client's Sync: outside a transaction block the
-// batch's implicit transaction is over.
+// sSync answers the client's Sync: servers left inside the batch are
+// synced, and outside a transaction block the batch's implicit
+// transaction is over, with its portals (the client's portals are the
+// proxy's, so it drops them itself).
 func (c *client) sSync() error {
 	c.localSkip = false
+	if err := c.syncShards(); err != nil {
+		return c.shardFailed(err)
+	}
 	if !c.stx.open {
+		clear(c.sportals)
 		c.releaseIfIdle()
 	}
 	c.tx = c.shardedStatus()
@@ -208,6 +221,9 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	}
 	s := c.shards[shard].server
 	c.server = s
+	if err := c.useShard(shard); err != nil {
+		return c.shardFailed(err)
+	}
 	// The client's settings (search_path) decide what the statement
 	// means. A shard does not join the client's transaction to describe.
 	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
