@@ -66,6 +66,7 @@ type routePlan struct {
 	formats        []int16
 
 	localTag string     // routeLocal: the command tag
+	dealloc  string     // routeLocal: the client's SQL-level statement a DEALLOCATE drops
 	create   *sqlCreate // a PREPARE: the client's statement it creates
 	execs    []*sqlStmt // SQL statements the server must have prepared first
 	// setting: a SET or RESET (router.Session), which inside a transaction

@@ -36,6 +36,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		if c.stx.failed {
 			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
 		}
+		if plan.kind == routeLocal {
+			return c.sLocal(plan, describe)
+		}
 		// A read that starts the batch's work outside a transaction may go to
 		// replicas; once a server is held, the batch stays on it.
 		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
@@ -69,6 +72,19 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	return c.execMany(p, describe)
 }
 
+// sLocal answers a portal the proxy runs itself: DEALLOCATE of a
+// SQL-level statement.
+func (c *client) sLocal(plan *routePlan, describe bool) error {
+	if plan.dealloc != "" && !c.deallocate(plan.dealloc) {
+		return wire.Errorf(wire.InvalidStatementName, "prepared statement \"%s\" does not exist", plan.dealloc)
+	}
+	if describe {
+		c.w.Write(wire.AppendNoData(nil))
+	}
+	c.w.Write(wire.AppendCommandComplete(nil, plan.localTag))
+	return nil
+}
+
 // execOne runs a portal on its one shard. With a row limit the server's
 // batch stays open, so that the rest of the rows can follow (see
 // sharded_portal.go).
@@ -91,6 +107,19 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		}
 		if serr != nil {
 			return serr
+		}
+	}
+	if err := ensurePrepared(c.server, plan.execs); err != nil {
+		if c.server.Broken {
+			return c.shardFailed(err)
+		}
+		return err
+	}
+	if cr := plan.create; cr != nil {
+		if _, ok := c.server.Prepared[cr.st.name]; ok {
+			// This server has the statement from another client.
+			c.sqlStmts[cr.client] = cr.st
+			return c.sLocal(&routePlan{localTag: "PREPARE"}, describe)
 		}
 	}
 	out := c.appendPortal(nil, p, i)
@@ -129,11 +158,15 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 }
 
 // completed records what a statement that completed on shard i (with
-// CommandComplete body tag) did to the session: the statements DISCARD ALL
-// and DEALLOCATE ALL dropped, and its session ops (kept with the
-// transaction, or the open batch, until they count).
+// CommandComplete body tag) did to the session: a PREPARE's statement, the
+// statements DISCARD ALL and DEALLOCATE ALL dropped, and its session ops
+// (kept with the transaction, or the open batch, until they count).
 func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setting bool) {
 	sc := &c.shards[i]
+	if cr := plan.create; cr != nil {
+		c.server.Prepared[cr.st.name] = struct{}{}
+		c.sqlStmts[cr.client] = cr.st
+	}
 	if bytes.Equal(tag, tagDeallocateAll) || bytes.Equal(tag, tagDiscardAll) {
 		// Not transactional: they are gone now.
 		c.dropStatements()

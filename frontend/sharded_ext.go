@@ -16,7 +16,9 @@ import (
 // sees (sharded_execute.go; with a row limit, Flush: sharded_portal.go).
 // Describe of a statement asks any shard (schemas are the same
 // everywhere). A batch is read whole (up to Sync or Flush) before it runs,
-// so that a Describe of a portal travels with its Execute.
+// so that a Describe of a portal travels with its Execute. A statement
+// that uses SQL-level prepared statements is planned as in a simple Query
+// (shardedSQLPrep).
 
 // sStmt is a client's prepared statement on a sharded database.
 type sStmt struct {
@@ -26,12 +28,25 @@ type sStmt struct {
 
 	effOnce sync.Once
 	eff     stmtEffect
+	spOnce  sync.Once
+	sp      *sqlPrep
 }
 
 // effect returns what executing the statement does to the session.
 func (st *sStmt) effect() stmtEffect {
 	st.effOnce.Do(func() { st.eff = analyze([]byte(st.sql)) })
 	return st.eff
+}
+
+// sqlPrep returns what the statement does with SQL-level prepared
+// statements (PREPARE, EXECUTE, DEALLOCATE), nil if nothing.
+func (st *sStmt) sqlPrep() *sqlPrep {
+	st.spOnce.Do(func() {
+		if st.effect().eff&effSQLPrepare != 0 {
+			st.sp = parseSQLPrep(st.sql)
+		}
+	})
+	return st.sp
 }
 
 // sPortal is a bound statement.
@@ -213,6 +228,10 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 		if p == nil {
 			return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 		}
+		if p.plan.kind == routeLocal {
+			c.w.Write(wire.AppendNoData(nil))
+			return nil
+		}
 		st = p.stmt
 	}
 	shard, err := c.describeShard(ctx, p)
@@ -229,11 +248,35 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
 		return err
 	}
-	out := c.ensureParsed(nil, st)
+	// An EXECUTE of the client's SQL-level statement describes the
+	// proxy-wide statement it runs, which the server must have.
+	var execs []*sqlStmt
 	if p != nil {
+		execs = p.plan.execs
+	} else if sp := st.sqlPrep(); sp != nil && len(sp.execs) > 0 {
+		var sql string
+		if sql, execs = c.rewriteExecs(st.sql, sp); execs != nil {
+			st = st.derived(c, sql)
+		}
+	}
+	if err := ensurePrepared(s, execs); err != nil {
+		if s.Broken {
+			return c.shardFailed(err)
+		}
+		return err
+	}
+	var out []byte
+	switch {
+	case p != nil && len(execs) > 0:
+		out = c.appendPortal(out, p, shard) // the rewritten EXECUTE
+		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
+	case p != nil:
+		// The client's statement, not a rewrite with hidden columns.
+		out = c.ensureParsed(out, st)
 		out = c.appendBind(out, p)
 		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-	} else {
+	default:
+		out = c.ensureParsed(out, st)
 		out = append(out, 'D', 0, 0, 0, 0, 'S')
 		out = append(out, st.st.name...)
 		out = append(out, 0)
@@ -277,6 +320,13 @@ func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
 		}
 		shard = pick()
 	}
+}
+
+// derived returns the statement with the client's parameter types and
+// text sql: what a shard runs in the client's statement's place.
+func (st *sStmt) derived(c *client, sql string) *sStmt {
+	tail := append(append([]byte(sql), 0), st.typesPart()...)
+	return &sStmt{sql: sql, st: c.l.stmts.get(tail)}
 }
 
 // anyShard is the shard that answers shard-independent questions: one the
@@ -460,9 +510,24 @@ func (c *client) attachShards(ctx context.Context, shards []int) error {
 	return nil
 }
 
-// planPortal routes a bound statement with its parameters.
+// planPortal routes a bound statement with its parameters. A statement
+// that uses SQL-level prepared statements is planned as a simple Query's
+// is (shardedSQLPrep): an EXECUTE goes where its constant arguments
+// route the prepared query. A DEALLOCATE drops the client's statement when
+// it executes, not when it is bound.
 func (c *client) planPortal(p *sPortal) error {
-	plan, err := c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
+	var plan *routePlan
+	var err error
+	if sp := p.stmt.sqlPrep(); sp != nil {
+		if sp.dealloc {
+			plan = &routePlan{kind: routeLocal, localTag: "DEALLOCATE", dealloc: sp.prepName}
+		} else {
+			plan, err = c.shardedSQLPrep(p.stmt.sql, sp)
+		}
+	}
+	if plan == nil && err == nil {
+		plan, err = c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
+	}
 	if err != nil {
 		return err
 	}
