@@ -447,7 +447,25 @@ func (c *client) roundTripShard() error {
 // shardFailed handles a broken server on a sharded database: the client's
 // transaction (if any) is lost, so the client gets an error and, inside a
 // transaction, the connection is closed.
-func (c *client) shardFailed(err error) error {
+func (c *client) shardFailed(err error) error { return c.failShard(err, true) }
+
+// shardLost is the answer of an extended-protocol message whose shard's
+// server failed: the batch reports it with failShard, and answers
+// ReadyForQuery at the client's Sync.
+type shardLost struct {
+	err    error
+	server *pool.Server
+}
+
+func (e *shardLost) Error() string { return e.err.Error() }
+
+// lostShard returns err, a failure of the server c.server points at, as a
+// shardLost.
+func (c *client) lostShard(err error) error { return &shardLost{err: err, server: c.server} }
+
+// failShard is shardFailed; ready says to answer ReadyForQuery (a simple
+// Query), else the client's batch skips to its Sync.
+func (c *client) failShard(err error, ready bool) error {
 	if c.clientErr != nil {
 		return c.clientErr
 	}
@@ -484,8 +502,12 @@ func (c *client) shardFailed(err error) error {
 	if !forwarded {
 		c.w.Write(wire.AppendError(nil, e))
 	}
-	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
-	c.tx = 'I'
+	if ready {
+		c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+		c.tx = 'I'
+	} else {
+		c.localSkip = true
+	}
 	return c.flushClient()
 }
 

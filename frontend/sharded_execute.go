@@ -94,7 +94,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	sc := &c.shards[i]
 	c.server = sc.server
 	if err := c.useShard(i); err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	if err := c.runPrefix(i, c.prefix(i, false)); err != nil {
 		return err
@@ -103,7 +103,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	if setting {
 		serr, err := c.setOnJoined(i, p.stmt.sql)
 		if err != nil {
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		if serr != nil {
 			return serr
@@ -111,7 +111,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	}
 	if err := ensurePrepared(c.server, plan.execs); err != nil {
 		if c.server.Broken {
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		return err
 	}
@@ -197,7 +197,7 @@ func (c *client) runPrefix(i int, pre []string) error {
 		_, _, e, err := serverQuery(s, q)
 		if err != nil {
 			c.server = s
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		if e != nil {
 			s.Broken = true
@@ -219,7 +219,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 	for k, i := range plan.shards {
 		c.server = c.shards[i].server
 		if err := c.useShard(i); err != nil {
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		if err := c.runPrefix(i, c.prefix(i, implicit)); err != nil {
 			return err
@@ -232,7 +232,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		out = append(out, 'S', 0, 0, 0, 4)
 		c.server.W.Write(out)
 		if err := c.server.Flush(); err != nil {
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
 	}
@@ -242,7 +242,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		r.header()
 		if r.ioErr != nil {
 			c.server = r.s
-			return c.shardFailed(r.ioErr)
+			return c.lostShard(r.ioErr)
 		}
 		if r.serr != nil && firstErr == nil {
 			firstErr = r.serr
@@ -257,7 +257,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		return c.combineExt(plan, readers, describe)
 	})
 	if ioErr != nil {
-		return c.shardFailed(ioErr)
+		return c.lostShard(ioErr)
 	}
 	return err
 }
@@ -309,7 +309,7 @@ func (c *client) sTxControl(p *routePlan) error {
 	}
 	tag, serr, err := c.runSavepoint(p)
 	if err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	if serr != nil {
 		return serr

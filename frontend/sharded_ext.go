@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/shardgate/shardgate/wire"
@@ -116,6 +117,14 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 			return c.sSync()
 		}
 		if err != nil {
+			var lost *shardLost
+			if errors.As(err, &lost) {
+				c.server = lost.server
+				if err := c.failShard(lost.err, false); err != nil {
+					return err
+				}
+				continue
+			}
 			e, ok := wire.AsError(err)
 			if !ok || e.Fatal() {
 				return err
@@ -137,7 +146,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 func (c *client) sSync() error {
 	c.localSkip = false
 	if err := c.syncShards(); err != nil {
-		return c.shardFailed(err)
+		return c.shardFailed(err) // answers the Sync
 	}
 	if !c.stx.open {
 		clear(c.sportals)
@@ -241,7 +250,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	s := c.shards[shard].server
 	c.server = s
 	if err := c.useShard(shard); err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	// The client's settings (search_path) decide what the statement
 	// means. A shard does not join the client's transaction to describe.
@@ -261,7 +270,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	}
 	if err := ensurePrepared(s, execs); err != nil {
 		if s.Broken {
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		return err
 	}
@@ -372,14 +381,14 @@ func (c *client) serverExchange(s interface {
 	srv := c.server
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	var serr *wire.Error
 	for {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		switch typ {
 		case 'E':

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -251,5 +252,25 @@ func TestShardedSuspendedPortal(t *testing.T) {
 				t.Fatalf("errors %v, want one %s", errs, tc.error)
 			}
 		})
+	}
+}
+
+// TestShardedServerLostInBatch: a shard's server that fails under an
+// extended-protocol batch outside a transaction answers the message that
+// needed it with 08006; the rest of the batch is skipped and the client's
+// Sync alone answers ReadyForQuery.
+func TestShardedServerLostInBatch(t *testing.T) {
+	var out bytes.Buffer
+	input := encode(&pgproto3.Parse{Name: "a", Query: "SELECT * FROM accounts"}, &pgproto3.Bind{PreparedStatement: "a"},
+		&pgproto3.Execute{}, &pgproto3.Bind{PreparedStatement: "a"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	run, done := newShardedClient(t, t.TempDir(), &fakeConn{r: bytes.NewReader(input), w: &out})
+	defer done()
+	run.fakes[1].closed = true
+	run.client.loop(context.Background())
+	if got, want := messageTypes(out.Bytes()), "1 2 E Z"; got != want {
+		t.Fatalf("client got %q, want %q%s", got, want, errorsOf(out.Bytes()))
+	}
+	if e := clientErrors(out.Bytes())[0]; e.Code != wire.ConnectionFailure {
+		t.Fatalf("error %v, want %s", e, wire.ConnectionFailure)
 	}
 }

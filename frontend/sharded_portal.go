@@ -100,13 +100,13 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 	sc.unsynced = true
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	for {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		switch typ {
 		case 'E':
@@ -132,7 +132,7 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 			srv.Params[string(name)] = string(val)
 		case 'Z':
 			srv.Broken = true
-			return c.shardFailed(fmt.Errorf("server %s: ReadyForQuery inside a batch", srv.Addr))
+			return c.lostShard(fmt.Errorf("server %s: ReadyForQuery inside a batch", srv.Addr))
 		case 'C', 'I', 's':
 			c.pendingPrepare = ""
 			fn(typ, raw)
