@@ -20,8 +20,12 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 		s := c.shards[i].server
 		servers[k] = s
 		byShard[i] = k
-		if pre := c.prefix(i, implicit); pre != "" {
-			s.W.Write(wire.AppendQuery(nil, pre))
+		if err := c.useShard(i); err != nil {
+			c.server = s
+			return c.shardFailed(err)
+		}
+		for _, q := range c.prefix(i, implicit) {
+			s.W.Write(wire.AppendQuery(nil, q))
 			if err := s.Flush(); err != nil {
 				c.server = s
 				return c.shardFailed(err)
@@ -30,6 +34,8 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 				c.server = s
 				return c.shardFailed(err)
 			} else if serr != nil {
+				// What the server's session is now is unknown.
+				s.Broken = true
 				c.rollbackShards()
 				c.releaseIfIdle()
 				return c.shardedError(serr)

@@ -199,12 +199,16 @@ func sumTags(tags []string) string {
 // runMany runs a statement on several shards and combines the answers.
 func (c *client) runMany(ctx context.Context, p *routePlan) error {
 	implicit := !c.stx.open && (p.kind == routeWrite || p.kind == routeOmniWrite)
-	prefixed := make([]bool, len(p.shards))
+	prefixed := make([]int, len(p.shards)) // internal Queries sent ahead
 	for k, i := range p.shards {
 		s := c.shards[i].server
-		if pre := c.prefix(i, implicit); pre != "" {
-			s.W.Write(wire.AppendQuery(nil, pre))
-			prefixed[k] = true
+		if err := c.useShard(i); err != nil {
+			c.server = s
+			return c.shardFailed(err)
+		}
+		for _, q := range c.prefix(i, implicit) {
+			s.W.Write(wire.AppendQuery(nil, q))
+			prefixed[k]++
 		}
 		s.W.Write(wire.AppendQuery(nil, p.sqlFor(i)))
 		if err := s.Flush(); err != nil {
@@ -218,15 +222,21 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		s := c.shards[i].server
 		r := &shardRows{c: c, s: s}
 		readers[k] = r
-		if prefixed[k] {
+		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
 			_, serr, err := readToReady(s)
 			if err != nil {
 				r.ioErr = err
-				continue
 			}
-			if serr != nil && firstErr == nil {
-				firstErr = serr
+			if serr != nil {
+				// What the server's session is now is unknown.
+				s.Broken = true
+				if firstErr == nil {
+					firstErr = serr
+				}
 			}
+		}
+		if r.ioErr != nil {
+			continue
 		}
 		r.header()
 	}
@@ -240,6 +250,7 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		}
 	}
 	ioErr, err := c.gatherMany(p, readers, implicit, firstErr, func() (string, error) { return c.combine(p, readers) })
+	c.ranOn(p.shards)
 	if ioErr != nil {
 		return c.shardFailed(ioErr)
 	}

@@ -179,7 +179,7 @@ func (c *client) answerLocally(err error, ready bool) error {
 
 // extended handles Parse, Bind, Describe, Execute, Close, Flush and Sync.
 func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error {
-	if c.localSkip {
+	if c.localSkip && c.shards == nil { // a sharded batch skips itself (shardedExtended)
 		if typ == 'S' {
 			c.localSkip = false
 			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))

@@ -378,6 +378,11 @@ func (c *client) dropStatements() {
 	clear(c.stmts)
 	clear(c.sqlStmts)
 	c.unnamed = c.unnamed[:0]
+	for name := range c.sstmts {
+		if name != "" { // a sharded client's; the unnamed statement stays
+			delete(c.sstmts, name)
+		}
+	}
 }
 
 // onReady updates tracked session state at a transaction boundary.

@@ -102,9 +102,11 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 		out.shards = []int{c.pickOf(p.Shards)}
 	case router.Session:
 		// Settings are tracked and replayed on every server the client
-		// uses; one shard validates and answers.
+		// uses; one shard validates and answers (inside a transaction,
+		// after every other shard in it ran a SET: see setOnJoined).
 		out.kind = routeOne
 		out.shards = []int{c.pickOf(p.Shards)}
+		out.setting = changesSettings(sql)
 	case router.Transaction:
 		return transactionPlan(sql)
 	case router.OmniWrite:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
@@ -25,10 +24,11 @@ import (
 //
 // Transactions are the client's, not any one server's: BEGIN is held until
 // a statement shows which shard it needs, then replayed on every shard the
-// transaction touches (lazily, with the client's savepoints). COMMIT of a
-// transaction that touched one shard is plain; of several, two-phase. A
-// write to several shards outside a transaction runs in an implicit
-// two-phase transaction of its own, so it lands everywhere or nowhere.
+// transaction touches (lazily, with the transaction's savepoints and SETs:
+// see sharded_session.go). COMMIT of a transaction that touched one shard
+// is plain; of several, two-phase. A write to several shards outside a
+// transaction runs in an implicit two-phase transaction of its own, so it
+// lands everywhere or nowhere.
 
 // routeKind says how a statement runs over shards.
 type routeKind uint8
@@ -66,8 +66,12 @@ type routePlan struct {
 	formats        []int16
 
 	localTag string     // routeLocal: the command tag
+	dealloc  string     // routeLocal: the client's SQL-level statement a DEALLOCATE drops
 	create   *sqlCreate // a PREPARE: the client's statement it creates
 	execs    []*sqlStmt // SQL statements the server must have prepared first
+	// setting: a SET or RESET (router.Session), which inside a transaction
+	// runs on every shard of the transaction.
+	setting bool
 }
 
 // shardConn is one shard as a client holds it.
@@ -75,14 +79,29 @@ type shardConn struct {
 	pool   *pool.Pool
 	server *pool.Server
 	inTx   bool // the client's transaction is open on this server
+	// eff is what the statements that ran on this server since the end of
+	// the last transaction may have left behind (see settleShards).
+	eff effect
+	// unsynced: a row-limited Execute left the server inside an
+	// extended-protocol batch, without Sync (see sharded_portal.go);
+	// failed says the server skips to that Sync after an error, and
+	// batchOps are the session ops of the batch, applied at the Sync.
+	unsynced bool
+	failed   bool
+	batchOps []setOp
+	// portal is the client's portal suspended in the server's unnamed
+	// portal, nil when none is.
+	portal *sPortal
 }
 
 // shardTx is a client's transaction on a sharded database.
 type shardTx struct {
-	open       bool     // explicit transaction
-	begin      string   // the client's BEGIN, replayed on each shard joined
-	failed     bool     // aborted: only ROLLBACK is accepted
-	savepoints []string // active savepoints, oldest first
+	open   bool   // explicit transaction
+	begin  string // the client's BEGIN, replayed on each shard joined
+	failed bool   // aborted: only ROLLBACK is accepted
+	// log is what a shard joining the transaction replays after BEGIN:
+	// the active savepoints and the SETs of the transaction, in order.
+	log []txEntry
 }
 
 func (c *client) shardedStatus() byte {
@@ -158,29 +177,6 @@ func (c *client) storeCancelTargets() {
 	c.cancelTarget.Store(t)
 }
 
-// prefix returns the internal SQL a shard needs before the client's
-// statement: the settings sync and, inside a transaction, BEGIN plus the
-// savepoints.
-func (c *client) prefix(i int, implicitTx bool) string {
-	sc := &c.shards[i]
-	var b strings.Builder
-	b.WriteString(c.sess.diff(sc.server.Session))
-	c.sess.syncTo(sc.server.Session)
-	if (c.stx.open || implicitTx) && !sc.inTx {
-		if c.stx.begin != "" {
-			b.WriteString(c.stx.begin)
-		} else {
-			b.WriteString("BEGIN")
-		}
-		b.WriteString("; ")
-		for _, sp := range c.stx.savepoints {
-			b.WriteString("SAVEPOINT " + quoteIdent(sp) + "; ")
-		}
-		sc.inTx = true
-	}
-	return b.String()
-}
-
 // holdsShards reports whether the client holds any shard's server.
 func (c *client) holdsShards() bool {
 	for i := range c.shards {
@@ -227,10 +223,15 @@ func (c *client) detachShards() {
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {
+			if sc.unsynced {
+				// Every path syncs a batch before it lets the server go;
+				// one that did not leaves it in an unknown state.
+				sc.server.Broken = true
+			}
 			serverPool(sc.server, sc.pool).Checkin(sc.server)
 			sc.server = nil
 		}
-		sc.inTx = false
+		sc.inTx, sc.eff, sc.unsynced, sc.failed, sc.batchOps, sc.portal = false, 0, false, false, nil, nil
 	}
 	c.server = nil
 	c.setState(ClientIdle)
@@ -245,6 +246,17 @@ const maxReplans = 10
 
 // shardedQuery runs a simple Query on a sharded database.
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
+	if c.mode != config.PoolTransaction {
+		// simpleQuery analyzes statements in transaction mode only, but a
+		// sharded session has a server per shard in session mode too: its
+		// settings and SQL-level statements are tracked the same way.
+		se := analyze([]byte(sql))
+		ops = se.ops
+		c.txEff |= se.eff
+		if se.eff&effSQLPrepare != 0 {
+			sp = parseSQLPrep(sql)
+		}
+	}
 	for range maxReplans {
 		err := c.shardedQueryOnce(ctx, sql, ops, sp)
 		if err != errReplan {
@@ -259,6 +271,10 @@ func errReplansExhausted() error {
 }
 
 func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
+	// A Query after a Flush ends what a row-limited Execute left open.
+	if err := c.syncShards(); err != nil {
+		return c.shardFailed(err)
+	}
 	var p *routePlan
 	var err error
 	if sp != nil && !c.stx.failed {
@@ -350,77 +366,14 @@ func (c *client) shardedError(err error) error {
 	return c.flushClient()
 }
 
-// releaseIfIdle returns servers when no transaction holds them.
-func (c *client) releaseIfIdle() {
-	if c.stx.open || c.mode == config.PoolSession {
-		return
-	}
-	if err := c.settleShards(); err != nil {
-		c.log.Warn("session state lost", "err", err)
-		c.lost = err
-	}
-	if !c.pinned {
-		c.detachShards()
-	}
-}
-
-// settleShards is settle for a sharded session: settings are read back
-// from every shard's server where the transaction's statements call for
-// it, and the client keeps all its servers while any of them holds
-// session objects.
-func (c *client) settleShards() error {
-	eff := c.txEff
-	c.txEff = 0
-	resync := c.sess.resync || eff&effResync != 0
-	c.sess.resync = false
-	probe := c.pinned || eff&effObjects != 0
-	if !resync && !probe {
-		return nil
-	}
-	saved := c.server
-	defer func() { c.server = saved }()
-	pinned := false
-	for i := range c.shards {
-		s := c.shards[i].server
-		if s == nil {
-			continue
-		}
-		c.server = s
-		if resync {
-			if err := c.readBack(s); err != nil {
-				return err
-			}
-		}
-		if probe {
-			held, err := c.probe(s)
-			if err != nil {
-				return err
-			}
-			pinned = pinned || held
-		}
-	}
-	if probe {
-		c.pinned = pinned
-	}
-	return nil
-}
-
-// endSession settles tracked SETs at the end of the client's transaction:
-// kept on commit, dropped on rollback.
-func (c *client) endSession(commit bool) {
-	c.hints.localShard, c.hints.localKey = nil, nil
-	if commit && len(c.sess.pending) > 0 {
-		// Each op changes the record of the server that ran it only.
-		c.applyOps(c.sess.pending)
-	}
-	c.sess.pending = c.sess.pending[:0]
-}
-
 // runOne sends the statement to one shard through the ordinary relay.
 func (c *client) runOne(p *routePlan) error {
 	i := p.shards[0]
 	sc := &c.shards[i]
 	c.server = sc.server
+	if err := c.useShard(i); err != nil {
+		return c.shardFailed(err)
+	}
 	if p.create != nil {
 		if _, ok := c.server.Prepared[p.create.st.name]; ok {
 			// This server has the statement from another client.
@@ -429,20 +382,30 @@ func (c *client) runOne(p *routePlan) error {
 			return c.localDone("PREPARE")
 		}
 	}
+	setting := p.setting && c.stx.open
+	if setting {
+		serr, err := c.setOnJoined(i, p.sql)
+		if err != nil {
+			return c.shardFailed(err)
+		}
+		if serr != nil {
+			return c.shardedError(serr)
+		}
+	}
 	pre := c.prefix(i, false)
 	if len(p.execs) > 0 {
 		// Settings (search_path) first, then the PREPARE the EXECUTE
 		// needs, then the statement.
-		if pre != "" {
-			if _, _, e, err := serverQuery(c.server, pre); err != nil || e != nil {
+		for _, q := range pre {
+			if _, _, e, err := serverQuery(c.server, q); err != nil || e != nil {
 				c.server.Broken = true
 				if err == nil {
 					err = e
 				}
 				return c.shardFailed(err)
 			}
-			pre = ""
 		}
+		pre = nil
 		if err := ensurePrepared(c.server, p.execs); err != nil {
 			if c.server.Broken {
 				return c.shardFailed(err)
@@ -451,18 +414,23 @@ func (c *client) runOne(p *routePlan) error {
 			return c.shardedError(err)
 		}
 	}
-	if pre != "" {
-		c.out = wire.AppendQuery(c.out, pre)
+	for _, q := range pre {
+		c.out = wire.AppendQuery(c.out, q)
 		c.q = append(c.q, req{kind: reqInternal})
 	}
+	start := len(c.sess.pending)
 	c.out = wire.AppendQuery(c.out, p.sqlFor(i))
 	c.q = append(c.q, req{kind: reqQuery, ops: p.ops, create: p.create})
 	err := c.roundTripShard()
+	c.ranOn(p.shards)
 	if err != nil {
 		return err
 	}
 	if c.stx.open && c.tx == 'E' {
 		c.stx.failed = true
+	}
+	if setting && !c.stx.failed {
+		c.ranSetting(p.sql, start)
 	}
 	c.tx = c.shardedStatus()
 	c.releaseIfIdle()
@@ -487,7 +455,25 @@ func (c *client) roundTripShard() error {
 // shardFailed handles a broken server on a sharded database: the client's
 // transaction (if any) is lost, so the client gets an error and, inside a
 // transaction, the connection is closed.
-func (c *client) shardFailed(err error) error {
+func (c *client) shardFailed(err error) error { return c.failShard(err, true) }
+
+// shardLost is the answer of an extended-protocol message whose shard's
+// server failed: the batch reports it with failShard, and answers
+// ReadyForQuery at the client's Sync.
+type shardLost struct {
+	err    error
+	server *pool.Server
+}
+
+func (e *shardLost) Error() string { return e.err.Error() }
+
+// lostShard returns err, a failure of the server c.server points at, as a
+// shardLost.
+func (c *client) lostShard(err error) error { return &shardLost{err: err, server: c.server} }
+
+// failShard is shardFailed; ready says to answer ReadyForQuery (a simple
+// Query), else the client's batch skips to its Sync.
+func (c *client) failShard(err error, ready bool) error {
 	if c.clientErr != nil {
 		return c.clientErr
 	}
@@ -524,14 +510,21 @@ func (c *client) shardFailed(err error) error {
 	if !forwarded {
 		c.w.Write(wire.AppendError(nil, e))
 	}
-	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
-	c.tx = 'I'
+	if ready {
+		c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+		c.tx = 'I'
+	} else {
+		c.localSkip = true
+	}
 	return c.flushClient()
 }
 
 // internal runs sql on shard i and waits for ReadyForQuery, returning the
 // first error the server reported.
 func (c *client) internal(i int, sql string) (status byte, serr *wire.Error, err error) {
+	if err := c.useShard(i); err != nil {
+		return 0, nil, err
+	}
 	s := c.shards[i].server
 	s.W.Write(wire.AppendQuery(nil, sql))
 	if err := s.Flush(); err != nil {
@@ -596,26 +589,11 @@ func (c *client) endTx(ctx context.Context, commit bool) error {
 		}
 		return c.localDone("ROLLBACK")
 	}
-	var joined []int
-	for i := range c.shards {
-		if c.shards[i].inTx && c.shards[i].server != nil {
-			joined = append(joined, i)
-		}
-	}
-	if !commit || c.stx.failed {
-		c.endSession(false)
-		c.rollbackShards()
-		c.detachShards()
-		return c.localDone("ROLLBACK")
-	}
-	err := c.commitShards(joined)
-	c.endSession(err == nil)
-	c.stx = shardTx{}
-	c.detachShards()
+	tag, err := c.finishTx(commit)
 	if err != nil {
 		return c.shardedError(err)
 	}
-	return c.localDone("COMMIT")
+	return c.localDone(tag)
 }
 
 // commitShards commits the transaction open on shards: plainly on one
@@ -688,55 +666,16 @@ func (c *client) commitShards(shards []int) error {
 	return nil
 }
 
-// savepoint runs SAVEPOINT / RELEASE / ROLLBACK TO on every joined shard
-// and tracks it for shards joined later.
+// savepoint runs SAVEPOINT / RELEASE / ROLLBACK TO for a simple Query.
 func (c *client) savepoint(ctx context.Context, p *routePlan) error {
-	if !c.stx.open {
-		return c.shardedError(wire.Errorf("25P01", "%s can only be used in transaction blocks", strings.Fields(p.sql)[0]))
+	tag, serr, err := c.runSavepoint(p)
+	if err != nil {
+		return c.shardFailed(err)
 	}
-	for i := range c.shards {
-		if !c.shards[i].inTx || c.shards[i].server == nil {
-			continue
-		}
-		st, serr, err := c.internal(i, p.sql)
-		if err != nil {
-			return c.shardFailed(err)
-		}
-		if serr != nil {
-			c.stx.failed = true
-			return c.shardedError(serr)
-		}
-		if st == 'T' {
-			c.stx.failed = false
-		}
-	}
-	tag := "SAVEPOINT"
-	switch {
-	case p.release:
-		tag = "RELEASE"
-		c.stx.savepoints = trimSavepoints(c.stx.savepoints, p.savepoint, false)
-	case p.rollbackTo:
-		tag = "ROLLBACK"
-		c.stx.savepoints = trimSavepoints(c.stx.savepoints, p.savepoint, true)
-		c.stx.failed = false
-	default:
-		c.stx.savepoints = append(c.stx.savepoints, p.savepoint)
+	if serr != nil {
+		return c.shardedError(serr)
 	}
 	return c.localDone(tag)
-}
-
-// trimSavepoints drops savepoints after name (and name itself unless
-// keep).
-func trimSavepoints(sps []string, name string, keep bool) []string {
-	for i := len(sps) - 1; i >= 0; i-- {
-		if sps[i] == name {
-			if keep {
-				return sps[:i+1]
-			}
-			return sps[:i]
-		}
-	}
-	return sps
 }
 
 // pickShard returns a random shard for reads that any shard can answer.

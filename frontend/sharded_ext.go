@@ -2,10 +2,9 @@ package frontend
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 
-	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -15,9 +14,12 @@ import (
 // sharding key), so the proxy answers Parse, Bind and Close itself and
 // sends each Execute — with the Parse and Bind it needs — to the shards
 // the bound statement routes to, followed by a Sync that the client never
-// sees. Describe of a statement asks any shard (schemas are the same
-// everywhere). A batch is read whole (up to Sync) before it runs, so that a
-// Describe of a portal travels with its Execute.
+// sees (sharded_execute.go; with a row limit, Flush: sharded_portal.go).
+// Describe of a statement asks any shard (schemas are the same
+// everywhere). A batch is read whole (up to Sync or Flush) before it runs,
+// so that a Describe of a portal travels with its Execute. A statement
+// that uses SQL-level prepared statements is planned as in a simple Query
+// (shardedSQLPrep).
 
 // sStmt is a client's prepared statement on a sharded database.
 type sStmt struct {
@@ -27,12 +29,25 @@ type sStmt struct {
 
 	effOnce sync.Once
 	eff     stmtEffect
+	spOnce  sync.Once
+	sp      *sqlPrep
 }
 
 // effect returns what executing the statement does to the session.
 func (st *sStmt) effect() stmtEffect {
 	st.effOnce.Do(func() { st.eff = analyze([]byte(st.sql)) })
 	return st.eff
+}
+
+// sqlPrep returns what the statement does with SQL-level prepared
+// statements (PREPARE, EXECUTE, DEALLOCATE), nil if nothing.
+func (st *sStmt) sqlPrep() *sqlPrep {
+	st.spOnce.Do(func() {
+		if st.effect().eff&effSQLPrepare != 0 {
+			st.sp = parseSQLPrep(st.sql)
+		}
+	})
+	return st.sp
 }
 
 // sPortal is a bound statement.
@@ -43,10 +58,10 @@ type sPortal struct {
 	tail    []byte // Bind body after the statement name
 	plan    *routePlan
 	// suspended: an Execute with a row limit stopped before the last row
-	// (PortalSuspended). Every Execute binds the statement anew on the
-	// shard, so the rest cannot be fetched: running it again would start
-	// over and return the first rows again.
+	// (PortalSuspended); the rest waits in the unnamed portal of shard's
+	// server (see sharded_portal.go).
 	suspended bool
+	shard     int
 }
 
 type batchMsg struct {
@@ -66,6 +81,13 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
 		if c.localSkip && m.typ != 'S' {
+			if m.typ == 'H' {
+				// The error that started the skip reaches the client now,
+				// as PostgreSQL's does.
+				if err := c.flushClient(); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		var err error
@@ -92,15 +114,17 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'H':
 			err = c.flushClient()
 		case 'S':
-			c.localSkip = false
-			if !c.stx.open {
-				c.detachShards()
-			}
-			c.tx = c.shardedStatus()
-			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
-			err = c.flushClient()
+			return c.sSync()
 		}
 		if err != nil {
+			var lost *shardLost
+			if errors.As(err, &lost) {
+				c.server = lost.server
+				if err := c.failShard(lost.err, false); err != nil {
+					return err
+				}
+				continue
+			}
 			e, ok := wire.AsError(err)
 			if !ok || e.Fatal() {
 				return err
@@ -113,6 +137,24 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		}
 	}
 	return nil
+}
+
+// sSync answers the client's Sync: servers left inside the batch are
+// synced, and outside a transaction block the batch's implicit
+// transaction is over, with its portals (the client's portals are the
+// proxy's, so it drops them itself).
+func (c *client) sSync() error {
+	c.localSkip = false
+	if err := c.syncShards(); err != nil {
+		return c.shardFailed(err) // answers the Sync
+	}
+	if !c.stx.open {
+		clear(c.sportals)
+		c.releaseIfIdle()
+	}
+	c.tx = c.shardedStatus()
+	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	return c.flushClient()
 }
 
 func (c *client) sParse(body []byte) error {
@@ -185,54 +227,65 @@ func (c *client) sClose(body []byte) error {
 func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	var st *sStmt
 	var p *sPortal
-	shard := 0
 	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
 			return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
 		}
-		shard = c.anyShard()
 	} else {
 		p = c.sportals[string(name)]
 		if p == nil {
 			return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 		}
+		if p.plan.kind == routeLocal {
+			c.w.Write(wire.AppendNoData(nil))
+			return nil
+		}
 		st = p.stmt
-		if len(p.plan.shards) > 0 {
-			shard = p.plan.shards[0]
-		}
 	}
-	for attempt := 0; ; attempt++ {
-		err := c.attachShard(ctx, shard)
-		if err == errReplan && attempt >= maxReplans {
-			return errReplansExhausted()
-		}
-		if err != errReplan {
-			if err != nil {
-				return err
-			}
-			break
-		}
-		// Chosen before a reload that changed the routing: choose again.
-		if p == nil {
-			shard = c.anyShard()
-			continue
-		}
-		if err := c.planPortal(p); err != nil {
-			return err
-		}
-		shard = 0
-		if len(p.plan.shards) > 0 {
-			shard = p.plan.shards[0]
-		}
+	shard, err := c.describeShard(ctx, p)
+	if err != nil {
+		return err
 	}
 	s := c.shards[shard].server
 	c.server = s
-	out := c.ensureParsed(nil, st)
+	if err := c.useShard(shard); err != nil {
+		return c.lostShard(err)
+	}
+	// The client's settings (search_path) decide what the statement
+	// means. A shard does not join the client's transaction to describe.
+	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
+		return err
+	}
+	// An EXECUTE of the client's SQL-level statement describes the
+	// proxy-wide statement it runs, which the server must have.
+	var execs []*sqlStmt
 	if p != nil {
+		execs = p.plan.execs
+	} else if sp := st.sqlPrep(); sp != nil && len(sp.execs) > 0 {
+		var sql string
+		if sql, execs = c.rewriteExecs(st.sql, sp); execs != nil {
+			st = st.derived(c, sql)
+		}
+	}
+	if err := ensurePrepared(s, execs); err != nil {
+		if s.Broken {
+			return c.lostShard(err)
+		}
+		return err
+	}
+	var out []byte
+	switch {
+	case p != nil && len(execs) > 0:
+		out = c.appendPortal(out, p, shard) // the rewritten EXECUTE
+		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
+	case p != nil:
+		// The client's statement, not a rewrite with hidden columns.
+		out = c.ensureParsed(out, st)
 		out = c.appendBind(out, p)
 		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-	} else {
+	default:
+		out = c.ensureParsed(out, st)
 		out = append(out, 'D', 0, 0, 0, 0, 'S')
 		out = append(out, st.st.name...)
 		out = append(out, 0)
@@ -245,6 +298,44 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			c.toClient(raw)
 		}
 	})
+}
+
+// describeShard attaches the shard that answers a Describe: any shard for
+// a statement (p nil), the first shard of portal p's plan.
+func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
+	pick := func() int {
+		switch {
+		case p == nil:
+			return c.anyShard()
+		case len(p.plan.shards) > 0:
+			return p.plan.shards[0]
+		}
+		return 0
+	}
+	shard := pick()
+	for attempt := 0; ; attempt++ {
+		err := c.attachShard(ctx, shard)
+		if err != errReplan {
+			return shard, err
+		}
+		if attempt >= maxReplans {
+			return 0, errReplansExhausted()
+		}
+		// Chosen before a reload that changed the routing: choose again.
+		if p != nil {
+			if err := c.planPortal(p); err != nil {
+				return 0, err
+			}
+		}
+		shard = pick()
+	}
+}
+
+// derived returns the statement with the client's parameter types and
+// text sql: what a shard runs in the client's statement's place.
+func (st *sStmt) derived(c *client, sql string) *sStmt {
+	tail := append(append([]byte(sql), 0), st.typesPart()...)
+	return &sStmt{sql: sql, st: c.l.stmts.get(tail)}
 }
 
 // anyShard is the shard that answers shard-independent questions: one the
@@ -290,14 +381,14 @@ func (c *client) serverExchange(s interface {
 	srv := c.server
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return c.shardFailed(err)
+		return c.lostShard(err)
 	}
 	var serr *wire.Error
 	for {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
-			return c.shardFailed(err)
+			return c.lostShard(err)
 		}
 		switch typ {
 		case 'E':
@@ -328,203 +419,6 @@ func (c *client) serverExchange(s interface {
 			fn(typ, raw)
 		}
 	}
-}
-
-// sExecute runs a portal on the shards its plan names.
-func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
-	name, maxRows, err := executeMsg(body)
-	if err != nil {
-		return err
-	}
-	p := c.sportals[string(name)]
-	if p == nil {
-		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
-	}
-	if p.suspended {
-		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-			Message: fmt.Sprintf("fetching the rest of portal \"%s\" is not supported on sharded databases", name),
-			Hint:    "execute the portal without a row limit (turn the driver's fetch size off)"}
-	}
-	plan := p.plan
-	for attempt := 0; ; attempt++ {
-		switch plan.kind {
-		case routeBegin, routeCommit, routeRollback, routeSavepoint:
-			return c.sTxControl(ctx, plan)
-		}
-		if c.stx.failed {
-			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
-		}
-		// A read that starts the batch's work outside a transaction may go to
-		// replicas; once a server is held, the batch stays on it.
-		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
-			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
-		err := c.attachShards(ctx, plan.shards)
-		c.lb.read = false
-		if err == errReplan && attempt < maxReplans {
-			// Bound before a reload that changed the routing: bind again.
-			if err := c.planPortal(p); err != nil {
-				return err
-			}
-			plan = p.plan
-			continue
-		}
-		if err == errReplan {
-			return errReplansExhausted()
-		}
-		if err != nil {
-			return err
-		}
-		break
-	}
-	c.routeCounts().count(len(plan.shards), len(c.shards))
-	if c.mode == config.PoolTransaction {
-		c.txEff |= p.stmt.effect().eff
-	}
-	if len(plan.shards) > 1 && maxRows > 0 {
-		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
-	}
-	implicit := !c.stx.open && len(plan.shards) > 1 && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
-	if len(plan.shards) == 1 {
-		i := plan.shards[0]
-		c.server = c.shards[i].server
-		var out []byte
-		if pre := c.prefix(i, false); pre != "" {
-			out = wire.AppendQuery(out, pre)
-			if err := c.serverExchange(nil, out, func(byte, []byte) {}); err != nil {
-				return err
-			}
-			out = out[:0]
-		}
-		out = c.appendPortal(out, p, i)
-		if describe {
-			out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-		}
-		out = append(out, 'E', 0, 0, 0, 9, 0)
-		out = wire.AppendInt32(out, maxRows)
-		out = append(out, 'S', 0, 0, 0, 4)
-		err := c.serverExchange(nil, out, func(typ byte, raw []byte) {
-			switch typ {
-			case '1', '2':
-			case 's':
-				p.suspended = true
-				c.toClient(raw)
-			default:
-				c.toClient(raw)
-			}
-		})
-		if err == nil && len(plan.ops) > 0 {
-			if c.stx.open {
-				for _, op := range plan.ops {
-					op.server = c.server
-					c.sess.pending = append(c.sess.pending, op)
-				}
-			} else {
-				c.applyOps(plan.ops)
-			}
-		}
-		return err
-	}
-	// Several shards: send to each, then merge as the simple protocol
-	// does.
-	readers := make([]*shardRows, len(plan.shards))
-	for k, i := range plan.shards {
-		c.server = c.shards[i].server
-		var out []byte
-		if pre := c.prefix(i, implicit); pre != "" {
-			out = wire.AppendQuery(out, pre)
-			if err := c.serverExchange(nil, out, func(byte, []byte) {}); err != nil {
-				return err
-			}
-			out = out[:0]
-		}
-		out = c.appendPortal(out, p, i)
-		parsing := c.pendingPrepare
-		c.pendingPrepare = ""
-		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
-		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
-		out = append(out, 'S', 0, 0, 0, 4)
-		c.server.W.Write(out)
-		if err := c.server.Flush(); err != nil {
-			return c.shardFailed(err)
-		}
-		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
-	}
-	var firstErr *wire.Error
-	for _, r := range readers {
-		r.header()
-		if r.ioErr != nil {
-			c.server = r.s
-			return c.shardFailed(r.ioErr)
-		}
-		if r.serr != nil && firstErr == nil {
-			firstErr = r.serr
-		}
-	}
-	ioErr, err := c.gatherMany(plan, readers, implicit, firstErr, func() (string, error) {
-		if !describe {
-			for _, r := range readers {
-				r.quietDesc = true
-			}
-		}
-		return c.combineExt(plan, readers, describe)
-	})
-	if ioErr != nil {
-		return c.shardFailed(ioErr)
-	}
-	return err
-}
-
-// combineExt is combine for extended-protocol answers: RowDescription is
-// sent only when the client asked for it.
-func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (string, error) {
-	if !describe && readers[0].desc != nil {
-		c.suppressDesc = true
-		defer func() { c.suppressDesc = false }()
-	}
-	if describe && readers[0].desc == nil && !readers[0].empty {
-		c.toClient([]byte{'n', 0, 0, 0, 4})
-	}
-	return c.combine(p, readers)
-}
-
-// sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the
-// extended protocol.
-func (c *client) sTxControl(ctx context.Context, p *routePlan) error {
-	switch p.kind {
-	case routeBegin:
-		if !c.stx.open {
-			c.stx = shardTx{open: true, begin: p.sql}
-		}
-		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
-	case routeCommit, routeRollback:
-		commit := p.kind == routeCommit && !c.stx.failed
-		var joined []int
-		for i := range c.shards {
-			if c.shards[i].inTx && c.shards[i].server != nil {
-				joined = append(joined, i)
-			}
-		}
-		var err error
-		if commit {
-			err = c.commitShards(joined)
-		} else {
-			c.rollbackShards()
-		}
-		c.endSession(commit && err == nil)
-		c.stx = shardTx{}
-		c.detachShards()
-		if err != nil {
-			return err
-		}
-		if commit {
-			c.w.Write(wire.AppendCommandComplete(nil, "COMMIT"))
-		} else {
-			c.w.Write(wire.AppendCommandComplete(nil, "ROLLBACK"))
-		}
-	default:
-		return wire.Errorf(wire.FeatureNotSupported, "savepoints through the extended protocol are not supported on sharded databases; use the simple protocol")
-	}
-	return nil
 }
 
 // appendPortal appends the Parse (if the server lacks the statement) and
@@ -625,15 +519,29 @@ func (c *client) attachShards(ctx context.Context, shards []int) error {
 	return nil
 }
 
-// planPortal routes a bound statement with its parameters.
+// planPortal routes a bound statement with its parameters. A statement
+// that uses SQL-level prepared statements is planned as a simple Query's
+// is (shardedSQLPrep): an EXECUTE goes where its constant arguments
+// route the prepared query. A DEALLOCATE drops the client's statement when
+// it executes, not when it is bound.
 func (c *client) planPortal(p *sPortal) error {
-	plan, err := c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
+	var plan *routePlan
+	var err error
+	if sp := p.stmt.sqlPrep(); sp != nil {
+		if sp.dealloc {
+			plan = &routePlan{kind: routeLocal, localTag: "DEALLOCATE", dealloc: sp.prepName}
+		} else {
+			plan, err = c.shardedSQLPrep(p.stmt.sql, sp)
+		}
+	}
+	if plan == nil && err == nil {
+		plan, err = c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
+	}
 	if err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction {
-		plan.ops = p.stmt.effect().ops
-	}
+	// Ops in both pool modes: a sharded session has a server per shard.
+	plan.ops = p.stmt.effect().ops
 	p.plan = plan
 	return nil
 }

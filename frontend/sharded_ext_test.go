@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -215,21 +216,61 @@ func TestShardedPreparedAfterError(t *testing.T) {
 }
 
 // TestShardedSuspendedPortal executes a one-shard portal with a row limit
-// and then again for the rest. The proxy binds the statement anew for each
-// Execute, so the second one would start over; it must fail instead of
-// returning the first rows again.
+// and then again for the rest. In the same batch, or inside a transaction
+// block, the proxy keeps the portal open on its shard and fetches the
+// next rows; after the Sync of an implicit transaction the portal is gone,
+// as in PostgreSQL.
 func TestShardedSuspendedPortal(t *testing.T) {
 	limit := &pgproto3.Execute{MaxRows: 1}
-	r := runShardedLoop(t, t.TempDir(), encode(
-		&pgproto3.Parse{Name: "s", Query: "SELECT 'suspend' FROM accounts WHERE id = 1"}, &pgproto3.Bind{PreparedStatement: "s"},
-		limit, &pgproto3.Sync{}, limit, &pgproto3.Sync{},
-		&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{}, // bound again: runs whole
-	))
-	checkShardedLoop(t, r)
-	if got, want := messageTypes(r.out), "1 2 D s Z E Z 2 C Z"; got != want {
-		t.Fatalf("client got %q, want %q%s", got, want, errorsOf(r.out))
+	parse := &pgproto3.Parse{Name: "s", Query: "SELECT 'suspend' FROM accounts WHERE id = 1"}
+	bind := &pgproto3.Bind{PreparedStatement: "s"}
+	sync, flush := &pgproto3.Sync{}, &pgproto3.Flush{}
+	tests := []struct {
+		name  string
+		msgs  []pgproto3.FrontendMessage
+		want  string
+		error string // the SQLSTATE of the one error, if any
+	}{
+		{"rest in the same batch", []pgproto3.FrontendMessage{parse, bind, limit, flush, limit, flush, limit, sync},
+			"1 2 D s D s D s Z", ""},
+		{"rest after the implicit transaction's Sync", []pgproto3.FrontendMessage{parse, bind, limit, sync, limit, sync,
+			bind, &pgproto3.Execute{}, sync}, // bound again: runs whole
+			"1 2 D s Z E Z 2 C Z", "34000"},
+		{"rest inside a transaction block", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
+			parse, bind, limit, sync, limit, sync, &pgproto3.Query{String: "COMMIT"}},
+			"C Z 1 2 D s Z D s Z C Z", ""},
 	}
-	if e := clientErrors(r.out)[0]; e.Code != wire.FeatureNotSupported {
-		t.Fatalf("fetching the rest: %v, want 0A000", e)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runShardedLoop(t, t.TempDir(), encode(tc.msgs...))
+			checkShardedLoop(t, r)
+			if got := messageTypes(r.out); got != tc.want {
+				t.Fatalf("client got %q, want %q%s", got, tc.want, errorsOf(r.out))
+			}
+			errs := clientErrors(r.out)
+			if tc.error != "" && (len(errs) != 1 || errs[0].Code != tc.error) {
+				t.Fatalf("errors %v, want one %s", errs, tc.error)
+			}
+		})
+	}
+}
+
+// TestShardedServerLostInBatch: a shard's server that fails under an
+// extended-protocol batch outside a transaction answers the message that
+// needed it with 08006; the rest of the batch is skipped and the client's
+// Sync alone answers ReadyForQuery.
+func TestShardedServerLostInBatch(t *testing.T) {
+	var out bytes.Buffer
+	input := encode(&pgproto3.Parse{Name: "a", Query: "SELECT * FROM accounts"}, &pgproto3.Bind{PreparedStatement: "a"},
+		&pgproto3.Execute{}, &pgproto3.Bind{PreparedStatement: "a"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	run, done := newShardedClient(t, t.TempDir(), &fakeConn{r: bytes.NewReader(input), w: &out})
+	defer done()
+	run.fakes[1].closed = true
+	run.client.loop(context.Background())
+	if got, want := messageTypes(out.Bytes()), "1 2 E Z"; got != want {
+		t.Fatalf("client got %q, want %q%s", got, want, errorsOf(out.Bytes()))
+	}
+	if e := clientErrors(out.Bytes())[0]; e.Code != wire.ConnectionFailure {
+		t.Fatalf("error %v, want %s", e, wire.ConnectionFailure)
 	}
 }

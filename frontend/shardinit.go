@@ -38,6 +38,11 @@ func (c *client) abandonShards() {
 		c.clientErr = errClientGone
 		c.rollback()
 	}
+	for i := range c.shards {
+		if err := c.syncShard(i); err != nil {
+			c.shards[i].server.Broken = true
+		}
+	}
 	c.server = nil
 	c.rollbackShards()
 	if c.mode == config.PoolSession || c.pinned {

@@ -67,6 +67,11 @@ func (r *Router) analyze(sql string) (*Statement, error) {
 func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part, error) {
 	a := &analyzer{r: r, path: path, version: version}
 	p := &part{}
+	if tempRelation(n) != nil {
+		// Only a hint that routes the statement, and every statement
+		// that uses the table after it, to one shard can make it work.
+		a.fail(unsupported(hintTemp, "temporary tables are not supported on sharded databases"))
+	}
 	switch {
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
@@ -129,6 +134,37 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		p.pathDependent = true
 	}
 	return p, nil
+}
+
+// tempRelation returns the temporary table, view or sequence that n
+// creates, or nil. Such a relation lives in the session of one server,
+// while a sharded client runs its statements on a server of each shard
+// it needs.
+func tempRelation(n *pg_query.Node) *pg_query.RangeVar {
+	var rv *pg_query.RangeVar
+	switch {
+	case n.GetCreateStmt() != nil:
+		rv = n.GetCreateStmt().Relation
+	case n.GetCreateTableAsStmt() != nil:
+		if into := n.GetCreateTableAsStmt().Into; into != nil {
+			rv = into.Rel
+		}
+	case n.GetSelectStmt() != nil:
+		if into := n.GetSelectStmt().IntoClause; into != nil {
+			rv = into.Rel
+		}
+	case n.GetViewStmt() != nil:
+		rv = n.GetViewStmt().View
+	case n.GetCreateSeqStmt() != nil:
+		rv = n.GetCreateSeqStmt().Sequence
+	}
+	if rv == nil {
+		return nil
+	}
+	if rv.Relpersistence == "t" || rv.Schemaname == "pg_temp" || strings.HasPrefix(rv.Schemaname, "pg_temp_") {
+		return rv
+	}
+	return nil
 }
 
 // writeFunctions change state although a SELECT calls them: sequences,

@@ -30,6 +30,7 @@ func unsupported(hint, format string, args ...any) *wire.Error {
 const (
 	hintOneShard = "Constrain the sharding key to one shard, or route the statement with /* shard: N */ or SET shardgate.shard."
 	hintJoin     = "Join sharded tables on their sharding keys, or constrain every sharded table to the same single shard."
+	hintTemp     = "A temporary table lives in one server session. Use a regular table, or route the statements that use it to one shard with /* shard: N */ or SET shardgate.shard."
 )
 
 // keyError turns a sharding key that PostgreSQL would reject into the

@@ -352,6 +352,13 @@ func TestRouteDDL(t *testing.T) {
 		{name: "DECLARE one shard", sql: "DECLARE c CURSOR FOR SELECT * FROM accounts WHERE id = 3", kind: Direct, shards: shards(intShard(3))},
 		{name: "DECLARE fan-out", sql: "DECLARE c CURSOR FOR SELECT * FROM accounts", code: "0A000", msg: "cursor"},
 		{name: "FETCH", sql: "FETCH 10 FROM c", kind: Session, shards: all},
+		{name: "CREATE TEMP TABLE", sql: "CREATE TEMP TABLE tt (x int)", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TABLE pg_temp", sql: "CREATE TABLE pg_temp.tt (x int)", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TEMP TABLE AS", sql: "CREATE TEMPORARY TABLE tt AS SELECT 1 AS y", code: "0A000", msg: "temporary tables"},
+		{name: "SELECT INTO TEMP", sql: "SELECT 1 AS y INTO TEMP tt", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TEMP VIEW", sql: "CREATE TEMP VIEW tv AS SELECT 1", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TEMP SEQUENCE", sql: "CREATE TEMP SEQUENCE ts", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TEMP TABLE on one shard", sql: "CREATE TEMP TABLE tt (x int)", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}, write: true},
 	})
 }
 

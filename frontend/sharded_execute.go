@@ -1,0 +1,319 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Execute on sharded databases: a portal runs on the shards its plan
+// names. One shard's answer is relayed as it comes (execOne); the answers
+// of several are merged as for a simple Query (execMany). Each Execute is
+// sent with the Parse and Bind its shard needs, after the settings sync and
+// BEGIN of prefix, and followed by a Sync the client never sees, unless a
+// row limit keeps the portal open (sharded_portal.go).
+
+// sExecute runs a portal on the shards its plan names.
+func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
+	name, maxRows, err := executeMsg(body)
+	if err != nil {
+		return err
+	}
+	p := c.sportals[string(name)]
+	if p == nil {
+		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
+	}
+	if p.suspended {
+		return c.resumePortal(p, name, maxRows)
+	}
+	plan := p.plan
+	for attempt := 0; ; attempt++ {
+		switch plan.kind {
+		case routeBegin, routeCommit, routeRollback, routeSavepoint:
+			return c.sTxControl(plan)
+		}
+		if c.stx.failed {
+			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+		}
+		if plan.kind == routeLocal {
+			return c.sLocal(plan, describe)
+		}
+		// A read that starts the batch's work outside a transaction may go to
+		// replicas; once a server is held, the batch stays on it.
+		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
+			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
+		err := c.attachShards(ctx, plan.shards)
+		c.lb.read = false
+		if err == errReplan && attempt < maxReplans {
+			// Bound before a reload that changed the routing: bind again.
+			if err := c.planPortal(p); err != nil {
+				return err
+			}
+			plan = p.plan
+			continue
+		}
+		if err == errReplan {
+			return errReplansExhausted()
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	c.routeCounts().count(len(plan.shards), len(c.shards))
+	c.txEff |= p.stmt.effect().eff
+	if len(plan.shards) == 1 {
+		return c.execOne(p, maxRows, describe)
+	}
+	if maxRows > 0 {
+		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
+	}
+	return c.execMany(p, describe)
+}
+
+// sLocal answers a portal the proxy runs itself: DEALLOCATE of a
+// SQL-level statement.
+func (c *client) sLocal(plan *routePlan, describe bool) error {
+	if plan.dealloc != "" && !c.deallocate(plan.dealloc) {
+		return wire.Errorf(wire.InvalidStatementName, "prepared statement \"%s\" does not exist", plan.dealloc)
+	}
+	if describe {
+		c.w.Write(wire.AppendNoData(nil))
+	}
+	c.w.Write(wire.AppendCommandComplete(nil, plan.localTag))
+	return nil
+}
+
+// execOne runs a portal on its one shard. With a row limit the server's
+// batch stays open, so that the rest of the rows can follow (see
+// sharded_portal.go).
+func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
+	plan := p.plan
+	i := plan.shards[0]
+	sc := &c.shards[i]
+	c.server = sc.server
+	if err := c.useShard(i); err != nil {
+		return c.lostShard(err)
+	}
+	if err := c.runPrefix(i, c.prefix(i, false)); err != nil {
+		return err
+	}
+	setting := plan.setting && c.stx.open
+	if setting {
+		serr, err := c.setOnJoined(i, p.stmt.sql)
+		if err != nil {
+			return c.lostShard(err)
+		}
+		if serr != nil {
+			return serr
+		}
+	}
+	if err := ensurePrepared(c.server, plan.execs); err != nil {
+		if c.server.Broken {
+			return c.lostShard(err)
+		}
+		return err
+	}
+	if cr := plan.create; cr != nil {
+		if _, ok := c.server.Prepared[cr.st.name]; ok {
+			// This server has the statement from another client.
+			c.sqlStmts[cr.client] = cr.st
+			return c.sLocal(&routePlan{localTag: "PREPARE"}, describe)
+		}
+	}
+	out := c.appendPortal(nil, p, i)
+	if describe {
+		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
+	}
+	out = append(out, 'E', 0, 0, 0, 9, 0)
+	out = wire.AppendInt32(out, maxRows)
+	var tag []byte
+	fn := func(typ byte, raw []byte) {
+		switch typ {
+		case '1', '2':
+			return
+		case 's':
+			p.suspended, p.shard = true, i
+			sc.portal = p
+		case 'C':
+			tag = append([]byte{}, raw[5:]...)
+		}
+		c.toClient(raw)
+	}
+	var err error
+	if maxRows > 0 {
+		out = append(out, 'H', 0, 0, 0, 4)
+		err = c.flushExchange(i, out, fn)
+	} else {
+		out = append(out, 'S', 0, 0, 0, 4)
+		err = c.serverExchange(nil, out, fn)
+	}
+	c.ranOn(plan.shards)
+	if err != nil || tag == nil {
+		return err
+	}
+	c.completed(plan, i, p.stmt.sql, tag, setting)
+	return nil
+}
+
+// completed records what a statement that completed on shard i (with
+// CommandComplete body tag) did to the session: a PREPARE's statement, the
+// statements DISCARD ALL and DEALLOCATE ALL dropped, and its session ops
+// (kept with the transaction, or the open batch, until they count).
+func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setting bool) {
+	sc := &c.shards[i]
+	if cr := plan.create; cr != nil {
+		c.server.Prepared[cr.st.name] = struct{}{}
+		c.sqlStmts[cr.client] = cr.st
+	}
+	if bytes.Equal(tag, tagDeallocateAll) || bytes.Equal(tag, tagDiscardAll) {
+		// Not transactional: they are gone now.
+		c.dropStatements()
+	}
+	switch {
+	case c.stx.open:
+		start := len(c.sess.pending)
+		for _, op := range plan.ops {
+			op.server = c.server
+			c.sess.pending = append(c.sess.pending, op)
+		}
+		if setting {
+			c.ranSetting(sql, start)
+		}
+	case sc.unsynced:
+		sc.batchOps = append(sc.batchOps, plan.ops...)
+	case len(plan.ops) > 0:
+		c.applyOps(plan.ops)
+	}
+}
+
+// runPrefix sends shard i's server pre, the internal Queries of prefix
+// or settingsPrefix, in round trips of their own. A server that fails them
+// is broken; the client's statement fails with the server's error.
+func (c *client) runPrefix(i int, pre []string) error {
+	s := c.shards[i].server
+	for _, q := range pre {
+		_, _, e, err := serverQuery(s, q)
+		if err != nil {
+			c.server = s
+			return c.lostShard(err)
+		}
+		if e != nil {
+			s.Broken = true
+			c.log.Warn("restoring the session's settings on a shard failed", "server", s.Addr, "err", e.Error())
+			return &wire.Error{Severity: "ERROR", Code: e.Code, Message: e.Message,
+				Detail: "shardgate could not restore this session's settings on a pooled server connection",
+				Hint:   e.Hint}
+		}
+	}
+	return nil
+}
+
+// execMany runs a portal on several shards and merges their answers as the
+// simple protocol does.
+func (c *client) execMany(p *sPortal, describe bool) error {
+	plan := p.plan
+	implicit := !c.stx.open && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
+	readers := make([]*shardRows, len(plan.shards))
+	for k, i := range plan.shards {
+		c.server = c.shards[i].server
+		if err := c.useShard(i); err != nil {
+			return c.lostShard(err)
+		}
+		if err := c.runPrefix(i, c.prefix(i, implicit)); err != nil {
+			return err
+		}
+		out := c.appendPortal(nil, p, i)
+		parsing := c.pendingPrepare
+		c.pendingPrepare = ""
+		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
+		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+		out = append(out, 'S', 0, 0, 0, 4)
+		c.server.W.Write(out)
+		if err := c.server.Flush(); err != nil {
+			return c.lostShard(err)
+		}
+		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
+	}
+	c.ranOn(plan.shards)
+	var firstErr *wire.Error
+	for _, r := range readers {
+		r.header()
+		if r.ioErr != nil {
+			c.server = r.s
+			return c.lostShard(r.ioErr)
+		}
+		if r.serr != nil && firstErr == nil {
+			firstErr = r.serr
+		}
+	}
+	ioErr, err := c.gatherMany(plan, readers, implicit, firstErr, func() (string, error) {
+		if !describe {
+			for _, r := range readers {
+				r.quietDesc = true
+			}
+		}
+		return c.combineExt(plan, readers, describe)
+	})
+	if ioErr != nil {
+		return c.lostShard(ioErr)
+	}
+	return err
+}
+
+// combineExt is combine for extended-protocol answers: RowDescription is
+// sent only when the client asked for it.
+func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (string, error) {
+	if !describe && readers[0].desc != nil {
+		c.suppressDesc = true
+		defer func() { c.suppressDesc = false }()
+	}
+	if describe && readers[0].desc == nil && !readers[0].empty {
+		c.toClient([]byte{'n', 0, 0, 0, 4})
+	}
+	return c.combine(p, readers)
+}
+
+// sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the
+// extended protocol.
+func (c *client) sTxControl(p *routePlan) error {
+	switch p.kind {
+	case routeBegin:
+		if c.stx.open {
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
+		} else {
+			c.stx = shardTx{open: true, begin: p.sql}
+		}
+		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
+		return nil
+	case routeCommit, routeRollback:
+		if !c.stx.open {
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
+			tag := "COMMIT"
+			if p.kind == routeRollback {
+				tag = "ROLLBACK"
+			}
+			c.w.Write(wire.AppendCommandComplete(nil, tag))
+			return nil
+		}
+		tag, err := c.finishTx(p.kind == routeCommit)
+		if err != nil {
+			return err
+		}
+		c.w.Write(wire.AppendCommandComplete(nil, tag))
+		return nil
+	}
+	if c.stx.failed && !p.rollbackTo {
+		return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+	}
+	tag, serr, err := c.runSavepoint(p)
+	if err != nil {
+		return c.lostShard(err)
+	}
+	if serr != nil {
+		return serr
+	}
+	c.w.Write(wire.AppendCommandComplete(nil, tag))
+	return nil
+}
