@@ -361,11 +361,6 @@ func (c *client) attach(ctx context.Context) error {
 	c.server = s
 	c.setState(ClientActive)
 	c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
-	if err := c.freshen(s); err != nil {
-		s.Broken = true
-		c.detach()
-		return err
-	}
 	if err := c.restore(s); err != nil {
 		s.Broken = true
 		c.detach()

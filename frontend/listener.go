@@ -53,7 +53,7 @@ type Listener struct {
 	state     atomic.Pointer[State]
 	stmts     *stmtCache
 	sqlStmts  *sqlStmtCache
-	ddlGen    atomic.Uint64 // schema changes seen (see freshen)
+	ddlGen    atomic.Uint64 // schema changes seen (see genKey)
 	verifiers verifiers
 	Admin     AdminHandler
 	ctl       control // pause, maintenance and reload (gate.go, admin_api.go)
@@ -83,8 +83,10 @@ type Listener struct {
 
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
-	l := &Listener{log: log, stmts: newStmtCache(), sqlStmts: newSQLStmtCache(), clients: map[uint32]*client{},
+	l := &Listener{log: log, clients: map[uint32]*client{},
 		txPrefix: fmt.Sprintf("%08x", randUint32()), ids: executor.NewIDGenerator(st.Config.NodeID)}
+	l.stmts = newStmtCache(&l.ddlGen)
+	l.sqlStmts = newSQLStmtCache(&l.ddlGen)
 	l.state.Store(st)
 	return l
 }

@@ -44,20 +44,39 @@ func parseText(tail []byte) []byte {
 
 // stmtCache maps statement text + parameter types to proxy-wide statements.
 type stmtCache struct {
+	gen *atomic.Uint64 // schema generation, see genKey
+
 	mu     sync.Mutex // guards the following
 	m      map[string]*stmt
 	byname map[string]*stmt
 	next   uint64
 }
 
-func newStmtCache() *stmtCache { return &stmtCache{m: map[string]*stmt{}, byname: map[string]*stmt{}} }
+func newStmtCache(gen *atomic.Uint64) *stmtCache {
+	return &stmtCache{m: map[string]*stmt{}, byname: map[string]*stmt{}, gen: gen}
+}
+
+// genKey prefixes a cache key with the schema generation (see
+// Listener.ddlGen): a Parse after a schema change passed through the proxy
+// gets a statement of its own, prepared against the new schema, while
+// statements clients prepared before keep the plans PostgreSQL gave them
+// (and fail as PostgreSQL's would, "cached plan must not change result
+// type"). Without it, a client's Parse after DROP TYPE and CREATE TYPE
+// reused a server statement whose parameter type was the dropped one.
+func genKey(gen *atomic.Uint64, key []byte) string {
+	if gen == nil {
+		return string(key)
+	}
+	return strconv.FormatUint(gen.Load(), 36) + ":" + string(key)
+}
 
 // get returns the statement for the tail of a Parse body (text, NUL,
 // parameter count and types), creating it on first use.
 func (sc *stmtCache) get(tail []byte) *stmt {
+	key := genKey(sc.gen, tail)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if st := sc.m[string(tail)]; st != nil {
+	if st := sc.m[key]; st != nil {
 		return st
 	}
 	sc.next++
@@ -67,7 +86,7 @@ func (sc *stmtCache) get(tail []byte) *stmt {
 	msg = append(msg, 0)
 	msg = append(msg, tail...)
 	st := &stmt{name: name, parse: wire.FinishMessage(msg, 0)}
-	sc.m[string(tail)] = st
+	sc.m[key] = st
 	sc.byname[name] = st
 	return st
 }

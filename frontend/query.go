@@ -399,7 +399,7 @@ func (c *client) serverFailed(err error) error {
 	c.log.Warn("server connection failed", "server", s.Addr, "err", err)
 	// A pinned client's or a session-mode client's session objects are
 	// gone with the server: like a lost transaction, that ends the client.
-	inTx := c.sessionBound()
+	inTx := c.sessionBound() || forwarded && sg.fatal
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]
@@ -432,6 +432,7 @@ func (c *client) serverFailed(err error) error {
 // client already got the server's error.
 type serverGone struct {
 	forwarded bool
+	fatal     bool // forwarded as FATAL: the client's session ends with it
 	retry     bool // the server answered nothing of a one-statement Query: run it elsewhere
 	err       error
 }

@@ -114,8 +114,13 @@ func (c *client) relay() error {
 				// lost a pooled server: it gets the message as an ERROR
 				// and carries on with another server.
 				s.Broken = true
-				bound := c.sessionBound()
-				if !internal && !bound && c.answers == 1 && len(c.q) == 1 && head.kind == reqQuery {
+				// The FATAL ends the client's session too when the server
+				// carried it, or when the client's statement was running
+				// (the server answered something first: the client's own
+				// statement may have caused it, pg_terminate_backend of
+				// its own backend say).
+				bound := c.sessionBound() || c.answers > 1
+				if !internal && !bound && len(c.q) == 1 && head.kind == reqQuery {
 					return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
 				}
 				if !internal {
@@ -125,7 +130,7 @@ func (c *client) relay() error {
 					}
 					c.toClient(raw)
 				}
-				return &serverGone{forwarded: !internal, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+				return &serverGone{forwarded: !internal, fatal: bound, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
 			}
 			if !internal {
 				c.countError(e.Code)

@@ -106,27 +106,6 @@ func idleQuery(s *pool.Server, sql string) ([][][]byte, error) {
 	return rows, nil
 }
 
-// freshen drops the shared statements of a server checked out after a
-// schema change passed through the proxy (CREATE, ALTER, DROP, …): a
-// statement prepared before it can name a type or relation that is gone
-// ("cache lookup failed"), where the client's own Parse in PostgreSQL would
-// have seen the new schema. The next Bind prepares the statement again.
-func (c *client) freshen(s *pool.Server) error {
-	gen := c.l.ddlGen.Load()
-	if s.DDLGen == gen {
-		return nil
-	}
-	if len(s.Prepared) > 0 {
-		if _, err := idleQuery(s, "DEALLOCATE ALL"); err != nil {
-			return err
-		}
-		clear(s.Prepared)
-		s.Unnamed = s.Unnamed[:0]
-	}
-	s.DDLGen = gen
-	return nil
-}
-
 // isSchemaChange reports whether a CommandComplete tag is of a statement
 // that may change what prepared statements resolve to.
 func isSchemaChange(tag []byte) bool {

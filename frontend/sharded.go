@@ -149,14 +149,6 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 			}
 			return checkoutError(p, err)
 		}
-		if err := c.freshen(s); err != nil {
-			s.Broken = true
-			serverPool(s, sc.pool).Checkin(s)
-			if !c.holdsShards() {
-				c.release()
-			}
-			return err
-		}
 		sc.server = s
 		c.setState(ClientActive)
 		c.storeCancelTargets()
@@ -485,9 +477,9 @@ func (c *client) failShard(err error, ready bool) error {
 	}
 	// A pinned or session-mode client's session objects are gone with
 	// the server, as a transaction is.
-	inTx := c.stx.open || c.pinned || c.mode == config.PoolSession
 	var sg *serverGone
 	forwarded := errors.As(err, &sg) && sg.forwarded
+	inTx := c.stx.open || c.pinned || c.mode == config.PoolSession || forwarded && sg.fatal
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/pool"
@@ -36,26 +37,29 @@ type sqlStmt struct {
 
 // sqlStmtCache maps the text of PREPARE after the name to statements.
 type sqlStmtCache struct {
+	gen *atomic.Uint64 // schema generation, see genKey
+
 	mu     sync.Mutex // guards the following
 	m      map[string]*sqlStmt
 	byname map[string]*sqlStmt
 	next   uint64
 }
 
-func newSQLStmtCache() *sqlStmtCache {
-	return &sqlStmtCache{m: map[string]*sqlStmt{}, byname: map[string]*sqlStmt{}}
+func newSQLStmtCache(gen *atomic.Uint64) *sqlStmtCache {
+	return &sqlStmtCache{m: map[string]*sqlStmt{}, byname: map[string]*sqlStmt{}, gen: gen}
 }
 
 func (sc *sqlStmtCache) get(rest, query string) *sqlStmt {
+	key := genKey(sc.gen, []byte(rest))
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if st := sc.m[rest]; st != nil {
+	if st := sc.m[key]; st != nil {
 		return st
 	}
 	sc.next++
 	name := "sgq_" + strconv.FormatUint(sc.next, 10)
 	st := &sqlStmt{name: name, prepare: "PREPARE " + name + rest, query: query}
-	sc.m[rest] = st
+	sc.m[key] = st
 	sc.byname[name] = st
 	return st
 }

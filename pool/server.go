@@ -83,10 +83,6 @@ type Server struct {
 	Unnamed []byte
 	// Broken is set by the owner when the connection cannot be reused.
 	Broken bool
-	// DDLGen is the owner's count of schema changes that Prepared is
-	// valid for (the frontend drops statements prepared before a later
-	// change, whose plans may name dropped types).
-	DDLGen uint64
 	// StalePlans is set when the server reported that a prepared
 	// statement's result type changed (a table was altered): its shared
 	// statements are deallocated at checkin, so that the next client
