@@ -36,3 +36,13 @@ bench-reshard:
 .PHONY: conformance
 conformance:
 	GO=$(GO) bash conformance/run.sh
+
+# The randomized isolation test with many seeds (ISOLATION_SEEDS, default
+# 50); make test runs it once with a random seed. A failure prints its seed,
+# and ISOLATION_SEED=<seed> replays it.
+.PHONY: isolation-soak
+isolation-soak:
+	@for s in $$(seq 1 $${ISOLATION_SEEDS:-50}); do \
+		ISOLATION_SEED=$$s $(GO) test -count=1 -run 'TestIsolationRandomized$$' ./integration >/dev/null || \
+			{ echo "isolation-soak: seed $$s failed; replay with ISOLATION_SEED=$$s"; exit 1; }; \
+	done; echo "isolation-soak: $${ISOLATION_SEEDS:-50} seeds passed"
