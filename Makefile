@@ -13,6 +13,13 @@ build:
 
 test: fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) conformance-slice
+
+# The slice of the conformance suite (below) that make test runs: pgx itself
+# and pgconn, the protocol-heavy packages (about 3 minutes).
+.PHONY: conformance-slice
+conformance-slice:
+	CONFORMANCE_PACKAGES='. ./pgconn' GO=$(GO) bash conformance/run.sh
 
 vet:
 	$(GO) vet ./...
