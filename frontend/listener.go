@@ -51,8 +51,8 @@ type AdminHandler interface {
 type Listener struct {
 	log       *slog.Logger
 	state     atomic.Pointer[State]
-	stmts     *stmtCache
-	sqlStmts  *sqlStmtCache
+	stmts     stmtCache
+	sqlStmts  sqlStmtCache
 	ddlGen    atomic.Uint64 // schema changes seen (see genKey)
 	verifiers verifiers
 	Admin     AdminHandler

@@ -42,19 +42,72 @@ func parseText(tail []byte) []byte {
 	return text
 }
 
-// stmtCache maps statement text + parameter types to proxy-wide statements.
-type stmtCache struct {
-	gen *atomic.Uint64 // schema generation, see genKey
+// namedCache gives each distinct key (a statement's text, with the schema
+// generation, see genKey) one proxy-wide value named prefix<n>, made by
+// mk on first use. Both kinds of shared statements use one: protocol-level
+// (stmtCache) and SQL-level (sqlStmtCache).
+type namedCache[T any] struct {
+	prefix string
+	gen    *atomic.Uint64 // schema generation, see genKey
+	mk     func(name string, key []byte, arg string) *T
 
 	mu     sync.Mutex // guards the following
-	m      map[string]*stmt
-	byname map[string]*stmt
+	m      map[string]*T
+	byname map[string]*T
 	next   uint64
 }
 
-func newStmtCache(gen *atomic.Uint64) *stmtCache {
-	return &stmtCache{m: map[string]*stmt{}, byname: map[string]*stmt{}, gen: gen}
+func newNamedCache[T any](prefix string, gen *atomic.Uint64, mk func(name string, key []byte, arg string) *T) *namedCache[T] {
+	return &namedCache[T]{prefix: prefix, gen: gen, mk: mk, m: map[string]*T{}, byname: map[string]*T{}}
 }
+
+// get returns the value for key, making it (with arg) on first use.
+func (nc *namedCache[T]) get(key []byte, arg string) *T {
+	k := genKey(nc.gen, key)
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if v := nc.m[k]; v != nil {
+		return v
+	}
+	nc.next++
+	name := nc.prefix + strconv.FormatUint(nc.next, 10)
+	v := nc.mk(name, key, arg)
+	nc.m[k] = v
+	nc.byname[name] = v
+	return v
+}
+
+// byName returns the value with proxy-wide name, or nil.
+func (nc *namedCache[T]) byName(name string) *T {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.byname[name]
+}
+
+// Len returns the number of cached values.
+func (nc *namedCache[T]) Len() int {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return len(nc.m)
+}
+
+// stmtCache maps statement text + parameter types (the tail of a Parse
+// body: text, NUL, parameter count and types) to proxy-wide statements.
+type stmtCache struct{ *namedCache[stmt] }
+
+func newStmtCache(gen *atomic.Uint64) stmtCache {
+	return stmtCache{newNamedCache("sg_", gen, func(name string, tail []byte, _ string) *stmt {
+		msg := []byte{'P', 0, 0, 0, 0}
+		msg = append(msg, name...)
+		msg = append(msg, 0)
+		msg = append(msg, tail...)
+		return &stmt{name: name, parse: wire.FinishMessage(msg, 0)}
+	})}
+}
+
+// get returns the statement for the tail of a Parse body, creating it on
+// first use.
+func (sc stmtCache) get(tail []byte) *stmt { return sc.namedCache.get(tail, "") }
 
 // genKey prefixes a cache key with the schema generation (see
 // Listener.ddlGen): a Parse after a schema change passed through the proxy
@@ -68,41 +121,6 @@ func genKey(gen *atomic.Uint64, key []byte) string {
 		return string(key)
 	}
 	return strconv.FormatUint(gen.Load(), 36) + ":" + string(key)
-}
-
-// get returns the statement for the tail of a Parse body (text, NUL,
-// parameter count and types), creating it on first use.
-func (sc *stmtCache) get(tail []byte) *stmt {
-	key := genKey(sc.gen, tail)
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if st := sc.m[key]; st != nil {
-		return st
-	}
-	sc.next++
-	name := "sg_" + strconv.FormatUint(sc.next, 10)
-	msg := []byte{'P', 0, 0, 0, 0}
-	msg = append(msg, name...)
-	msg = append(msg, 0)
-	msg = append(msg, tail...)
-	st := &stmt{name: name, parse: wire.FinishMessage(msg, 0)}
-	sc.m[key] = st
-	sc.byname[name] = st
-	return st
-}
-
-// byName returns the statement with proxy-wide name, or nil.
-func (sc *stmtCache) byName(name string) *stmt {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return sc.byname[name]
-}
-
-// Len returns the number of cached statements.
-func (sc *stmtCache) Len() int {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return len(sc.m)
 }
 
 // emptyParse prepares the empty query as the unnamed statement: the

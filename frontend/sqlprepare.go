@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -35,40 +34,20 @@ type sqlStmt struct {
 	query   string // the statement after AS, for routing
 }
 
-// sqlStmtCache maps the text of PREPARE after the name to statements.
-type sqlStmtCache struct {
-	gen *atomic.Uint64 // schema generation, see genKey
+// sqlStmtCache maps the text of PREPARE after the client's name to
+// proxy-wide statements.
+type sqlStmtCache struct{ *namedCache[sqlStmt] }
 
-	mu     sync.Mutex // guards the following
-	m      map[string]*sqlStmt
-	byname map[string]*sqlStmt
-	next   uint64
+func newSQLStmtCache(gen *atomic.Uint64) sqlStmtCache {
+	return sqlStmtCache{newNamedCache("sgq_", gen, func(name string, rest []byte, query string) *sqlStmt {
+		return &sqlStmt{name: name, prepare: "PREPARE " + name + string(rest), query: query}
+	})}
 }
 
-func newSQLStmtCache(gen *atomic.Uint64) *sqlStmtCache {
-	return &sqlStmtCache{m: map[string]*sqlStmt{}, byname: map[string]*sqlStmt{}, gen: gen}
-}
-
-func (sc *sqlStmtCache) get(rest, query string) *sqlStmt {
-	key := genKey(sc.gen, []byte(rest))
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if st := sc.m[key]; st != nil {
-		return st
-	}
-	sc.next++
-	name := "sgq_" + strconv.FormatUint(sc.next, 10)
-	st := &sqlStmt{name: name, prepare: "PREPARE " + name + rest, query: query}
-	sc.m[key] = st
-	sc.byname[name] = st
-	return st
-}
-
-// byName returns the statement with proxy-wide name, or nil.
-func (sc *sqlStmtCache) byName(name string) *sqlStmt {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return sc.byname[name]
+// get returns the statement for rest (PREPARE's text after the name) and
+// query (its statement after AS), creating it on first use.
+func (sc sqlStmtCache) get(rest, query string) *sqlStmt {
+	return sc.namedCache.get([]byte(rest), query)
 }
 
 // sqlPrep is what a simple Query does with SQL-level prepared statements.
