@@ -58,6 +58,7 @@ type cancelTarget struct {
 	addr   string
 	pid    uint32
 	secret []byte
+	srv    *pool.Server  // told of the cancel, so that it never reaches the server's next client
 	next   *cancelTarget // another server the client holds (sharded databases)
 }
 
@@ -145,6 +146,7 @@ type client struct {
 	adm admission // gate and pool counters (gate.go)
 	lb  lbState   // replica or primary for the next transaction (balance.go)
 
+	cancelMu     sync.Mutex // orders cancel forwarding with the servers leaving the client
 	cancelTarget atomic.Pointer[cancelTarget]
 	wakeMu       sync.Mutex // orders Shutdown's wake-ups with the client leaving ClientIdle
 	state        atomic.Int32
@@ -173,6 +175,16 @@ func newClient(l *Listener, conn net.Conn) *client {
 	copy(c.secret[:], randomBytes(4))
 	c.log = l.log.With("client", c.id, "addr", conn.RemoteAddr().String())
 	return c
+}
+
+// setCancelTarget points the client's cancel requests at t (nil: none).
+// A cancel being forwarded has told its servers before this returns (see
+// Listener.cancel), so that returning a server to the pool after it takes
+// the cancel with it (pool.Server.AbsorbCancels).
+func (c *client) setCancelTarget(t *cancelTarget) {
+	c.cancelMu.Lock()
+	c.cancelTarget.Store(t)
+	c.cancelMu.Unlock()
 }
 
 // setState records the client's state. Leaving ClientIdle it also takes
@@ -360,7 +372,7 @@ func (c *client) attach(ctx context.Context) error {
 	}
 	c.server = s
 	c.setState(ClientActive)
-	c.cancelTarget.Store(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret})
+	c.setCancelTarget(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s})
 	if err := c.restore(s); err != nil {
 		s.Broken = true
 		c.detach()
@@ -397,7 +409,7 @@ func (c *client) detach() {
 		return
 	}
 	c.server = nil
-	c.cancelTarget.Store(nil)
+	c.setCancelTarget(nil)
 	c.checkin(s)
 	c.setState(ClientIdle)
 }

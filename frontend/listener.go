@@ -184,7 +184,7 @@ func (c *client) dropServers() {
 			c.log.Error("dropping the servers of a panicked client panicked", "panic", r)
 		}
 	}()
-	c.cancelTarget.Store(nil) // before another client can have the servers
+	c.setCancelTarget(nil) // before another client can have the servers
 	drop := func(s *pool.Server, p *pool.Pool) {
 		s.Broken = true
 		serverPool(s, p).Checkin(s)
@@ -240,8 +240,19 @@ func (l *Listener) cancel(pid uint32, secret []byte) {
 	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	var wg sync.WaitGroup
-	for t := c.cancelTarget.Load(); t != nil; t = t.next {
+	c.cancelMu.Lock()
+	targets := c.cancelTarget.Load()
+	for t := targets; t != nil; t = t.next {
+		if t.srv != nil {
+			t.srv.CancelStarted()
+		}
+	}
+	c.cancelMu.Unlock()
+	for t := targets; t != nil; t = t.next {
 		wg.Go(func() {
+			if t.srv != nil {
+				defer t.srv.CancelFinished()
+			}
 			if err := pool.SendCancel(ctx, t.addr, t.pid, t.secret); err != nil {
 				l.log.Warn("cancel failed", "client", c.id, "server", t.addr, "err", err)
 			}

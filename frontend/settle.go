@@ -262,6 +262,7 @@ func (c *client) reset() {
 	if s.Broken {
 		return
 	}
+	s.AbsorbCancels() // else a late cancel of the client's could fail the reset
 	if c.tx != 'I' {
 		if _, err := idleQuery(s, "ROLLBACK"); err != nil {
 			return

@@ -163,10 +163,10 @@ func (c *client) storeCancelTargets() {
 	var t *cancelTarget
 	for i := len(c.shards) - 1; i >= 0; i-- {
 		if s := c.shards[i].server; s != nil {
-			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, next: t}
+			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s, next: t}
 		}
 	}
-	c.cancelTarget.Store(t)
+	c.setCancelTarget(t)
 }
 
 // holdsShards reports whether the client holds any shard's server.
@@ -211,7 +211,7 @@ func (c *client) detachShards() {
 		}
 	}()
 	// No cancel may reach a server once another client can have it.
-	c.cancelTarget.Store(nil)
+	c.setCancelTarget(nil)
 	for i := range c.shards {
 		sc := &c.shards[i]
 		if sc.server != nil {

@@ -358,6 +358,7 @@ func (p *Pool) nextWaiter(key string) int {
 // Checkin returns a server to the pool (or closes it when it is broken,
 // expired, or the pool is closed).
 func (p *Pool) Checkin(s *Server) {
+	s.AbsorbCancels()
 	if s.StalePlans && !s.Broken {
 		s.deallocateAll()
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,6 +93,12 @@ type Server struct {
 	// Traffic since the last checkin; only the owner touches these.
 	bytesIn, bytesOut uint64
 
+	// Cancel requests forwarded to the backend for the client holding the
+	// server (see CancelStarted and AbsorbCancels); written by the
+	// goroutines that forward them.
+	cancelsPending atomic.Int32
+	cancelSent     atomic.Bool
+
 	state    ServerState
 	startup  Startup
 	created  time.Time
@@ -153,6 +160,62 @@ func (s *Server) deallocateAll() {
 				s.Broken = true
 			}
 			clear(s.Prepared)
+			s.Unnamed = s.Unnamed[:0]
+			return
+		}
+	}
+}
+
+// CancelStarted records that a cancel request for the server's backend is
+// on its way; CancelFinished, that the server's postmaster took it (it has
+// signalled the backend).
+func (s *Server) CancelStarted()  { s.cancelSent.Store(true); s.cancelsPending.Add(1) }
+func (s *Server) CancelFinished() { s.cancelsPending.Add(-1) }
+
+// cancelWait bounds the wait for a forwarded cancel request to land.
+const cancelWait = 5 * time.Second
+
+// AbsorbCancels makes sure that no cancel request forwarded for the
+// server's last client reaches the statement of the next one. PostgreSQL
+// keeps a cancel that arrives while the backend waits for a command and
+// applies it to the next statement, so a client that sent a cancel and
+// then let its server go would cancel whatever the next client runs. Once
+// every forwarded cancel has landed, a statement of the proxy's own takes
+// any that is still pending; a server that cannot be made clean is marked
+// broken. Only the owner calls it, on an idle server.
+func (s *Server) AbsorbCancels() {
+	if !s.cancelSent.Swap(false) || s.Broken {
+		return
+	}
+	deadline := time.Now().Add(cancelWait)
+	for s.cancelsPending.Load() > 0 {
+		if time.Now().After(deadline) {
+			s.Broken = true
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Conn.SetDeadline(time.Now().Add(cancelWait))
+	defer s.Conn.SetDeadline(time.Time{})
+	s.W.Write(wire.AppendQuery(nil, "SELECT 1"))
+	if s.Flush() != nil {
+		return
+	}
+	for {
+		typ, _, body, err := s.R.Next()
+		if err != nil {
+			s.Broken = true
+			return
+		}
+		switch typ {
+		case 'E':
+			if e := wire.ParseError(body); e.Code != wire.QueryCanceled {
+				s.Broken = true
+			}
+		case 'Z':
+			if len(body) != 1 || body[0] != 'I' {
+				s.Broken = true
+			}
 			s.Unnamed = s.Unnamed[:0]
 			return
 		}
