@@ -182,9 +182,6 @@ func (c *client) applyOps(ops []setOp) {
 	}
 }
 
-// sessionKeywords start statements that change session settings.
-var sessionKeywords = []string{"set", "reset", "discard", "deallocate"}
-
 // effect is what a statement may do to the session beyond its own
 // transaction, as far as a cheap scan of its words tells (literals and
 // comments included: a false alarm costs only a parse or a probe).
@@ -322,26 +319,6 @@ func wordEffect(w []byte) effect {
 		return effObjects
 	}
 	return 0
-}
-
-// mayChangeSession is a cheap pre-check: does any statement in sql start
-// with SET, RESET, DISCARD or DEALLOCATE? Only then is sql parsed. A
-// semicolon inside a literal can only cause an unneeded parse.
-func mayChangeSession(sql []byte) bool {
-	i := 0
-	for {
-		i = skipSpaceAndComments(sql, i)
-		for _, kw := range sessionKeywords {
-			if hasKeyword(sql[i:], kw) {
-				return true
-			}
-		}
-		j := indexByte(sql[i:], ';')
-		if j < 0 {
-			return false
-		}
-		i += j + 1
-	}
 }
 
 func indexByte(b []byte, c byte) int {

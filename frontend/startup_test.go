@@ -44,7 +44,9 @@ func TestParseStartup(t *testing.T) {
 	}
 }
 
-func TestMayChangeSession(t *testing.T) {
+// TestSettingsWords: scanEffects flags a query for parsing when one of its
+// statements starts with SET, RESET, DISCARD or DEALLOCATE.
+func TestSettingsWords(t *testing.T) {
 	tests := map[string]bool{
 		"SET x = 1":                        true,
 		"  /* c */ reset all":              true,
@@ -59,7 +61,7 @@ func TestMayChangeSession(t *testing.T) {
 		"SELECT set_config('a','b',false)": false,
 	}
 	for sql, want := range tests {
-		if got := mayChangeSession([]byte(sql)); got != want {
+		if got := scanEffects([]byte(sql))&effSettings != 0; got != want {
 			t.Errorf("%q: got %v want %v", sql, got, want)
 		}
 	}
