@@ -140,9 +140,19 @@ func (s *Server) NoteError(e *wire.Error) {
 // ALL) and forgets them; a failure marks the server broken.
 func (s *Server) deallocateAll() {
 	s.StalePlans = false
+	s.exec("DEALLOCATE ALL", "")
+	clear(s.Prepared)
+}
+
+// exec runs one statement of the pool's own on the idle server and reads
+// its answers to ReadyForQuery. An error (other than one with SQLSTATE
+// tolerate), a failure or a server that does not end idle marks the server
+// broken. The statement drops the unnamed prepared statement, as any
+// simple Query does.
+func (s *Server) exec(sql, tolerate string) {
 	s.Conn.SetDeadline(time.Now().Add(5 * time.Second))
 	defer s.Conn.SetDeadline(time.Time{})
-	s.W.Write(wire.AppendQuery(nil, "DEALLOCATE ALL"))
+	s.W.Write(wire.AppendQuery(nil, sql))
 	if s.Flush() != nil {
 		return
 	}
@@ -154,12 +164,13 @@ func (s *Server) deallocateAll() {
 		}
 		switch typ {
 		case 'E':
-			s.Broken = true
+			if e := wire.ParseError(body); tolerate == "" || e.Code != tolerate {
+				s.Broken = true
+			}
 		case 'Z':
 			if len(body) != 1 || body[0] != 'I' {
 				s.Broken = true
 			}
-			clear(s.Prepared)
 			s.Unnamed = s.Unnamed[:0]
 			return
 		}
@@ -195,31 +206,7 @@ func (s *Server) AbsorbCancels() {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	s.Conn.SetDeadline(time.Now().Add(cancelWait))
-	defer s.Conn.SetDeadline(time.Time{})
-	s.W.Write(wire.AppendQuery(nil, "SELECT 1"))
-	if s.Flush() != nil {
-		return
-	}
-	for {
-		typ, _, body, err := s.R.Next()
-		if err != nil {
-			s.Broken = true
-			return
-		}
-		switch typ {
-		case 'E':
-			if e := wire.ParseError(body); e.Code != wire.QueryCanceled {
-				s.Broken = true
-			}
-		case 'Z':
-			if len(body) != 1 || body[0] != 'I' {
-				s.Broken = true
-			}
-			s.Unnamed = s.Unnamed[:0]
-			return
-		}
-	}
+	s.exec("SELECT 1", wire.QueryCanceled)
 }
 
 // Close closes the connection, politely (Terminate) when it is healthy.
