@@ -402,6 +402,9 @@ func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 		if _, dup := c.stmts[string(name)]; dup {
 			return false // the error must come in its place: see rewrite
 		}
+		if hasPrepareKeyword(parseText(tail)) {
+			return false // SQL-level statement names are rewritten (see rewrite)
+		}
 		st := c.l.stmts.get(tail)
 		if !st.valid.Load() {
 			return false
