@@ -58,9 +58,7 @@ func (r *shardRows) next() (typ byte, body []byte, ok bool) {
 			r.c.toClient(wire.FinishMessage(append([]byte{typ, 0, 0, 0, 0}, body...), 0))
 			continue
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			r.s.Params[string(name)] = string(val)
+			r.s.NoteParameter(body)
 			continue
 		}
 		return typ, body, true

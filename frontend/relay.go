@@ -233,15 +233,13 @@ func (c *client) relay() error {
 		case 'W':
 			return &protocolError{errors.New("COPY BOTH (replication) is not supported through the proxy")}
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			s.Params[string(name)] = string(val)
-			if string(name) == "application_name" && !internal {
+			name, val := s.NoteParameter(body)
+			if name == "application_name" && !internal {
 				c.infoMu.Lock()
-				c.appName = string(val)
+				c.appName = val
 				c.infoMu.Unlock()
 			}
-			if !internal && c.mode == config.PoolTransaction && !setsName(head.ops, string(name)) {
+			if !internal && c.mode == config.PoolTransaction && !setsName(head.ops, name) {
 				// A reported setting changed without a SET the proxy
 				// parsed (a function, DO): ask the server at the end
 				// of the transaction what the session carries now.

@@ -75,9 +75,7 @@ func serverQuery(s *pool.Server, sql string) ([][][]byte, byte, *wire.Error, err
 				serr = e
 			}
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			s.Params[string(name)] = string(val)
+			s.NoteParameter(body)
 		case 'Z':
 			if len(body) != 1 {
 				s.Broken = true
@@ -109,12 +107,11 @@ func idleQuery(s *pool.Server, sql string) ([][][]byte, error) {
 // isSchemaChange reports whether a CommandComplete tag is of a statement
 // that may change what prepared statements resolve to.
 func isSchemaChange(tag []byte) bool {
-	for _, p := range []string{"CREATE ", "ALTER ", "DROP "} {
-		if bytes.HasPrefix(tag, []byte(p)) {
-			return true
-		}
+	if len(tag) == 0 || tag[0] != 'C' && tag[0] != 'A' && tag[0] != 'D' {
+		return false // most tags: SELECT, INSERT, UPDATE, BEGIN, COMMIT...
 	}
-	return false
+	return bytes.HasPrefix(tag, []byte("CREATE ")) || bytes.HasPrefix(tag, []byte("ALTER ")) ||
+		bytes.HasPrefix(tag, []byte("DROP "))
 }
 
 // restore brings s's settings to the client's. On failure the server is

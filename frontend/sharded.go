@@ -543,9 +543,7 @@ func readToReady(s *pool.Server) (status byte, serr *wire.Error, err error) {
 				s.Broken = true
 			}
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			s.Params[string(name)] = string(val)
+			s.NoteParameter(body)
 		case 'Z':
 			if len(body) == 1 {
 				return body[0], serr, nil

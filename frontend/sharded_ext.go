@@ -406,9 +406,7 @@ func (c *client) serverExchange(s interface {
 		case 'N':
 			c.toClient(raw)
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			srv.Params[string(name)] = string(val)
+			srv.NoteParameter(body)
 		case 'Z':
 			c.pendingPrepare = ""
 			if serr != nil {

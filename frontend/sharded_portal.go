@@ -127,9 +127,7 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 		case 'N', 'A':
 			c.toClient(raw)
 		case 'S':
-			name, rest, _ := wire.CString(body)
-			val, _, _ := wire.CString(rest)
-			srv.Params[string(name)] = string(val)
+			srv.NoteParameter(body)
 		case 'Z':
 			srv.Broken = true
 			return c.lostShard(fmt.Errorf("server %s: ReadyForQuery inside a batch", srv.Addr))

@@ -43,9 +43,7 @@ func (c *client) watchServer() func() {
 			switch typ {
 			case 'A', 'N':
 			case 'S':
-				name, rest, _ := wire.CString(body)
-				val, _, _ := wire.CString(rest)
-				s.Params[string(name)] = string(val)
+				s.NoteParameter(body)
 			case 'E':
 				s.NoteError(wire.ParseError(body))
 			default:

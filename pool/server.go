@@ -125,6 +125,16 @@ func (s *Server) Flush() error {
 	return nil
 }
 
+// NoteParameter records a ParameterStatus body from the server in Params
+// and returns the setting's name and value.
+func (s *Server) NoteParameter(body []byte) (name, value string) {
+	n, rest, _ := wire.CString(body)
+	v, _, _ := wire.CString(rest)
+	name, value = string(n), string(v)
+	s.Params[name] = value
+	return name, value
+}
+
 // NoteError records what an ErrorResponse from the server means for the
 // connection's reuse.
 func (s *Server) NoteError(e *wire.Error) {
