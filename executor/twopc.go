@@ -157,7 +157,6 @@ type PreparedStore interface {
 // on the given shards: committed where the log holds a decision, rolled
 // back otherwise. It returns how many it committed and rolled back.
 func Recover(ctx context.Context, log *DecisionLog, shards []PreparedStore) (committed, rolledBack int, err error) {
-	seen := map[string]bool{}
 	var errs []error
 	for i, s := range shards {
 		gids, err := s.Prepared(ctx)
@@ -175,7 +174,6 @@ func Recover(ctx context.Context, log *DecisionLog, shards []PreparedStore) (com
 				errs = append(errs, fmt.Errorf("shard %d: %s: %w", i, gid, err))
 				continue
 			}
-			seen[txid] = true
 			if commit {
 				committed++
 			} else {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
-
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/router"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -130,12 +131,12 @@ type client struct {
 	loggingIn bool    // keep the server attached through login
 
 	// Sharded databases only (see sharded.go).
-	shards []shardConn
-	stx    shardTx
-	rt     planner
-	hints  hints
-	rc     *routeCounts // route counters of database rcDB (routestats.go)
-	rcDB   string
+	xs    *executor.Session // the shards' servers and the transaction over them
+	ext   []shardExt        // per shard, what the frontend keeps beside xs
+	rt    planner
+	hints hints
+	rc    *routeCounts // route counters of database rcDB (routestats.go)
+	rcDB  string
 	// Extended protocol on sharded databases (sharded_ext.go).
 	batch          []batchMsg
 	sstmts         map[string]*sStmt
@@ -251,7 +252,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
-	if (c.mode == config.PoolTransaction || c.shards != nil) && c.server != nil {
+	if (c.mode == config.PoolTransaction || c.xs != nil) && c.server != nil {
 		c.detach()
 	}
 	c.setState(ClientIdle)
@@ -516,7 +517,7 @@ func (c *client) refuse(e *wire.Error, reason string) {
 // abandon cleans up after the client left or failed: a server it still
 // holds is brought back to idle (rolled back) or closed.
 func (c *client) abandon() {
-	if c.shards != nil {
+	if c.xs != nil {
 		c.abandonShards()
 		return
 	}

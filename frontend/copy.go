@@ -13,11 +13,11 @@ import (
 // one transaction per shard committed together, and the client sees one
 // COPY with the total row count (counted once for omni tables).
 func (c *client) runCopy(ctx context.Context, p *routePlan) error {
-	implicit := !c.stx.open
+	implicit := !c.xs.InTx()
 	servers := make([]*pool.Server, len(p.shards))
 	byShard := map[int]int{} // shard → index in p.shards
 	for k, i := range p.shards {
-		s := c.shards[i].server
+		s := c.xs.Server(i)
 		servers[k] = s
 		byShard[i] = k
 		if err := c.useShard(i); err != nil {
@@ -30,7 +30,7 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 				c.server = s
 				return c.shardFailed(err)
 			}
-			if _, serr, err := readToReady(s); err != nil {
+			if _, serr, err := executor.ReadToReady(s); err != nil {
 				c.server = s
 				return c.shardFailed(err)
 			} else if serr != nil {
@@ -235,7 +235,7 @@ func (c *client) endCopy(servers []*pool.Server, inCopy []bool, reason string) {
 			s.Broken = true
 			continue
 		}
-		if _, _, err := readToReady(s); err != nil {
+		if _, _, err := executor.ReadToReady(s); err != nil {
 			s.Broken = true
 		}
 	}

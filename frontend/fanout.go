@@ -196,10 +196,10 @@ func sumTags(tags []string) string {
 
 // runMany runs a statement on several shards and combines the answers.
 func (c *client) runMany(ctx context.Context, p *routePlan) error {
-	implicit := !c.stx.open && (p.kind == routeWrite || p.kind == routeOmniWrite)
+	implicit := !c.xs.InTx() && (p.kind == routeWrite || p.kind == routeOmniWrite)
 	prefixed := make([]int, len(p.shards)) // internal Queries sent ahead
 	for k, i := range p.shards {
-		s := c.shards[i].server
+		s := c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
 			c.server = s
 			return c.shardFailed(err)
@@ -217,11 +217,11 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 	readers := make([]*shardRows, len(p.shards))
 	var firstErr *wire.Error
 	for k, i := range p.shards {
-		s := c.shards[i].server
+		s := c.xs.Server(i)
 		r := &shardRows{c: c, s: s}
 		readers[k] = r
 		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
-			_, serr, err := readToReady(s)
+			_, serr, err := executor.ReadToReady(s)
 			if err != nil {
 				r.ioErr = err
 			}
@@ -308,7 +308,7 @@ func (c *client) gatherMany(p *routePlan, readers []*shardRows, implicit bool, f
 	} else {
 		c.w.Write([]byte{'I', 0, 0, 0, 4})
 	}
-	if len(p.ops) > 0 && !c.stx.open {
+	if len(p.ops) > 0 && !c.xs.InTx() {
 		c.applyOpsAll(p.ops)
 	}
 	return nil, nil
@@ -391,9 +391,9 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // shards to the client and every server that ran it.
 func (c *client) applyOpsAll(ops []setOp) {
 	saved := c.server
-	for i := range c.shards {
-		if c.shards[i].server != nil {
-			c.server = c.shards[i].server
+	for i := range c.ext {
+		if c.xs.Server(i) != nil {
+			c.server = c.xs.Server(i)
 			c.applyOps(ops)
 		}
 	}

@@ -172,23 +172,23 @@ func newShardedClient(t testing.TB, dir string, conn net.Conn) (run shardedRun, 
 	c.rt = &routerPlanner{r: rt}
 	var ids atomic.Uint64
 	run.client = c
+	var pools []*pool.Pool
 	for i := range db.Shards {
 		p := pool.New(pool.Key{Database: "app", User: "app", Shard: i, Role: "primary"},
 			pool.Target{Host: "127.0.0.1", Port: 1 + i}, db.Pool, log, &ids)
 		fake := newFakeServer()
 		srv := fake.server()
 		p.Checkin(srv)
-		c.shards = append(c.shards, shardConn{pool: p})
+		pools = append(pools, p)
 		run.fakes, run.servers = append(run.fakes, fake), append(run.servers, srv)
 	}
-	c.pool = c.shards[0].pool
+	c.setShards(pools)
+	c.pool = pools[0]
 	return run, func() {
-		for i := range c.shards {
-			c.shards[i].pool.Close()
+		for _, p := range pools {
+			p.Close()
 		}
-		if l.twoPCLog != nil {
-			l.twoPCLog.Close()
-		}
+		l.coord.Close()
 	}
 }
 

@@ -64,12 +64,9 @@ type Listener struct {
 	// kill the proxy there.
 	TwoPhaseHookForTest func(stage string)
 
-	ids      *executor.IDGenerator // shardgate.unique_id()
-	routes   routeStats            // statements of sharded databases by route
-	txPrefix string
-	txSeq    atomic.Uint64
-	twoPCMu  sync.Mutex // guards twoPCLog
-	twoPCLog *executor.DecisionLog
+	ids    *executor.IDGenerator // shardgate.unique_id()
+	routes routeStats            // statements of sharded databases by route
+	coord  *executor.Coordinator // two-phase commit: transaction ids, decision log
 
 	nextID     atomic.Uint64
 	clientsNum atomic.Int64
@@ -83,8 +80,13 @@ type Listener struct {
 
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
-	l := &Listener{log: log, clients: map[uint32]*client{},
-		txPrefix: fmt.Sprintf("%08x", randUint32()), ids: executor.NewIDGenerator(st.Config.NodeID)}
+	l := &Listener{log: log, clients: map[uint32]*client{}, ids: executor.NewIDGenerator(st.Config.NodeID)}
+	l.coord = executor.NewCoordinator(l.twoPCPath, fmt.Sprintf("%08x", randUint32()), log)
+	l.coord.Knobs.AtStage = func(stage string) {
+		if f := l.TwoPhaseHookForTest; f != nil {
+			f(stage)
+		}
+	}
 	l.stmts = newStmtCache(&l.ddlGen)
 	l.sqlStmts = newSQLStmtCache(&l.ddlGen)
 	l.state.Store(st)
@@ -185,23 +187,18 @@ func (c *client) dropServers() {
 		}
 	}()
 	c.setCancelTarget(nil) // before another client can have the servers
-	drop := func(s *pool.Server, p *pool.Pool) {
-		s.Broken = true
-		serverPool(s, p).Checkin(s)
-	}
-	for i := range c.shards {
-		sc := &c.shards[i]
-		if s := sc.server; s != nil {
-			sc.server = nil
-			if s == c.server {
+	if c.xs != nil {
+		for i := range c.xs.Len() {
+			if s := c.xs.Server(i); s != nil && s == c.server {
 				c.server = nil // the shard's server, as the one the relay used
 			}
-			drop(s, sc.pool)
 		}
+		c.xs.Drop()
 	}
 	if s := c.server; s != nil {
 		c.server = nil
-		drop(s, c.pool)
+		s.Broken = true
+		serverPool(s, c.pool).Checkin(s)
 	}
 	c.release()
 }

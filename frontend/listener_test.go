@@ -24,7 +24,7 @@ func TestDropServers(t *testing.T) {
 		r, done := newShardedClient(t, t.TempDir(), &fakeConn{r: bytes.NewReader(nil), w: &bytes.Buffer{}})
 		defer done()
 		c := r.client
-		c.shards, c.rt = nil, nil // the database's first shard, served as a one-shard database
+		c.xs, c.ext, c.rt = nil, nil, nil // the database's first shard, served as a one-shard database
 		if err := c.attach(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -38,12 +38,12 @@ func TestDropServers(t *testing.T) {
 		r, done := newShardedClient(t, t.TempDir(), &fakeConn{r: bytes.NewReader(nil), w: &bytes.Buffer{}})
 		defer done()
 		c := r.client
-		for i := range c.shards {
+		for i := range c.ext {
 			if err := c.attachShard(ctx, i); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c.server = c.shards[1].server // the relay's current server is one of them
+		c.server = c.xs.Server(1) // the relay's current server is one of them
 		c.dropServers()
 		for i, s := range r.servers {
 			if s.State() != pool.ServerClosed {
@@ -53,8 +53,8 @@ func TestDropServers(t *testing.T) {
 		if c.server != nil || c.holdsShards() {
 			t.Fatal("the client still holds a server")
 		}
-		for i := range c.shards {
-			if n := c.shards[i].pool.Stats.Closed.Load(); n != 1 {
+		for i := range c.ext {
+			if n := c.xs.Pool(i).Stats.Closed.Load(); n != 1 {
 				t.Errorf("shard %d's pool closed %d servers, want 1", i, n)
 			}
 		}
@@ -104,7 +104,7 @@ func TestCancelReachesEveryShard(t *testing.T) {
 			}
 		}()
 	}
-	for i := range c.shards {
+	for i := range c.ext {
 		if err := c.attachShard(context.Background(), i); err != nil {
 			t.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 			sp = parseSQLPrep(string(sql))
 		}
 	}
-	if c.shards != nil {
+	if c.xs != nil {
 		return c.shardedQuery(ctx, string(sql), ops, sp)
 	}
 	var create *sqlCreate
@@ -179,7 +179,7 @@ func (c *client) answerLocally(err error, ready bool) error {
 
 // extended handles Parse, Bind, Describe, Execute, Close, Flush and Sync.
 func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error {
-	if c.localSkip && c.shards == nil { // a sharded batch skips itself (shardedExtended)
+	if c.localSkip && c.xs == nil { // a sharded batch skips itself (shardedExtended)
 		if typ == 'S' {
 			c.localSkip = false
 			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
@@ -193,7 +193,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	if typ == 'E' {
 		c.queries.Add(1)
 	}
-	if typ == 'P' && c.shards == nil && len(c.q) == 0 && len(c.out) == 0 {
+	if typ == 'P' && c.xs == nil && len(c.q) == 0 && len(c.out) == 0 {
 		// Answered here only when nothing of the batch is pending, so the
 		// error is in its place; later in a pipeline the server fails the
 		// Parse (no shardgate schema) in order. Sharded batches check in
@@ -204,7 +204,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 			}
 		}
 	}
-	if c.shards != nil {
+	if c.xs != nil {
 		return c.shardedExtended(ctx, typ, body)
 	}
 	if c.server == nil && c.mode == config.PoolTransaction && c.answerWithoutServer(typ, body) {

@@ -154,7 +154,7 @@ func (c *client) relay() error {
 					c.notParsed(&c.q[i])
 					i++
 				}
-				if i == len(c.q) && c.shards == nil {
+				if i == len(c.q) && c.xs == nil {
 					// No Sync sent yet: the server skips until the
 					// client sends one (a Query it ignores, too).
 					c.unsynced = true

@@ -20,7 +20,7 @@ import (
 // nothing a sharded client when a reload made its database sharded. It
 // runs before a Query or the first message of an extended batch.
 func (c *client) becomeSharded() error {
-	if c.shards != nil || c.server != nil || c.mode != config.PoolTransaction || c.unsynced || len(c.q) > 0 || c.tx != 'I' {
+	if c.xs != nil || c.server != nil || c.mode != config.PoolTransaction || c.unsynced || len(c.q) > 0 || c.tx != 'I' {
 		return nil
 	}
 	st := c.l.State()
@@ -49,7 +49,7 @@ func (c *client) becomeSharded() error {
 		c.sstmts[""] = &sStmt{sql: string(q), st: c.l.stmts.get(tail), query: q}
 	}
 	c.stmts, c.unnamed = map[string]*stmt{}, c.unnamed[:0]
-	c.log.Info("database resharded: the session continues on its shards", "shards", len(c.shards))
+	c.log.Info("database resharded: the session continues on its shards", "shards", c.xs.Len())
 	return nil
 }
 

@@ -151,7 +151,7 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 // a random one.
 func (c *client) pickOf(shards []int) int {
 	for _, i := range shards {
-		if c.shards[i].server != nil {
+		if c.xs.Server(i) != nil {
 			return i
 		}
 	}
@@ -529,9 +529,9 @@ func (cat *catalog) columns(schema, table string) []string {
 	if cat.connect() != nil {
 		return nil
 	}
-	name := quoteIdent(table)
+	name := wire.QuoteIdent(table)
 	if schema != "" {
-		name = quoteIdent(schema) + "." + name
+		name = wire.QuoteIdent(schema) + "." + name
 	}
 	res := cat.conn.ExecParams(ctx, "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
 		[][]byte{[]byte(name)}, nil, nil, nil).Read()

@@ -7,6 +7,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // opKind is a change to session settings.
@@ -96,7 +97,7 @@ func (s *session) diff(have map[string]string) string {
 	}
 	for _, name := range sortedKeys(have) {
 		if !isIdentity(name) && s.want(name) == "" {
-			others = append(others, "RESET "+quoteIdent(name))
+			others = append(others, "RESET "+wire.QuoteIdent(name))
 		}
 	}
 	haveID := have[settingSessAuth] != "" || have[settingRole] != ""
@@ -175,7 +176,7 @@ func (c *client) applyOps(ops []setOp) {
 			// Statements are not transactional: for clients of
 			// unsharded databases dropStatements ran when the command
 			// completed, and a statement prepared since must survive.
-			if c.shards != nil {
+			if c.xs != nil {
 				c.dropStatements()
 			}
 		}
@@ -479,17 +480,6 @@ func sessionOps(sql string) ([]setOp, error) {
 		}
 	}
 	return ops, nil
-}
-
-func quoteLiteral(s string) string {
-	if strings.ContainsRune(s, '\\') {
-		return "E'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", "''") + "'"
-	}
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
-}
-
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
 // sortedKeys returns m's keys in order, for deterministic output.

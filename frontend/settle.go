@@ -195,7 +195,7 @@ func (c *client) readBack(s *pool.Server) error {
 		case name == settingSessAuth && val == login:
 			continue
 		}
-		sets[name] = "SELECT pg_catalog.set_config(" + quoteLiteral(name) + ", " + quoteLiteral(val) + ", false)"
+		sets[name] = "SELECT pg_catalog.set_config(" + wire.QuoteLiteral(name) + ", " + wire.QuoteLiteral(val) + ", false)"
 	}
 	c.sess.sets = sets
 	c.sess.syncTo(s.Session)
@@ -226,7 +226,7 @@ func proxyStatements(s *pool.Server) string {
 	if len(names) == 0 {
 		return ")"
 	}
-	return " AND name <> ALL (" + quoteLiteral("{"+strings.Join(names, ",")+"}") + "::pg_catalog.text[]))"
+	return " AND name <> ALL (" + wire.QuoteLiteral("{"+strings.Join(names, ",")+"}") + "::pg_catalog.text[]))"
 }
 
 // probe reports whether s's session holds objects that pin it to its

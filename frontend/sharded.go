@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strconv"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
@@ -74,13 +73,12 @@ type routePlan struct {
 	setting bool
 }
 
-// shardConn is one shard as a client holds it.
-type shardConn struct {
-	pool   *pool.Pool
-	server *pool.Server
-	inTx   bool // the client's transaction is open on this server
-	// eff is what the statements that ran on this server since the end of
-	// the last transaction may have left behind (see settleShards).
+// shardExt is what the frontend keeps of one shard of a sharded client,
+// next to the server and transaction state the executor's Session keeps.
+type shardExt struct {
+	// eff is what the statements that ran on the shard's server since the
+	// end of the last transaction may have left behind (see
+	// settleShards).
 	eff effect
 	// unsynced: a row-limited Execute left the server inside an
 	// extended-protocol batch, without Sync (see sharded_portal.go);
@@ -94,25 +92,15 @@ type shardConn struct {
 	portal *sPortal
 }
 
-// shardTx is a client's transaction on a sharded database.
-type shardTx struct {
-	open   bool   // explicit transaction
-	begin  string // the client's BEGIN, replayed on each shard joined
-	failed bool   // aborted: only ROLLBACK is accepted
-	// log is what a shard joining the transaction replays after BEGIN:
-	// the active savepoints and the SETs of the transaction, in order.
-	log []txEntry
+// setShards makes the client a sharded one over pools (one per shard).
+func (c *client) setShards(pools []*pool.Pool) {
+	c.xs = executor.NewSession(pools, c.l.coord)
+	c.xs.Ready = c.useShard
+	c.ext = make([]shardExt, len(pools))
 }
 
-func (c *client) shardedStatus() byte {
-	switch {
-	case !c.stx.open:
-		return 'I'
-	case c.stx.failed:
-		return 'E'
-	}
-	return 'T'
-}
+// shardedStatus is the transaction status of the client's session.
+func (c *client) shardedStatus() byte { return c.xs.Status() }
 
 // attachShard checks a server out for shard i, queuing the settings sync
 // and, inside a transaction, the BEGIN the shard has not seen yet.
@@ -136,20 +124,19 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 			return errReplan
 		}
 	}
-	if i >= len(c.shards) {
+	if i >= c.xs.Len() {
 		return wire.Errorf(wire.InternalError, "shard %d does not exist any more (configuration reloaded)", i)
 	}
-	sc := &c.shards[i]
-	if sc.server == nil {
+	if c.xs.Server(i) == nil {
 		c.setState(ClientWaiting)
-		s, p, err := c.checkoutBalanced(ctx, sc.pool, i, c.lb.read && !c.stx.open)
+		s, p, err := c.checkoutBalanced(ctx, c.xs.Pool(i), i, c.lb.read && !c.xs.InTx())
 		if err != nil {
 			if !c.holdsShards() {
 				c.release()
 			}
 			return checkoutError(p, err)
 		}
-		sc.server = s
+		c.xs.Hold(i, s)
 		c.setState(ClientActive)
 		c.storeCancelTargets()
 	}
@@ -161,8 +148,8 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 // must stop it everywhere.
 func (c *client) storeCancelTargets() {
 	var t *cancelTarget
-	for i := len(c.shards) - 1; i >= 0; i-- {
-		if s := c.shards[i].server; s != nil {
+	for i := c.xs.Len() - 1; i >= 0; i-- {
+		if s := c.xs.Server(i); s != nil {
 			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s, next: t}
 		}
 	}
@@ -170,14 +157,7 @@ func (c *client) storeCancelTargets() {
 }
 
 // holdsShards reports whether the client holds any shard's server.
-func (c *client) holdsShards() bool {
-	for i := range c.shards {
-		if c.shards[i].server != nil {
-			return true
-		}
-	}
-	return false
-}
+func (c *client) holdsShards() bool { return c.xs != nil && c.xs.Holds() }
 
 // refreshShards moves the client to a reloaded configuration between
 // transactions: new pools, new sharding rules (a resharding cutover changes
@@ -195,7 +175,7 @@ func (c *client) refreshShards() error {
 	c.pool = st.Pools.Get(db, u, 0)
 	if len(db.Shards) < 2 {
 		// The database is not sharded any more: serve it as one shard.
-		c.shards = []shardConn{{pool: c.pool}}
+		c.setShards([]*pool.Pool{c.pool})
 		c.rt = nil
 		return nil
 	}
@@ -212,19 +192,15 @@ func (c *client) detachShards() {
 	}()
 	// No cancel may reach a server once another client can have it.
 	c.setCancelTarget(nil)
-	for i := range c.shards {
-		sc := &c.shards[i]
-		if sc.server != nil {
-			if sc.unsynced {
-				// Every path syncs a batch before it lets the server go;
-				// one that did not leaves it in an unknown state.
-				sc.server.Broken = true
-			}
-			serverPool(sc.server, sc.pool).Checkin(sc.server)
-			sc.server = nil
+	for i := range c.ext {
+		if s := c.xs.Server(i); s != nil && c.ext[i].unsynced {
+			// Every path syncs a batch before it lets the server go;
+			// one that did not leaves it in an unknown state.
+			s.Broken = true
 		}
-		sc.inTx, sc.eff, sc.unsynced, sc.failed, sc.batchOps, sc.portal = false, 0, false, false, nil, nil
+		c.ext[i] = shardExt{}
 	}
+	c.xs.Detach()
 	c.server = nil
 	c.setState(ClientIdle)
 }
@@ -269,7 +245,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	}
 	var p *routePlan
 	var err error
-	if sp != nil && !c.stx.failed {
+	if sp != nil && !c.xs.Failed() {
 		p, err = c.shardedSQLPrep(sql, sp)
 	}
 	if p == nil && err == nil {
@@ -283,18 +259,16 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	}
 	p.ops = ops
 	if hintOnly(ops) {
-		c.applyHints(ops, c.stx.open)
+		c.applyHints(ops, c.xs.InTx())
 		return c.localDone("SET")
 	}
-	if c.stx.failed && p.kind != routeRollback && !(p.kind == routeSavepoint && p.rollbackTo) {
+	if c.xs.Failed() && p.kind != routeRollback && !(p.kind == routeSavepoint && p.rollbackTo) {
 		return c.shardedError(wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block"))
 	}
 	switch p.kind {
 	case routeBegin:
-		if c.stx.open {
+		if !c.xs.Begin(sql) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
-		} else {
-			c.stx = shardTx{open: true, begin: sql}
 		}
 		return c.localDone("BEGIN")
 	case routeCommit, routeRollback:
@@ -302,7 +276,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	case routeSavepoint:
 		return c.savepoint(ctx, p)
 	}
-	c.lb.read = !c.stx.open && !p.write && (p.kind == routeOne || p.kind == routeRead) &&
+	c.lb.read = !c.xs.InTx() && !p.write && (p.kind == routeOne || p.kind == routeRead) &&
 		c.balanced() && c.readStatement(sql, false)
 	err = c.attachShards(ctx, p.shards)
 	c.lb.read = false
@@ -313,7 +287,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		}
 		return c.shardedError(err)
 	}
-	c.routeCounts().count(len(p.shards), len(c.shards))
+	c.routeCounts().count(len(p.shards), c.xs.Len())
 	if p.kind == routeOne {
 		return c.runOne(p)
 	}
@@ -349,9 +323,7 @@ func (c *client) shardedError(err error) error {
 		c.sendFatal(e)
 		return err
 	}
-	if c.stx.open {
-		c.stx.failed = true
-	}
+	c.xs.Abort()
 	c.w.Write(wire.AppendError(nil, e))
 	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
 	c.tx = c.shardedStatus()
@@ -361,8 +333,7 @@ func (c *client) shardedError(err error) error {
 // runOne sends the statement to one shard through the ordinary relay.
 func (c *client) runOne(p *routePlan) error {
 	i := p.shards[0]
-	sc := &c.shards[i]
-	c.server = sc.server
+	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.shardFailed(err)
 	}
@@ -374,9 +345,9 @@ func (c *client) runOne(p *routePlan) error {
 			return c.localDone("PREPARE")
 		}
 	}
-	setting := p.setting && c.stx.open
+	setting := p.setting && c.xs.InTx()
 	if setting {
-		serr, err := c.setOnJoined(i, p.sql)
+		serr, err := c.xs.SetOnJoined(i, p.sql)
 		if err != nil {
 			return c.shardFailed(err)
 		}
@@ -418,10 +389,10 @@ func (c *client) runOne(p *routePlan) error {
 	if err != nil {
 		return err
 	}
-	if c.stx.open && c.tx == 'E' {
-		c.stx.failed = true
+	if c.tx == 'E' {
+		c.xs.Abort()
 	}
-	if setting && !c.stx.failed {
+	if setting && !c.xs.Failed() {
 		c.ranSetting(p.sql, start)
 	}
 	c.tx = c.shardedStatus()
@@ -461,7 +432,14 @@ func (e *shardLost) Error() string { return e.err.Error() }
 
 // lostShard returns err, a failure of the server c.server points at, as a
 // shardLost.
-func (c *client) lostShard(err error) error { return &shardLost{err: err, server: c.server} }
+func (c *client) lostShard(err error) error {
+	srv := c.server
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		srv = se.Server
+	}
+	return &shardLost{err: err, server: srv}
+}
 
 // failShard is shardFailed; ready says to answer ReadyForQuery (a simple
 // Query), else the client's batch skips to its Sync.
@@ -470,8 +448,12 @@ func (c *client) failShard(err error, ready bool) error {
 		return c.clientErr
 	}
 	c.log.Warn("server connection failed", "err", err)
-	for i := range c.shards {
-		if s := c.shards[i].server; s != nil && s == c.server {
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		c.server = se.Server
+	}
+	for i := range c.xs.Len() {
+		if s := c.xs.Server(i); s != nil && s == c.server {
 			s.Broken = true
 		}
 	}
@@ -479,7 +461,7 @@ func (c *client) failShard(err error, ready bool) error {
 	// the server, as a transaction is.
 	var sg *serverGone
 	forwarded := errors.As(err, &sg) && sg.forwarded
-	inTx := c.stx.open || c.pinned || c.mode == config.PoolSession || forwarded && sg.fatal
+	inTx := c.xs.InTx() || c.pinned || c.mode == config.PoolSession || forwarded && sg.fatal
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]
@@ -511,68 +493,14 @@ func (c *client) failShard(err error, ready bool) error {
 	return c.flushClient()
 }
 
-// internal runs sql on shard i and waits for ReadyForQuery, returning the
-// first error the server reported.
-func (c *client) internal(i int, sql string) (status byte, serr *wire.Error, err error) {
-	if err := c.useShard(i); err != nil {
-		return 0, nil, err
-	}
-	s := c.shards[i].server
-	s.W.Write(wire.AppendQuery(nil, sql))
-	if err := s.Flush(); err != nil {
-		return 0, nil, err
-	}
-	return readToReady(s)
-}
-
-// readToReady discards a server's answers up to ReadyForQuery, keeping the
-// first error.
-func readToReady(s *pool.Server) (status byte, serr *wire.Error, err error) {
-	for {
-		typ, _, body, err := s.R.Next()
-		if err != nil {
-			s.Broken = true
-			return 0, serr, err
-		}
-		switch typ {
-		case 'E':
-			if serr == nil {
-				serr = wire.ParseError(body)
-			}
-			if serr.Fatal() {
-				s.Broken = true
-			}
-		case 'S':
-			s.NoteParameter(body)
-		case 'Z':
-			if len(body) == 1 {
-				return body[0], serr, nil
-			}
-			return 0, serr, errors.New("malformed ReadyForQuery")
-		}
-	}
-}
-
 // rollbackShards rolls back the client's transaction on every shard that
-// has it open; a server that cannot be cleaned is marked broken.
-func (c *client) rollbackShards() {
-	for i := range c.shards {
-		sc := &c.shards[i]
-		if sc.server == nil || !sc.inTx || sc.server.Broken {
-			continue
-		}
-		if st, _, err := c.internal(i, "ROLLBACK"); err != nil || st != 'I' {
-			sc.server.Broken = true
-		}
-		sc.inTx = false
-	}
-	c.stx = shardTx{}
-}
+// has it open.
+func (c *client) rollbackShards() { c.xs.Rollback() }
 
 // endTx commits or rolls back the client's transaction on every shard it
 // touched.
 func (c *client) endTx(ctx context.Context, commit bool) error {
-	if !c.stx.open {
+	if !c.xs.InTx() {
 		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
 		if commit {
 			return c.localDone("COMMIT")
@@ -588,73 +516,7 @@ func (c *client) endTx(ctx context.Context, commit bool) error {
 
 // commitShards commits the transaction open on shards: plainly on one
 // shard, with two-phase commit on several.
-func (c *client) commitShards(shards []int) error {
-	switch len(shards) {
-	case 0:
-		return nil
-	case 1:
-		st, serr, err := c.internal(shards[0], "COMMIT")
-		c.shards[shards[0]].inTx = false
-		if err != nil {
-			return wire.Errorf(wire.ConnectionFailure, "commit: server connection lost: %v", err)
-		}
-		if serr != nil {
-			return serr
-		}
-		if st != 'I' {
-			c.shards[shards[0]].server.Broken = true
-		}
-		return nil
-	}
-	txid := c.l.nextTxID()
-	prepared := []int{}
-	var failure error
-	for _, i := range shards {
-		_, serr, err := c.internal(i, "PREPARE TRANSACTION "+quoteLiteral(executor.GID(txid, i)))
-		if err != nil || serr != nil {
-			if serr != nil {
-				failure = &wire.Error{Severity: "ERROR", Code: serr.Code, Message: "two-phase commit failed on shard " + strconv.Itoa(i) + ": " + serr.Message, Detail: serr.Detail, Hint: serr.Hint}
-				if serr.Code == "55000" {
-					failure.(*wire.Error).Hint = "set max_prepared_transactions > 0 on every shard: shardgate commits multi-shard transactions with two-phase commit"
-				}
-			} else {
-				failure = wire.Errorf(wire.ConnectionFailure, "two-phase commit: shard %d: %v", i, err)
-			}
-			break
-		}
-		prepared = append(prepared, i)
-		c.shards[i].inTx = false
-	}
-	if failure == nil {
-		c.twoPhaseHookForTest("prepared")
-		dlog := c.l.twoPC()
-		if dlog == nil {
-			failure = wire.Errorf(wire.InternalError, "two-phase commit log %s cannot be opened", c.l.twoPCPath())
-		} else if err := dlog.Commit(txid); err != nil {
-			failure = wire.Errorf(wire.InternalError, "two-phase commit: %v", err)
-		}
-	}
-	if failure != nil {
-		for _, i := range prepared {
-			c.internal(i, "ROLLBACK PREPARED "+quoteLiteral(executor.GID(txid, i)))
-		}
-		c.rollbackShards()
-		return failure
-	}
-	c.twoPhaseHookForTest("decided")
-	allDone := true
-	for _, i := range prepared {
-		if _, serr, err := c.internal(i, "COMMIT PREPARED "+quoteLiteral(executor.GID(txid, i))); err != nil || serr != nil {
-			// The decision is durable: recovery finishes it.
-			allDone = false
-			c.log.Error("COMMIT PREPARED failed; recovery will finish it", "gid", executor.GID(txid, i), "err", err, "server_err", serr)
-		}
-	}
-	if allDone {
-		c.l.twoPC().Done(txid)
-	}
-	return nil
-}
+func (c *client) commitShards(shards []int) error { return c.xs.Commit(shards) }
 
 // savepoint runs SAVEPOINT / RELEASE / ROLLBACK TO for a simple Query.
 func (c *client) savepoint(ctx context.Context, p *routePlan) error {

@@ -33,7 +33,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		case routeBegin, routeCommit, routeRollback, routeSavepoint:
 			return c.sTxControl(plan)
 		}
-		if c.stx.failed {
+		if c.xs.Failed() {
 			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
 		}
 		if plan.kind == routeLocal {
@@ -41,7 +41,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		}
 		// A read that starts the batch's work outside a transaction may go to
 		// replicas; once a server is held, the batch stays on it.
-		c.lb.read = !c.stx.open && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
+		c.lb.read = !c.xs.InTx() && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
 			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
 		err := c.attachShards(ctx, plan.shards)
 		c.lb.read = false
@@ -61,7 +61,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		}
 		break
 	}
-	c.routeCounts().count(len(plan.shards), len(c.shards))
+	c.routeCounts().count(len(plan.shards), c.xs.Len())
 	c.txEff |= p.stmt.effect().eff
 	if len(plan.shards) == 1 {
 		return c.execOne(p, maxRows, describe)
@@ -91,17 +91,16 @@ func (c *client) sLocal(plan *routePlan, describe bool) error {
 func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	plan := p.plan
 	i := plan.shards[0]
-	sc := &c.shards[i]
-	c.server = sc.server
+	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.lostShard(err)
 	}
 	if err := c.runPrefix(i, c.prefix(i, false)); err != nil {
 		return err
 	}
-	setting := plan.setting && c.stx.open
+	setting := plan.setting && c.xs.InTx()
 	if setting {
-		serr, err := c.setOnJoined(i, p.stmt.sql)
+		serr, err := c.xs.SetOnJoined(i, p.stmt.sql)
 		if err != nil {
 			return c.lostShard(err)
 		}
@@ -135,7 +134,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 			return
 		case 's':
 			p.suspended, p.shard = true, i
-			sc.portal = p
+			c.ext[i].portal = p
 		case 'C':
 			tag = append([]byte{}, raw[5:]...)
 		}
@@ -162,7 +161,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 // statements DISCARD ALL and DEALLOCATE ALL dropped, and its session ops
 // (kept with the transaction, or the open batch, until they count).
 func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setting bool) {
-	sc := &c.shards[i]
+	sc := &c.ext[i]
 	if cr := plan.create; cr != nil {
 		c.server.Prepared[cr.st.name] = struct{}{}
 		c.sqlStmts[cr.client] = cr.st
@@ -172,7 +171,7 @@ func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setti
 		c.dropStatements()
 	}
 	switch {
-	case c.stx.open:
+	case c.xs.InTx():
 		start := len(c.sess.pending)
 		for _, op := range plan.ops {
 			op.server = c.server
@@ -192,7 +191,7 @@ func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setti
 // or settingsPrefix, in round trips of their own. A server that fails them
 // is broken; the client's statement fails with the server's error.
 func (c *client) runPrefix(i int, pre []string) error {
-	s := c.shards[i].server
+	s := c.xs.Server(i)
 	for _, q := range pre {
 		_, _, e, err := serverQuery(s, q)
 		if err != nil {
@@ -214,10 +213,10 @@ func (c *client) runPrefix(i int, pre []string) error {
 // simple protocol does.
 func (c *client) execMany(p *sPortal, describe bool) error {
 	plan := p.plan
-	implicit := !c.stx.open && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
+	implicit := !c.xs.InTx() && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
 	readers := make([]*shardRows, len(plan.shards))
 	for k, i := range plan.shards {
-		c.server = c.shards[i].server
+		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
 			return c.lostShard(err)
 		}
@@ -280,15 +279,13 @@ func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (
 func (c *client) sTxControl(p *routePlan) error {
 	switch p.kind {
 	case routeBegin:
-		if c.stx.open {
+		if !c.xs.Begin(p.sql) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
-		} else {
-			c.stx = shardTx{open: true, begin: p.sql}
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
 		return nil
 	case routeCommit, routeRollback:
-		if !c.stx.open {
+		if !c.xs.InTx() {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
 			tag := "COMMIT"
 			if p.kind == routeRollback {
@@ -304,7 +301,7 @@ func (c *client) sTxControl(p *routePlan) error {
 		c.w.Write(wire.AppendCommandComplete(nil, tag))
 		return nil
 	}
-	if c.stx.failed && !p.rollbackTo {
+	if c.xs.Failed() && !p.rollbackTo {
 		return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
 	}
 	tag, serr, err := c.runSavepoint(p)

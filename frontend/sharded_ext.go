@@ -129,8 +129,8 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 			if !ok || e.Fatal() {
 				return err
 			}
-			if c.stx.open {
-				c.stx.failed = true
+			if c.xs.InTx() {
+				c.xs.Abort()
 			}
 			c.w.Write(wire.AppendError(nil, e))
 			c.localSkip = true
@@ -148,7 +148,7 @@ func (c *client) sSync() error {
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err) // answers the Sync
 	}
-	if !c.stx.open {
+	if !c.xs.InTx() {
 		clear(c.sportals)
 		c.releaseIfIdle()
 	}
@@ -247,7 +247,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	if err != nil {
 		return err
 	}
-	s := c.shards[shard].server
+	s := c.xs.Server(shard)
 	c.server = s
 	if err := c.useShard(shard); err != nil {
 		return c.lostShard(err)
@@ -341,12 +341,12 @@ func (st *sStmt) derived(c *client, sql string) *sStmt {
 // anyShard is the shard that answers shard-independent questions: one the
 // client already holds, else a random one.
 func (c *client) anyShard() int {
-	for i := range c.shards {
-		if c.shards[i].server != nil {
+	for i := range c.ext {
+		if c.xs.Server(i) != nil {
 			return i
 		}
 	}
-	return pickShard(len(c.shards))
+	return pickShard(c.xs.Len())
 }
 
 // ensureParsed appends the Parse of st if the current server lacks it.

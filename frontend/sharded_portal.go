@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -38,16 +39,16 @@ func (c *client) useShard(i int) error {
 	if err := c.syncShard(i); err != nil {
 		return err
 	}
-	c.shards[i].portal = nil
+	c.ext[i].portal = nil
 	return nil
 }
 
 // syncShards ends the batches row-limited Executes left open; on an I/O
 // error c.server points at the broken server.
 func (c *client) syncShards() error {
-	for i := range c.shards {
+	for i := range c.ext {
 		if err := c.syncShard(i); err != nil {
-			c.server = c.shards[i].server
+			c.server = c.xs.Server(i)
 			return err
 		}
 	}
@@ -59,11 +60,11 @@ func (c *client) syncShards() error {
 // statements count when the batch's implicit transaction committed. A
 // server portal survives the Sync only inside a transaction block.
 func (c *client) syncShard(i int) error {
-	sc := &c.shards[i]
-	if !sc.unsynced || sc.server == nil {
+	sc := &c.ext[i]
+	if !sc.unsynced || c.xs.Server(i) == nil {
 		return nil
 	}
-	s := sc.server
+	s := c.xs.Server(i)
 	ops, failed := sc.batchOps, sc.failed
 	sc.unsynced, sc.failed, sc.batchOps = false, false, nil
 	s.W.Write([]byte{'S', 0, 0, 0, 4})
@@ -71,15 +72,15 @@ func (c *client) syncShard(i int) error {
 		s.Broken = true
 		return err
 	}
-	status, serr, err := readToReady(s)
+	status, serr, err := executor.ReadToReady(s)
 	if err != nil {
 		return err
 	}
 	if status != 'T' {
 		sc.portal = nil
 	}
-	if status == 'E' && c.stx.open {
-		c.stx.failed = true
+	if status == 'E' && c.xs.InTx() {
+		c.xs.Abort()
 	}
 	if !failed && serr == nil && status == 'I' && len(ops) > 0 {
 		saved := c.server
@@ -95,8 +96,8 @@ func (c *client) syncShard(i int) error {
 // (CommandComplete, EmptyQueryResponse, PortalSuspended) to fn. It returns
 // the server's error, after which the server skips to the batch's Sync.
 func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte)) error {
-	sc := &c.shards[i]
-	srv := sc.server
+	sc := &c.ext[i]
+	srv := c.xs.Server(i)
 	sc.unsynced = true
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
@@ -144,12 +145,12 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 // resumePortal fetches the next chunk of suspended portal p (the client's
 // name) on its shard.
 func (c *client) resumePortal(p *sPortal, name []byte, maxRows int32) error {
-	sc := &c.shards[p.shard]
+	sc := &c.ext[p.shard]
 	p.suspended = false
-	if sc.server == nil || sc.portal != p {
+	if c.xs.Server(p.shard) == nil || sc.portal != p {
 		return errPortalLost(name)
 	}
-	c.server = sc.server
+	c.server = c.xs.Server(p.shard)
 	out := wire.AppendInt32([]byte{'E', 0, 0, 0, 9, 0}, maxRows)
 	out = append(out, 'H', 0, 0, 0, 4)
 	err := c.flushExchange(p.shard, out, func(typ byte, raw []byte) {

@@ -1,9 +1,8 @@
 package frontend
 
 import (
-	"strings"
-
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -29,13 +28,6 @@ import (
 // (set_config) are read back, when the transaction ends, from the servers
 // that ran such statements (shardConn.eff).
 
-// txEntry is one entry of a sharded transaction's replay log.
-type txEntry struct {
-	savepoint string // SAVEPOINT savepoint; "" for a statement
-	stmt      string // a SET or RESET every joined shard ran
-	pending   int    // savepoint: len(c.sess.pending) when it was set
-}
-
 // prefix returns the internal Queries a shard needs before the client's
 // statement, each to be sent as a Query of its own: the settings sync and,
 // inside a transaction the shard has not joined yet, BEGIN with the
@@ -43,33 +35,16 @@ type txEntry struct {
 // multi-statement Query takes the statements before it into the
 // transaction, so that a rollback would undo the settings sync.
 func (c *client) prefix(i int, implicitTx bool) []string {
-	sc := &c.shards[i]
 	qs := c.settingsPrefix(i)
-	if (c.stx.open || implicitTx) && !sc.inTx {
-		var b strings.Builder
-		if c.stx.begin != "" {
-			b.WriteString(c.stx.begin)
-		} else {
-			b.WriteString("BEGIN")
-		}
-		// A newline ends a trailing comment of the client's text.
-		b.WriteString("\n;")
-		for _, e := range c.stx.log {
-			if e.savepoint != "" {
-				b.WriteString(" SAVEPOINT " + quoteIdent(e.savepoint) + ";")
-			} else {
-				b.WriteString(" " + e.stmt + "\n;")
-			}
-		}
-		qs = append(qs, b.String())
-		sc.inTx = true
+	if q := c.xs.TxPrefix(i, implicitTx); q != "" {
+		qs = append(qs, q)
 	}
 	return qs
 }
 
 // settingsPrefix is the settings sync of prefix alone.
 func (c *client) settingsPrefix(i int) []string {
-	s := c.shards[i].server
+	s := c.xs.Server(i)
 	d := c.sess.diff(s.Session)
 	c.sess.syncTo(s.Session)
 	if d == "" {
@@ -87,30 +62,6 @@ func changesSettings(sql string) bool {
 	return hasKeyword(b[i:], "set") || hasKeyword(b[i:], "reset")
 }
 
-// setOnJoined runs sql, a SET or RESET of the open transaction, on every
-// shard in the transaction but i, which runs it next for the client's
-// answer. It returns the first error a shard answers, or the I/O error of
-// a broken server (c.server then points at it).
-func (c *client) setOnJoined(i int, sql string) (serr *wire.Error, ioErr error) {
-	saved := c.server
-	for j := range c.shards {
-		sc := &c.shards[j]
-		if j == i || !sc.inTx || sc.server == nil {
-			continue
-		}
-		c.server = sc.server
-		_, e, err := c.internal(j, sql)
-		if err != nil {
-			return nil, err
-		}
-		if e != nil {
-			return e, nil
-		}
-	}
-	c.server = saved
-	return nil, nil
-}
-
 // ranSetting records that a SET or RESET ran, in the open transaction, on
 // every joined shard: the ops it added to c.sess.pending from index start
 // apply to all of them at commit (a nil server), and shards that join
@@ -119,7 +70,7 @@ func (c *client) ranSetting(sql string, start int) {
 	for k := start; k < len(c.sess.pending); k++ {
 		c.sess.pending[k].server = nil
 	}
-	c.stx.log = append(c.stx.log, txEntry{stmt: sql})
+	c.xs.LogSetting(sql)
 }
 
 // ranOn attributes the effects of the statement that just ran (c.txEff and
@@ -134,19 +85,8 @@ func (c *client) ranOn(shards []int) {
 	}
 	c.txEff = 0
 	for _, i := range shards {
-		c.shards[i].eff |= eff
+		c.ext[i].eff |= eff
 	}
-}
-
-// joinedShards lists the shards the open transaction runs on.
-func (c *client) joinedShards() []int {
-	var joined []int
-	for i := range c.shards {
-		if c.shards[i].inTx && c.shards[i].server != nil {
-			joined = append(joined, i)
-		}
-	}
-	return joined
 }
 
 // endSession settles tracked SETs at the end of the client's transaction:
@@ -166,7 +106,7 @@ func (c *client) endSession(commit bool, joined []int) {
 				continue
 			}
 			for _, i := range joined {
-				if s := c.shards[i].server; s != nil {
+				if s := c.xs.Server(i); s != nil {
 					apply(s.Session, op)
 				}
 			}
@@ -179,85 +119,28 @@ func (c *client) endSession(commit bool, joined []int) {
 // it joined and returns the command tag, COMMIT or ROLLBACK (a COMMIT of a
 // failed transaction rolls back, as in PostgreSQL).
 func (c *client) finishTx(commit bool) (string, error) {
-	joined := c.joinedShards()
-	if !commit || c.stx.failed {
-		c.endSession(false, nil)
-		c.rollbackShards()
-		c.releaseIfIdle()
-		return "ROLLBACK", nil
-	}
-	err := c.commitShards(joined)
-	c.endSession(err == nil, joined)
-	c.stx = shardTx{}
+	tag, committed, err := c.xs.End(commit)
+	c.endSession(err == nil && tag == "COMMIT", committed)
 	c.releaseIfIdle()
-	if err != nil {
-		return "", err
-	}
-	return "COMMIT", nil
+	return tag, err
 }
 
 // runSavepoint runs SAVEPOINT, RELEASE or ROLLBACK TO on every joined
-// shard and records it in the transaction's log for shards joined later.
-// It returns the command tag, the error a shard (or the proxy, as
-// PostgreSQL would) answers, or the I/O error of a broken server.
+// shard (executor.Session.Savepoint); a ROLLBACK TO also drops the session
+// changes made after its savepoint.
 func (c *client) runSavepoint(p *routePlan) (tag string, serr *wire.Error, ioErr error) {
-	if !c.stx.open {
-		what := "SAVEPOINT"
-		switch {
-		case p.release:
-			what = "RELEASE SAVEPOINT"
-		case p.rollbackTo:
-			what = "ROLLBACK TO SAVEPOINT"
-		}
-		return "", wire.Errorf("25P01", "%s can only be used in transaction blocks", what), nil
-	}
-	at := -1
-	if p.release || p.rollbackTo {
-		for k := len(c.stx.log) - 1; k >= 0; k-- {
-			if c.stx.log[k].savepoint == p.savepoint {
-				at = k
-				break
-			}
-		}
-		if at < 0 {
-			return "", wire.Errorf("3B001", "savepoint \"%s\" does not exist", p.savepoint), nil
-		}
-	}
-	for i := range c.shards {
-		if !c.shards[i].inTx || c.shards[i].server == nil {
-			continue
-		}
-		c.server = c.shards[i].server
-		st, e, err := c.internal(i, p.sql)
-		if err != nil {
-			return "", nil, err
-		}
-		if e != nil {
-			return "", e, nil
-		}
-		if st == 'T' {
-			c.stx.failed = false
-		}
-	}
+	kind := executor.SavepointSet
 	switch {
 	case p.release:
-		// The savepoints go; what ran after them stays.
-		kept := c.stx.log[:at]
-		for _, e := range c.stx.log[at:] {
-			if e.savepoint == "" {
-				kept = append(kept, e)
-			}
-		}
-		c.stx.log = kept
-		return "RELEASE", nil, nil
+		kind = executor.SavepointRelease
 	case p.rollbackTo:
-		c.stx.log = c.stx.log[:at+1]
-		c.sess.pending = c.sess.pending[:c.stx.log[at].pending]
-		c.stx.failed = false
-		return "ROLLBACK", nil, nil
+		kind = executor.SavepointRollbackTo
 	}
-	c.stx.log = append(c.stx.log, txEntry{savepoint: p.savepoint, pending: len(c.sess.pending)})
-	return "SAVEPOINT", nil, nil
+	tag, restore, serr, ioErr := c.xs.Savepoint(kind, p.savepoint, p.sql, len(c.sess.pending))
+	if restore >= 0 {
+		c.sess.pending = c.sess.pending[:restore]
+	}
+	return tag, serr, ioErr
 }
 
 // releaseIfIdle ends the use of the client's servers between
@@ -265,7 +148,7 @@ func (c *client) runSavepoint(p *routePlan) (tag string, serr *wire.Error, ioErr
 // session has a server per shard) and, in transaction mode, returns the
 // servers unless session objects pin them.
 func (c *client) releaseIfIdle() {
-	if c.stx.open {
+	if c.xs.InTx() {
 		return
 	}
 	if err := c.settleShards(); err != nil {
@@ -291,11 +174,10 @@ func (c *client) settleShards() error {
 	pinned, probed := false, false
 	saved := c.server
 	defer func() { c.server = saved }()
-	for i := range c.shards {
-		sc := &c.shards[i]
-		eff := sc.eff
-		sc.eff = 0
-		s := sc.server
+	for i := range c.ext {
+		eff := c.ext[i].eff
+		c.ext[i].eff = 0
+		s := c.xs.Server(i)
 		if s == nil || s.Broken {
 			continue
 		}

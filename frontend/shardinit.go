@@ -3,11 +3,9 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"github.com/shardgate/shardgate/config"
 	"path/filepath"
-	"strings"
 
-	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -25,10 +23,11 @@ func (c *client) initShards(st *State) error {
 		return wire.Fatalf(wire.InternalError, "database %q: %v", c.db.Name, err)
 	}
 	c.rt = rt
-	c.shards = make([]shardConn, len(c.db.Shards))
-	for i := range c.shards {
-		c.shards[i].pool = st.Pools.Get(c.db, c.user, i)
+	pools := make([]*pool.Pool, len(c.db.Shards))
+	for i := range pools {
+		pools[i] = st.Pools.Get(c.db, c.user, i)
 	}
+	c.setShards(pools)
 	return nil
 }
 
@@ -38,9 +37,9 @@ func (c *client) abandonShards() {
 		c.clientErr = errClientGone
 		c.rollback()
 	}
-	for i := range c.shards {
+	for i := range c.ext {
 		if err := c.syncShard(i); err != nil {
-			c.shards[i].server.Broken = true
+			c.xs.Server(i).Broken = true
 		}
 	}
 	c.server = nil
@@ -48,8 +47,8 @@ func (c *client) abandonShards() {
 	if c.mode == config.PoolSession || c.pinned {
 		// The servers carry the client's session: clean each before
 		// it goes back to the pool.
-		for i := range c.shards {
-			if s := c.shards[i].server; s != nil && !s.Broken {
+		for i := range c.ext {
+			if s := c.xs.Server(i); s != nil && !s.Broken {
 				c.server, c.tx, c.q, c.unsynced = s, 'I', c.q[:0], false
 				c.reset()
 			}
@@ -64,37 +63,11 @@ func (c *client) abandonShards() {
 
 var errClientGone = fmt.Errorf("client went away")
 
-// nextTxID returns a transaction id unique across this proxy's restarts.
-func (l *Listener) nextTxID() string {
-	return fmt.Sprintf("%s-%d", l.txPrefix, l.txSeq.Add(1))
-}
-
-// twoPC returns the decision log, opening it on first use.
-func (l *Listener) twoPC() *executor.DecisionLog {
-	l.twoPCMu.Lock()
-	defer l.twoPCMu.Unlock()
-	if l.twoPCLog == nil {
-		log, err := executor.OpenDecisionLog(l.twoPCPath())
-		if err != nil {
-			l.log.Error("cannot open the two-phase commit log", "err", err)
-			return nil
-		}
-		l.twoPCLog = log
-	}
-	return l.twoPCLog
-}
-
 func (l *Listener) twoPCPath() string {
 	if p := l.State().Config.TwoPhaseCommitLog; p != "" {
 		return p
 	}
 	return filepath.Join(".", "shardgate-2pc.log")
-}
-
-func (c *client) twoPhaseHookForTest(stage string) {
-	if f := c.l.TwoPhaseHookForTest; f != nil {
-		f(stage)
-	}
 }
 
 // RecoverTwoPhase resolves prepared transactions left by an earlier run
@@ -103,11 +76,7 @@ func (c *client) twoPhaseHookForTest(stage string) {
 // back otherwise. It runs before the proxy accepts clients.
 func (l *Listener) RecoverTwoPhase(ctx context.Context) error {
 	st := l.State()
-	dlog := l.twoPC()
-	if dlog == nil {
-		return fmt.Errorf("two-phase commit log %s cannot be opened", l.twoPCPath())
-	}
-	var stores []executor.PreparedStore
+	var pools []*pool.Pool
 	for di := range st.Config.Databases {
 		db := &st.Config.Databases[di]
 		if len(db.Shards) < 2 {
@@ -118,76 +87,8 @@ func (l *Listener) RecoverTwoPhase(ctx context.Context) error {
 			continue
 		}
 		for i := range db.Shards {
-			stores = append(stores, &preparedStore{p: st.Pools.Get(db, u, i)})
+			pools = append(pools, st.Pools.Get(db, u, i))
 		}
 	}
-	if len(stores) == 0 {
-		return nil
-	}
-	committed, rolledBack, err := executor.Recover(ctx, dlog, stores)
-	if committed+rolledBack > 0 {
-		l.log.Info("resolved in-doubt two-phase transactions", "committed", committed, "rolled_back", rolledBack)
-	}
-	return err
-}
-
-// preparedStore implements executor.PreparedStore over a pool.
-type preparedStore struct{ p *pool.Pool }
-
-func (ps *preparedStore) query(ctx context.Context, sql string) ([]string, *wire.Error, error) {
-	s, err := ps.p.Checkout(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ps.p.Checkin(s)
-	s.W.Write(wire.AppendQuery(nil, sql))
-	if err := s.Flush(); err != nil {
-		return nil, nil, err
-	}
-	var out []string
-	var serr *wire.Error
-	for {
-		typ, _, body, err := s.R.Next()
-		if err != nil {
-			s.Broken = true
-			return nil, nil, err
-		}
-		switch typ {
-		case 'D':
-			cols, _ := executor.SplitRow(body, nil)
-			if len(cols) > 0 && cols[0] != nil {
-				out = append(out, string(cols[0]))
-			}
-		case 'E':
-			serr = wire.ParseError(body)
-		case 'Z':
-			return out, serr, nil
-		}
-	}
-}
-
-func (ps *preparedStore) Prepared(ctx context.Context) ([]string, error) {
-	gids, serr, err := ps.query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'sg:%'")
-	if err != nil {
-		return nil, err
-	}
-	if serr != nil {
-		return nil, serr
-	}
-	return gids, nil
-}
-
-func (ps *preparedStore) Finish(ctx context.Context, gid string, commit bool) error {
-	verb := "ROLLBACK PREPARED "
-	if commit {
-		verb = "COMMIT PREPARED "
-	}
-	_, serr, err := ps.query(ctx, verb+quoteLiteral(gid))
-	if err != nil {
-		return err
-	}
-	if serr != nil && !strings.Contains(serr.Message, "does not exist") {
-		return serr
-	}
-	return nil
+	return l.coord.Recover(ctx, pools)
 }

@@ -315,7 +315,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 		}
 		st := c.l.sqlStmts.get(sp.rest, sp.queryText)
 		// Schemas are the same on every shard: one validates it.
-		all := make([]int, len(c.shards))
+		all := make([]int, c.xs.Len())
 		for i := range all {
 			all[i] = i
 		}
