@@ -14,9 +14,9 @@ import (
 // COPY with the total row count (counted once for omni tables).
 func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 	implicit := !c.xs.InTx()
-	servers := make([]*pool.Server, len(p.shards))
+	servers := make([]*pool.Server, len(p.Shards))
 	byShard := map[int]int{} // shard → index in p.shards
-	for k, i := range p.shards {
+	for k, i := range p.Shards {
 		s := c.xs.Server(i)
 		servers[k] = s
 		byShard[i] = k
@@ -41,7 +41,7 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 				return c.shardedError(serr)
 			}
 		}
-		s.W.Write(wire.AppendQuery(nil, p.sql))
+		s.W.Write(wire.AppendQuery(nil, p.SQL))
 		if err := s.Flush(); err != nil {
 			c.server = s
 			return c.shardFailed(err)
@@ -75,7 +75,7 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 	}
 	var split *executor.CopySplitter
 	if firstErr == nil {
-		f, err := executor.NewCopyFormat(p.copy.Format, p.copy.Delimiter, p.copy.Null, p.copy.Quote, p.copy.Escape, p.copy.Header, max(p.copy.Column, 0))
+		f, err := executor.NewCopyFormat(p.Copy.Format, p.Copy.Delimiter, p.Copy.Null, p.Copy.Quote, p.Copy.Escape, p.Copy.Header, max(p.Copy.Column, 0))
 		if err != nil {
 			firstErr, _ = wire.AsError(err)
 		}
@@ -116,10 +116,10 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 		return nil
 	}
 	split.Row = func(raw, key []byte) error {
-		if p.copy.Column < 0 {
+		if p.Copy.Column < 0 {
 			return split.All(raw)
 		}
-		shard, err := p.copy.Shard(key)
+		shard, err := p.Copy.Shard(key)
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 		tags[k] = r.tag
 	}
 	if firstErr == nil && implicit {
-		if err := c.commitShards(p.shards); err != nil {
+		if err := c.commitShards(p.Shards); err != nil {
 			firstErr, _ = wire.AsError(err)
 			if firstErr == nil {
 				firstErr = wire.Errorf(wire.InternalError, "%v", err)
@@ -210,7 +210,7 @@ func (c *client) runCopy(ctx context.Context, p *routePlan) error {
 		return c.shardedError(firstErr)
 	}
 	tag := sumTags(tags)
-	if p.copy.Column < 0 {
+	if p.Copy.Column < 0 {
 		tag = tags[0]
 	}
 	c.w.Write(wire.AppendCommandComplete(nil, tag))

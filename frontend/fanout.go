@@ -196,9 +196,9 @@ func sumTags(tags []string) string {
 
 // runMany runs a statement on several shards and combines the answers.
 func (c *client) runMany(ctx context.Context, p *routePlan) error {
-	implicit := !c.xs.InTx() && (p.kind == routeWrite || p.kind == routeOmniWrite)
-	prefixed := make([]int, len(p.shards)) // internal Queries sent ahead
-	for k, i := range p.shards {
+	implicit := !c.xs.InTx() && (p.Kind == executor.RouteWrite || p.Kind == executor.RouteOmniWrite)
+	prefixed := make([]int, len(p.Shards)) // internal Queries sent ahead
+	for k, i := range p.Shards {
 		s := c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
 			c.server = s
@@ -208,15 +208,15 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 			s.W.Write(wire.AppendQuery(nil, q))
 			prefixed[k]++
 		}
-		s.W.Write(wire.AppendQuery(nil, p.sqlFor(i)))
+		s.W.Write(wire.AppendQuery(nil, p.SQLFor(i)))
 		if err := s.Flush(); err != nil {
 			c.server = s
 			return c.shardFailed(err)
 		}
 	}
-	readers := make([]*shardRows, len(p.shards))
+	readers := make([]*shardRows, len(p.Shards))
 	var firstErr *wire.Error
-	for k, i := range p.shards {
+	for k, i := range p.Shards {
 		s := c.xs.Server(i)
 		r := &shardRows{c: c, s: s}
 		readers[k] = r
@@ -248,7 +248,7 @@ func (c *client) runMany(ctx context.Context, p *routePlan) error {
 		}
 	}
 	ioErr, err := c.gatherMany(p, readers, implicit, firstErr, func() (string, error) { return c.combine(p, readers) })
-	c.ranOn(p.shards)
+	c.ranOn(p.Shards)
 	if ioErr != nil {
 		return c.shardFailed(ioErr)
 	}
@@ -299,7 +299,7 @@ func (c *client) gatherMany(p *routePlan, readers []*shardRows, implicit bool, f
 		return nil, firstErr
 	}
 	if implicit {
-		if err := c.commitShards(p.shards); err != nil {
+		if err := c.commitShards(p.Shards); err != nil {
 			return nil, err
 		}
 	}
@@ -325,7 +325,7 @@ func (c *client) combine(p *routePlan, readers []*shardRows) (string, error) {
 		for k, r := range readers {
 			tags[k] = r.tag
 		}
-		if p.kind == routeOmniWrite {
+		if p.Kind == executor.RouteOmniWrite {
 			return first.tag, nil
 		}
 		return sumTags(tags), nil
@@ -345,13 +345,13 @@ func (c *client) combine(p *routePlan, readers []*shardRows) (string, error) {
 	for k, r := range readers {
 		sources[k] = r
 	}
-	switch p.kind {
-	case routeRead:
-		if spec, err = p.spec(len(cols)); err != nil {
+	switch p.Kind {
+	case executor.RouteRead:
+		if spec, err = p.Spec(len(cols)); err != nil {
 			return "", err
 		}
 		spec.Collation = c.collation()
-	case routeOmniWrite:
+	case executor.RouteOmniWrite:
 		sources = sources[:1]
 	}
 	m, err := executor.NewMerger(spec, cols, writerFunc(func(b []byte) (int, error) { c.toClient(b); return len(b), nil }))
@@ -370,10 +370,10 @@ func (c *client) combine(p *routePlan, readers []*shardRows) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if p.kind == routeRead {
+	if p.Kind == executor.RouteRead {
 		return executor.SelectTag(n), nil
 	}
-	if p.kind == routeOmniWrite {
+	if p.Kind == executor.RouteOmniWrite {
 		return first.tag, nil
 	}
 	tags := make([]string, len(readers))

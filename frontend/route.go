@@ -89,59 +89,59 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 	if err != nil {
 		return nil, err
 	}
-	out := &routePlan{sql: sql, shards: p.Shards, write: p.Write}
+	out := &routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}}
 	if p.Copy != nil && len(p.Shards) > 1 {
-		out.kind, out.copy = routeCopy, p.Copy
+		out.Kind, out.Copy = executor.RouteCopy, p.Copy
 		return out, nil
 	}
 	switch p.Kind {
 	case router.Direct:
-		out.kind = routeOne
+		out.Kind = executor.RouteOne
 	case router.OmniRead, router.Any:
-		out.kind = routeOne
-		out.shards = []int{c.pickOf(p.Shards)}
+		out.Kind = executor.RouteOne
+		out.Shards = []int{c.pickOf(p.Shards)}
 	case router.Session:
 		// Settings are tracked and replayed on every server the client
 		// uses; one shard validates and answers (inside a transaction,
 		// after every other shard in it ran a SET: see setOnJoined).
-		out.kind = routeOne
-		out.shards = []int{c.pickOf(p.Shards)}
+		out.Kind = executor.RouteOne
+		out.Shards = []int{c.pickOf(p.Shards)}
 		out.setting = changesSettings(sql)
 	case router.Transaction:
 		return transactionPlan(sql)
 	case router.OmniWrite:
-		out.kind = routeOmniWrite
+		out.Kind = executor.RouteOmniWrite
 	case router.Multi, router.All:
 		switch {
 		case len(p.Shards) == 1:
-			out.kind = routeOne
+			out.Kind = executor.RouteOne
 		case p.Write:
-			out.kind = routeWrite
+			out.Kind = executor.RouteWrite
 		default:
-			out.kind = routeRead
+			out.Kind = executor.RouteRead
 		}
 		if p.InsertRows != nil {
-			out.perShard = map[int]string{}
-			out.perShardParams = map[int][]int{}
+			out.PerShard = map[int]string{}
+			out.PerShardParams = map[int][]int{}
 			for shard, rows := range p.InsertRows {
 				q, pm, err := st.InsertSQL(rows)
 				if err != nil {
 					return nil, err
 				}
-				out.perShard[shard] = q
-				out.perShardParams[shard] = pm
+				out.PerShard[shard] = q
+				out.PerShardParams[shard] = pm
 			}
-			out.params, out.formats = params, formats
+			out.Params, out.Formats = params, formats
 		}
 	default:
 		return nil, wire.Errorf(wire.InternalError, "router returned plan kind %v", p.Kind)
 	}
 	if p.Merge != nil {
-		out.rmerge = p.Merge
+		out.Merge = p.Merge
 		if p.Merge.Rewritten != "" {
-			out.sql = p.Merge.Rewritten
+			out.SQL = p.Merge.Rewritten
 		}
-		out.params, out.formats = params, formats
+		out.Params, out.Formats = params, formats
 	}
 	return out, nil
 }
@@ -168,140 +168,32 @@ func transactionPlan(sql string) (*routePlan, error) {
 	if ts == nil {
 		return nil, wire.Errorf(wire.FeatureNotSupported, "unsupported transaction statement")
 	}
-	p := &routePlan{sql: sql}
+	p := &routePlan{Plan: executor.Plan{SQL: sql}}
 	switch ts.Kind {
 	case pg_query.TransactionStmtKind_TRANS_STMT_BEGIN, pg_query.TransactionStmtKind_TRANS_STMT_START:
-		p.kind = routeBegin
+		p.Kind = executor.RouteBegin
 	case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT:
 		if ts.Chain {
 			return nil, wire.Errorf(wire.FeatureNotSupported, "COMMIT AND CHAIN is not supported on sharded databases")
 		}
-		p.kind = routeCommit
+		p.Kind = executor.RouteCommit
 	case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK:
 		if ts.Chain {
 			return nil, wire.Errorf(wire.FeatureNotSupported, "ROLLBACK AND CHAIN is not supported on sharded databases")
 		}
-		p.kind = routeRollback
+		p.Kind = executor.RouteRollback
 	case pg_query.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
-		p.kind, p.savepoint = routeSavepoint, ts.SavepointName
+		p.Kind, p.savepoint = executor.RouteSavepoint, ts.SavepointName
 	case pg_query.TransactionStmtKind_TRANS_STMT_RELEASE:
-		p.kind, p.savepoint, p.release = routeSavepoint, ts.SavepointName, true
+		p.Kind, p.savepoint, p.release = executor.RouteSavepoint, ts.SavepointName, true
 	case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
-		p.kind, p.savepoint = routeSavepoint, ts.SavepointName
+		p.Kind, p.savepoint = executor.RouteSavepoint, ts.SavepointName
 		p.rollbackTo = true
 	default:
 		return nil, wire.Errorf(wire.FeatureNotSupported,
 			"%s is not supported on sharded databases: shardgate runs two-phase commit itself", strings.ToUpper(strings.Fields(sql)[0]))
 	}
 	return p, nil
-}
-
-// spec turns the router's merge description into the executor's, now
-// that the number of result columns is known.
-func (p *routePlan) spec(ncols int) (executor.Spec, error) {
-	m := p.rmerge
-	spec := executor.Spec{Limit: -1}
-	if m == nil {
-		return spec, nil
-	}
-	idx := func(c router.Column) (int, error) {
-		i := c.Index(ncols)
-		if i < 0 || i >= ncols {
-			return 0, wire.Errorf(wire.InternalError, "merge column %d outside the %d result columns", c, ncols)
-		}
-		return i, nil
-	}
-	var err error
-	for _, k := range m.OrderBy {
-		var col int
-		if col, err = idx(k.Column); err != nil {
-			return spec, err
-		}
-		spec.OrderBy = append(spec.OrderBy, executor.SortKey{Col: col, Desc: k.Desc, NullsFirst: k.NullsFirst})
-	}
-	if m.Limit != nil {
-		n, ok, err := m.Limit.Int(p.params, p.formats)
-		if err != nil {
-			return spec, err
-		}
-		if ok {
-			spec.Limit = n
-		}
-	}
-	if m.Offset != nil {
-		n, ok, err := m.Offset.Int(p.params, p.formats)
-		if err != nil {
-			return spec, err
-		}
-		if ok {
-			spec.Offset = n
-		}
-	}
-	for _, g := range m.GroupBy {
-		var col int
-		if col, err = idx(g); err != nil {
-			return spec, err
-		}
-		spec.GroupBy = append(spec.GroupBy, col)
-	}
-	for _, a := range m.Aggregates {
-		col, err := idx(a.Column)
-		if err != nil {
-			return spec, err
-		}
-		agg := executor.Agg{Col: col}
-		switch a.Func {
-		case router.AggCount:
-			agg.Kind = executor.AggCount
-		case router.AggSum:
-			agg.Kind = executor.AggSum
-		case router.AggMin:
-			agg.Kind = executor.AggMin
-		case router.AggMax:
-			agg.Kind = executor.AggMax
-		case router.AggBoolAnd:
-			agg.Kind = executor.AggBoolAnd
-		case router.AggBoolOr:
-			agg.Kind = executor.AggBoolOr
-		case router.AggAvg:
-			agg.Kind = executor.AggAvg
-			agg.SumCol = col
-			if agg.CountCol, err = idx(a.Count); err != nil {
-				return spec, err
-			}
-		default:
-			return spec, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
-		}
-		spec.Aggs = append(spec.Aggs, agg)
-	}
-	for _, h := range m.Having {
-		col, err := idx(h.Column)
-		if err != nil {
-			return spec, err
-		}
-		v, f := h.Value.Value(p.params, p.formats)
-		spec.Having = append(spec.Having, executor.Cond{Col: col, Op: h.Op, Value: v, Format: f})
-	}
-	spec.Distinct = m.Distinct
-	for _, d := range m.DistinctOn {
-		col, err := idx(d)
-		if err != nil {
-			return spec, err
-		}
-		spec.DistinctOn = append(spec.DistinctOn, col)
-	}
-	if m.HiddenColumns > 0 {
-		spec.Visible = ncols - m.HiddenColumns
-	}
-	return spec, nil
-}
-
-// sqlFor is the statement text for shard i.
-func (p *routePlan) sqlFor(i int) string {
-	if q, ok := p.perShard[i]; ok {
-		return q
-	}
-	return p.sql
 }
 
 // hints are a client's routing overrides (SET shardgate.shard /

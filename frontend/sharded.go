@@ -8,7 +8,6 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
-	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -29,43 +28,17 @@ import (
 // transaction runs in an implicit two-phase transaction of its own, so it
 // lands everywhere or nowhere.
 
-// routeKind says how a statement runs over shards.
-type routeKind uint8
-
-const (
-	routeOne       routeKind = iota // exactly one shard (shards[0])
-	routeRead                       // several shards, rows merged
-	routeWrite                      // several shards, tags added, RETURNING rows concatenated
-	routeOmniWrite                  // every shard, one shard's answer
-	routeBegin                      // BEGIN / START TRANSACTION
-	routeCommit                     // COMMIT / END
-	routeRollback                   // ROLLBACK / ABORT
-	routeSavepoint                  // SAVEPOINT, RELEASE, ROLLBACK TO
-	routeCopy                       // COPY FROM STDIN split over several shards
-	routeLocal                      // answered by the proxy (localTag)
-)
-
 // routePlan is the routing decision for one statement.
 type routePlan struct {
-	kind   routeKind
-	shards []int
-	sql    string // what to send (the client's text, or the router's rewrite)
-	write  bool
-	ops    []setOp
+	executor.Plan
+	ops []setOp
 	// savepoint: the statement's effect on the savepoint list.
 	savepoint  string
 	release    bool
 	rollbackTo bool
 
-	perShard       map[int]string // multi-row INSERT split: the statement for each shard
-	perShardParams map[int][]int
-	copy           *router.Copy  // routeCopy  // … and which client parameter feeds each of its parameters
-	rmerge         *router.Merge // how to merge rows of several shards
-	params         [][]byte      // Bind parameters (LIMIT $n, HAVING … $n)
-	formats        []int16
-
-	localTag string     // routeLocal: the command tag
-	dealloc  string     // routeLocal: the client's SQL-level statement a DEALLOCATE drops
+	localTag string     // RouteLocal: the command tag
+	dealloc  string     // RouteLocal: the client's SQL-level statement a DEALLOCATE drops
 	create   *sqlCreate // a PREPARE: the client's statement it creates
 	execs    []*sqlStmt // SQL statements the server must have prepared first
 	// setting: a SET or RESET (router.Session), which inside a transaction
@@ -254,7 +227,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	if err != nil {
 		return c.shardedError(err)
 	}
-	if p.kind == routeLocal {
+	if p.Kind == executor.RouteLocal {
 		return c.localDone(p.localTag)
 	}
 	p.ops = ops
@@ -262,23 +235,23 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		c.applyHints(ops, c.xs.InTx())
 		return c.localDone("SET")
 	}
-	if c.xs.Failed() && p.kind != routeRollback && !(p.kind == routeSavepoint && p.rollbackTo) {
+	if c.xs.Failed() && p.Kind != executor.RouteRollback && !(p.Kind == executor.RouteSavepoint && p.rollbackTo) {
 		return c.shardedError(wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block"))
 	}
-	switch p.kind {
-	case routeBegin:
+	switch p.Kind {
+	case executor.RouteBegin:
 		if !c.xs.Begin(sql) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
 		}
 		return c.localDone("BEGIN")
-	case routeCommit, routeRollback:
-		return c.endTx(ctx, p.kind == routeCommit)
-	case routeSavepoint:
+	case executor.RouteCommit, executor.RouteRollback:
+		return c.endTx(ctx, p.Kind == executor.RouteCommit)
+	case executor.RouteSavepoint:
 		return c.savepoint(ctx, p)
 	}
-	c.lb.read = !c.xs.InTx() && !p.write && (p.kind == routeOne || p.kind == routeRead) &&
+	c.lb.read = !c.xs.InTx() && !p.Write && (p.Kind == executor.RouteOne || p.Kind == executor.RouteRead) &&
 		c.balanced() && c.readStatement(sql, false)
-	err = c.attachShards(ctx, p.shards)
+	err = c.attachShards(ctx, p.Shards)
 	c.lb.read = false
 	if err != nil {
 		c.releaseIfIdle()
@@ -287,11 +260,11 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		}
 		return c.shardedError(err)
 	}
-	c.routeCounts().count(len(p.shards), c.xs.Len())
-	if p.kind == routeOne {
+	c.routeCounts().count(len(p.Shards), c.xs.Len())
+	if p.Kind == executor.RouteOne {
 		return c.runOne(p)
 	}
-	if p.kind == routeCopy {
+	if p.Kind == executor.RouteCopy {
 		return c.runCopy(ctx, p)
 	}
 	return c.runMany(ctx, p)
@@ -300,7 +273,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 // plan routes sql. Without a router (one shard) everything goes to shard 0.
 func (c *client) plan(sql string) (*routePlan, error) {
 	if c.rt == nil {
-		return &routePlan{kind: routeOne, shards: []int{0}, sql: sql}, nil
+		return &routePlan{Plan: executor.Plan{Kind: executor.RouteOne, Shards: []int{0}, SQL: sql}}, nil
 	}
 	return c.rt.plan(sql, c)
 }
@@ -332,7 +305,7 @@ func (c *client) shardedError(err error) error {
 
 // runOne sends the statement to one shard through the ordinary relay.
 func (c *client) runOne(p *routePlan) error {
-	i := p.shards[0]
+	i := p.Shards[0]
 	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.shardFailed(err)
@@ -347,7 +320,7 @@ func (c *client) runOne(p *routePlan) error {
 	}
 	setting := p.setting && c.xs.InTx()
 	if setting {
-		serr, err := c.xs.SetOnJoined(i, p.sql)
+		serr, err := c.xs.SetOnJoined(i, p.SQL)
 		if err != nil {
 			return c.shardFailed(err)
 		}
@@ -382,10 +355,10 @@ func (c *client) runOne(p *routePlan) error {
 		c.q = append(c.q, req{kind: reqInternal})
 	}
 	start := len(c.sess.pending)
-	c.out = wire.AppendQuery(c.out, p.sqlFor(i))
+	c.out = wire.AppendQuery(c.out, p.SQLFor(i))
 	c.q = append(c.q, req{kind: reqQuery, ops: p.ops, create: p.create})
 	err := c.roundTripShard()
-	c.ranOn(p.shards)
+	c.ranOn(p.Shards)
 	if err != nil {
 		return err
 	}
@@ -393,7 +366,7 @@ func (c *client) runOne(p *routePlan) error {
 		c.xs.Abort()
 	}
 	if setting && !c.xs.Failed() {
-		c.ranSetting(p.sql, start)
+		c.ranSetting(p.SQL, start)
 	}
 	c.tx = c.shardedStatus()
 	c.releaseIfIdle()

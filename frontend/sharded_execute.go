@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -29,21 +30,21 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	}
 	plan := p.plan
 	for attempt := 0; ; attempt++ {
-		switch plan.kind {
-		case routeBegin, routeCommit, routeRollback, routeSavepoint:
+		switch plan.Kind {
+		case executor.RouteBegin, executor.RouteCommit, executor.RouteRollback, executor.RouteSavepoint:
 			return c.sTxControl(plan)
 		}
 		if c.xs.Failed() {
 			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
 		}
-		if plan.kind == routeLocal {
+		if plan.Kind == executor.RouteLocal {
 			return c.sLocal(plan, describe)
 		}
 		// A read that starts the batch's work outside a transaction may go to
 		// replicas; once a server is held, the batch stays on it.
-		c.lb.read = !c.xs.InTx() && !plan.write && (plan.kind == routeOne || plan.kind == routeRead) &&
+		c.lb.read = !c.xs.InTx() && !plan.Write && (plan.Kind == executor.RouteOne || plan.Kind == executor.RouteRead) &&
 			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
-		err := c.attachShards(ctx, plan.shards)
+		err := c.attachShards(ctx, plan.Shards)
 		c.lb.read = false
 		if err == errReplan && attempt < maxReplans {
 			// Bound before a reload that changed the routing: bind again.
@@ -61,9 +62,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		}
 		break
 	}
-	c.routeCounts().count(len(plan.shards), c.xs.Len())
+	c.routeCounts().count(len(plan.Shards), c.xs.Len())
 	c.txEff |= p.stmt.effect().eff
-	if len(plan.shards) == 1 {
+	if len(plan.Shards) == 1 {
 		return c.execOne(p, maxRows, describe)
 	}
 	if maxRows > 0 {
@@ -90,7 +91,7 @@ func (c *client) sLocal(plan *routePlan, describe bool) error {
 // sharded_portal.go).
 func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	plan := p.plan
-	i := plan.shards[0]
+	i := plan.Shards[0]
 	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.lostShard(err)
@@ -148,7 +149,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		out = append(out, 'S', 0, 0, 0, 4)
 		err = c.serverExchange(nil, out, fn)
 	}
-	c.ranOn(plan.shards)
+	c.ranOn(plan.Shards)
 	if err != nil || tag == nil {
 		return err
 	}
@@ -213,9 +214,9 @@ func (c *client) runPrefix(i int, pre []string) error {
 // simple protocol does.
 func (c *client) execMany(p *sPortal, describe bool) error {
 	plan := p.plan
-	implicit := !c.xs.InTx() && (plan.kind == routeWrite || plan.kind == routeOmniWrite)
-	readers := make([]*shardRows, len(plan.shards))
-	for k, i := range plan.shards {
+	implicit := !c.xs.InTx() && (plan.Kind == executor.RouteWrite || plan.Kind == executor.RouteOmniWrite)
+	readers := make([]*shardRows, len(plan.Shards))
+	for k, i := range plan.Shards {
 		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
 			return c.lostShard(err)
@@ -235,7 +236,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		}
 		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
 	}
-	c.ranOn(plan.shards)
+	c.ranOn(plan.Shards)
 	var firstErr *wire.Error
 	for _, r := range readers {
 		r.header()
@@ -277,24 +278,24 @@ func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (
 // sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the
 // extended protocol.
 func (c *client) sTxControl(p *routePlan) error {
-	switch p.kind {
-	case routeBegin:
-		if !c.xs.Begin(p.sql) {
+	switch p.Kind {
+	case executor.RouteBegin:
+		if !c.xs.Begin(p.SQL) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
 		return nil
-	case routeCommit, routeRollback:
+	case executor.RouteCommit, executor.RouteRollback:
 		if !c.xs.InTx() {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
 			tag := "COMMIT"
-			if p.kind == routeRollback {
+			if p.Kind == executor.RouteRollback {
 				tag = "ROLLBACK"
 			}
 			c.w.Write(wire.AppendCommandComplete(nil, tag))
 			return nil
 		}
-		tag, err := c.finishTx(p.kind == routeCommit)
+		tag, err := c.finishTx(p.Kind == executor.RouteCommit)
 		if err != nil {
 			return err
 		}

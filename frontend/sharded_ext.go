@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -237,7 +238,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 		if p == nil {
 			return wire.Errorf("34000", "portal \"%s\" does not exist", name)
 		}
-		if p.plan.kind == routeLocal {
+		if p.plan.Kind == executor.RouteLocal {
 			c.w.Write(wire.AppendNoData(nil))
 			return nil
 		}
@@ -307,8 +308,8 @@ func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
 		switch {
 		case p == nil:
 			return c.anyShard()
-		case len(p.plan.shards) > 0:
-			return p.plan.shards[0]
+		case len(p.plan.Shards) > 0:
+			return p.plan.Shards[0]
 		}
 		return 0
 	}
@@ -426,13 +427,13 @@ func (c *client) serverExchange(s interface {
 func (c *client) appendPortal(out []byte, p *sPortal, i int) []byte {
 	st := p.stmt
 	plan := p.plan
-	sql := plan.sqlFor(i)
+	sql := plan.SQLFor(i)
 	tail := p.tail
 	if sql != st.sql {
 		// The original Parse tail is query NUL, int16 count, OIDs.
 		types := st.tailTypes()
 		var newTail []byte
-		if pm, ok := plan.perShardParams[i]; ok {
+		if pm, ok := plan.PerShardParams[i]; ok {
 			newTail = append([]byte(sql), 0)
 			newTail = wire.AppendInt16(newTail, int16(len(pm)))
 			for _, k := range pm {
@@ -445,8 +446,8 @@ func (c *client) appendPortal(out []byte, p *sPortal, i int) []byte {
 			tail = rebindParams(p, pm)
 		} else {
 			newTail = append(append([]byte(sql), 0), st.typesPart()...)
-			if plan.rmerge != nil && plan.rmerge.HiddenColumns > 0 {
-				tail = widenResultFormats(tail, plan.rmerge.HiddenColumns)
+			if plan.Merge != nil && plan.Merge.HiddenColumns > 0 {
+				tail = widenResultFormats(tail, plan.Merge.HiddenColumns)
 			}
 		}
 		st = &sStmt{sql: sql, st: c.l.stmts.get(newTail)}
@@ -527,7 +528,7 @@ func (c *client) planPortal(p *sPortal) error {
 	var err error
 	if sp := p.stmt.sqlPrep(); sp != nil {
 		if sp.dealloc {
-			plan = &routePlan{kind: routeLocal, localTag: "DEALLOCATE", dealloc: sp.prepName}
+			plan = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE", dealloc: sp.prepName}
 		} else {
 			plan, err = c.shardedSQLPrep(p.stmt.sql, sp)
 		}

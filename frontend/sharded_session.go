@@ -136,7 +136,7 @@ func (c *client) runSavepoint(p *routePlan) (tag string, serr *wire.Error, ioErr
 	case p.rollbackTo:
 		kind = executor.SavepointRollbackTo
 	}
-	tag, restore, serr, ioErr := c.xs.Savepoint(kind, p.savepoint, p.sql, len(c.sess.pending))
+	tag, restore, serr, ioErr := c.xs.Savepoint(kind, p.savepoint, p.SQL, len(c.sess.pending))
 	if restore >= 0 {
 		c.sess.pending = c.sess.pending[:restore]
 	}

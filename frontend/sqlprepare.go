@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -308,7 +309,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 		if !c.deallocate(sp.prepName) {
 			return nil, wire.Errorf(wire.InvalidStatementName, "prepared statement %q does not exist", sp.prepName)
 		}
-		return &routePlan{kind: routeLocal, localTag: "DEALLOCATE"}, nil
+		return &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE"}, nil
 	case sp.prepare:
 		if c.duplicateSQLName(sp.prepName) {
 			return nil, duplicateStatement([]byte(sp.prepName))
@@ -319,7 +320,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 		for i := range all {
 			all[i] = i
 		}
-		return &routePlan{kind: routeOne, shards: []int{c.pickOf(all)}, sql: st.prepare,
+		return &routePlan{Plan: executor.Plan{Kind: executor.RouteOne, Shards: []int{c.pickOf(all)}, SQL: st.prepare},
 			create: &sqlCreate{client: sp.prepName, st: st}}, nil
 	}
 	for _, ex := range sp.execs {
@@ -340,12 +341,12 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.kind != routeOne || len(p.shards) != 1 {
+	if p.Kind != executor.RouteOne || len(p.Shards) != 1 {
 		return nil, &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
 			Message: fmt.Sprintf("EXECUTE of %q would run on several shards", ex.name),
 			Hint:    "Use the extended query protocol (Parse/Bind/Execute) for statements that span shards."}
 	}
-	p.sql, _ = c.rewriteExecs(sql, sp)
+	p.SQL, _ = c.rewriteExecs(sql, sp)
 	p.execs = []*sqlStmt{st}
 	return p, nil
 }

@@ -1,0 +1,174 @@
+package executor
+
+import (
+	"fmt"
+
+	"github.com/shardgate/shardgate/router"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Route says how a statement runs over shards.
+type Route uint8
+
+const (
+	RouteOne       Route = iota // exactly one shard (shards[0])
+	RouteRead                   // several shards, rows merged
+	RouteWrite                  // several shards, tags added, RETURNING rows concatenated
+	RouteOmniWrite              // every shard, one shard's answer
+	RouteBegin                  // BEGIN / START TRANSACTION
+	RouteCommit                 // COMMIT / END
+	RouteRollback               // ROLLBACK / ABORT
+	RouteSavepoint              // SAVEPOINT, RELEASE, ROLLBACK TO
+	RouteCopy                   // COPY FROM STDIN split over several shards
+	RouteLocal                  // answered by the proxy (the frontend)
+)
+
+func (r Route) String() string {
+	switch r {
+	case RouteOne:
+		return "one"
+	case RouteRead:
+		return "read"
+	case RouteWrite:
+		return "write"
+	case RouteOmniWrite:
+		return "omni-write"
+	case RouteBegin:
+		return "begin"
+	case RouteCommit:
+		return "commit"
+	case RouteRollback:
+		return "rollback"
+	case RouteSavepoint:
+		return "savepoint"
+	case RouteCopy:
+		return "copy"
+	case RouteLocal:
+		return "local"
+	}
+	return fmt.Sprintf("Route(%d)", uint8(r))
+}
+
+// Plan is how one statement runs over the shards of a sharded database:
+// the router's decision, made concrete for one client's statement.
+type Plan struct {
+	Kind   Route
+	Shards []int  // the shards the statement runs on
+	SQL    string // what to send (the client's text, or the router's rewrite)
+	Write  bool   // the statement writes
+
+	PerShard       map[int]string // multi-row INSERT split: the statement for each shard
+	PerShardParams map[int][]int  // … and which client parameter feeds each of its parameters
+	Copy           *router.Copy   // RouteCopy: how to split the rows
+	Merge          *router.Merge  // how to merge rows of several shards
+	Params         [][]byte       // Bind parameters (LIMIT $n, HAVING … $n)
+	Formats        []int16
+}
+
+// Spec turns the router's merge description into the executor's, now
+// that the number of result columns is known.
+func (p *Plan) Spec(ncols int) (Spec, error) {
+	m := p.Merge
+	spec := Spec{Limit: -1}
+	if m == nil {
+		return spec, nil
+	}
+	idx := func(c router.Column) (int, error) {
+		i := c.Index(ncols)
+		if i < 0 || i >= ncols {
+			return 0, wire.Errorf(wire.InternalError, "merge column %d outside the %d result columns", c, ncols)
+		}
+		return i, nil
+	}
+	var err error
+	for _, k := range m.OrderBy {
+		var col int
+		if col, err = idx(k.Column); err != nil {
+			return spec, err
+		}
+		spec.OrderBy = append(spec.OrderBy, SortKey{Col: col, Desc: k.Desc, NullsFirst: k.NullsFirst})
+	}
+	if m.Limit != nil {
+		n, ok, err := m.Limit.Int(p.Params, p.Formats)
+		if err != nil {
+			return spec, err
+		}
+		if ok {
+			spec.Limit = n
+		}
+	}
+	if m.Offset != nil {
+		n, ok, err := m.Offset.Int(p.Params, p.Formats)
+		if err != nil {
+			return spec, err
+		}
+		if ok {
+			spec.Offset = n
+		}
+	}
+	for _, g := range m.GroupBy {
+		var col int
+		if col, err = idx(g); err != nil {
+			return spec, err
+		}
+		spec.GroupBy = append(spec.GroupBy, col)
+	}
+	for _, a := range m.Aggregates {
+		col, err := idx(a.Column)
+		if err != nil {
+			return spec, err
+		}
+		agg := Agg{Col: col}
+		switch a.Func {
+		case router.AggCount:
+			agg.Kind = AggCount
+		case router.AggSum:
+			agg.Kind = AggSum
+		case router.AggMin:
+			agg.Kind = AggMin
+		case router.AggMax:
+			agg.Kind = AggMax
+		case router.AggBoolAnd:
+			agg.Kind = AggBoolAnd
+		case router.AggBoolOr:
+			agg.Kind = AggBoolOr
+		case router.AggAvg:
+			agg.Kind = AggAvg
+			agg.SumCol = col
+			if agg.CountCol, err = idx(a.Count); err != nil {
+				return spec, err
+			}
+		default:
+			return spec, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
+		}
+		spec.Aggs = append(spec.Aggs, agg)
+	}
+	for _, h := range m.Having {
+		col, err := idx(h.Column)
+		if err != nil {
+			return spec, err
+		}
+		v, f := h.Value.Value(p.Params, p.Formats)
+		spec.Having = append(spec.Having, Cond{Col: col, Op: h.Op, Value: v, Format: f})
+	}
+	spec.Distinct = m.Distinct
+	for _, d := range m.DistinctOn {
+		col, err := idx(d)
+		if err != nil {
+			return spec, err
+		}
+		spec.DistinctOn = append(spec.DistinctOn, col)
+	}
+	if m.HiddenColumns > 0 {
+		spec.Visible = ncols - m.HiddenColumns
+	}
+	return spec, nil
+}
+
+// SQLFor is the statement text for shard i.
+func (p *Plan) SQLFor(i int) string {
+	if q, ok := p.PerShard[i]; ok {
+		return q
+	}
+	return p.SQL
+}
