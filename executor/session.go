@@ -32,6 +32,9 @@ type Session struct {
 	// protocol left open (a batch without Sync after a row-limited
 	// Execute).
 	Ready func(i int) error
+	// Settings, when set, returns the Queries that bring shard i's server
+	// to the client's settings before a statement (see Prefix).
+	Settings func(i int) []string
 }
 
 // shard is one shard as a session holds it.
@@ -177,6 +180,22 @@ func (s *Session) Joined() []int {
 		}
 	}
 	return joined
+}
+
+// Prefix returns the internal Queries shard i needs before the client's
+// statement, each to be sent as a Query of its own: the settings sync and
+// TxPrefix. The two are separate because a BEGIN in a multi-statement
+// Query takes the statements before it into the transaction, so that a
+// rollback would undo the settings sync.
+func (s *Session) Prefix(i int, implicit bool) []string {
+	var qs []string
+	if s.Settings != nil {
+		qs = s.Settings(i)
+	}
+	if q := s.TxPrefix(i, implicit); q != "" {
+		qs = append(qs, q)
+	}
+	return qs
 }
 
 // TxPrefix returns the Query shard i must run before the client's

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -33,6 +35,9 @@ type backend struct {
 	queries []string
 	failOn  string
 	broken  bool // every write fails
+	id      int  // the shard, in the rows it returns
+	copying bool // in COPY FROM STDIN
+	copied  []byte
 }
 
 func (b *backend) Read(p []byte) (int, error) {
@@ -58,8 +63,19 @@ func (b *backend) Write(p []byte) (int, error) {
 		}
 		typ, body := b.in[0], b.in[5:1+n]
 		b.in = b.in[1+n:]
-		if typ == 'Q' {
+		switch typ {
+		case 'Q':
 			b.query(string(bytes.TrimRight(body, "\x00")))
+		case 'd':
+			b.copied = append(b.copied, body...)
+		case 'c', 'f':
+			b.copying = false
+			if typ == 'c' {
+				b.out.Write(wire.AppendCommandComplete(nil, fmt.Sprintf("COPY %d", bytes.Count(b.copied, []byte("\n")))))
+			} else {
+				b.out.Write(wire.AppendError(nil, wire.Errorf("57014", "COPY from stdin failed")))
+			}
+			b.out.Write(wire.AppendReadyForQuery(nil, b.status))
 		}
 	}
 	return len(p), nil
@@ -76,6 +92,22 @@ func (b *backend) query(q string) {
 		}
 	case strings.HasPrefix(up, "BEGIN"):
 		b.status = 'T'
+	case q == "SELECT rows":
+		b.out.Write(wire.AppendRowDescription(nil, []wire.Field{{Name: "v", OID: wire.OIDText, Size: -1}}))
+		for _, v := range []string{"a", "b"} {
+			b.out.Write(wire.AppendDataRow(nil, [][]byte{[]byte(fmt.Sprintf("s%d-%s", b.id, v))}))
+		}
+		b.out.Write(wire.AppendCommandComplete(nil, "SELECT 2"))
+		b.out.Write(wire.AppendReadyForQuery(nil, b.status))
+		return
+	case strings.HasPrefix(up, "UPDATE"):
+		b.out.Write(wire.AppendCommandComplete(nil, "UPDATE 1"))
+		b.out.Write(wire.AppendReadyForQuery(nil, b.status))
+		return
+	case strings.HasPrefix(up, "COPY"):
+		b.copying = true
+		b.out.Write([]byte{'G', 0, 0, 0, 9, 0, 0, 1, 0, 0})
+		return
 	case strings.HasPrefix(up, "ROLLBACK TO"):
 		if b.status == 'E' {
 			b.status = 'T'
@@ -120,7 +152,7 @@ func testSession(t *testing.T, n int) (*Session, []*backend) {
 		p := pool.New(pool.Key{Database: "app", User: "app", Shard: i, Role: "primary"},
 			pool.Target{Host: "127.0.0.1", Port: 1 + i}, config.Pool{Size: 2, Mode: config.PoolTransaction}, log, &ids)
 		t.Cleanup(p.Close)
-		b := &backend{status: 'I'}
+		b := &backend{status: 'I', id: i}
 		conn := backendConn{b}
 		p.Checkin(&pool.Server{Conn: conn, R: wire.NewReader(conn, 4<<10, 1<<20), W: bufio.NewWriter(conn),
 			Params: map[string]string{}, Session: map[string]string{}, Prepared: map[string]struct{}{}, Addr: "fake"})
@@ -264,4 +296,124 @@ func TestSessionServerLost(t *testing.T) {
 	if s.Holds() {
 		t.Fatal("Detach left a server held")
 	}
+}
+
+// messages splits a stream of backend messages into type letters and
+// bodies.
+func messages(b []byte) (types string, bodies [][]byte) {
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		types += string(b[0])
+		bodies = append(bodies, b[5:1+n])
+		b = b[1+n:]
+	}
+	return types, bodies
+}
+
+func TestSessionExecuteRead(t *testing.T) {
+	s, _ := testSession(t, 2)
+	var sink bytes.Buffer
+	tag, err := s.Execute(&Answer{Plan: &Plan{Kind: RouteRead, Shards: []int{0, 1}, SQL: "SELECT rows"}, Sink: &sink}, false)
+	if err != nil || tag != "SELECT 4" {
+		t.Fatalf("Execute: %q %v, want SELECT 4", tag, err)
+	}
+	types, bodies := messages(sink.Bytes())
+	if types != "TDDDD" {
+		t.Fatalf("the client got %q, want one RowDescription and 4 rows", types)
+	}
+	var rows []string
+	for _, b := range bodies[1:] {
+		cols, _ := SplitRow(b, nil)
+		rows = append(rows, string(cols[0]))
+	}
+	if strings.Join(rows, ",") != "s0-a,s0-b,s1-a,s1-b" {
+		t.Fatalf("rows %v", rows)
+	}
+}
+
+func TestSessionExecuteImplicitWrite(t *testing.T) {
+	s, b := testSession(t, 2)
+	tag, err := s.Execute(&Answer{Plan: &Plan{Kind: RouteWrite, Shards: []int{0, 1}, SQL: "UPDATE t", Write: true}, Sink: io.Discard}, true)
+	if err != nil || tag != "UPDATE 2" {
+		t.Fatalf("Execute: %q %v, want UPDATE 2", tag, err)
+	}
+	for i, be := range b {
+		q := be.sent()
+		if len(q) != 4 || q[0] != "BEGIN\n;" || q[1] != "UPDATE t" || !strings.HasPrefix(q[2], "PREPARE TRANSACTION") || !strings.HasPrefix(q[3], "COMMIT PREPARED") {
+			t.Errorf("shard %d got %q, want BEGIN, the write, and two-phase commit", i, q)
+		}
+	}
+}
+
+func TestSessionExecuteWriteErrorRollsBack(t *testing.T) {
+	s, b := testSession(t, 2)
+	b[1].failOn = "UPDATE"
+	_, err := s.Execute(&Answer{Plan: &Plan{Kind: RouteWrite, Shards: []int{0, 1}, SQL: "UPDATE t", Write: true}, Sink: io.Discard}, true)
+	if e, ok := wire.AsError(err); !ok || e.Code != "XX000" {
+		t.Fatalf("Execute: %v, want shard 1's error", err)
+	}
+	for i, be := range b {
+		if q := be.sent(); q[len(q)-1] != "ROLLBACK" {
+			t.Errorf("shard %d got %q, want the implicit transaction rolled back", i, q)
+		}
+	}
+}
+
+// copyFrom is a client sending msgs during COPY FROM STDIN.
+type copyFrom struct {
+	bytes.Buffer
+	msgs [][]byte // type byte, then body
+}
+
+func (c *copyFrom) Flush() error { return nil }
+
+func (c *copyFrom) Next() (byte, []byte, error) {
+	if len(c.msgs) == 0 {
+		return 0, nil, io.ErrUnexpectedEOF
+	}
+	m := c.msgs[0]
+	c.msgs = c.msgs[1:]
+	return m[0], m[1:], nil
+}
+
+func TestSessionCopyIn(t *testing.T) {
+	p := &Plan{Kind: RouteCopy, Shards: []int{0, 1}, SQL: "COPY t FROM STDIN", Copy: &router.Copy{Format: "text", Column: -1}}
+	t.Run("every row to every shard", func(t *testing.T) {
+		s, b := testSession(t, 2)
+		cl := &copyFrom{msgs: [][]byte{[]byte("d1\n2\n"), []byte("d3\n"), []byte("c")}}
+		tag, err := s.CopyIn(p, cl)
+		if err != nil || tag != "COPY 3" {
+			t.Fatalf("CopyIn: %q %v, want COPY 3 (rows of an omni table count once)", tag, err)
+		}
+		if types, _ := messages(cl.Bytes()); types != "G" {
+			t.Errorf("the client got %q, want CopyInResponse", types)
+		}
+		for i, be := range b {
+			q := be.sent()
+			if string(be.copied) != "1\n2\n3\n" || !strings.HasPrefix(q[len(q)-1], "COMMIT PREPARED") {
+				t.Errorf("shard %d: copied %q, queries %q", i, be.copied, q)
+			}
+		}
+	})
+	t.Run("client fails the copy", func(t *testing.T) {
+		s, b := testSession(t, 2)
+		cl := &copyFrom{msgs: [][]byte{[]byte("d1\n"), []byte("fno more\x00")}}
+		_, err := s.CopyIn(p, cl)
+		if e, ok := wire.AsError(err); !ok || e.Code != "57014" || !strings.Contains(e.Message, "no more") {
+			t.Fatalf("CopyIn: %v, want 57014 with the client's reason", err)
+		}
+		for i, be := range b {
+			if q := be.sent(); q[len(q)-1] != "ROLLBACK" {
+				t.Errorf("shard %d got %q, want ROLLBACK", i, q)
+			}
+		}
+	})
+	t.Run("client goes away", func(t *testing.T) {
+		s, _ := testSession(t, 2)
+		_, err := s.CopyIn(p, &copyFrom{})
+		var ce *ClientError
+		if !errors.As(err, &ce) {
+			t.Fatalf("CopyIn: %v, want a *ClientError", err)
+		}
+	})
 }

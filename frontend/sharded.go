@@ -69,6 +69,7 @@ type shardExt struct {
 func (c *client) setShards(pools []*pool.Pool) {
 	c.xs = executor.NewSession(pools, c.l.coord)
 	c.xs.Ready = c.useShard
+	c.xs.Settings = c.settingsPrefix
 	c.ext = make([]shardExt, len(pools))
 }
 
@@ -265,9 +266,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		return c.runOne(p)
 	}
 	if p.Kind == executor.RouteCopy {
-		return c.runCopy(ctx, p)
+		return c.runCopy(p)
 	}
-	return c.runMany(ctx, p)
+	return c.runMany(p)
 }
 
 // plan routes sql. Without a router (one shard) everything goes to shard 0.

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"errors"
 
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
@@ -215,7 +216,12 @@ func (c *client) runPrefix(i int, pre []string) error {
 func (c *client) execMany(p *sPortal, describe bool) error {
 	plan := p.plan
 	implicit := !c.xs.InTx() && (plan.Kind == executor.RouteWrite || plan.Kind == executor.RouteOmniWrite)
-	readers := make([]*shardRows, len(plan.Shards))
+	d := executor.DescribeNone
+	if describe {
+		d = executor.DescribeAll
+	}
+	a := c.answer(plan, d)
+	readers := make([]*executor.ShardRows, len(plan.Shards))
 	for k, i := range plan.Shards {
 		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
@@ -234,45 +240,32 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		if err := c.server.Flush(); err != nil {
 			return c.lostShard(err)
 		}
-		readers[k] = &shardRows{c: c, s: c.server, extended: true, parsing: parsing}
+		r := executor.NewShardRows(c.server, a.Sink)
+		r.Extended, r.Parsing = true, parsing
+		readers[k] = r
 	}
 	c.ranOn(plan.Shards)
 	var firstErr *wire.Error
 	for _, r := range readers {
-		r.header()
-		if r.ioErr != nil {
-			c.server = r.s
-			return c.lostShard(r.ioErr)
+		r.Header()
+		if err := r.IOErr(); err != nil {
+			c.server = r.Server()
+			return c.lostShard(err)
 		}
-		if r.serr != nil && firstErr == nil {
-			firstErr = r.serr
+		if r.Err() != nil && firstErr == nil {
+			firstErr = r.Err()
 		}
 	}
-	ioErr, err := c.gatherMany(plan, readers, implicit, firstErr, func() (string, error) {
-		if !describe {
-			for _, r := range readers {
-				r.quietDesc = true
-			}
-		}
-		return c.combineExt(plan, readers, describe)
-	})
-	if ioErr != nil {
-		return c.lostShard(ioErr)
+	tag, err := c.xs.Gather(a, readers, implicit, firstErr)
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		return c.lostShard(err)
 	}
-	return err
-}
-
-// combineExt is combine for extended-protocol answers: RowDescription is
-// sent only when the client asked for it.
-func (c *client) combineExt(p *routePlan, readers []*shardRows, describe bool) (string, error) {
-	if !describe && readers[0].desc != nil {
-		c.suppressDesc = true
-		defer func() { c.suppressDesc = false }()
+	if err != nil {
+		return err
 	}
-	if describe && readers[0].desc == nil && !readers[0].empty {
-		c.toClient([]byte{'n', 0, 0, 0, 4})
-	}
-	return c.combine(p, readers)
+	c.completeMany(plan, tag)
+	return nil
 }
 
 // sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the

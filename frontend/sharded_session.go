@@ -28,21 +28,12 @@ import (
 // (set_config) are read back, when the transaction ends, from the servers
 // that ran such statements (shardConn.eff).
 
-// prefix returns the internal Queries a shard needs before the client's
-// statement, each to be sent as a Query of its own: the settings sync and,
-// inside a transaction the shard has not joined yet, BEGIN with the
-// transaction's log. The two are separate because a BEGIN in a
-// multi-statement Query takes the statements before it into the
-// transaction, so that a rollback would undo the settings sync.
-func (c *client) prefix(i int, implicitTx bool) []string {
-	qs := c.settingsPrefix(i)
-	if q := c.xs.TxPrefix(i, implicitTx); q != "" {
-		qs = append(qs, q)
-	}
-	return qs
-}
+// prefix returns the internal Queries shard i needs before the client's
+// statement (executor.Session.Prefix).
+func (c *client) prefix(i int, implicitTx bool) []string { return c.xs.Prefix(i, implicitTx) }
 
-// settingsPrefix is the settings sync of prefix alone.
+// settingsPrefix is the settings sync of prefix alone: the Query that
+// brings shard i's server to the client's settings.
 func (c *client) settingsPrefix(i int) []string {
 	s := c.xs.Server(i)
 	d := c.sess.diff(s.Session)

@@ -1,0 +1,422 @@
+package executor
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Fan-out: one statement on several shards, one answer for the client.
+//
+// Each shard's answer is read by a ShardRows: the header (RowDescription,
+// CommandComplete, EmptyQueryResponse or ErrorResponse), the rows, then
+// ReadyForQuery. Gather merges the rows of all shards through a Merger, or
+// adds their command tags, writes the result into the client's sink, reads
+// every shard to ReadyForQuery, and settles the implicit transaction of a
+// write outside a transaction block: two-phase commit when every shard
+// succeeded, rollback everywhere otherwise.
+
+// ShardRows reads one shard's answer to a single statement. Notices and
+// notifications go straight to the sink; ParameterStatus updates the
+// server's record. It implements Rows.
+type ShardRows struct {
+	srv    *pool.Server
+	sink   io.Writer
+	desc   []byte // RowDescription body (owned copy)
+	tag    string
+	serr   *wire.Error
+	ioErr  error
+	empty  bool
+	inRows bool
+	status byte
+
+	// Extended: the answer to Parse/Bind/Describe/Execute/Sync, whose
+	// ParseComplete, BindComplete and NoData the reader skips.
+	Extended bool
+	// Parsing is the statement whose Parse leads the messages, until its
+	// ParseComplete: an error before that means the server does not have
+	// it (it is dropped from the server's record).
+	Parsing string
+}
+
+// NewShardRows returns a reader of srv's answer; messages for the client
+// go to sink.
+func NewShardRows(srv *pool.Server, sink io.Writer) *ShardRows {
+	return &ShardRows{srv: srv, sink: sink}
+}
+
+// Server is the server the reader reads.
+func (r *ShardRows) Server() *pool.Server { return r.srv }
+
+// Err is the error the shard answered, nil if none.
+func (r *ShardRows) Err() *wire.Error { return r.serr }
+
+// IOErr is the failure of the shard's server, nil if none.
+func (r *ShardRows) IOErr() error { return r.ioErr }
+
+// Tag is the shard's command tag.
+func (r *ShardRows) Tag() string { return r.tag }
+
+func (r *ShardRows) next() (typ byte, body []byte, ok bool) {
+	for {
+		typ, _, body, err := r.srv.R.Next()
+		if err != nil {
+			r.ioErr = err
+			r.srv.Broken = true
+			return 0, nil, false
+		}
+		if typ == '1' {
+			r.Parsing = ""
+		}
+		if typ == 'E' && r.Parsing != "" {
+			delete(r.srv.Prepared, r.Parsing)
+			r.Parsing = ""
+		}
+		if r.Extended && (typ == '1' || typ == '2' || typ == 'n') {
+			continue
+		}
+		switch typ {
+		case 'N', 'A':
+			r.sink.Write(wire.FinishMessage(append([]byte{typ, 0, 0, 0, 0}, body...), 0))
+			continue
+		case 'S':
+			r.srv.NoteParameter(body)
+			continue
+		}
+		return typ, body, true
+	}
+}
+
+// Header reads up to the first message that says what the result is.
+func (r *ShardRows) Header() {
+	typ, body, ok := r.next()
+	if !ok {
+		return
+	}
+	switch typ {
+	case 'T':
+		r.desc = append([]byte{}, body...)
+		r.inRows = true
+	case 'C':
+		r.tag = string(trimNul(body))
+	case 'I':
+		r.empty = true
+	case 'E':
+		r.serr = wire.ParseError(body)
+		r.srv.NoteError(r.serr)
+		if r.serr.Fatal() {
+			r.srv.Broken = true
+		}
+	case 'Z':
+		r.ready(body)
+	default:
+		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
+	}
+}
+
+// ready records the status of the shard's ReadyForQuery; a malformed one
+// breaks the server.
+func (r *ShardRows) ready(body []byte) {
+	if len(body) != 1 {
+		r.ioErr = errors.New("malformed ReadyForQuery from server")
+		r.srv.Broken = true
+		return
+	}
+	r.status = body[0]
+}
+
+// Next implements Rows.
+func (r *ShardRows) Next() ([]byte, error) {
+	if !r.inRows {
+		return nil, nil
+	}
+	typ, body, ok := r.next()
+	if !ok {
+		r.inRows = false
+		return nil, r.ioErr
+	}
+	switch typ {
+	case 'D':
+		return body, nil
+	case 'C':
+		r.tag = string(trimNul(body))
+	case 'E':
+		r.serr = wire.ParseError(body)
+		r.srv.NoteError(r.serr)
+		r.inRows = false
+		return nil, r.serr
+	default:
+		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q in rows from server", typ)
+	}
+	r.inRows = false
+	return nil, nil
+}
+
+// Finish reads to ReadyForQuery.
+func (r *ShardRows) Finish() {
+	if r.ioErr != nil || r.status != 0 {
+		return
+	}
+	for r.inRows {
+		if _, err := r.Next(); err != nil {
+			break
+		}
+	}
+	for {
+		typ, body, ok := r.next()
+		if !ok {
+			return
+		}
+		switch typ {
+		case 'E':
+			if r.serr == nil {
+				r.serr = wire.ParseError(body)
+				r.srv.NoteError(r.serr)
+			}
+		case 'C':
+			if r.tag == "" {
+				r.tag = string(trimNul(body))
+			}
+		case 'Z':
+			r.ready(body)
+			return
+		}
+	}
+}
+
+func trimNul(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == 0 {
+		return b[:n-1]
+	}
+	return b
+}
+
+// SumTags adds the row counts of command tags from several shards:
+// "UPDATE 2" + "UPDATE 3" = "UPDATE 5", "INSERT 0 1" + "INSERT 0 2" =
+// "INSERT 0 3".
+func SumTags(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	var total int64
+	prefix := ""
+	for _, t := range tags {
+		i := strings.LastIndexByte(t, ' ')
+		if i < 0 {
+			return tags[0]
+		}
+		n, err := strconv.ParseInt(t[i+1:], 10, 64)
+		if err != nil {
+			return tags[0]
+		}
+		total += n
+		prefix = t[:i+1]
+	}
+	return prefix + strconv.FormatInt(total, 10)
+}
+
+// Describe says whether a merged answer carries its RowDescription.
+type Describe uint8
+
+const (
+	// DescribeRows sends the RowDescription (a simple Query).
+	DescribeRows Describe = iota
+	// DescribeNone sends none (an extended-protocol Execute the client did
+	// not Describe).
+	DescribeNone
+	// DescribeAll sends the RowDescription, or NoData for a statement
+	// without rows (an Execute after Describe of the portal).
+	DescribeAll
+)
+
+func (d Describe) String() string {
+	switch d {
+	case DescribeRows:
+		return "rows"
+	case DescribeNone:
+		return "none"
+	case DescribeAll:
+		return "all"
+	}
+	return "Describe(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Answer is how the answers of several shards to one statement become the
+// client's.
+type Answer struct {
+	Plan      *Plan
+	Collation string   // the database's collation, for ORDER BY on text
+	Describe  Describe // RowDescription or not
+	Sink      io.Writer
+}
+
+// Gather finishes a statement that ran on the plan's shards, whose readers
+// have read their headers (firstErr is the first error among them): it
+// merges their answers into the sink, reads every shard to ReadyForQuery
+// and settles an implicit transaction — rolled back on error, committed
+// (with two-phase commit) otherwise. It returns the command tag ("" for an
+// empty query), the statement's error, or a *ShardError for a broken
+// server.
+func (s *Session) Gather(a *Answer, readers []*ShardRows, implicit bool, firstErr *wire.Error) (string, error) {
+	tag := ""
+	if firstErr == nil {
+		var err error
+		if tag, err = a.combine(readers); err != nil {
+			if e, ok := wire.AsError(err); ok {
+				firstErr = e
+			} else {
+				firstErr = wire.Errorf(wire.InternalError, "merge: %v", err)
+			}
+		}
+	}
+	for k, r := range readers {
+		r.Finish()
+		if r.ioErr != nil {
+			return "", &ShardError{Shard: a.Plan.Shards[k], Server: r.srv, Err: r.ioErr}
+		}
+		if r.serr != nil && firstErr == nil {
+			firstErr = r.serr
+		}
+	}
+	if firstErr != nil {
+		if implicit {
+			s.Rollback()
+		}
+		return "", firstErr
+	}
+	if implicit {
+		if err := s.Commit(a.Plan.Shards); err != nil {
+			return "", err
+		}
+	}
+	return tag, nil
+}
+
+// combine writes the rows of a multi-shard answer and returns its tag.
+func (a *Answer) combine(readers []*ShardRows) (string, error) {
+	p := a.Plan
+	first := readers[0]
+	if a.Describe == DescribeAll && first.desc == nil && !first.empty {
+		a.Sink.Write([]byte{'n', 0, 0, 0, 4})
+	}
+	if first.empty {
+		return "", nil
+	}
+	tags := func() string {
+		if p.Kind == RouteOmniWrite {
+			return first.tag
+		}
+		all := make([]string, len(readers))
+		for k, r := range readers {
+			all[k] = r.tag
+		}
+		return SumTags(all)
+	}
+	if first.desc == nil {
+		return tags(), nil
+	}
+	cols, err := ParseRowDescription(first.desc)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range readers[1:] {
+		other, err := ParseRowDescription(r.desc)
+		if err != nil || len(other) != len(cols) {
+			return "", wire.Errorf(wire.InternalError, "shards returned different result columns; are their schemas the same?")
+		}
+	}
+	spec := Spec{Limit: -1}
+	sources := make([]Rows, len(readers))
+	for k, r := range readers {
+		sources[k] = r
+	}
+	switch p.Kind {
+	case RouteRead:
+		if spec, err = p.Spec(len(cols)); err != nil {
+			return "", err
+		}
+		spec.Collation = a.Collation
+	case RouteOmniWrite:
+		sources = sources[:1]
+	}
+	m, err := NewMerger(spec, cols, a.Sink)
+	if err != nil {
+		return "", err
+	}
+	switch visible := spec.Visible; {
+	case a.Describe == DescribeNone:
+	case visible > 0 && visible < len(cols):
+		a.Sink.Write(TrimRowDescription(first.desc, visible))
+	default:
+		a.Sink.Write(wire.FinishMessage(append([]byte{'T', 0, 0, 0, 0}, first.desc...), 0))
+	}
+	n, err := m.Run(sources)
+	if err != nil {
+		return "", err
+	}
+	if p.Kind == RouteRead {
+		return SelectTag(n), nil
+	}
+	return tags(), nil
+}
+
+// Execute runs the plan's statement on each of its shards as a simple
+// Query, after what Prefix asks for, and writes the combined answer into
+// a.Sink (see Gather; implicit: the statement runs in a transaction of the
+// proxy's own, a write to several shards outside a transaction block).
+func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
+	p := a.Plan
+	prefixed := make([]int, len(p.Shards)) // internal Queries sent ahead
+	for k, i := range p.Shards {
+		srv := s.shards[i].server
+		if s.Ready != nil {
+			if err := s.Ready(i); err != nil {
+				return "", s.lost(i, err)
+			}
+		}
+		for _, q := range s.Prefix(i, implicit) {
+			srv.W.Write(wire.AppendQuery(nil, q))
+			prefixed[k]++
+		}
+		srv.W.Write(wire.AppendQuery(nil, p.SQLFor(i)))
+		if err := srv.Flush(); err != nil {
+			return "", s.lost(i, err)
+		}
+	}
+	readers := make([]*ShardRows, len(p.Shards))
+	var firstErr *wire.Error
+	for k, i := range p.Shards {
+		srv := s.shards[i].server
+		r := NewShardRows(srv, a.Sink)
+		readers[k] = r
+		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
+			_, serr, err := ReadToReady(srv)
+			if err != nil {
+				r.ioErr = err
+			}
+			if serr != nil {
+				// What the server's session is now is unknown.
+				srv.Broken = true
+				if firstErr == nil {
+					firstErr = serr
+				}
+			}
+		}
+		if r.ioErr == nil {
+			r.Header()
+		}
+	}
+	for k, r := range readers {
+		if r.ioErr != nil {
+			return "", &ShardError{Shard: p.Shards[k], Server: r.srv, Err: r.ioErr}
+		}
+		if r.serr != nil && firstErr == nil {
+			firstErr = r.serr
+		}
+	}
+	return s.Gather(a, readers, implicit, firstErr)
+}
