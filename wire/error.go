@@ -5,30 +5,25 @@ import (
 	"fmt"
 )
 
-// SQLSTATE codes the proxy itself answers with. Codes are PostgreSQL's own
-// (Appendix A of the manual); the proxy's reason goes into Detail or Hint.
+//go:generate go run ./internal/gencodes
+
+// The SQLSTATE constants, one per PostgreSQL condition, are generated into
+// codes_gen.go from PostgreSQL's errcodes.txt. The proxy answers with
+// PostgreSQL's own codes only (Appendix A of the manual) and puts its own
+// reason into Detail or Hint.
+
+// The old names of two codes, kept until every package uses the generated
+// ones.
 const (
-	ProtocolViolation          = "08P01"
-	ConnectionFailure          = "08006"
-	ConnectionException        = "08000"
-	InvalidPassword            = "28P01"
-	InvalidAuthSpec            = "28000"
-	InvalidCatalogName         = "3D000" // unknown database
-	TooManyConnections         = "53300"
-	AdminShutdown              = "57P01"
-	QueryCanceled              = "57014"
-	FeatureNotSupported        = "0A000"
-	SyntaxError                = "42601"
-	InsufficientPrivilege      = "42501"
-	InternalError              = "XX000"
-	InvalidParameterValue      = "22023"
-	ObjectInUse                = "55006"
-	CannotConnectNow           = "57P03"
-	UndefinedObject            = "42704" // unknown setting, client or other named object
-	ConfigFileError            = "F0000" // the configuration file is invalid (RELOAD)
-	InvalidStatementName       = "26000" // unknown prepared statement
-	DuplicatePreparedStatement = "42P05"
-	InvalidCursorName          = "34000" // unknown portal
+	// InvalidAuthSpec is 28000, invalid_authorization_specification.
+	//
+	// Deprecated: use InvalidAuthorizationSpecification.
+	InvalidAuthSpec = InvalidAuthorizationSpecification
+
+	// InvalidStatementName is 26000, invalid_sql_statement_name.
+	//
+	// Deprecated: use InvalidSQLStatementName.
+	InvalidStatementName = InvalidSQLStatementName
 )
 
 // Error is an ErrorResponse the proxy sends to a client. It implements
