@@ -141,7 +141,7 @@ func (s *Server) NoteError(e *wire.Error) {
 	if e.Fatal() {
 		s.Broken = true
 	}
-	if e.Code == "0A000" && e.Message == "cached plan must not change result type" {
+	if e.Code == wire.FeatureNotSupported && e.Message == "cached plan must not change result type" {
 		s.StalePlans = true
 	}
 }
