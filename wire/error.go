@@ -26,14 +26,23 @@ const (
 	InvalidStatementName = InvalidSQLStatementName
 )
 
-// Error is an ErrorResponse the proxy sends to a client. It implements
-// error so that it can travel up the stack and be sent where it lands.
+// Error is an ErrorResponse the proxy sends to a client, or one a server
+// sent (ParseError). It implements error so that it can travel up the stack
+// and be sent where it lands.
 type Error struct {
 	Severity string // ERROR, FATAL
 	Code     string // SQLSTATE
 	Message  string
 	Detail   string
 	Hint     string
+
+	// Routine is a server's 'R' field: the PostgreSQL function that raised
+	// the error, such as RevalidateCachedQuery. Unlike Message it is never
+	// translated (lc_messages), so together with Code it tells one server
+	// error from another where the SQLSTATE alone is too broad. It is for
+	// classifying only: AppendError does not send it, so a server error the
+	// proxy re-encodes reaches the client with the fields it always had.
+	Routine string
 }
 
 func (e *Error) Error() string {
@@ -131,6 +140,8 @@ func ParseError(body []byte) *Error {
 			e.Detail = v
 		case 'H':
 			e.Hint = v
+		case 'R':
+			e.Routine = v
 		}
 	}
 	return e
