@@ -56,8 +56,12 @@ const versionKey = "# postgresql-version:"
 // parseTable parses errcodes.txt and names its codes.
 func parseTable(src []byte) (*table, error) {
 	t := &table{}
-	named := map[string]bool{}    // SQLSTATEs that have a condition name
-	unnamed := map[string]int{}   // SQLSTATEs of lines without one, and where
+	named := map[string]bool{} // SQLSTATEs that have a condition name
+	type alias struct {
+		line     int
+		sqlstate string
+	}
+	var unnamed []alias           // the lines without a condition name
 	byName := map[string]string{} // constant name → SQLSTATE
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for n := 1; sc.Scan(); n++ {
@@ -78,7 +82,7 @@ func parseTable(src []byte) (*table, error) {
 			return nil, fmt.Errorf("errcodes.txt:%d: cannot parse %q", n, line)
 		}
 		if len(f) == 3 {
-			unnamed[f[0]] = n
+			unnamed = append(unnamed, alias{n, f[0]})
 			continue
 		}
 		c := code{sqlstate: f[0], condition: f[3], name: constName(f[0], f[3])}
@@ -96,9 +100,9 @@ func parseTable(src []byte) (*table, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	for sqlstate, n := range unnamed {
-		if !named[sqlstate] {
-			return nil, fmt.Errorf("errcodes.txt:%d: %s has no condition name", n, sqlstate)
+	for _, a := range unnamed {
+		if !named[a.sqlstate] {
+			return nil, fmt.Errorf("errcodes.txt:%d: %s has no condition name", a.line, a.sqlstate)
 		}
 	}
 	if t.version == "" {
