@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // These tests run the admin database without PostgreSQL: the one database
@@ -196,17 +197,17 @@ func TestAdminErrors(t *testing.T) {
 	tests := []struct {
 		sql, code string
 	}{
-		{"SELECT 1", "42601"},
-		{"SHOW NOTHING", "42601"},
-		{"PAUSE nosuchdb", "3D000"},
-		{"MAINTENANCE SIDEWAYS", "42601"},
-		{"KILL 999999", "42704"},
-		{"KILL abc", "22023"},
-		{"SET nosuch = 1", "42704"},
-		{"SET pool_size = 0", "22023"},
-		{"SET checkout_timeout = forever", "22023"},
-		{"SHUTDOWN", "0A000"}, // no shutdown hook in this test
-		{"RELOAD", "F0000"},   // test.yaml does not exist
+		{"SELECT 1", wire.SyntaxError},
+		{"SHOW NOTHING", wire.SyntaxError},
+		{"PAUSE nosuchdb", wire.InvalidCatalogName},
+		{"MAINTENANCE SIDEWAYS", wire.SyntaxError},
+		{"KILL 999999", wire.UndefinedObject},
+		{"KILL abc", wire.InvalidParameterValue},
+		{"SET nosuch = 1", wire.UndefinedObject},
+		{"SET pool_size = 0", wire.InvalidParameterValue},
+		{"SET checkout_timeout = forever", wire.InvalidParameterValue},
+		{"SHUTDOWN", wire.FeatureNotSupported}, // no shutdown hook in this test
+		{"RELOAD", wire.ConfigFileError},       // test.yaml does not exist
 	}
 	for _, tc := range tests {
 		t.Run(tc.sql, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/metrics"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // operated is a proxy wired like cmd/proxy wires it: the admin database,
@@ -282,7 +283,7 @@ func TestAdminCommands(t *testing.T) {
 	if err := app.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := app.Exec(ctx, "SELECT 1/0"); sqlstate(err) != "22012" {
+	if _, err := app.Exec(ctx, "SELECT 1/0"); sqlstate(err) != wire.DivisionByZero {
 		t.Fatalf("division by zero: %v", err)
 	}
 	victim := connect(t, o.AppURL("app"))
@@ -385,7 +386,7 @@ func TestAdminCommands(t *testing.T) {
 				"MAINTENANCE ON app", "MAINTENANCE OFF app", "SET checkout_timeout = '3s'", "set checkout_timeout to 2s"} {
 				mustAdmin(t, c, sql)
 			}
-			if _, err := c.run(t, "SHOW NONSENSE"); adminCode(err) != "42601" {
+			if _, err := c.run(t, "SHOW NONSENSE"); adminCode(err) != wire.SyntaxError {
 				t.Fatalf("unknown command: %v", err)
 			}
 		})
@@ -405,7 +406,7 @@ func TestAdminCommands(t *testing.T) {
 	if err == nil {
 		t.Fatal("killed client still works")
 	}
-	if code := sqlstate(err); code != "57P01" && !victim.IsClosed() {
+	if code := sqlstate(err); code != wire.AdminShutdown && !victim.IsClosed() {
 		t.Fatalf("killed client: %v", err)
 	}
 	if _, err := app.Exec(ctx, "SELECT 1"); err != nil {
@@ -444,9 +445,9 @@ func TestAdminAuth(t *testing.T) {
 	tests := []struct {
 		name, url, code string
 	}{
-		{"wrong admin password", o.URL("admin", "wrong", "admin"), "28P01"},
-		{"app user on admin database", o.URL("app", appPassword, "admin"), "28P01"},
-		{"admin user on app database", o.URL("admin", "admin-secret", "app"), "28P01"},
+		{"wrong admin password", o.URL("admin", "wrong", "admin"), wire.InvalidPassword},
+		{"app user on admin database", o.URL("app", appPassword, "admin"), wire.InvalidPassword},
+		{"admin user on app database", o.URL("admin", "admin-secret", "app"), wire.InvalidPassword},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -199,7 +199,7 @@ const maxFetches = 100
 
 // fetchStmt runs one statement on w; ok is false once the connection is
 // unusable.
-func fetchStmt(w *wire, sql string) (r stmtResult, ok bool) {
+func fetchStmt(w *wireConn, sql string) (r stmtResult, ok bool) {
 	send := func(msgs ...pgproto3.FrontendMessage) bool {
 		for _, m := range msgs {
 			w.fe.Send(m)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestIsoCancelNeverReachesTheNextClient: a client whose statement times
@@ -52,7 +54,7 @@ func TestIsoCancelNeverReachesTheNextClient(t *testing.T) {
 				if err := x.PgConn().CancelRequest(context.Background()); err != nil {
 					t.Fatalf("cancel request: %v", err)
 				}
-				if err := <-xdone; sqlstate(err) == "57014" {
+				if err := <-xdone; sqlstate(err) == wire.QueryCanceled {
 					cancels++
 				}
 				if mode == "session" {

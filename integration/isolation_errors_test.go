@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // recursiveFunc recurses until PostgreSQL's stack depth limit: its
@@ -81,7 +83,7 @@ func TestIsoLargeErrors(t *testing.T) {
 						if got := c.PgConn().TxStatus(); got != 'E' {
 							t.Fatalf("transaction status after the error: %c, want E", got)
 						}
-						if err := tryExec(c, mode, "SELECT 1"); sqlstate(err) != "25P02" {
+						if err := tryExec(c, mode, "SELECT 1"); sqlstate(err) != wire.InFailedSQLTransaction {
 							t.Fatalf("SELECT 1 in the aborted transaction: %s, want 25P02", errText(err))
 						}
 						execIn(t, c, mode, "ROLLBACK")

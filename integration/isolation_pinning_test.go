@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // column returns the first column of every row sql returns, as text.
@@ -255,11 +257,11 @@ func TestIsoSQLPrepare(t *testing.T) {
 			}
 			checkRow(t, "a's prepared statements", row(t, a, mode, ownStatements), "")
 			err := tryExec(a, mode, "PREPARE q AS SELECT 2")
-			if pe := pgErr(err); pe == nil || pe.Code != "42P05" || pe.Message != `prepared statement "q" already exists` {
+			if pe := pgErr(err); pe == nil || pe.Code != wire.DuplicatePreparedStatement || pe.Message != `prepared statement "q" already exists` {
 				t.Fatalf("PREPARE of an existing name: %s, want 42P05 prepared statement \"q\" already exists", errText(err))
 			}
 			execIn(t, a, mode, "DEALLOCATE q")
-			if err := tryExec(a, mode, "EXECUTE q(1)"); sqlstate(err) != "26000" {
+			if err := tryExec(a, mode, "EXECUTE q(1)"); sqlstate(err) != wire.InvalidSQLStatementName {
 				t.Fatalf("EXECUTE after DEALLOCATE: %s, want 26000", errText(err))
 			}
 			checkRow(t, "a's prepared statements after DEALLOCATE", row(t, a, mode, ownStatements), "")
@@ -267,7 +269,7 @@ func TestIsoSQLPrepare(t *testing.T) {
 			checkRow(t, "EXECUTE of the new q", row(t, a, mode, "EXECUTE q"), "again")
 			checkRow(t, "b's prepared statements", row(t, b, simple, allStatements), "")
 			a.Close(context.Background())
-			if err := tryExec(b, simple, "EXECUTE q"); sqlstate(err) != "26000" {
+			if err := tryExec(b, simple, "EXECUTE q"); sqlstate(err) != wire.InvalidSQLStatementName {
 				t.Fatalf("b's EXECUTE of a's statement after a left: %s, want 26000", errText(err))
 			}
 			checkRow(t, "b's prepared statements after a left", row(t, b, simple, allStatements), "")
@@ -303,12 +305,12 @@ func TestIsoSQLPrepareSharded(t *testing.T) {
 					checkRow(t, fmt.Sprintf("rows of id %d on shard %d", id, s), row(t, conn, simple, "SELECT count(*) FROM accounts WHERE id = $1", id), want)
 				}
 			}
-			if err := tryExec(b, simple, "EXECUTE sel(1)"); sqlstate(err) != "26000" {
+			if err := tryExec(b, simple, "EXECUTE sel(1)"); sqlstate(err) != wire.InvalidSQLStatementName {
 				t.Fatalf("b's EXECUTE of a's statement: %s, want 26000", errText(err))
 			}
 			execIn(t, a, mode, "DEALLOCATE ins")
 			execIn(t, a, mode, "DEALLOCATE sel")
-			if err := tryExec(a, mode, "EXECUTE sel(1)"); sqlstate(err) != "26000" {
+			if err := tryExec(a, mode, "EXECUTE sel(1)"); sqlstate(err) != wire.InvalidSQLStatementName {
 				t.Fatalf("EXECUTE after DEALLOCATE: %s, want 26000", errText(err))
 			}
 		})

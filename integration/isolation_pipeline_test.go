@@ -60,7 +60,7 @@ func TestIsoPipelineFlushError(t *testing.T) {
 					parseMsg("", "SELECT 'b'"), bindMsg(""), execMsg(0),
 					parseMsg("", "SELECT count(*) FROM t"), bindMsg(""), execMsg(0), syncMsg,
 				}
-				var b *wire
+				var b *wireConn
 				got := a.run(steps, func(i int) {
 					// In transaction mode the next client sends its batch
 					// while a's batch is open.
@@ -227,7 +227,7 @@ func TestIsoServerTerminated(t *testing.T) {
 	checkGoroutines(t)
 	cl := isoCluster(t)
 	admin := simpleConn(t, cl.DSN("app"))
-	pidOf := func(w *wire, inside bool) string {
+	pidOf := func(w *wireConn, inside bool) string {
 		t.Helper()
 		if inside {
 			w.run([]wireStep{{send: []pgproto3.FrontendMessage{queryMsg("BEGIN")}, zs: 1}}, nil)
@@ -238,7 +238,7 @@ func TestIsoServerTerminated(t *testing.T) {
 		}
 		return got[1][2 : len(got[1])-1] // D[pid]
 	}
-	terminated := func(w *wire, inside, next bool) []string {
+	terminated := func(w *wireConn, inside, next bool) []string {
 		t.Helper()
 		pid := pidOf(w, inside)
 		checkRow(t, "pg_terminate_backend", row(t, admin, simple, "SELECT pg_terminate_backend($1::int)", pid), "true")

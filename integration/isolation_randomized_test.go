@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 var isolationSeed = flag.Int64("seed", 0, "seed of TestIsolationRandomized; 0: $ISOLATION_SEED, else the time")
@@ -239,14 +240,14 @@ func (c *randClient) prepared() error {
 	switch c.rng.IntN(3) {
 	case 0:
 		if exists {
-			return c.exec("PREPARE "+name+" AS SELECT 0", "42P05")
+			return c.exec("PREPARE "+name+" AS SELECT 0", wire.DuplicatePreparedStatement)
 		}
 		k := strconv.Itoa(c.rng.IntN(1000))
 		c.stmts[name] = k
 		return c.exec("PREPARE "+name+" AS SELECT "+k+"::text", "")
 	case 1:
 		if !exists {
-			return c.exec("EXECUTE "+name, "26000")
+			return c.exec("EXECUTE "+name, wire.InvalidSQLStatementName)
 		}
 		mode := c.mode()
 		c.history = append(c.history, fmt.Sprintf("[%v] EXECUTE %s", mode, name))
@@ -257,7 +258,7 @@ func (c *randClient) prepared() error {
 		return nil
 	default:
 		if !exists {
-			return c.exec("DEALLOCATE "+name, "26000")
+			return c.exec("DEALLOCATE "+name, wire.InvalidSQLStatementName)
 		}
 		delete(c.stmts, name)
 		return c.exec("DEALLOCATE "+name, "")
@@ -320,7 +321,7 @@ func (c *randClient) failedTransaction() error {
 	name, v := c.pick()
 	end := []string{"ROLLBACK", "COMMIT"}[c.rng.IntN(2)]
 	for _, st := range []struct{ sql, code string }{
-		{"BEGIN", ""}, {setSQL(false, name, v), ""}, {"SELECT 1/0", "22012"}, {"SELECT 1", "25P02"}, {end, ""},
+		{"BEGIN", ""}, {setSQL(false, name, v), ""}, {"SELECT 1/0", wire.DivisionByZero}, {"SELECT 1", wire.InFailedSQLTransaction}, {end, ""},
 	} {
 		if err := c.exec(st.sql, st.code); err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 const simple = pgx.QueryExecModeSimpleProtocol
@@ -146,7 +148,7 @@ func TestIsoFailedLogin(t *testing.T) {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
 				_, derr := tryConnect(cl.DSN("app"), simple, tc.params)
 				want := pgErr(derr)
-				if want == nil || want.Code != "22023" || want.Message != `invalid value for parameter "work_mem": "bogus"` {
+				if want == nil || want.Code != wire.InvalidParameterValue || want.Message != `invalid value for parameter "work_mem": "bogus"` {
 					t.Fatalf("direct login: %v, want 22023 invalid value for parameter", derr)
 				}
 				p := startProxy(t, poolConfig(cl, mode, size, "app"))

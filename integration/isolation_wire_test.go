@@ -13,21 +13,21 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// wire is a raw protocol connection, to PostgreSQL directly or through the
+// wireConn is a raw protocol connection, to PostgreSQL directly or through the
 // proxy, that sends message sequences and reads the answers as text.
-type wire struct {
+type wireConn struct {
 	t  testing.TB
 	hc *pgconn.HijackedConn
 	fe *pgproto3.Frontend
 }
 
-func dialWire(t testing.TB, url string) *wire {
+func dialWire(t testing.TB, url string) *wireConn {
 	t.Helper()
 	hc := hijack(t, url)
-	return &wire{t: t, hc: hc, fe: hc.Frontend}
+	return &wireConn{t: t, hc: hc, fe: hc.Frontend}
 }
 
-func (w *wire) close() { w.hc.Conn.Close() }
+func (w *wireConn) close() { w.hc.Conn.Close() }
 
 // wireStep is one write of messages and the answers to read for it: n
 // messages if n > 0, else up to the first ErrorResponse if toErr, else up to
@@ -45,7 +45,7 @@ const stepTimeout = 5 * time.Second
 // run sends each step's messages in one write and reads its answers. A read
 // that fails ends the step with a "read error" entry rather than the test,
 // so that callers can compare what arrived with what should have.
-func (w *wire) run(steps []wireStep, between func(i int)) [][]string {
+func (w *wireConn) run(steps []wireStep, between func(i int)) [][]string {
 	w.t.Helper()
 	var out [][]string
 	for i, st := range steps {
@@ -64,7 +64,7 @@ func (w *wire) run(steps []wireStep, between func(i int)) [][]string {
 	return out
 }
 
-func (w *wire) read(st wireStep) []string {
+func (w *wireConn) read(st wireStep) []string {
 	w.hc.Conn.SetReadDeadline(time.Now().Add(stepTimeout))
 	defer w.hc.Conn.SetReadDeadline(time.Time{})
 	var got []string

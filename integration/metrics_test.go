@@ -12,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // httpClient makes one connection per request, so that no keep-alive
@@ -103,12 +105,12 @@ func TestMetricsScrape(t *testing.T) {
 	mustRun(t, app, "BEGIN")
 	mustRun(t, app, "SELECT 1")
 	mustRun(t, app, "COMMIT")
-	if _, err := app.Exec(ctx, "SELECT 1/0"); sqlstate(err) != "22012" {
+	if _, err := app.Exec(ctx, "SELECT 1/0"); sqlstate(err) != wire.DivisionByZero {
 		t.Fatalf("SELECT 1/0: %v", err)
 	}
 	o.rewrite(t, strings.Replace(yaml, "size: 4", "size: four", 1))
 	adm := connect(t, o.AdminURL())
-	if _, err := adm.Exec(ctx, "RELOAD"); sqlstate(err) != "F0000" {
+	if _, err := adm.Exec(ctx, "RELOAD"); sqlstate(err) != wire.ConfigFileError {
 		t.Fatalf("RELOAD of a bad file: %v", err)
 	}
 	o.rewrite(t, yaml)

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestCopy runs binary COPY FROM (pgx CopyFrom) and text COPY TO STDOUT
@@ -106,14 +108,14 @@ func TestCopyFromBadRow(t *testing.T) {
 				mustExec(t, conn, "BEGIN")
 			}
 			_, err := conn.PgConn().CopyFrom(ctx, strings.NewReader(data.String()), "COPY t FROM STDIN")
-			if got := sqlstate(err); got != "22P02" {
+			if got := sqlstate(err); got != wire.InvalidTextRepresentation {
 				t.Fatalf("SQLSTATE %q, want 22P02 (%v)", got, err)
 			}
 			if !strings.Contains(err.Error(), `invalid input syntax for type integer: "oops"`) {
 				t.Fatalf("error %v", err)
 			}
 			if inTx {
-				if _, err := conn.Exec(ctx, "SELECT 1"); sqlstate(err) != "25P02" {
+				if _, err := conn.Exec(ctx, "SELECT 1"); sqlstate(err) != wire.InFailedSQLTransaction {
 					t.Fatalf("in the failed transaction: %v, want 25P02", err)
 				}
 				mustExec(t, conn, "ROLLBACK")

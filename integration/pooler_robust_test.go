@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // trustUser adds user "trusty" (no password) to a poolConfig YAML for
@@ -191,9 +192,9 @@ func TestMalformedInput(t *testing.T) {
 				c = dialRaw(t, p.Addr)
 			}
 			c.write(tc.send)
-			code := "08P01"
+			code := wire.ProtocolViolation
 			if tc.name == "startup without user" {
-				code = "28000"
+				code = wire.InvalidAuthorizationSpecification
 			}
 			c.expectFatal(code, tc.msg)
 			stillServing(t, p)
@@ -386,7 +387,7 @@ func TestProtocolVersions(t *testing.T) {
 		pkt := startupPacket(4, 0, "user", "trusty")
 		c := dialRaw(t, p.Addr)
 		c.write(pkt)
-		c.expectFatal("0A000", "unsupported frontend protocol 4.0: server supports 3.0 to 3.0")
+		c.expectFatal(wire.FeatureNotSupported, "unsupported frontend protocol 4.0: server supports 3.0 to 3.0")
 		if typ, body := firstFromServer(t, pkt); typ != 'E' || !strings.Contains(string(body), "C0A000\x00Munsupported frontend protocol 4.0: server supports 3.0 to 3.0\x00") {
 			t.Fatalf("PostgreSQL says %q %q", typ, body)
 		}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // checkGoroutines records the number of goroutines now and, when the test
@@ -81,7 +83,7 @@ func TestGracefulShutdown(t *testing.T) {
 	})
 	// The idle client is terminated by the administrator.
 	_, err := b.Exec(ctx, "SELECT 1")
-	if got := sqlstate(err); got != "57P01" {
+	if got := sqlstate(err); got != wire.AdminShutdown {
 		t.Fatalf("idle client: SQLSTATE %q, want 57P01 (%v)", got, err)
 	}
 	select {
@@ -96,7 +98,7 @@ func TestGracefulShutdown(t *testing.T) {
 	// Once its transaction is over the client is terminated too, which
 	// lets Shutdown return.
 	_, err = a.Exec(ctx, "SELECT 1")
-	if got := sqlstate(err); got != "57P01" {
+	if got := sqlstate(err); got != wire.AdminShutdown {
 		t.Fatalf("client after commit: SQLSTATE %q, want 57P01 (%v)", got, err)
 	}
 	select {

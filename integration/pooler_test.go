@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/lib/pq"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 var execModes = []pgx.QueryExecMode{
@@ -139,10 +141,10 @@ func TestAuthErrors(t *testing.T) {
 	tests := []struct {
 		name, url, code string
 	}{
-		{"wrong password", p.URL("app", "nope", "app"), "28P01"},
-		{"unknown user", p.URL("mallory", "x", "app"), "28P01"},
-		{"unknown database", p.AppURL("nosuchdb"), "3D000"},
-		{"admin with app password", p.URL("admin", appPassword, "admin"), "28P01"},
+		{"wrong password", p.URL("app", "nope", "app"), wire.InvalidPassword},
+		{"unknown user", p.URL("mallory", "x", "app"), wire.InvalidPassword},
+		{"unknown database", p.AppURL("nosuchdb"), wire.InvalidCatalogName},
+		{"admin with app password", p.URL("admin", appPassword, "admin"), wire.InvalidPassword},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,7 +182,7 @@ func TestCancel(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("cancel took %s", took)
 	}
-	if got := sqlstate(err); got != "57014" {
+	if got := sqlstate(err); got != wire.QueryCanceled {
 		t.Fatalf("SQLSTATE %q, want 57014 (%v)", got, err)
 	}
 	// The connection is usable afterwards.
@@ -338,10 +340,10 @@ func TestSessionMode(t *testing.T) {
 	if pid3 != pid1 {
 		t.Logf("next client got another server (%d, first was %d)", pid3, pid1)
 	}
-	if _, err := b.Exec(ctx, "EXECUTE q"); sqlstate(err) != "26000" {
+	if _, err := b.Exec(ctx, "EXECUTE q"); sqlstate(err) != wire.InvalidSQLStatementName {
 		t.Fatalf("prepared statement leaked across sessions: %v", err)
 	}
-	if _, err := b.Exec(ctx, "SELECT * FROM tmp"); sqlstate(err) != "42P01" {
+	if _, err := b.Exec(ctx, "SELECT * FROM tmp"); sqlstate(err) != wire.UndefinedTable {
 		t.Fatalf("temp table leaked across sessions: %v", err)
 	}
 }
@@ -355,7 +357,7 @@ func TestCheckoutTimeout(t *testing.T) {
 	mustExec(t, holder, "BEGIN")
 	waiter := connect(t, p.AppURL("app"))
 	_, err := waiter.Exec(ctx, "SELECT 1")
-	if got := sqlstate(err); got != "53300" {
+	if got := sqlstate(err); got != wire.TooManyConnections {
 		t.Fatalf("SQLSTATE %q, want 53300 (%v)", got, err)
 	}
 	mustExec(t, holder, "COMMIT")
@@ -374,7 +376,7 @@ func TestMaxClientConn(t *testing.T) {
 	connect(t, p.AppURL("app"))
 	connect(t, p.AppURL("app"))
 	_, err := pgx.Connect(ctx, p.AppURL("app"))
-	if got := sqlstate(err); got != "53300" {
+	if got := sqlstate(err); got != wire.TooManyConnections {
 		t.Fatalf("SQLSTATE %q, want 53300 (%v)", got, err)
 	}
 }

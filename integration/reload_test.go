@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // reloadConfig is a config for database app on cl with pool size and the
@@ -130,12 +131,12 @@ func TestReloadBadFile(t *testing.T) {
 	o.rewrite(t, strings.Replace(good, "size: 4", "size: ten", 1))
 	_, err := adm.Exec(ctx, "RELOAD")
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "F0000" || !strings.Contains(pe.Detail, o.File+":3:") ||
+	if !errors.As(err, &pe) || pe.Code != wire.ConfigFileError || !strings.Contains(pe.Detail, o.File+":3:") ||
 		!strings.Contains(pe.Detail, "pool.size") {
 		t.Fatalf("RELOAD of a bad file: %#v", err)
 	}
 	// psql shows the same.
-	if _, err := runPsql(t, o.AdminURL(), "-c", "RELOAD"); adminCode(err) != "F0000" ||
+	if _, err := runPsql(t, o.AdminURL(), "-c", "RELOAD"); adminCode(err) != wire.ConfigFileError ||
 		!strings.Contains(err.Error(), "DETAIL:  "+o.File+":3:") {
 		t.Fatalf("psql RELOAD of a bad file: %v", err)
 	}
@@ -182,12 +183,12 @@ func TestReloadRemovesUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, conn := range map[string]*pgx.Conn{"idle": idle, "busy": busy} {
-		if _, err := conn.Exec(ctx, "SELECT 1"); sqlstate(err) != "57P01" {
+		if _, err := conn.Exec(ctx, "SELECT 1"); sqlstate(err) != wire.AdminShutdown {
 			t.Fatalf("%s client of a removed user: %v, want 57P01", name, err)
 		}
 	}
 	backendPID(t, app)
-	if _, err := pgx.Connect(ctx, o.URL("temp", appPassword, "app")); sqlstate(err) != "28P01" {
+	if _, err := pgx.Connect(ctx, o.URL("temp", appPassword, "app")); sqlstate(err) != wire.InvalidPassword {
 		t.Fatalf("login of a removed user: %v", err)
 	}
 }
@@ -242,7 +243,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		o.rewrite(t, text)
 		_, err := adm.Exec(context.Background(), "RELOAD")
 		switch {
-		case bad && sqlstate(err) == "F0000":
+		case bad && sqlstate(err) == wire.ConfigFileError:
 			failures++
 		case bad:
 			t.Fatalf("reload %d of a bad file: %v", i, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/replication"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestReshardCutover moves database app (one shard) to app_new's two
@@ -451,11 +452,11 @@ func TestReshardStopTask(t *testing.T) {
 	if _, err := adminPgx(adm, "SET reshard_cutover_timeout = '5s'"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := adminPgx(adm, "SET reshard_max_lag_bytes = lots"); sqlstate(err) != "22023" {
+	if _, err := adminPgx(adm, "SET reshard_max_lag_bytes = lots"); sqlstate(err) != wire.InvalidParameterValue {
 		t.Errorf("SET reshard_max_lag_bytes = lots: %v", err)
 	}
 	for _, bad := range []string{"0", "65", "two"} {
-		if _, err := adminPgx(adm, "SET reshard_copy_parallelism = "+bad); sqlstate(err) != "22023" {
+		if _, err := adminPgx(adm, "SET reshard_copy_parallelism = "+bad); sqlstate(err) != wire.InvalidParameterValue {
 			t.Errorf("SET reshard_copy_parallelism = %s: %v", bad, err)
 		}
 	}
@@ -491,7 +492,7 @@ func TestReshardStopTask(t *testing.T) {
 	if _, err := adminPgx(adm, "CUTOVER "+id); err == nil {
 		t.Errorf("CUTOVER of a stopped task succeeded")
 	}
-	if _, err := adminPgx(adm, "STOP_TASK 99"); sqlstate(err) != "42704" {
+	if _, err := adminPgx(adm, "STOP_TASK 99"); sqlstate(err) != wire.UndefinedObject {
 		t.Errorf("STOP_TASK of an unknown task: %v", err)
 	}
 	cfg, err := config.Load(o.File)
@@ -609,7 +610,7 @@ func TestReshardCutoverAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = adminPgx(adm, "CUTOVER "+id)
-	if sqlstate(err) != "55006" {
+	if sqlstate(err) != wire.ObjectInUse {
 		t.Fatalf("CUTOVER with an open transaction: %v", err)
 	}
 	t.Logf("aborted: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/replication"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestReshardNamedPublication runs COPY_DATA with a publication the user
@@ -38,7 +39,7 @@ CREATE PUBLICATION accounts_pub FOR TABLE accounts`)
 		t.Errorf("COPY_DATA answered publications %q, slots %q; want accounts_pub, acc_slot", pubs, slots)
 	}
 	_, err = adminPgx(adm, "COPY_DATA app app_new accounts_pub other_slot")
-	if sqlstate(err) != "22023" || !strings.Contains(err.Error(), "acc_slot") {
+	if sqlstate(err) != wire.InvalidParameterValue || !strings.Contains(err.Error(), "acc_slot") {
 		t.Errorf("a second COPY_DATA with another slot: %v", err)
 	}
 	eventually(t, 30*time.Second, "task streaming", func() bool {
@@ -208,7 +209,7 @@ CREATE PUBLICATION inserts_only FOR TABLE accounts WITH (publish = 'insert')`)
 		{"SCHEMA_SYNC app app_new '' Bad-Slot", "only lower-case letters"},
 	} {
 		_, err := adminPgx(adm, tc.cmd)
-		if sqlstate(err) != "22023" || !strings.Contains(err.Error(), tc.want) {
+		if sqlstate(err) != wire.InvalidParameterValue || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want 22023 with %q", tc.cmd, err, tc.want)
 		} else {
 			t.Logf("%s: %v", tc.cmd, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/router/sharding"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // partitionSchema is created on the source shard: events is partitioned by
@@ -256,7 +257,7 @@ func startPartitionWriter(t *testing.T, dsn string) *partitionWriter {
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
 			w.failed.Add(1)
 			var pgErr interface{ SQLState() string }
-			if !errors.As(err, &pgErr) || pgErr.SQLState() != "23505" {
+			if !errors.As(err, &pgErr) || pgErr.SQLState() != wire.UniqueViolation {
 				t.Errorf("writer: %s: %v", sql, err)
 			}
 			return

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // expectation is what a writer statement may answer.
@@ -194,7 +196,7 @@ func (a *writeAttempt) settle(what string, err error, want expectation, doubt fu
 			problem = fmt.Sprintf("%s (phase %s) was applied; the proxy should refuse it on a sharded database", what, a.phase)
 		}
 	case outcomeRefused:
-		if want == mustApply || sqlstate(err) != "0A000" {
+		if want == mustApply || sqlstate(err) != wire.FeatureNotSupported {
 			problem = fmt.Sprintf("%s (phase %s): %v", what, a.phase, err)
 		} else {
 			w.refused++

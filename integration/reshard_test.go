@@ -18,6 +18,7 @@ import (
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/router/sharding"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // reshardSchema is created on every source shard. scratch is a sharded
@@ -350,7 +351,7 @@ func startReshardWriter(t *testing.T, c *pgtest.Cluster, src *config.Database, s
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
 			w.failed.Add(1)
 			var pgErr interface{ SQLState() string }
-			if !errors.As(err, &pgErr) || pgErr.SQLState() != "23505" {
+			if !errors.As(err, &pgErr) || pgErr.SQLState() != wire.UniqueViolation {
 				t.Logf("writer: %s: %v", sql, err)
 			}
 			return

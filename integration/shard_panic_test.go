@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestShardPanicReleasesServers panics a sharded client's goroutine while
@@ -40,7 +41,7 @@ func TestShardPanicReleasesServers(t *testing.T) {
 		}
 	}
 	_, err := conn.Exec(ctx, "COMMIT")
-	if sqlstate(err) != "XX000" {
+	if sqlstate(err) != wire.InternalError {
 		t.Fatalf("COMMIT with a panic: %v, want XX000", err)
 	}
 	if panicking.Load() {

@@ -13,6 +13,7 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // twoShards starts a cluster with databases shard0 and shard1, each with
@@ -75,13 +76,13 @@ func TestShardPreparedAfterError(t *testing.T) {
 		"SELECT 1 / (id - id) FROM accounts WHERE id > $1", // both
 	} {
 		for try := range 2 {
-			if err := exec(sql, 1); sqlstate(err) != "22012" {
+			if err := exec(sql, 1); sqlstate(err) != wire.DivisionByZero {
 				t.Fatalf("%s, execution %d: %v, want 22012", sql, try+1, err)
 			}
 		}
 	}
 
-	if err := exec("SELECT nope FROM accounts WHERE id > $1", 0); sqlstate(err) != "42703" {
+	if err := exec("SELECT nope FROM accounts WHERE id > $1", 0); sqlstate(err) != wire.UndefinedColumn {
 		t.Fatalf("a column no shard has: %v, want 42703", err)
 	}
 	for _, db := range []string{"shard0", "shard1"} {

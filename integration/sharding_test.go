@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/router/sharding"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // shardSchema is created on the reference database and on every shard.
@@ -310,10 +311,10 @@ func TestShardedTransactions(t *testing.T) {
 	// An error aborts the whole transaction.
 	mustExec(t, pc, "BEGIN")
 	mustExec(t, pc, fmt.Sprintf("UPDATE accounts SET email = 'zz' WHERE id = %d", a))
-	if _, err := pc.Exec(ctx, fmt.Sprintf("INSERT INTO accounts (id, email) VALUES (%d, 'dup')", b)); sqlstate(err) != "23505" {
+	if _, err := pc.Exec(ctx, fmt.Sprintf("INSERT INTO accounts (id, email) VALUES (%d, 'dup')", b)); sqlstate(err) != wire.UniqueViolation {
 		t.Fatalf("want unique violation, got %v", err)
 	}
-	if _, err := pc.Exec(ctx, "SELECT 1"); sqlstate(err) != "25P02" {
+	if _, err := pc.Exec(ctx, "SELECT 1"); sqlstate(err) != wire.InFailedSQLTransaction {
 		t.Fatalf("want 25P02 in aborted transaction, got %v", err)
 	}
 	mustExec(t, pc, "ROLLBACK")

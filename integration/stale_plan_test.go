@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestStalePlanHeals: after ALTER TABLE changes a shared prepared
@@ -35,7 +37,7 @@ func TestStalePlanHeals(t *testing.T) {
 	failures := 0
 	for i := 0; i < 10; i++ {
 		if err := query(b); err != nil {
-			if sqlstate(err) != "0A000" {
+			if sqlstate(err) != wire.FeatureNotSupported {
 				t.Fatalf("unexpected error: %v", err)
 			}
 			failures++

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"testing"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestProxyStatementNamesAreNotReachable: a client cannot run another
@@ -20,7 +22,7 @@ func TestProxyStatementNamesAreNotReachable(t *testing.T) {
 	b := connect(t, p.AppURL("app"))
 	for _, name := range []string{"sg_1", "sg_2"} {
 		res := b.PgConn().ExecPrepared(ctx, name, [][]byte{[]byte("1")}, nil, nil).Read()
-		if got := sqlstate(res.Err); got != "26000" {
+		if got := sqlstate(res.Err); got != wire.InvalidSQLStatementName {
 			t.Fatalf("Bind of %s: SQLSTATE %q (%v), want 26000", name, got, res.Err)
 		}
 		if _, err := b.PgConn().Prepare(ctx, "", "SELECT 1", nil); err != nil {

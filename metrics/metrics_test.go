@@ -16,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 func TestMetricsHistogram(t *testing.T) {
@@ -40,7 +42,7 @@ func TestMetricsHistogram(t *testing.T) {
 
 func TestMetricsErrorCounts(t *testing.T) {
 	var e ErrorCounts
-	for _, code := range []string{"42601", "42P01", "23505", "ZZ999", "", "57P01"} {
+	for _, code := range []string{wire.SyntaxError, wire.UndefinedTable, wire.UniqueViolation, "ZZ999", "", wire.AdminShutdown} {
 		e.Add(code)
 	}
 	got := map[string]uint64{}
@@ -65,7 +67,7 @@ func BenchmarkObserve(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		h.Observe(time.Duration(i%20000) * time.Microsecond)
-		e.Add("40001")
+		e.Add(wire.SerializationFailure)
 	}
 }
 
@@ -155,8 +157,8 @@ next:
 
 func TestMetricsEndpoint(t *testing.T) {
 	src := &fakeSource{}
-	src.errs.Add("42601")
-	src.errs.Add("42P01")
+	src.errs.Add(wire.SyntaxError)
+	src.errs.Add(wire.UndefinedTable)
 	src.query.Observe(2 * time.Millisecond)
 	m := New(src)
 	m.Reloaded(nil)
@@ -227,7 +229,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // dashboard queries exists.
 func TestMetricsDashboard(t *testing.T) {
 	src := &fakeSource{}
-	src.errs.Add("40001")
+	src.errs.Add(wire.SerializationFailure)
 	mfs, err := New(src).Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

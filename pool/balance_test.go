@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // lbConfig is database app with one shard on port 5432 and replicas on
@@ -205,7 +206,7 @@ func TestBanIgnoresStartupRejection(t *testing.T) {
 	r := NewRegistry(cfg, slog.New(slog.DiscardHandler))
 	defer r.Close()
 	p := r.Replica(cfg.Database("app"), cfg.User("u"), 0, 0)
-	err := fmt.Errorf("server x: connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "42501"})
+	err := fmt.Errorf("server x: connect: %w", &pgconn.PgError{Severity: "FATAL", Code: wire.InsufficientPrivilege})
 	r.Ban(p, &StartupRejectedError{Startup: NewStartup(map[string]string{"log_statement": "all"}), Err: err})
 	if r.Banned(p) {
 		t.Fatal("a replica was banned for refusing a client's startup parameter")

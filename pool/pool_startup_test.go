@@ -220,7 +220,7 @@ func testStartupRejected(t *testing.T, cl *pgtest.Cluster) {
 		if !errors.As(err, &pe) {
 			t.Fatalf("got %v, want a *pgconn.PgError", err)
 		}
-		if pe.Severity != "FATAL" || pe.Code != "22023" || pe.Message != `invalid value for parameter "work_mem": "bogus"` {
+		if pe.Severity != "FATAL" || pe.Code != wire.InvalidParameterValue || pe.Message != `invalid value for parameter "work_mem": "bogus"` {
 			t.Fatalf("got %s %s %q", pe.Severity, pe.Code, pe.Message)
 		}
 		if !IsStartupRejected(err) {

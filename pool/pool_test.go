@@ -25,6 +25,7 @@ func TestPool(t *testing.T) {
 		{"context", testCheckoutContext},
 		{"close", testCloseWakesWaiters},
 		{"broken", testBrokenServerReplaced},
+		{"stale plans", testStalePlans},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, cl) })
 	}
@@ -189,6 +190,87 @@ func testBrokenServerReplaced(t *testing.T, cl *pgtest.Cluster) {
 	}
 	if opened := p.Stats.Opened.Load(); opened != 2 {
 		t.Fatalf("%d connections opened, want 2", opened)
+	}
+}
+
+// testStalePlans: the server's "cached plan must not change result type"
+// marks it StalePlans, told by SQLSTATE and routine rather than by message;
+// another 0A000 does not; and checkin deallocates its statements.
+func testStalePlans(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, 10*time.Second)
+	s := checkout(t, p)
+	for _, sql := range []string{
+		"CREATE TEMP TABLE stale (x int)",
+		"PREPARE stale_s AS SELECT * FROM stale",
+		"EXECUTE stale_s",
+	} {
+		if errs := noteErrors(t, s, sql); len(errs) != 0 {
+			t.Fatalf("%s: %v", sql, errs[0])
+		}
+	}
+	// Another 0A000, raised by CheckSelectLocking.
+	errs := noteErrors(t, s, "SELECT count(*) FROM stale FOR UPDATE")
+	if len(errs) != 1 || errs[0].Code != wire.FeatureNotSupported || s.StalePlans {
+		t.Fatalf("FOR UPDATE with an aggregate: errors %+v, StalePlans %v", errs, s.StalePlans)
+	}
+	noteErrors(t, s, "ALTER TABLE stale ADD COLUMN y int")
+	errs = noteErrors(t, s, "EXECUTE stale_s")
+	if len(errs) != 1 || errs[0].Code != wire.FeatureNotSupported || !s.StalePlans {
+		t.Fatalf("EXECUTE after ALTER TABLE: errors %+v, StalePlans %v", errs, s.StalePlans)
+	}
+	s.Prepared["stale_s"] = struct{}{}
+	p.Checkin(s)
+	if s.Broken || s.StalePlans || len(s.Prepared) != 0 {
+		t.Fatalf("after checkin: broken %v, StalePlans %v, prepared %v", s.Broken, s.StalePlans, s.Prepared)
+	}
+}
+
+// TestStaleCachedPlan tells the stale-plan error by SQLSTATE and routine
+// only: a translated message still counts, an English one from another
+// routine does not.
+func TestStaleCachedPlan(t *testing.T) {
+	tests := []struct {
+		name string
+		e    wire.Error
+		want bool
+	}{
+		{"PostgreSQL's", wire.Error{Code: wire.FeatureNotSupported, Message: "cached plan must not change result type", Routine: "RevalidateCachedQuery"}, true},
+		{"translated", wire.Error{Code: wire.FeatureNotSupported, Message: "le plan en cache ne doit pas modifier le type de résultat", Routine: "RevalidateCachedQuery"}, true},
+		{"no routine", wire.Error{Code: wire.FeatureNotSupported, Message: "cached plan must not change result type"}, false},
+		{"other 0A000", wire.Error{Code: wire.FeatureNotSupported, Message: "FOR UPDATE is not allowed with aggregate functions", Routine: "CheckSelectLocking"}, false},
+		{"other code", wire.Error{Code: wire.InternalError, Routine: "RevalidateCachedQuery"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := staleCachedPlan(&tc.e); got != tc.want {
+				t.Errorf("staleCachedPlan(%+v) = %v, want %v", tc.e, got, tc.want)
+			}
+		})
+	}
+}
+
+// noteErrors runs sql on s as a simple Query and passes each ErrorResponse
+// to NoteError, as the frontend's relay does.
+func noteErrors(t *testing.T, s *Server, sql string) []*wire.Error {
+	t.Helper()
+	s.W.Write(wire.AppendQuery(nil, sql))
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var errs []*wire.Error
+	for {
+		typ, _, body, err := s.R.Next()
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		switch typ {
+		case 'E':
+			e := wire.ParseError(body)
+			s.NoteError(e)
+			errs = append(errs, e)
+		case 'Z':
+			return errs
+		}
 	}
 }
 

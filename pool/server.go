@@ -141,9 +141,18 @@ func (s *Server) NoteError(e *wire.Error) {
 	if e.Fatal() {
 		s.Broken = true
 	}
-	if e.Code == "0A000" && e.Message == "cached plan must not change result type" {
+	if staleCachedPlan(e) {
 		s.StalePlans = true
 	}
+}
+
+// staleCachedPlan reports whether e is PostgreSQL's "cached plan must not
+// change result type": a prepared statement's result type changed under it.
+// 0A000 alone covers every unsupported feature and the message is
+// translated (lc_messages), so the error is told by the routine that raises
+// it, plancache.c's RevalidateCachedQuery.
+func staleCachedPlan(e *wire.Error) bool {
+	return e.Code == wire.FeatureNotSupported && e.Routine == "RevalidateCachedQuery"
 }
 
 // deallocateAll drops every prepared statement on the server (DEALLOCATE

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // Startup is the set of startup parameters a server connection was opened
@@ -193,7 +195,8 @@ func startupRejected(st Startup, err error) bool {
 		return true
 	}
 	switch pe.Code {
-	case "0A000", "42501", "42601", "42602", "42704", "55P02":
+	case wire.FeatureNotSupported, wire.InsufficientPrivilege, wire.SyntaxError,
+		wire.InvalidName, wire.UndefinedObject, wire.CantChangeRuntimeParam:
 		return true
 	}
 	return false

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestNewStartup checks which parameter sets share a Key.
@@ -69,32 +71,32 @@ func TestStartupRejected(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{st, wrap("22023"), true},
-		{st, wrap("42704"), true},
-		{st, wrap("42602"), true},
-		{st, wrap("42601"), true},
-		{st, wrap("42501"), true},
-		{st, wrap("55P02"), true},
-		{st, wrap("25001"), true},
-		{st, wrap("0A000"), true},
-		{st, wrap("28P01"), false}, // password authentication failed
-		{st, wrap("3D000"), false}, // database does not exist
-		{st, wrap("53300"), false}, // too many connections
-		{st, wrap("57P03"), false}, // the database system is starting up
+		{st, wrap(wire.InvalidParameterValue), true},
+		{st, wrap(wire.UndefinedObject), true},
+		{st, wrap(wire.InvalidName), true},
+		{st, wrap(wire.SyntaxError), true},
+		{st, wrap(wire.InsufficientPrivilege), true},
+		{st, wrap(wire.CantChangeRuntimeParam), true},
+		{st, wrap(wire.ActiveSQLTransaction), true},
+		{st, wrap(wire.FeatureNotSupported), true},
+		{st, wrap(wire.InvalidPassword), false},    // password authentication failed
+		{st, wrap(wire.InvalidCatalogName), false}, // database does not exist
+		{st, wrap(wire.TooManyConnections), false}, // too many connections
+		{st, wrap(wire.CannotConnectNow), false},   // the database system is starting up
 		{st, errors.New("dial tcp: connection refused"), false},
-		{Startup{}, wrap("22023"), false},
-		{Startup{}, wrap("42501"), false},
+		{Startup{}, wrap(wire.InvalidParameterValue), false},
+		{Startup{}, wrap(wire.InsufficientPrivilege), false},
 	} {
 		if got := startupRejected(tc.st, tc.err); got != tc.want {
 			t.Errorf("startupRejected(%q, %v) = %v, want %v", tc.st.Key(), tc.err, got, tc.want)
 		}
 	}
-	err := fmt.Errorf("checkout: %w", &StartupRejectedError{Startup: st, Err: wrap("22023")})
+	err := fmt.Errorf("checkout: %w", &StartupRejectedError{Startup: st, Err: wrap(wire.InvalidParameterValue)})
 	var pe *pgconn.PgError
-	if !IsStartupRejected(err) || !errors.As(err, &pe) || pe.Code != "22023" {
+	if !IsStartupRejected(err) || !errors.As(err, &pe) || pe.Code != wire.InvalidParameterValue {
 		t.Fatalf("IsStartupRejected = %v, PgError %v", IsStartupRejected(err), pe)
 	}
-	if IsStartupRejected(wrap("22023")) {
+	if IsStartupRejected(wrap(wire.InvalidParameterValue)) {
 		t.Fatal("a bare PgError is not a rejection: only the pool knows the Startup")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // changeKind is what one decoded change does on a destination shard.
@@ -137,7 +139,7 @@ func (a *applier) setup(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		_, err := a.conn.Exec(ctx, `SELECT pg_replication_origin_session_setup($1)`, name)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt >= 100 {
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != wire.ObjectInUse || attempt >= 100 {
 			if err != nil {
 				return err
 			}
@@ -633,7 +635,7 @@ func schemaHint(err error) string {
 		return ""
 	}
 	switch pgErr.Code {
-	case "42703", "42P01", "42804", "23502": // undefined column or table, type mismatch, not null
+	case wire.UndefinedColumn, wire.UndefinedTable, wire.DatatypeMismatch, wire.NotNullViolation:
 		return " (the source's schema may have changed: DDL is not replicated; run the same DDL on every destination shard and the stream, retried by itself, goes on)"
 	}
 	return ""

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
 )
 
 // This file is the task manager behind the admin commands RESHARD,
@@ -589,7 +590,8 @@ func transient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300", "40001", "40P01":
+		case wire.AdminShutdown, wire.CrashShutdown, wire.CannotConnectNow,
+			wire.TooManyConnections, wire.SerializationFailure, wire.DeadlockDetected:
 			return true
 		}
 		return strings.HasPrefix(pgErr.Code, "08")

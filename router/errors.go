@@ -8,17 +8,6 @@ import (
 	"github.com/shardgate/shardgate/wire"
 )
 
-// SQLSTATE codes the router answers with besides those in package wire. All
-// are PostgreSQL's own.
-const (
-	codeInvalidText      = "22P02" // invalid_text_representation
-	codeOutOfRange       = "22003" // numeric_value_out_of_range
-	codeInvalidBinary    = "22P03" // invalid_binary_representation
-	codeCheckViolation   = "23514" // check_violation: a row fits no partition
-	codeUndefinedParam   = "42P02" // undefined_parameter
-	codeInvalidParameter = wire.InvalidParameterValue
-)
-
 // unsupported returns a 0A000 error: the proxy cannot run the statement
 // correctly across shards. hint says what the client can do instead.
 func unsupported(hint, format string, args ...any) *wire.Error {
@@ -40,12 +29,12 @@ func keyError(err error) error {
 	if !errors.As(err, &ke) {
 		return wire.Errorf(wire.InternalError, "router: %v", err)
 	}
-	code := codeInvalidText
+	code := wire.InvalidTextRepresentation
 	switch {
 	case errors.Is(err, sharding.ErrRange):
-		code = codeOutOfRange
+		code = wire.NumericValueOutOfRange
 	case errors.Is(err, sharding.ErrBinary):
-		code = codeInvalidBinary
+		code = wire.InvalidBinaryRepresentation
 	}
 	return wire.Errorf(code, "%s", ke.Error())
 }
@@ -59,7 +48,7 @@ func noShardError(k *keyFunc, key sharding.Key, err error) error {
 	if !errors.Is(err, sharding.ErrNoShard) {
 		return keyError(err)
 	}
-	e := wire.Errorf(codeCheckViolation, "no shard of %s holds sharding key %s", k.desc, key)
+	e := wire.Errorf(wire.CheckViolation, "no shard of %s holds sharding key %s", k.desc, key)
 	e.Detail = fmt.Sprintf("The %s mapping of column %q has no entry and no default_shard for this value.", k.function, k.column)
 	return e
 }

@@ -54,7 +54,7 @@ func (r *Router) commentHint(sql string) (*commentHint, error) {
 		if strings.EqualFold(m[1], "shard") {
 			n, err := strconv.Atoi(value)
 			if err != nil {
-				return nil, wire.Errorf(codeInvalidParameter, "shard hint %q is not a shard number", value)
+				return nil, wire.Errorf(wire.InvalidParameterValue, "shard hint %q is not a shard number", value)
 			}
 			if _, err := r.checkShard(n); err != nil {
 				return nil, err

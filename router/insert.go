@@ -144,7 +144,7 @@ func (a *analyzer) insertKeys(target *instance, sel *pg_query.SelectStmt, cols [
 			var ke *sharding.KeyError
 			if errors.As(err, &ke) {
 				a.hardFail(keyError(err))
-			} else if we, ok := wire.AsError(err); ok && we.Code == codeCheckViolation {
+			} else if we, ok := wire.AsError(err); ok && we.Code == wire.CheckViolation {
 				a.hardFail(err)
 			} else {
 				a.fail(unsupported(fmt.Sprintf("Give column %s of each row a constant or a parameter.", key.column),

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 func TestRouteInsert(t *testing.T) {
@@ -26,29 +28,29 @@ func TestRouteInsert(t *testing.T) {
 		{name: "ON CONFLICT", sql: "INSERT INTO accounts (id, n) VALUES (3, 1) ON CONFLICT (id) DO UPDATE SET n = accounts.n + 1", kind: Direct, shards: shards(s3), write: true},
 		{name: "ON CONFLICT keeps key", sql: "INSERT INTO accounts (id) VALUES (3) ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id", kind: Direct, shards: shards(s3), write: true},
 		{name: "ON CONFLICT same key", sql: "INSERT INTO accounts (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET id = $1", params: params(3), kind: Direct, shards: shards(s3), write: true},
-		{name: "ON CONFLICT moves key", sql: "INSERT INTO accounts (id) VALUES (3) ON CONFLICT (id) DO UPDATE SET id = 2", code: "0A000", msg: "sharding key"},
+		{name: "ON CONFLICT moves key", sql: "INSERT INTO accounts (id) VALUES (3) ON CONFLICT (id) DO UPDATE SET id = 2", code: wire.FeatureNotSupported, msg: "sharding key"},
 		{name: "in WITH", sql: "WITH x AS (INSERT INTO accounts (id) VALUES (3) RETURNING *) SELECT * FROM x", kind: Direct, shards: shards(s3), write: true},
-		{name: "in WITH across shards", sql: "WITH x AS (INSERT INTO accounts (id) VALUES (3), (2) RETURNING *) SELECT * FROM x", code: "0A000", msg: "WITH query over sharded table accounts"},
+		{name: "in WITH across shards", sql: "WITH x AS (INSERT INTO accounts (id) VALUES (3), (2) RETURNING *) SELECT * FROM x", code: wire.FeatureNotSupported, msg: "WITH query over sharded table accounts"},
 		{name: "subquery in VALUES", sql: "INSERT INTO accounts (id, n) VALUES (3, (SELECT count(*) FROM orders WHERE account_id = 3))", kind: Direct, shards: shards(s3), write: true},
-		{name: "subquery in VALUES elsewhere", sql: "INSERT INTO accounts (id, n) VALUES (3, (SELECT count(*) FROM orders))", code: "0A000", msg: "subquery over sharded table orders"},
+		{name: "subquery in VALUES elsewhere", sql: "INSERT INTO accounts (id, n) VALUES (3, (SELECT count(*) FROM orders))", code: wire.FeatureNotSupported, msg: "subquery over sharded table orders"},
 		{name: "pinned schema", sql: "INSERT INTO tenant_a.items VALUES (1)", kind: Direct, shards: []int{1}, write: true},
-		{name: "no column list", sql: "INSERT INTO accounts VALUES (1, 'a')", code: "0A000", msg: "without a column list"},
-		{name: "no key column", sql: "INSERT INTO accounts (name) VALUES ('a')", code: "0A000", msg: `does not set its sharding column "id"`},
-		{name: "DEFAULT", sql: "INSERT INTO accounts (id) VALUES (DEFAULT)", code: "0A000", msg: "row 1 of INSERT into sharded table accounts: its sharding key is DEFAULT"},
-		{name: "DEFAULT VALUES", sql: "INSERT INTO accounts DEFAULT VALUES", code: "0A000", msg: "DEFAULT VALUES"},
-		{name: "expression", sql: "INSERT INTO accounts (id) VALUES (1), (1 + 1)", code: "0A000", msg: "row 2 of INSERT into sharded table accounts: its sharding key is an expression"},
-		{name: "fraction", sql: "INSERT INTO accounts (id) VALUES (1.5)", code: "0A000", msg: "not an integer"},
-		{name: "other cast", sql: "INSERT INTO accounts (id) VALUES ('1'::text)", code: "0A000", msg: "cast"},
-		{name: "SELECT", sql: "INSERT INTO accounts (id) SELECT id FROM accounts", code: "0A000", msg: "INSERT … SELECT into sharded table accounts"},
+		{name: "no column list", sql: "INSERT INTO accounts VALUES (1, 'a')", code: wire.FeatureNotSupported, msg: "without a column list"},
+		{name: "no key column", sql: "INSERT INTO accounts (name) VALUES ('a')", code: wire.FeatureNotSupported, msg: `does not set its sharding column "id"`},
+		{name: "DEFAULT", sql: "INSERT INTO accounts (id) VALUES (DEFAULT)", code: wire.FeatureNotSupported, msg: "row 1 of INSERT into sharded table accounts: its sharding key is DEFAULT"},
+		{name: "DEFAULT VALUES", sql: "INSERT INTO accounts DEFAULT VALUES", code: wire.FeatureNotSupported, msg: "DEFAULT VALUES"},
+		{name: "expression", sql: "INSERT INTO accounts (id) VALUES (1), (1 + 1)", code: wire.FeatureNotSupported, msg: "row 2 of INSERT into sharded table accounts: its sharding key is an expression"},
+		{name: "fraction", sql: "INSERT INTO accounts (id) VALUES (1.5)", code: wire.FeatureNotSupported, msg: "not an integer"},
+		{name: "other cast", sql: "INSERT INTO accounts (id) VALUES ('1'::text)", code: wire.FeatureNotSupported, msg: "cast"},
+		{name: "SELECT", sql: "INSERT INTO accounts (id) SELECT id FROM accounts", code: wire.FeatureNotSupported, msg: "INSERT … SELECT into sharded table accounts"},
 		{name: "SELECT with hint", sql: "INSERT INTO accounts (id) SELECT id FROM accounts", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}, write: true},
-		{name: "bad constant", sql: "INSERT INTO accounts (id) VALUES ('abc')", code: "22P02", msg: `invalid input syntax for type bigint: "abc"`},
-		{name: "out of range", sql: "INSERT INTO events (day) VALUES (3000000000)", code: "22003", msg: "out of range for type integer"},
-		{name: "bad parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", params: params("abc"), code: "22P02", msg: "invalid input syntax"},
-		{name: "bad binary parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", params: params([]byte{1, 2, 3}), formats: []int16{1}, code: "22P03", msg: "incorrect binary data format"},
-		{name: "missing parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", code: "42P02", msg: "there is no parameter $1"},
-		{name: "unmapped list value", sql: "INSERT INTO regions (code) VALUES ('zz')", code: "23514", msg: `no shard of table "regions" holds sharding key zz`},
-		{name: "unmapped list parameter", sql: "INSERT INTO regions (code) VALUES ($1)", params: params("zz"), code: "23514", msg: "no shard"},
-		{name: "too few values", sql: "INSERT INTO accounts (name, id) VALUES ('a')", code: "42601", msg: "more target columns"},
+		{name: "bad constant", sql: "INSERT INTO accounts (id) VALUES ('abc')", code: wire.InvalidTextRepresentation, msg: `invalid input syntax for type bigint: "abc"`},
+		{name: "out of range", sql: "INSERT INTO events (day) VALUES (3000000000)", code: wire.NumericValueOutOfRange, msg: "out of range for type integer"},
+		{name: "bad parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", params: params("abc"), code: wire.InvalidTextRepresentation, msg: "invalid input syntax"},
+		{name: "bad binary parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", params: params([]byte{1, 2, 3}), formats: []int16{1}, code: wire.InvalidBinaryRepresentation, msg: "incorrect binary data format"},
+		{name: "missing parameter", sql: "INSERT INTO accounts (id) VALUES ($1)", code: wire.UndefinedParameter, msg: "there is no parameter $1"},
+		{name: "unmapped list value", sql: "INSERT INTO regions (code) VALUES ('zz')", code: wire.CheckViolation, msg: `no shard of table "regions" holds sharding key zz`},
+		{name: "unmapped list parameter", sql: "INSERT INTO regions (code) VALUES ($1)", params: params("zz"), code: wire.CheckViolation, msg: "no shard"},
+		{name: "too few values", sql: "INSERT INTO accounts (name, id) VALUES ('a')", code: wire.SyntaxError, msg: "more target columns"},
 	})
 	runRouteCases(t, newTestRouter(t, testCatalog), []routeCase{
 		{name: "catalog column order", sql: "INSERT INTO accounts VALUES (1, 'a')", kind: Direct, shards: shards(s1), write: true},
@@ -106,10 +108,10 @@ func TestRouteCopy(t *testing.T) {
 		{name: "omni out", sql: "COPY countries TO STDOUT", kind: OmniRead, shards: all},
 		{name: "query out", sql: "COPY (SELECT * FROM accounts WHERE id = 3) TO STDOUT", kind: Direct, shards: shards(intShard(3))},
 		{name: "query out fan-out", sql: "COPY (SELECT id FROM accounts WHERE balance > 0) TO STDOUT", kind: All, shards: all},
-		{name: "query out merged", sql: "COPY (SELECT * FROM accounts ORDER BY id) TO STDOUT", code: "0A000", msg: "COPY of a query"},
-		{name: "no column list", sql: "COPY accounts FROM STDIN", code: "0A000", msg: "without a column list"},
-		{name: "no key column", sql: "COPY accounts (name) FROM STDIN", code: "0A000", msg: "does not include its sharding column"},
-		{name: "server file", sql: "COPY accounts (id) FROM '/tmp/x'", code: "0A000", msg: "from a file"},
+		{name: "query out merged", sql: "COPY (SELECT * FROM accounts ORDER BY id) TO STDOUT", code: wire.FeatureNotSupported, msg: "COPY of a query"},
+		{name: "no column list", sql: "COPY accounts FROM STDIN", code: wire.FeatureNotSupported, msg: "without a column list"},
+		{name: "no key column", sql: "COPY accounts (name) FROM STDIN", code: wire.FeatureNotSupported, msg: "does not include its sharding column"},
+		{name: "server file", sql: "COPY accounts (id) FROM '/tmp/x'", code: wire.FeatureNotSupported, msg: "from a file"},
 		{name: "hint", sql: "COPY accounts (id) FROM STDIN", hints: Hints{Shard: intp(2)}, kind: Direct, shards: []int{2}, write: true},
 	})
 	for _, tc := range []struct {

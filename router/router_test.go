@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // routeCase is one statement routed with parameters and hints, and either
@@ -139,21 +141,21 @@ func TestRouteWhere(t *testing.T) {
 		{name: "semi-join on the key", sql: "SELECT * FROM accounts WHERE id IN (SELECT account_id FROM orders WHERE total > 0)", kind: All, shards: all},
 		{name: "semi-join with key", sql: "SELECT * FROM accounts WHERE id IN (SELECT account_id FROM orders) AND id = 3", kind: Direct, shards: shards(s3)},
 		{name: "= ANY subquery", sql: "SELECT * FROM accounts a WHERE a.id = ANY (SELECT o.account_id FROM orders o)", kind: All, shards: all},
-		{name: "NOT IN subquery", sql: "SELECT * FROM accounts WHERE id NOT IN (SELECT account_id FROM orders)", code: "0A000", msg: "subquery over sharded table orders"},
-		{name: "IN subquery off key", sql: "SELECT * FROM accounts WHERE id IN (SELECT id FROM orders)", code: "0A000", msg: "subquery over sharded table orders"},
-		{name: "IN subquery under OR", sql: "SELECT * FROM accounts WHERE id IN (SELECT account_id FROM orders) OR id = 3", code: "0A000", msg: "subquery"},
+		{name: "NOT IN subquery", sql: "SELECT * FROM accounts WHERE id NOT IN (SELECT account_id FROM orders)", code: wire.FeatureNotSupported, msg: "subquery over sharded table orders"},
+		{name: "IN subquery off key", sql: "SELECT * FROM accounts WHERE id IN (SELECT id FROM orders)", code: wire.FeatureNotSupported, msg: "subquery over sharded table orders"},
+		{name: "IN subquery under OR", sql: "SELECT * FROM accounts WHERE id IN (SELECT account_id FROM orders) OR id = 3", code: wire.FeatureNotSupported, msg: "subquery"},
 		{name: "correlated in select list", sql: "SELECT a.id, (SELECT sum(total) FROM orders o WHERE o.account_id = a.id) FROM accounts a", kind: All, shards: all},
 		{name: "correlated NOT EXISTS", sql: "SELECT * FROM accounts a WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.account_id = a.id)", kind: All, shards: all},
 		{name: "correlated key does not restrict outer", sql: "SELECT * FROM accounts a WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.account_id = a.id AND o.account_id = 3)", kind: All, shards: all},
 		{name: "correlated with outer key", sql: "SELECT * FROM accounts a WHERE a.id = $1 AND EXISTS (SELECT 1 FROM orders o WHERE o.account_id = a.id)", params: params(2), kind: Direct, shards: shards(s2)},
-		{name: "correlated under OR", sql: "SELECT * FROM accounts a WHERE EXISTS (SELECT 1 FROM orders o WHERE o.account_id = a.id OR o.total > 0)", code: "0A000", msg: "subquery over sharded table orders"},
-		{name: "correlated, other sharded table inside", sql: "SELECT * FROM accounts a WHERE EXISTS (SELECT 1 FROM orders o JOIN users u ON u.email = o.email WHERE o.account_id = a.id)", code: "0A000", msg: "subquery over sharded table users"},
+		{name: "correlated under OR", sql: "SELECT * FROM accounts a WHERE EXISTS (SELECT 1 FROM orders o WHERE o.account_id = a.id OR o.total > 0)", code: wire.FeatureNotSupported, msg: "subquery over sharded table orders"},
+		{name: "correlated, other sharded table inside", sql: "SELECT * FROM accounts a WHERE EXISTS (SELECT 1 FROM orders o JOIN users u ON u.email = o.email WHERE o.account_id = a.id)", code: wire.FeatureNotSupported, msg: "subquery over sharded table users"},
 		{name: "LATERAL", sql: "SELECT * FROM accounts a, LATERAL (SELECT * FROM orders o WHERE o.account_id = a.id ORDER BY total DESC LIMIT 3) x", kind: All, shards: all},
-		{name: "subquery in select list", sql: "SELECT (SELECT count(*) FROM orders) FROM accounts", code: "0A000", msg: "subquery over sharded table orders"},
-		{name: "scalar subquery without FROM", sql: "SELECT (SELECT max(id) FROM accounts)", code: "0A000", msg: "subquery over sharded table accounts"},
-		{name: "subquery in FROM across shards", sql: "SELECT count(*) FROM (SELECT * FROM accounts LIMIT 10) s", code: "0A000", msg: "subquery"},
-		{name: "CTE across shards", sql: "WITH a AS (SELECT * FROM accounts) SELECT * FROM a", code: "0A000", msg: "WITH query over sharded table accounts"},
-		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", code: "0A000", msg: "UNION over sharded table"},
+		{name: "subquery in select list", sql: "SELECT (SELECT count(*) FROM orders) FROM accounts", code: wire.FeatureNotSupported, msg: "subquery over sharded table orders"},
+		{name: "scalar subquery without FROM", sql: "SELECT (SELECT max(id) FROM accounts)", code: wire.FeatureNotSupported, msg: "subquery over sharded table accounts"},
+		{name: "subquery in FROM across shards", sql: "SELECT count(*) FROM (SELECT * FROM accounts LIMIT 10) s", code: wire.FeatureNotSupported, msg: "subquery"},
+		{name: "CTE across shards", sql: "WITH a AS (SELECT * FROM accounts) SELECT * FROM a", code: wire.FeatureNotSupported, msg: "WITH query over sharded table accounts"},
+		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
 		{name: "UNION on one shard", sql: "SELECT id FROM accounts WHERE id = 3 UNION ALL SELECT account_id FROM orders WHERE account_id = 3", kind: Direct, shards: shards(s3)},
 	})
 }
@@ -186,10 +188,10 @@ func TestRouteJoins(t *testing.T) {
 		{name: "left join key in WHERE", sql: "SELECT * FROM accounts a LEFT JOIN orders o ON o.account_id = a.id WHERE a.id = 3", kind: Direct, shards: shards(s3)},
 		{name: "inner join under outer join", sql: "SELECT * FROM countries c LEFT JOIN (accounts a JOIN orders o ON o.account_id = a.id AND a.id = 3) ON true", kind: All, shards: all},
 		{name: "both constrained", sql: "SELECT * FROM accounts a JOIN orders o ON o.id = a.id WHERE a.id = 3 AND o.account_id = 3", kind: Direct, shards: shards(s3)},
-		{name: "both constrained apart", sql: "SELECT * FROM accounts a JOIN orders o ON o.id = a.id WHERE a.id = 3 AND o.account_id = 2", code: "0A000", msg: "not joined on their sharding keys"},
-		{name: "not on the key", sql: "SELECT * FROM accounts a JOIN orders o ON o.id = a.id", code: "0A000", msg: "sharded tables accounts and orders are not joined on their sharding keys"},
-		{name: "different functions", sql: "SELECT * FROM accounts a JOIN users u ON u.email = a.id::text", code: "0A000", msg: "not joined"},
-		{name: "self join off key", sql: "SELECT * FROM accounts a JOIN accounts b ON a.parent = b.id", code: "0A000", msg: "not joined"},
+		{name: "both constrained apart", sql: "SELECT * FROM accounts a JOIN orders o ON o.id = a.id WHERE a.id = 3 AND o.account_id = 2", code: wire.FeatureNotSupported, msg: "not joined on their sharding keys"},
+		{name: "not on the key", sql: "SELECT * FROM accounts a JOIN orders o ON o.id = a.id", code: wire.FeatureNotSupported, msg: "sharded tables accounts and orders are not joined on their sharding keys"},
+		{name: "different functions", sql: "SELECT * FROM accounts a JOIN users u ON u.email = a.id::text", code: wire.FeatureNotSupported, msg: "not joined"},
+		{name: "self join off key", sql: "SELECT * FROM accounts a JOIN accounts b ON a.parent = b.id", code: wire.FeatureNotSupported, msg: "not joined"},
 		{name: "omni join", sql: "SELECT * FROM accounts a JOIN countries c ON c.code = a.country WHERE a.id = 3", kind: Direct, shards: shards(s3)},
 		{name: "omni join fan-out", sql: "SELECT * FROM accounts a JOIN countries c ON c.code = a.country", kind: All, shards: all},
 		{name: "UPDATE FROM", sql: "UPDATE orders o SET total = 0 FROM accounts a WHERE a.id = o.account_id AND a.id = 2", kind: Direct, shards: shards(s2), write: true},
@@ -211,8 +213,8 @@ func TestRouteOmniAndAny(t *testing.T) {
 		{name: "function", sql: "SELECT now()", kind: Any, shards: all},
 		{name: "VALUES", sql: "VALUES (1), (2)", kind: Any, shards: all},
 		{name: "empty", sql: "  ", kind: Any, shards: all},
-		{name: "omni write reading sharded", sql: "INSERT INTO countries SELECT country FROM accounts", code: "0A000", msg: "writes omni table countries"},
-		{name: "omni update from sharded", sql: "UPDATE countries c SET n = 1 FROM accounts a WHERE a.country = c.code AND a.id = 3", code: "0A000", msg: "reads sharded table accounts"},
+		{name: "omni write reading sharded", sql: "INSERT INTO countries SELECT country FROM accounts", code: wire.FeatureNotSupported, msg: "writes omni table countries"},
+		{name: "omni update from sharded", sql: "UPDATE countries c SET n = 1 FROM accounts a WHERE a.country = c.code AND a.id = 3", code: wire.FeatureNotSupported, msg: "reads sharded table accounts"},
 	})
 }
 
@@ -227,14 +229,14 @@ func TestRouteSchemas(t *testing.T) {
 		{name: "search_path not first", sql: "SELECT * FROM countries", hints: path("public", "tenant_a"), kind: OmniRead, shards: all},
 		{name: "search_path ignores catalogs", sql: "SELECT * FROM pg_class", hints: path("tenant_a"), kind: OmniRead, shards: all},
 		{name: "join with omni", sql: "SELECT * FROM tenant_a.items i JOIN public.countries c ON true", kind: Direct, shards: []int{1}},
-		{name: "two schemas", sql: "SELECT * FROM tenant_a.items, tenant_b.items", code: "0A000", msg: "not joined"},
+		{name: "two schemas", sql: "SELECT * FROM tenant_a.items, tenant_b.items", code: wire.FeatureNotSupported, msg: "not joined"},
 		{name: "CREATE TABLE", sql: "CREATE TABLE tenant_a.t (id int)", kind: Direct, shards: []int{1}, write: true},
 		{name: "CREATE TABLE on search_path", sql: "CREATE TABLE t (id int)", hints: path("tenant_b"), kind: Direct, shards: []int{2}, write: true},
 		{name: "CREATE SCHEMA", sql: "CREATE SCHEMA tenant_b", kind: Direct, shards: []int{2}, write: true},
 		{name: "DROP TABLE", sql: "DROP TABLE tenant_a.t", kind: Direct, shards: []int{1}, write: true},
 		{name: "DROP SCHEMA", sql: "DROP SCHEMA tenant_b CASCADE", kind: Direct, shards: []int{2}, write: true},
 		{name: "CREATE INDEX", sql: "CREATE INDEX ON tenant_a.t (id)", kind: Direct, shards: []int{1}, write: true},
-		{name: "DDL across schemas", sql: "ALTER TABLE tenant_a.t ADD FOREIGN KEY (x) REFERENCES tenant_b.u (id)", code: "0A000", msg: "sharded schemas"},
+		{name: "DDL across schemas", sql: "ALTER TABLE tenant_a.t ADD FOREIGN KEY (x) REFERENCES tenant_b.u (id)", code: wire.FeatureNotSupported, msg: "sharded schemas"},
 	})
 }
 
@@ -245,7 +247,7 @@ func TestRouteColumnRule(t *testing.T) {
 		{name: "qualified", sql: "SELECT * FROM invoices i JOIN countries c ON true WHERE i.tenant_id = 2", kind: Direct, shards: shards(s2)},
 		{name: "co-located", sql: "SELECT * FROM invoices i JOIN payments p ON p.tenant_id = i.tenant_id WHERE i.tenant_id = 3", kind: Direct, shards: shards(s3)},
 		{name: "INSERT column list", sql: "INSERT INTO invoices (id, tenant_id) VALUES (1, 2)", kind: Direct, shards: shards(s2), write: true},
-		{name: "unknown", sql: "SELECT * FROM invoices", code: "0A000", msg: "cannot tell whether table invoices is sharded by column tenant_id"},
+		{name: "unknown", sql: "SELECT * FROM invoices", code: wire.FeatureNotSupported, msg: "cannot tell whether table invoices is sharded by column tenant_id"},
 		{name: "unknown with hint", sql: "SELECT * FROM invoices", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}},
 		{name: "listed omni", sql: "SELECT * FROM countries", kind: OmniRead, shards: all},
 	})
@@ -254,7 +256,7 @@ func TestRouteColumnRule(t *testing.T) {
 		{name: "catalog key", sql: "SELECT * FROM invoices WHERE tenant_id = $1", params: params(3), kind: Direct, shards: shards(s3)},
 		{name: "catalog omni", sql: "SELECT * FROM notes", kind: OmniRead, shards: all},
 		{name: "catalog omni write", sql: "UPDATE notes SET body = ''", kind: OmniWrite, shards: all, write: true},
-		{name: "catalog unknown table", sql: "SELECT * FROM mystery", code: "0A000", msg: "cannot tell"},
+		{name: "catalog unknown table", sql: "SELECT * FROM mystery", code: wire.FeatureNotSupported, msg: "cannot tell"},
 	})
 }
 
@@ -269,12 +271,12 @@ func TestRouteUpdateDelete(t *testing.T) {
 		{name: "delete all", sql: "DELETE FROM accounts WHERE name = 'x'", kind: All, shards: all, write: true},
 		{name: "delete USING omni", sql: "DELETE FROM accounts a USING countries c WHERE a.country = c.code AND a.id = $1", params: params(2), kind: Direct, shards: shards(s2), write: true},
 		{name: "update key same shard", sql: "UPDATE accounts SET id = $1 WHERE id = $2", params: params(3, 3), kind: Direct, shards: shards(s3), write: true},
-		{name: "update key moves row", sql: "UPDATE accounts SET id = $1 WHERE id = $2", params: params(2, 3), code: "0A000", msg: `sharding key column "id"`},
-		{name: "update key constant", sql: "UPDATE accounts SET id = 5 WHERE name = 'x'", code: "0A000", msg: `cannot update sharding key column "id" on several shards`},
-		{name: "update key expression", sql: "UPDATE accounts SET id = id + 1 WHERE id = 3", code: "0A000", msg: `cannot update sharding key column "id" of table accounts`},
-		{name: "update key in WITH", sql: "WITH u AS (UPDATE accounts SET id = 3 WHERE id = 3 RETURNING *) SELECT * FROM u", code: "0A000", msg: `sharding key column "id"`},
+		{name: "update key moves row", sql: "UPDATE accounts SET id = $1 WHERE id = $2", params: params(2, 3), code: wire.FeatureNotSupported, msg: `sharding key column "id"`},
+		{name: "update key constant", sql: "UPDATE accounts SET id = 5 WHERE name = 'x'", code: wire.FeatureNotSupported, msg: `cannot update sharding key column "id" on several shards`},
+		{name: "update key expression", sql: "UPDATE accounts SET id = id + 1 WHERE id = 3", code: wire.FeatureNotSupported, msg: `cannot update sharding key column "id" of table accounts`},
+		{name: "update key in WITH", sql: "WITH u AS (UPDATE accounts SET id = 3 WHERE id = 3 RETURNING *) SELECT * FROM u", code: wire.FeatureNotSupported, msg: `sharding key column "id"`},
 		{name: "data-modifying WITH", sql: "WITH d AS (DELETE FROM accounts WHERE id = 3 RETURNING *) SELECT * FROM d", kind: Direct, shards: shards(s3), write: true},
-		{name: "MERGE sharded", sql: "MERGE INTO accounts a USING countries c ON a.country = c.code WHEN MATCHED THEN DELETE", code: "0A000", msg: "MERGE into sharded table accounts"},
+		{name: "MERGE sharded", sql: "MERGE INTO accounts a USING countries c ON a.country = c.code WHEN MATCHED THEN DELETE", code: wire.FeatureNotSupported, msg: "MERGE into sharded table accounts"},
 		{name: "MERGE sharded with hint", sql: "MERGE INTO accounts a USING countries c ON a.country = c.code WHEN MATCHED THEN DELETE", hints: Hints{Shard: intp(2)}, kind: Direct, shards: []int{2}, write: true},
 		{name: "MERGE omni", sql: "MERGE INTO countries c USING settings s ON s.k = c.code WHEN MATCHED THEN DELETE", kind: OmniWrite, shards: all, write: true},
 	})
@@ -290,27 +292,27 @@ func TestRouteHints(t *testing.T) {
 		{name: "comment sharding_key", sql: "/* sharding_key: 3 */ SELECT * FROM accounts", kind: Direct, shards: shards(s3)},
 		{name: "comment quoted key", sql: "/* sharding_key: 'test_value' */ SELECT * FROM users", kind: Direct, shards: shards(textShard("test_value"))},
 		{name: "comment key as schema", sql: "/* sharding_key: tenant_b */ SELECT * FROM items", kind: Direct, shards: []int{2}},
-		{name: "comment shard out of range", sql: "/* shard: 3 */ SELECT 1", code: "22023", msg: "shard 3 does not exist"},
-		{name: "comment shard not a number", sql: "/* shard: x */ SELECT 1", code: "22023", msg: "not a shard number"},
-		{name: "comment bad key", sql: "/* sharding_key: abc */ SELECT * FROM accounts", code: "22P02", msg: "invalid input syntax for type bigint"},
+		{name: "comment shard out of range", sql: "/* shard: 3 */ SELECT 1", code: wire.InvalidParameterValue, msg: "shard 3 does not exist"},
+		{name: "comment shard not a number", sql: "/* shard: x */ SELECT 1", code: wire.InvalidParameterValue, msg: "not a shard number"},
+		{name: "comment bad key", sql: "/* sharding_key: abc */ SELECT * FROM accounts", code: wire.InvalidTextRepresentation, msg: "invalid input syntax for type bigint"},
 		{name: "comment in string is not a hint", sql: "SELECT '/* shard: 2 */' FROM accounts WHERE id = 3", kind: Direct, shards: shards(s3)},
 		{name: "comment on unparsable SQL", sql: "/* shard: 1 */ SELEKT 1", kind: Direct, shards: []int{1}, write: true},
 		{name: "comment overrides join check", sql: "/* shard: 0 */ SELECT * FROM accounts a JOIN orders o ON o.id = a.id", kind: Direct, shards: []int{0}},
 		{name: "comment beats SET", sql: "/* shard: 0 */ SELECT * FROM accounts", hints: Hints{Shard: intp(2)}, kind: Direct, shards: []int{0}},
 		{name: "SET shard", sql: "SELECT * FROM accounts WHERE id = 3", hints: Hints{Shard: intp(2)}, kind: Direct, shards: []int{2}},
 		{name: "SET shard write", sql: "UPDATE accounts SET x = 1", hints: Hints{Shard: intp(0)}, kind: Direct, shards: []int{0}, write: true},
-		{name: "SET shard out of range", sql: "SELECT 1", hints: Hints{Shard: intp(-1)}, code: "22023", msg: "shard -1 does not exist"},
+		{name: "SET shard out of range", sql: "SELECT 1", hints: Hints{Shard: intp(-1)}, code: wire.InvalidParameterValue, msg: "shard -1 does not exist"},
 		{name: "SET sharding_key", sql: "SELECT * FROM accounts", hints: Hints{ShardingKey: strp("3")}, kind: Direct, shards: shards(s3)},
 		{name: "SET sharding_key text", sql: "SELECT * FROM users", hints: Hints{ShardingKey: strp("test_value")}, kind: Direct, shards: shards(textShard("test_value"))},
-		{name: "SET sharding_key list", sql: "SELECT * FROM regions", hints: Hints{ShardingKey: strp("zz")}, code: "23514", msg: "no shard"},
-		{name: "SET sharding_key without tables", sql: "SELECT 1", hints: Hints{ShardingKey: strp("3")}, code: "22023", msg: "different sharding functions"},
+		{name: "SET sharding_key list", sql: "SELECT * FROM regions", hints: Hints{ShardingKey: strp("zz")}, code: wire.CheckViolation, msg: "no shard"},
+		{name: "SET sharding_key without tables", sql: "SELECT 1", hints: Hints{ShardingKey: strp("3")}, code: wire.InvalidParameterValue, msg: "different sharding functions"},
 		{name: "SET sharding_key omni table", sql: "SELECT * FROM countries, accounts", hints: Hints{ShardingKey: strp("3")}, kind: Direct, shards: shards(s3)},
-		{name: "hint on omni write", sql: "INSERT INTO countries VALUES ('x')", hints: Hints{Shard: intp(1)}, code: "0A000", msg: "omni table countries must be written on every shard"},
-		{name: "comment on omni write", sql: "/* shard: 1 */ DELETE FROM countries", code: "0A000", msg: "omni table countries"},
+		{name: "hint on omni write", sql: "INSERT INTO countries VALUES ('x')", hints: Hints{Shard: intp(1)}, code: wire.FeatureNotSupported, msg: "omni table countries must be written on every shard"},
+		{name: "comment on omni write", sql: "/* shard: 1 */ DELETE FROM countries", code: wire.FeatureNotSupported, msg: "omni table countries"},
 		{name: "hint on BEGIN", sql: "BEGIN", hints: Hints{Shard: intp(1)}, kind: Transaction, shards: all},
-		{name: "hint and key update", sql: "UPDATE accounts SET id = $1 WHERE id = $2", params: params(2, 2), hints: Hints{Shard: intp(s3)}, code: "0A000", msg: "the new value belongs on shard"},
+		{name: "hint and key update", sql: "UPDATE accounts SET id = $1 WHERE id = $2", params: params(2, 2), hints: Hints{Shard: intp(s3)}, code: wire.FeatureNotSupported, msg: "the new value belongs on shard"},
 		{name: "comment and key update", sql: "/* shard: 0 */ UPDATE accounts SET id = $1", params: params(2), kind: Direct, shards: []int{0}, write: true},
-		{name: "comment and key update elsewhere", sql: "/* shard: 0 */ UPDATE accounts SET id = $1", params: params(3), code: "0A000", msg: "the new value belongs on shard 1"},
+		{name: "comment and key update elsewhere", sql: "/* shard: 0 */ UPDATE accounts SET id = $1", params: params(3), code: wire.FeatureNotSupported, msg: "the new value belongs on shard 1"},
 		{name: "hint on DO", sql: "DO $$ BEGIN PERFORM 1; END $$", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}, write: true},
 	})
 }
@@ -328,10 +330,10 @@ func TestRouteControl(t *testing.T) {
 		{name: "RESET", sql: "RESET ALL", kind: Session, shards: all},
 		{name: "DISCARD", sql: "DISCARD ALL", kind: Session, shards: all},
 		{name: "LISTEN", sql: "LISTEN jobs", kind: Session, shards: all},
-		{name: "PREPARE", sql: "PREPARE p AS SELECT 1", code: "0A000", msg: "PREPARE and EXECUTE"},
-		{name: "DO", sql: "DO $$ BEGIN PERFORM 1; END $$", code: "0A000", msg: "DO runs arbitrary code"},
-		{name: "CALL", sql: "CALL p()", code: "0A000", msg: "CALL runs arbitrary code"},
-		{name: "syntax error", sql: "SELEKT 1", code: "42601", msg: "syntax error"},
+		{name: "PREPARE", sql: "PREPARE p AS SELECT 1", code: wire.FeatureNotSupported, msg: "PREPARE and EXECUTE"},
+		{name: "DO", sql: "DO $$ BEGIN PERFORM 1; END $$", code: wire.FeatureNotSupported, msg: "DO runs arbitrary code"},
+		{name: "CALL", sql: "CALL p()", code: wire.FeatureNotSupported, msg: "CALL runs arbitrary code"},
+		{name: "syntax error", sql: "SELEKT 1", code: wire.SyntaxError, msg: "syntax error"},
 	})
 }
 
@@ -346,18 +348,18 @@ func TestRouteDDL(t *testing.T) {
 		{name: "VACUUM", sql: "VACUUM ANALYZE accounts", kind: All, shards: all, write: true},
 		{name: "CREATE VIEW", sql: "CREATE VIEW v AS SELECT * FROM accounts", kind: All, shards: all, write: true},
 		{name: "CREATE TABLE AS omni", sql: "CREATE TABLE c2 AS SELECT * FROM countries", kind: All, shards: all, write: true},
-		{name: "CREATE TABLE AS sharded", sql: "CREATE TABLE a2 AS SELECT * FROM accounts", code: "0A000", msg: "CREATE TABLE AS over sharded table accounts"},
-		{name: "SELECT INTO sharded", sql: "SELECT * INTO a2 FROM accounts", code: "0A000", msg: "SELECT INTO over sharded table accounts"},
+		{name: "CREATE TABLE AS sharded", sql: "CREATE TABLE a2 AS SELECT * FROM accounts", code: wire.FeatureNotSupported, msg: "CREATE TABLE AS over sharded table accounts"},
+		{name: "SELECT INTO sharded", sql: "SELECT * INTO a2 FROM accounts", code: wire.FeatureNotSupported, msg: "SELECT INTO over sharded table accounts"},
 		{name: "CREATE TABLE AS one shard", sql: "CREATE TABLE a2 AS SELECT * FROM accounts WHERE id = 3", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}, write: true},
 		{name: "DECLARE one shard", sql: "DECLARE c CURSOR FOR SELECT * FROM accounts WHERE id = 3", kind: Direct, shards: shards(intShard(3))},
-		{name: "DECLARE fan-out", sql: "DECLARE c CURSOR FOR SELECT * FROM accounts", code: "0A000", msg: "cursor"},
+		{name: "DECLARE fan-out", sql: "DECLARE c CURSOR FOR SELECT * FROM accounts", code: wire.FeatureNotSupported, msg: "cursor"},
 		{name: "FETCH", sql: "FETCH 10 FROM c", kind: Session, shards: all},
-		{name: "CREATE TEMP TABLE", sql: "CREATE TEMP TABLE tt (x int)", code: "0A000", msg: "temporary tables"},
-		{name: "CREATE TABLE pg_temp", sql: "CREATE TABLE pg_temp.tt (x int)", code: "0A000", msg: "temporary tables"},
-		{name: "CREATE TEMP TABLE AS", sql: "CREATE TEMPORARY TABLE tt AS SELECT 1 AS y", code: "0A000", msg: "temporary tables"},
-		{name: "SELECT INTO TEMP", sql: "SELECT 1 AS y INTO TEMP tt", code: "0A000", msg: "temporary tables"},
-		{name: "CREATE TEMP VIEW", sql: "CREATE TEMP VIEW tv AS SELECT 1", code: "0A000", msg: "temporary tables"},
-		{name: "CREATE TEMP SEQUENCE", sql: "CREATE TEMP SEQUENCE ts", code: "0A000", msg: "temporary tables"},
+		{name: "CREATE TEMP TABLE", sql: "CREATE TEMP TABLE tt (x int)", code: wire.FeatureNotSupported, msg: "temporary tables"},
+		{name: "CREATE TABLE pg_temp", sql: "CREATE TABLE pg_temp.tt (x int)", code: wire.FeatureNotSupported, msg: "temporary tables"},
+		{name: "CREATE TEMP TABLE AS", sql: "CREATE TEMPORARY TABLE tt AS SELECT 1 AS y", code: wire.FeatureNotSupported, msg: "temporary tables"},
+		{name: "SELECT INTO TEMP", sql: "SELECT 1 AS y INTO TEMP tt", code: wire.FeatureNotSupported, msg: "temporary tables"},
+		{name: "CREATE TEMP VIEW", sql: "CREATE TEMP VIEW tv AS SELECT 1", code: wire.FeatureNotSupported, msg: "temporary tables"},
+		{name: "CREATE TEMP SEQUENCE", sql: "CREATE TEMP SEQUENCE ts", code: wire.FeatureNotSupported, msg: "temporary tables"},
 		{name: "CREATE TEMP TABLE on one shard", sql: "CREATE TEMP TABLE tt (x int)", hints: Hints{Shard: intp(1)}, kind: Direct, shards: []int{1}, write: true},
 	})
 }
@@ -372,9 +374,9 @@ func TestRouteMultiStatement(t *testing.T) {
 		{name: "omni reads", sql: "SELECT 1; SELECT * FROM countries", kind: OmniRead, shards: all},
 		{name: "DDL batch", sql: "CREATE TABLE a (id int); CREATE INDEX ON a (id)", kind: OmniWrite, shards: all, write: true},
 		{name: "control only", sql: "SET x = 1; BEGIN", kind: Transaction, shards: all},
-		{name: "different shards", sql: "SELECT * FROM accounts WHERE id = 3; SELECT * FROM accounts WHERE id = 2", code: "0A000", msg: "multi-statement"},
-		{name: "fan-out", sql: "SELECT 1; SELECT * FROM accounts", code: "0A000", msg: "multi-statement"},
-		{name: "DDL and direct", sql: "CREATE TABLE a (id int); INSERT INTO accounts (id) VALUES (3)", code: "0A000", msg: "multi-statement"},
+		{name: "different shards", sql: "SELECT * FROM accounts WHERE id = 3; SELECT * FROM accounts WHERE id = 2", code: wire.FeatureNotSupported, msg: "multi-statement"},
+		{name: "fan-out", sql: "SELECT 1; SELECT * FROM accounts", code: wire.FeatureNotSupported, msg: "multi-statement"},
+		{name: "DDL and direct", sql: "CREATE TABLE a (id int); INSERT INTO accounts (id) VALUES (3)", code: wire.FeatureNotSupported, msg: "multi-statement"},
 		{name: "hint", sql: "/* shard: 1 */ SELECT * FROM accounts; UPDATE orders SET x = 1", kind: Direct, shards: []int{1}, write: true},
 	})
 }
@@ -387,7 +389,7 @@ func TestRouteExplain(t *testing.T) {
 		{name: "fan-out shows one shard", sql: "EXPLAIN SELECT count(*) FROM accounts", kind: Direct, shards: []int{0}},
 		{name: "write not run", sql: "EXPLAIN UPDATE accounts SET x = 1", kind: Direct, shards: []int{0}},
 		{name: "analyze direct write", sql: "EXPLAIN ANALYZE UPDATE accounts SET x = 1 WHERE id = $1", params: params(3), kind: Direct, shards: shards(s3), write: true},
-		{name: "analyze fan-out", sql: "EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM accounts", code: "0A000", msg: "EXPLAIN ANALYZE"},
+		{name: "analyze fan-out", sql: "EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM accounts", code: wire.FeatureNotSupported, msg: "EXPLAIN ANALYZE"},
 		{name: "analyze off", sql: "EXPLAIN (ANALYZE false) SELECT * FROM accounts", kind: Direct, shards: []int{0}},
 		{name: "omni", sql: "EXPLAIN SELECT * FROM countries", kind: OmniRead, shards: all},
 	})

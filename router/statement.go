@@ -217,7 +217,7 @@ func (o operand) single(k *keyFunc, env *routeEnv) (int, error) {
 		return o.shard, nil
 	case opParam:
 		if o.param >= len(env.params) {
-			return 0, wire.Errorf(codeUndefinedParam, "there is no parameter $%d", o.param+1)
+			return 0, wire.Errorf(wire.UndefinedParameter, "there is no parameter $%d", o.param+1)
 		}
 		format := paramFormat(env.formats, o.param)
 		if format == 1 && o.textOnly {
@@ -270,7 +270,7 @@ func (s *Statement) hintShard(h Hints) (int, error) {
 
 func (r *Router) checkShard(shard int) (int, error) {
 	if shard < 0 || shard >= r.shards {
-		return 0, wire.Errorf(codeInvalidParameter, "shard %d does not exist: the database has %d shards (0 to %d)", shard, r.shards, r.shards-1)
+		return 0, wire.Errorf(wire.InvalidParameterValue, "shard %d does not exist: the database has %d shards (0 to %d)", shard, r.shards, r.shards-1)
 	}
 	return shard, nil
 }
@@ -299,7 +299,7 @@ func (s *Statement) keyShard(value string) (int, error) {
 		if shard, ok := s.r.schemas[value]; ok {
 			return shard, nil
 		}
-		return 0, wire.Errorf(codeInvalidParameter, "cannot route sharding key %q: the statement's tables use different sharding functions, or none", value)
+		return 0, wire.Errorf(wire.InvalidParameterValue, "cannot route sharding key %q: the statement's tables use different sharding functions, or none", value)
 	}
 	key, err := sharding.ParseKey(k.typ, value)
 	if err != nil {

@@ -25,15 +25,13 @@ const (
 	msgBadFormat    = "invalid message format"
 )
 
-// Fail records e as the body's error unless there is one already.
-func (d *Body) Fail(e *Error) {
+// fail records PostgreSQL's error for msg unless the body failed already.
+func (d *Body) fail(msg string) {
 	if d.err == nil {
-		d.err = e
+		d.err = Errorf(ProtocolViolation, "%s", msg)
 		d.b = nil
 	}
 }
-
-func (d *Body) fail(msg string) { d.Fail(Errorf(ProtocolViolation, "%s", msg)) }
 
 // Byte reads one byte.
 func (d *Body) Byte() byte {

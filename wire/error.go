@@ -5,40 +5,44 @@ import (
 	"fmt"
 )
 
-// SQLSTATE codes the proxy itself answers with. Codes are PostgreSQL's own
-// (Appendix A of the manual); the proxy's reason goes into Detail or Hint.
+//go:generate go run ./internal/gencodes
+
+// The SQLSTATE constants, one per PostgreSQL condition, are generated into
+// codes_gen.go from PostgreSQL's errcodes.txt. The proxy answers with
+// PostgreSQL's own codes only (Appendix A of the manual) and puts its own
+// reason into Detail or Hint.
+
+// The old names of two codes, kept until every package uses the generated
+// ones.
 const (
-	ProtocolViolation          = "08P01"
-	ConnectionFailure          = "08006"
-	ConnectionException        = "08000"
-	InvalidPassword            = "28P01"
-	InvalidAuthSpec            = "28000"
-	InvalidCatalogName         = "3D000" // unknown database
-	TooManyConnections         = "53300"
-	AdminShutdown              = "57P01"
-	QueryCanceled              = "57014"
-	FeatureNotSupported        = "0A000"
-	SyntaxError                = "42601"
-	InsufficientPrivilege      = "42501"
-	InternalError              = "XX000"
-	InvalidParameterValue      = "22023"
-	ObjectInUse                = "55006"
-	CannotConnectNow           = "57P03"
-	UndefinedObject            = "42704" // unknown setting, client or other named object
-	ConfigFileError            = "F0000" // the configuration file is invalid (RELOAD)
-	InvalidStatementName       = "26000" // unknown prepared statement
-	DuplicatePreparedStatement = "42P05"
-	InvalidCursorName          = "34000" // unknown portal
+	// InvalidAuthSpec is 28000, invalid_authorization_specification.
+	//
+	// Deprecated: use InvalidAuthorizationSpecification.
+	InvalidAuthSpec = InvalidAuthorizationSpecification
+
+	// InvalidStatementName is 26000, invalid_sql_statement_name.
+	//
+	// Deprecated: use InvalidSQLStatementName.
+	InvalidStatementName = InvalidSQLStatementName
 )
 
-// Error is an ErrorResponse the proxy sends to a client. It implements
-// error so that it can travel up the stack and be sent where it lands.
+// Error is an ErrorResponse the proxy sends to a client, or one a server
+// sent (ParseError). It implements error so that it can travel up the stack
+// and be sent where it lands.
 type Error struct {
 	Severity string // ERROR, FATAL
 	Code     string // SQLSTATE
 	Message  string
 	Detail   string
 	Hint     string
+
+	// Routine is a server's 'R' field: the PostgreSQL function that raised
+	// the error, such as RevalidateCachedQuery. Unlike Message it is never
+	// translated (lc_messages), so together with Code it tells one server
+	// error from another where the SQLSTATE alone is too broad. It is for
+	// classifying only: AppendError does not send it, so a server error the
+	// proxy re-encodes reaches the client with the fields it always had.
+	Routine string
 }
 
 func (e *Error) Error() string {
@@ -136,6 +140,8 @@ func ParseError(body []byte) *Error {
 			e.Detail = v
 		case 'H':
 			e.Hint = v
+		case 'R':
+			e.Routine = v
 		}
 	}
 	return e

@@ -7,9 +7,9 @@ import (
 	"io"
 )
 
-// MaxStartupPacket is the largest startup packet accepted, as in PostgreSQL
+// maxStartupPacket is the largest startup packet accepted, as in PostgreSQL
 // (MAX_STARTUP_PACKET_LENGTH).
-const MaxStartupPacket = 10000
+const maxStartupPacket = 10000
 
 // Reader reads framed messages from one connection.
 type Reader struct {
@@ -132,7 +132,7 @@ func (r *Reader) Startup() ([]byte, error) {
 		return nil, err
 	}
 	n := int(int32(binary.BigEndian.Uint32(hdr)))
-	if n < 8 || n > MaxStartupPacket {
+	if n < 8 || n > maxStartupPacket {
 		return nil, &Error{Severity: "FATAL", Code: ProtocolViolation, Message: fmt.Sprintf("invalid length of startup packet: %d", n)}
 	}
 	raw, err := r.br.Peek(n)

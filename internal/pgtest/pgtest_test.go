@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
 )
 
 func TestStartExec(t *testing.T) {
@@ -103,7 +104,7 @@ func TestAuth(t *testing.T) {
 					continue // pgx gives up before asking the server
 				}
 				var pgErr *pgconn.PgError
-				if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
+				if !errors.As(err, &pgErr) || pgErr.Code != wire.InvalidPassword {
 					t.Errorf("wrong password: %v, want SQLSTATE 28P01", err)
 				}
 			}
