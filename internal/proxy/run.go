@@ -1,4 +1,4 @@
-package main
+package proxy
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
@@ -18,10 +17,17 @@ import (
 	"github.com/shardgate/shardgate/replication"
 )
 
-// serve runs the proxy until ctx ends (SIGINT/SIGTERM) or an admin runs
-// SHUTDOWN, then shuts down gracefully. ready, if not nil, receives the
-// listen address once serving.
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan<- string) error {
+// Options are what Run takes besides the configuration.
+type Options struct {
+	// Ready, if not nil, receives the client listen address once Run
+	// serves.
+	Ready chan<- string
+}
+
+// Run serves cfg until ctx ends (SIGINT/SIGTERM) or an admin runs SHUTDOWN,
+// then shuts down gracefully: open transactions get cfg.ShutdownTimeout to
+// finish. Resharding tasks recorded as running resume in the background.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
 	ctx, shutdown := context.WithCancel(ctx)
 	defer shutdown()
 	st, err := frontend.NewState(cfg, log)
@@ -66,8 +72,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 		log.Info("metrics listening", "addr", ms.Addr())
 	}
 	log.Info("shardgate listening", "addr", ln.Addr().String(), "databases", len(cfg.Databases))
-	if ready != nil {
-		ready <- ln.Addr().String()
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr().String()
 	}
 
 	hup := make(chan os.Signal, 1)
@@ -116,27 +122,4 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 	}
 	log.Info("shutdown complete")
 	return err
-}
-
-// reload re-reads the config file and swaps the state in (SIGHUP and admin
-// RELOAD). A bad file leaves the running configuration in place; the error
-// lists every problem as file:line.
-func reload(l *frontend.Listener, m *metrics.Metrics, log *slog.Logger) error {
-	start := time.Now()
-	old := l.State().Config
-	err := l.Reload()
-	m.Reloaded(err)
-	if err != nil {
-		log.Error("reload failed; the previous configuration stays in effect", "file", old.Path, "err", err)
-		return err
-	}
-	cfg := l.State().Config
-	if cfg.Listen != old.Listen {
-		log.Warn("listen changed; it takes effect at restart", "running", old.Listen, "file", cfg.Listen)
-	}
-	if cfg.Metrics.Listen != old.Metrics.Listen {
-		log.Warn("metrics.listen changed; it takes effect at restart", "running", old.Metrics.Listen, "file", cfg.Metrics.Listen)
-	}
-	log.Info("configuration reloaded", "file", cfg.Path, "took", time.Since(start))
-	return nil
 }
