@@ -22,20 +22,22 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/metrics"
+	"github.com/shardgate/shardgate/replication"
 )
 
 // operated is a proxy wired like cmd/proxy wires it: the admin database,
 // metrics over HTTP, and reloads of a config file that tests rewrite.
 type operated struct {
 	*proxy
-	File        string // the config file RELOAD reads
-	MetricsAddr string // host:port of /metrics and /healthz
+	File        string               // the config file RELOAD reads
+	MetricsAddr string               // host:port of /metrics and /healthz
+	Tasks       *replication.Manager // the admin database's resharding tasks
 	shutdowns   chan struct{}
 }
 
 // startOperated writes yamlText to a file and serves it with the admin
-// database and metrics.
-func startOperated(t testing.TB, yamlText string) *operated {
+// database and metrics; setup runs before it serves (to set test knobs).
+func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *operated {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "shardgate.yaml")
 	if err := os.WriteFile(file, []byte(yamlText), 0o600); err != nil {
@@ -59,6 +61,8 @@ func startOperated(t testing.TB, yamlText string) *operated {
 	}, log)
 	o := &operated{File: file, shutdowns: make(chan struct{}, 1)}
 	h.Shutdown = func() { o.shutdowns <- struct{}{} }
+	h.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	o.Tasks = h.Tasks
 	l.Admin = h
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,6 +74,9 @@ func startOperated(t testing.TB, yamlText string) *operated {
 	}
 	o.MetricsAddr = ms.Addr()
 	o.proxy = &proxy{Addr: ln.Addr().String(), Listener: l, Config: cfg}
+	for _, f := range setup {
+		f(o)
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(context.Background(), ln) }()
 	t.Cleanup(func() {

@@ -151,6 +151,9 @@ type Manager struct {
 	// CopyParallelism is how many tables each source shard of a task
 	// started from now on copies at once (default 4).
 	CopyParallelism int
+	// KnobsForTest are test seams handed to every task started from now
+	// on; production leaves them zero. Set them before starting tasks.
+	KnobsForTest Knobs
 
 	mu     sync.Mutex
 	tasks  []*Managed
@@ -353,6 +356,7 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 			return nil, fmt.Errorf("task %d already runs from %q to %q", t.ID, src, dst)
 		}
 	}
+	task.knobs = m.KnobsForTest
 	m.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Managed{ID: m.nextID, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,

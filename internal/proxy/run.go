@@ -22,6 +22,21 @@ type Options struct {
 	// Ready, if not nil, receives the client listen address once Run
 	// serves.
 	Ready chan<- string
+
+	// KnobsForTest are test seams; production leaves them zero.
+	KnobsForTest Knobs
+}
+
+// Knobs are the test seams of a running proxy, in the manner of
+// CockroachDB's testing knobs: each package's own hooks, gathered so that a
+// test binary can set them (integration/internal/crashproxy).
+type Knobs struct {
+	// TwoPhase becomes frontend.Listener.TwoPhaseHookForTest: it runs at
+	// each stage of a two-phase commit ("prepared", "decided").
+	TwoPhase func(stage string)
+	// Replication becomes the resharding task manager's
+	// replication.Manager.KnobsForTest.
+	Replication replication.Knobs
 }
 
 // Run serves cfg until ctx ends (SIGINT/SIGTERM) or an admin runs SHUTDOWN,
@@ -35,14 +50,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return err
 	}
 	l := frontend.NewListener(st, log)
-	if stage := os.Getenv("SHARDGATE_CRASH_2PC_FOR_TEST"); stage != "" {
-		// Crash tests: die like a SIGKILLed proxy at a two-phase commit stage.
-		l.TwoPhaseHookForTest = func(s string) {
-			if s == stage {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}
-	}
+	l.TwoPhaseHookForTest = opts.KnobsForTest.TwoPhase
 	if err := l.RecoverTwoPhase(ctx); err != nil {
 		log.Error("two-phase commit recovery is incomplete; it runs again at the next start", "err", err)
 	}
@@ -51,6 +59,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ah := admin.New(l, reloadFn, log)
 	ah.Shutdown = shutdown
 	ah.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
 	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
 	l.Admin = ah
 	go func() {
