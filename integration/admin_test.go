@@ -21,6 +21,7 @@ import (
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	sgproxy "github.com/shardgate/shardgate/internal/proxy" // "proxy" is this package's in-process proxy
 	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/replication"
 )
@@ -32,6 +33,7 @@ type operated struct {
 	File        string               // the config file RELOAD reads
 	MetricsAddr string               // host:port of /metrics and /healthz
 	Tasks       *replication.Manager // the admin database's resharding tasks
+	Gate        admin.Gate           // the listener, as a cutover drives it
 	shutdowns   chan struct{}
 }
 
@@ -54,16 +56,17 @@ func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *ope
 	}
 	l := frontend.NewListener(st, log)
 	m := metrics.New(l)
-	h := admin.New(l, func() error {
+	view := sgproxy.AdminView(l)
+	h := admin.New(view, func() error {
 		err := l.Reload()
 		m.Reloaded(err)
 		return err
 	}, log)
-	o := &operated{File: file, shutdowns: make(chan struct{}, 1)}
+	o := &operated{File: file, Gate: admin.Gate{L: view}, shutdowns: make(chan struct{}, 1)}
 	h.Shutdown = func() { o.shutdowns <- struct{}{} }
-	h.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	h.Tasks = replication.NewManager(o.Gate, log)
 	o.Tasks = h.Tasks
-	l.Admin = h
+	l.Admin = sgproxy.AdminHandler(h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -56,12 +56,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	m := metrics.New(l)
 	reloadFn := func() error { return reload(l, m, log) }
-	ah := admin.New(l, reloadFn, log)
+	view := AdminView(l)
+	ah := admin.New(view, reloadFn, log)
 	ah.Shutdown = shutdown
-	ah.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	ah.Tasks = replication.NewManager(admin.Gate{L: view}, log)
 	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
 	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
-	l.Admin = ah
+	l.Admin = AdminHandler(ah)
 	go func() {
 		if _, err := ah.Tasks.Resume(ctx); err != nil {
 			log.Error("resuming resharding tasks", "err", err)
