@@ -588,7 +588,9 @@ func (t *Managed) wait(ctx context.Context, what string, retries int, backoff ti
 
 // transient reports whether err comes from a server or connection that
 // went away (connection failures, shutdowns, too many connections) rather
-// than from what the task asked: retrying can succeed.
+// than from what the task asked: retrying can succeed. A connection that
+// pgconn closed after a network error answers later calls with
+// pgconn.ErrConnClosed; which of the two a task sees first is a race.
 func transient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -601,7 +603,8 @@ func transient(err error) bool {
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
 	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // The pause before a failed stream starts again grows from streamRetryMin
