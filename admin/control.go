@@ -40,7 +40,7 @@ func database(x *call, i int) string {
 // pause runs PAUSE [db]: it returns once no client of db (or of any
 // database) holds a server; until RESUME, new transactions wait.
 func (h *Handler) pause(ctx context.Context, x *call) (*result, error) {
-	if err := h.l.Pause(ctx, database(x, 0)); err != nil {
+	if err := h.p.Pause(ctx, database(x, 0)); err != nil {
 		if e, ok := wire.AsError(err); ok {
 			return nil, e
 		}
@@ -50,7 +50,7 @@ func (h *Handler) pause(ctx context.Context, x *call) (*result, error) {
 }
 
 func (h *Handler) resume(ctx context.Context, x *call) (*result, error) {
-	return nil, h.l.Resume(database(x, 0))
+	return nil, h.p.Resume(database(x, 0))
 }
 
 // maintenance runs MAINTENANCE ON|OFF [db].
@@ -64,7 +64,7 @@ func (h *Handler) maintenance(ctx context.Context, x *call) (*result, error) {
 		return nil, &wire.Error{Severity: "ERROR", Code: wire.SyntaxError,
 			Message: fmt.Sprintf("MAINTENANCE takes ON or OFF, not %q", x.args[0]), Hint: "usage: MAINTENANCE ON|OFF [db]"}
 	}
-	return nil, h.l.SetMaintenance(database(x, 1), on)
+	return nil, h.p.SetMaintenance(database(x, 1), on)
 }
 
 // settings are what SET changes at runtime, in every pool: the global
@@ -127,7 +127,7 @@ func (h *Handler) set(ctx context.Context, x *call) (*result, error) {
 			Message: fmt.Sprintf("unrecognized configuration parameter %q", args[0]),
 			Hint:    "SET changes pool_size, checkout_timeout, " + strings.Join(replication.Settings, ", ")}
 	}
-	cfg := h.l.State().Config.Clone()
+	cfg := h.p.Config().Clone()
 	if err := apply(cfg, args[1]); err != nil {
 		return nil, wire.Errorf(wire.InvalidParameterValue, "%v", err)
 	}
@@ -135,7 +135,7 @@ func (h *Handler) set(ctx context.Context, x *call) (*result, error) {
 		return nil, &wire.Error{Severity: "ERROR", Code: wire.InvalidParameterValue,
 			Message: fmt.Sprintf("invalid value for %s", name), Detail: err.Error()}
 	}
-	if err := h.l.Reconfigure(cfg); err != nil {
+	if err := h.p.Reconfigure(cfg); err != nil {
 		return nil, fmt.Errorf("set %s: %w", name, err)
 	}
 	return nil, nil
@@ -148,7 +148,7 @@ func (h *Handler) kill(ctx context.Context, x *call) (*result, error) {
 	if err != nil {
 		return nil, wire.Errorf(wire.InvalidParameterValue, "KILL takes a client id from SHOW CLIENTS, not %q", x.args[0])
 	}
-	if !h.l.Kill(id) {
+	if !h.p.Kill(id) {
 		return nil, wire.Errorf(wire.UndefinedObject, "client %d not found", id)
 	}
 	return nil, nil

@@ -8,14 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
 
-// Handler serves the admin database. It implements frontend.AdminHandler.
+// Handler serves the admin database of a Proxy.
 type Handler struct {
-	l       *frontend.Listener
+	p       Proxy
 	reload  func() error
 	log     *slog.Logger
 	started time.Time
@@ -25,21 +24,21 @@ type Handler struct {
 	Shutdown func()
 
 	// Tasks runs the resharding commands (reshard.go); when nil, a manager
-	// cutting over through this handler's Listener is made on first use.
+	// cutting over through this handler's Proxy is made on first use.
 	Tasks     *replication.Manager
 	tasksOnce sync.Once
 }
 
-// New returns the admin handler for l. reload re-reads the configuration
+// New returns the admin handler for p. reload re-reads the configuration
 // (SIGHUP and RELOAD share it, so both log and count the same way).
-func New(l *frontend.Listener, reload func() error, log *slog.Logger) *Handler {
-	return &Handler{l: l, reload: reload, log: log, started: time.Now()}
+func New(p Proxy, reload func() error, log *slog.Logger) *Handler {
+	return &Handler{p: p, reload: reload, log: log, started: time.Now()}
 }
 
 // conn is one admin session: its prepared statements and portals.
 type conn struct {
 	h        *Handler
-	ac       *frontend.AdminConn
+	ac       Conn
 	stmts    map[string]*call
 	portals  map[string]*portal
 	skipping bool   // an extended-protocol message failed: ignore until Sync
@@ -55,7 +54,7 @@ type portal struct {
 
 // Serve runs one admin session until the client leaves, is killed, or the
 // proxy shuts down.
-func (h *Handler) Serve(ctx context.Context, ac *frontend.AdminConn) error {
+func (h *Handler) Serve(ctx context.Context, ac Conn) error {
 	c := &conn{h: h, ac: ac, stmts: map[string]*call{}, portals: map[string]*portal{}}
 	log := h.log.With("admin_client", ac.ID())
 	for {

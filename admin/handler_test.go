@@ -1,4 +1,4 @@
-package admin
+package admin_test
 
 import (
 	"context"
@@ -12,13 +12,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/internal/proxy"
 	"github.com/shardgate/shardgate/wire"
 )
 
 // These tests run the admin database without PostgreSQL: the one database
-// points at a closed port, and no admin command needs a server.
+// points at a closed port, and no admin command needs a server. They serve
+// it through a frontend.Listener wired as internal/proxy wires it, from an
+// external test package, so that package admin itself does not import
+// frontend.
 
 const testConfig = `
 listen: 127.0.0.1:0
@@ -45,7 +50,7 @@ func startAdmin(t *testing.T) (*frontend.Listener, string) {
 		t.Fatal(err)
 	}
 	l := frontend.NewListener(st, log)
-	l.Admin = New(l, l.Reload, log)
+	l.Admin = proxy.AdminHandler(admin.New(proxy.AdminView(l), l.Reload, log))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +145,7 @@ func TestAdminWithoutServers(t *testing.T) {
 			defer conn.Close(ctx)
 
 			cols, rs := rows(t, conn, "SHOW HELP")
-			if len(cols) != 2 || len(rs) != len(specs) {
+			if len(cols) != 2 || len(rs) != admin.CommandCount() {
 				t.Fatalf("SHOW HELP: %v, %d rows", cols, len(rs))
 			}
 			cols, rs = rows(t, conn, "show config;")

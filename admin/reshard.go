@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
-	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -16,7 +15,7 @@ import (
 // The resharding commands: RESHARD, SCHEMA_SYNC, COPY_DATA, CUTOVER,
 // STOP_TASK, SHOW TASKS, SHOW TABLE_COPIES, SHOW REPLICATION. The tasks run
 // in a replication.Manager whose cutover pauses, reconfigures and resumes
-// this handler's Listener.
+// this handler's Proxy.
 
 // RESHARD, SCHEMA_SYNC and COPY_DATA take an optional publication and slot
 // (replication.Names), as PgDog's commands do; SCHEMA_SYNC uses neither and
@@ -45,10 +44,11 @@ var reshardSpecs = []*spec{
 		columns: replicationColumns, tag: "SHOW", run: (*Handler).showReplication},
 }
 
-// Gate adapts a Listener to what a resharding cutover needs.
-type Gate struct{ L *frontend.Listener }
+// Gate adapts a Proxy to what a resharding cutover needs
+// (replication.Gate).
+type Gate struct{ L Proxy }
 
-func (g Gate) Config() *config.Config                     { return g.L.State().Config }
+func (g Gate) Config() *config.Config                     { return g.L.Config() }
 func (g Gate) Pause(ctx context.Context, db string) error { return g.L.Pause(ctx, db) }
 func (g Gate) Resume(db string) error                     { return g.L.Resume(db) }
 func (g Gate) Install(cfg *config.Config) error           { return g.L.Reconfigure(cfg) }
@@ -80,7 +80,7 @@ func (g Gate) Disconnect(db string) {
 func (h *Handler) tasks() *replication.Manager {
 	h.tasksOnce.Do(func() {
 		if h.Tasks == nil {
-			h.Tasks = replication.NewManager(Gate{h.l}, h.log)
+			h.Tasks = replication.NewManager(Gate{h.p}, h.log)
 		}
 	})
 	return h.Tasks

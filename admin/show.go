@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/pool"
 	"gopkg.in/yaml.v3"
 )
@@ -27,7 +26,7 @@ var poolColumns = []column{
 // sortedPools returns the pools of the current configuration ordered by
 // database, user, shard and role.
 func (h *Handler) sortedPools() []*pool.Pool {
-	ps := h.l.State().Pools.Pools()
+	ps := h.p.Pools().Pools()
 	slices.SortFunc(ps, func(a, b *pool.Pool) int {
 		return cmp.Or(cmp.Compare(a.Key.Database, b.Key.Database), cmp.Compare(a.Key.User, b.Key.User),
 			cmp.Compare(a.Key.Shard, b.Key.Shard), cmp.Compare(a.Key.Role, b.Key.Role), cmp.Compare(a.Key.Replica, b.Key.Replica))
@@ -40,10 +39,10 @@ func (h *Handler) sortedPools() []*pool.Pool {
 // are in SHOW DATABASES. sv_total includes connections being opened.
 func (h *Handler) showPools(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
-	reg := h.l.State().Pools
+	reg := h.p.Pools()
 	for _, p := range h.sortedPools() {
 		s := p.Snapshot()
-		g := h.l.DatabaseStatus(s.Key.Database)
+		g := h.p.DatabaseStatus(s.Key.Database)
 		total := s.Active + s.Idle
 		r.add(s.Key.Database, s.Key.User, s.Key.Shard, s.Key.Role, s.Target.Host, s.Target.Port,
 			string(s.Mode), s.Size, s.Active, s.Waiting, s.Active, s.Idle, total,
@@ -58,11 +57,11 @@ var clientColumns = []column{
 }
 
 func (h *Handler) showClients(ctx context.Context, x *call) (*result, error) {
-	cs := h.l.Clients()
-	slices.SortFunc(cs, func(a, b frontend.ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
+	cs := h.p.Clients()
+	slices.SortFunc(cs, func(a, b Client) int { return cmp.Compare(a.ID, b.ID) })
 	r := &result{}
 	for _, c := range cs {
-		r.add(c.ID, c.User, c.Database, c.Addr, c.State.String(), c.TLS, c.AppName, c.ConnectedAt, c.Queries)
+		r.add(c.ID, c.User, c.Database, c.Addr, c.State, c.TLS, c.AppName, c.ConnectedAt, c.Queries)
 	}
 	return r, nil
 }
@@ -92,12 +91,12 @@ var databaseColumns = []column{
 // the gate by PAUSE or MAINTENANCE.
 func (h *Handler) showDatabases(ctx context.Context, x *call) (*result, error) {
 	clients := map[string]int{}
-	for _, c := range h.l.Clients() {
+	for _, c := range h.p.Clients() {
 		clients[c.Database]++
 	}
 	r := &result{}
-	for _, db := range h.l.State().Config.Databases {
-		g := h.l.DatabaseStatus(db.Name)
+	for _, db := range h.p.Config().Databases {
+		g := h.p.DatabaseStatus(db.Name)
 		r.add(db.Name, len(db.Shards), string(db.Pool.Mode), db.Pool.Size, db.Pool.MinSize,
 			db.Pool.CheckoutTimeout.String(), clients[db.Name], g.Waiting, g.Paused, g.Maintenance)
 	}
@@ -110,7 +109,7 @@ var shardColumns = []column{
 
 func (h *Handler) showShards(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
-	for _, s := range h.l.State().Pools.Health(ctx) {
+	for _, s := range h.p.Pools().Health(ctx) {
 		why := ""
 		if s.Err != nil {
 			why = s.Err.Error()
@@ -161,7 +160,7 @@ var configColumns = []column{text("key"), text("value")}
 // keys as paths ("pool.size", "databases[0].shards[1].host") and passwords
 // redacted.
 func (h *Handler) showConfig(ctx context.Context, x *call) (*result, error) {
-	out, err := h.l.State().Config.Redacted().YAML()
+	out, err := h.p.Config().Redacted().YAML()
 	if err != nil {
 		return nil, fmt.Errorf("show config: %w", err)
 	}
@@ -226,18 +225,18 @@ func (h *Handler) showVersion(ctx context.Context, x *call) (*result, error) {
 var listColumns = []column{text("list"), num("items")}
 
 func (h *Handler) showLists(ctx context.Context, x *call) (*result, error) {
-	st := h.l.State()
+	cfg := h.p.Config()
 	var used, waiting int
-	clients := h.l.Clients()
+	clients := h.p.Clients()
 	for _, c := range clients {
 		switch c.State {
-		case frontend.ClientActive:
+		case clientActive:
 			used++
-		case frontend.ClientWaiting:
+		case clientWaiting:
 			waiting++
 		}
 	}
-	pools := st.Pools.Pools()
+	pools := h.p.Pools().Pools()
 	var active, idle int
 	for _, p := range pools {
 		s := p.Snapshot()
@@ -245,8 +244,8 @@ func (h *Handler) showLists(ctx context.Context, x *call) (*result, error) {
 		idle += s.Idle
 	}
 	r := &result{}
-	r.add("databases", len(st.Config.Databases))
-	r.add("users", len(st.Config.Users))
+	r.add("databases", len(cfg.Databases))
+	r.add("users", len(cfg.Users))
 	r.add("pools", len(pools))
 	r.add("clients", len(clients))
 	r.add("used_clients", used)

@@ -21,7 +21,9 @@ import (
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	sgproxy "github.com/shardgate/shardgate/internal/proxy" // "proxy" is this package's in-process proxy
 	"github.com/shardgate/shardgate/metrics"
+	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -29,14 +31,16 @@ import (
 // metrics over HTTP, and reloads of a config file that tests rewrite.
 type operated struct {
 	*proxy
-	File        string // the config file RELOAD reads
-	MetricsAddr string // host:port of /metrics and /healthz
+	File        string               // the config file RELOAD reads
+	MetricsAddr string               // host:port of /metrics and /healthz
+	Tasks       *replication.Manager // the admin database's resharding tasks
+	Gate        admin.Gate           // the listener, as a cutover drives it
 	shutdowns   chan struct{}
 }
 
 // startOperated writes yamlText to a file and serves it with the admin
-// database and metrics.
-func startOperated(t testing.TB, yamlText string) *operated {
+// database and metrics; setup runs before it serves (to set test knobs).
+func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *operated {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "shardgate.yaml")
 	if err := os.WriteFile(file, []byte(yamlText), 0o600); err != nil {
@@ -53,14 +57,17 @@ func startOperated(t testing.TB, yamlText string) *operated {
 	}
 	l := frontend.NewListener(st, log)
 	m := metrics.New(l)
-	h := admin.New(l, func() error {
+	view := sgproxy.AdminView(l)
+	h := admin.New(view, func() error {
 		err := l.Reload()
 		m.Reloaded(err)
 		return err
 	}, log)
-	o := &operated{File: file, shutdowns: make(chan struct{}, 1)}
+	o := &operated{File: file, Gate: admin.Gate{L: view}, shutdowns: make(chan struct{}, 1)}
 	h.Shutdown = func() { o.shutdowns <- struct{}{} }
-	l.Admin = h
+	h.Tasks = replication.NewManager(o.Gate, log)
+	o.Tasks = h.Tasks
+	l.Admin = sgproxy.AdminHandler(h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +78,9 @@ func startOperated(t testing.TB, yamlText string) *operated {
 	}
 	o.MetricsAddr = ms.Addr()
 	o.proxy = &proxy{Addr: ln.Addr().String(), Listener: l, Config: cfg}
+	for _, f := range setup {
+		f(o)
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.Serve(context.Background(), ln) }()
 	t.Cleanup(func() {

@@ -16,17 +16,17 @@ import (
 
 // TestReshardSurvivesProxyKillDuringCopy: the proxy running RESHARD is
 // SIGKILLed in the copy phase, when two tables' copies have committed on
-// the destination shards and the third's (held by the test seam
-// SHARDGATE_STALL_COPY_FOR_TEST) has sent its rows but not committed. The
-// half-copied table must not remain. A restarted proxy resumes the task by
-// itself, lists the earlier copies in SHOW TABLE_COPIES and copies only the
-// missing table, from a temporary slot's snapshot; it is killed there as
-// well. A third proxy, without the seam, finishes the copy and cuts over.
+// the destination shards and the third's (held by crashproxy -stall-copy)
+// has sent its rows but not committed. The half-copied table must not
+// remain. A restarted proxy resumes the task by itself, lists the earlier
+// copies in SHOW TABLE_COPIES and copies only the missing table, from a
+// temporary slot's snapshot; it is killed there as well. A third proxy,
+// without the knob, finishes the copy and cuts over.
 // Every table then holds exactly the source's rows (written directly to the
 // source throughout), each on its shard. The stalled table is a sharded
 // one, then an omni one.
 func TestReshardSurvivesProxyKillDuringCopy(t *testing.T) {
-	bin := buildProxy(t)
+	bin := buildCrashProxy(t)
 	for _, tc := range []struct{ name, stalled string }{
 		{name: "sharded", stalled: "orders"},
 		{name: "omni", stalled: "countries"},
@@ -80,8 +80,8 @@ func testReshardKillDuringCopy(t *testing.T, bin, stalledName string) {
 		<-k.writerOK
 	}()
 
-	stall := "SHARDGATE_STALL_COPY_FOR_TEST=" + stalled
-	p := startProxyProcess(t, bin, k.path, k.addr, stall)
+	stall := []string{"-stall-copy", stalled}
+	p := startProxyProcess(t, bin, k.path, k.addr, stall...)
 	adm := connect(t, k.adminURL)
 	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func testReshardKillDuringCopy(t *testing.T, bin, stalledName string) {
 	// and copies the stalled table again from a temporary slot's
 	// snapshot. The seam holds it there too, and the proxy is killed once
 	// more.
-	p = startProxyProcess(t, bin, k.path, k.addr, stall)
+	p = startProxyProcess(t, bin, k.path, k.addr, stall...)
 	adm = connect(t, k.adminURL)
 	checkCopiesListed(t, waitStalled(t, adm, stalled, minRows), resumedCopies)
 	var temporary int
@@ -309,7 +309,7 @@ func tableCopies(t testing.TB, adm *pgx.Conn) *table {
 }
 
 // waitStalled waits until every table but stalled is copied and stalled,
-// held by SHARDGATE_STALL_COPY_FOR_TEST, has read its rows (at least
+// held by crashproxy -stall-copy, has read its rows (at least
 // minRows) from the source and sent them to the destinations, and returns
 // SHOW TABLE_COPIES.
 func waitStalled(t testing.TB, adm *pgx.Conn, stalled string, minRows int64) *table {

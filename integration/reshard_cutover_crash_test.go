@@ -14,7 +14,7 @@ import (
 )
 
 // TestReshardResumesAfterCrashInCutover kills the proxy (SIGKILL, through
-// SHARDGATE_CRASH_CUTOVER_FOR_TEST) in the middle of a RESHARD's cutover,
+// crashproxy -crash-cutover) in the middle of a RESHARD's cutover,
 // with traffic paused, and starts it again without the crash:
 //
 //   - after-config-write: the file already gives app the new shards. The
@@ -28,7 +28,7 @@ import (
 // Either way the restarted proxy is not paused, the task shows as done, and
 // app, read through the proxy, has every row written to the source.
 func TestReshardResumesAfterCrashInCutover(t *testing.T) {
-	bin := buildProxy(t)
+	bin := buildCrashProxy(t)
 	for _, tc := range []struct {
 		stage         string
 		shardsAtCrash int // app's shards in the file when the proxy dies
@@ -62,7 +62,7 @@ INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 3000) i`)
 			adminURL := fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", addr)
 			appURL := fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, addr)
 
-			p1 := startProxyProcess(t, bin, path, addr, "SHARDGATE_CRASH_CUTOVER_FOR_TEST="+tc.stage)
+			p1 := startProxyProcess(t, bin, path, addr, "-crash-cutover", tc.stage)
 			app := connect(t, appURL)
 			for i := 3001; i <= 3100; i++ { // through the proxy, before the task
 				mustExec(t, app, "INSERT INTO accounts VALUES ($1, 5)", i)

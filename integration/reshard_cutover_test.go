@@ -18,7 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/replication"
@@ -386,7 +385,7 @@ func TestReshardResume(t *testing.T) {
 	defer cancel()
 	c, o, src := startCutoverEnv(t, ctx)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	gate := admin.Gate{L: o.Listener}
+	gate := o.Gate
 
 	m1 := replication.NewManager(gate, log)
 	t1, err := m1.Start(replication.KindCopyData, "app", "app_new")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/replication"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -233,7 +232,7 @@ func TestReshardNamedResume(t *testing.T) {
 	c, o, src := startCutoverEnv(t, ctx)
 	reshardExec(t, ctx, src, "CREATE PUBLICATION accounts_pub FOR TABLE accounts")
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	gate := admin.Gate{L: o.Listener}
+	gate := o.Gate
 	names := replication.Names{Publication: "accounts_pub", Slot: "acc_slot"}
 
 	m1 := replication.NewManager(gate, log)

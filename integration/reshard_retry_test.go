@@ -2,8 +2,8 @@ package integration
 
 import (
 	"context"
-	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +23,7 @@ type retryEnv struct {
 
 // startRetryEnv starts the clusters and the proxy and, with stream, the
 // task, returning once it streams.
-func startRetryEnv(t *testing.T, ctx context.Context, stream bool) *retryEnv {
+func startRetryEnv(t *testing.T, ctx context.Context, stream bool, setup ...func(*operated)) *retryEnv {
 	opts := pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret"}
 	srcOpts := opts
 	srcOpts.Settings = map[string]string{"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
@@ -40,7 +40,7 @@ func startRetryEnv(t *testing.T, ctx context.Context, stream bool) *retryEnv {
 	reshardExec(t, ctx, e.src, `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
 INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 2000) i`)
 	o := startOperated(t, reshardYAML("listen: 127.0.0.1:0\nadmin: { user: admin, password: admin-secret }", e.sc, accountsRule,
-		[]string{shardYAML(e.sc, "app_0")}, []string{shardYAML(e.dc, "app_new_0"), shardYAML(e.dc, "app_new_1")}))
+		[]string{shardYAML(e.sc, "app_0")}, []string{shardYAML(e.dc, "app_new_0"), shardYAML(e.dc, "app_new_1")}), setup...)
 	e.adm = connect(t, o.AdminURL())
 	if stream {
 		e.start(t)
@@ -236,14 +236,17 @@ ROLLBACK`)
 }
 
 // TestReshardCopySurvivesDestinationCrash: the destination's PostgreSQL
-// crashes while a table is being copied (held there by the test seam
-// SHARDGATE_STALL_COPY_FOR_TEST); the task keeps running, retries the copy
+// crashes while a table is being copied (held there by the test knob
+// replication.Knobs.StallCopy); the task keeps running, retries the copy
 // once the destination is back, and streams with every row exactly once.
 func TestReshardCopySurvivesDestinationCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	t.Setenv("SHARDGATE_STALL_COPY_FOR_TEST", "public.accounts")
-	e := startRetryEnv(t, ctx, false)
+	var stall atomic.Bool
+	stall.Store(true)
+	e := startRetryEnv(t, ctx, false, func(o *operated) {
+		o.Tasks.KnobsForTest.StallCopy = func(table string) bool { return stall.Load() && table == "public.accounts" }
+	})
 	e.start(t)
 	eventually(t, 30*time.Second, "accounts being copied", func() bool {
 		tb, err := adminPgx(e.adm, "SHOW TABLE_COPIES")
@@ -256,7 +259,7 @@ func TestReshardCopySurvivesDestinationCrash(t *testing.T) {
 	if err := e.dc.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	os.Unsetenv("SHARDGATE_STALL_COPY_FOR_TEST") // the retried copy goes through
+	stall.Store(false) // the retried copy goes through
 	reshardExec(t, ctx, e.src, `INSERT INTO accounts SELECT i, 2 FROM generate_series(2001, 2100) i`)
 	e.waitRetrying(t, "copy")
 	if err := e.dc.Restart(ctx); err != nil {

@@ -17,10 +17,23 @@ import (
 // buildProxy compiles cmd/proxy into a temporary directory.
 func buildProxy(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "proxy")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/proxy")
+	return goBuild(t, "../cmd/proxy")
+}
+
+// buildCrashProxy compiles internal/crashproxy, the proxy with test knobs
+// set from flags (-crash-2pc, -crash-cutover, -stall-copy), into a
+// temporary directory.
+func buildCrashProxy(t testing.TB) string {
+	t.Helper()
+	return goBuild(t, "./internal/crashproxy")
+}
+
+func goBuild(t testing.TB, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }
@@ -43,10 +56,11 @@ type proxyProcess struct {
 	log  *strings.Builder
 }
 
-func startProxyProcess(t testing.TB, bin, configPath, addr string, env ...string) *proxyProcess {
+// startProxyProcess starts bin (buildProxy or buildCrashProxy) with
+// configPath and flags, and waits until it accepts connections on addr.
+func startProxyProcess(t testing.TB, bin, configPath, addr string, flags ...string) *proxyProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "-config", configPath)
-	cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(bin, append([]string{"-config", configPath}, flags...)...)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -75,7 +89,7 @@ func startProxyProcess(t testing.TB, bin, configPath, addr string, env ...string
 // transaction: committed after the decision was logged, rolled back
 // before.
 func TestTwoPhaseCrash(t *testing.T) {
-	bin := buildProxy(t)
+	bin := buildCrashProxy(t)
 	for _, tc := range []struct {
 		stage      string
 		wantCommit bool
@@ -102,7 +116,7 @@ databases:
 			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			p := startProxyProcess(t, bin, path, addr, "SHARDGATE_CRASH_2PC_FOR_TEST="+tc.stage)
+			p := startProxyProcess(t, bin, path, addr, "-crash-2pc", tc.stage)
 			url := fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, addr)
 			conn, err := pgx.Connect(ctx, url)
 			if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"time"
 
@@ -229,13 +228,6 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	return g.Wait()
 }
 
-// stallCopyForTest is a test seam: the environment variable names a table
-// (schema.table) whose copy, once every row is sent to the destination
-// shards and before any of them commits, blocks until the task's context
-// ends. Integration tests set it to kill the proxy in the middle of a copy
-// (like SHARDGATE_CRASH_2PC_FOR_TEST in cmd/proxy).
-const stallCopyForTest = "SHARDGATE_STALL_COPY_FOR_TEST"
-
 // copyTable copies one table of source shard s, at snapshot, to the
 // destination shards marked in dests.
 func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string, lsn pglogrepl.LSN, dests []bool, tc *copyTracker) error {
@@ -255,7 +247,7 @@ func (t *Task) copyTable(ctx context.Context, s int, tb *table, snapshot string,
 		cols[i] = quoteIdent(c)
 	}
 	colList := strings.Join(cols, ", ")
-	stall := os.Getenv(stallCopyForTest) == tb.String()
+	stall := t.knobs.stallCopy(tb.String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	pipes := make([]*io.PipeWriter, len(dests))

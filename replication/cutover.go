@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -86,13 +85,13 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	if err := t.recordSource(ctx, old.Database(t.Source)); err != nil {
 		return abort(err, true)
 	}
-	crashForTest("before-config-write")
+	t.Task.knobs.atCutoverStage("before-config-write")
 	var backup string
 	if old.Path != "" {
 		if next, backup, err = WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
 			return abort(err, true)
 		}
-		crashForTest("after-config-write")
+		t.Task.knobs.atCutoverStage("after-config-write")
 	}
 	if err := g.Install(next); err != nil {
 		if backup != "" {
@@ -148,15 +147,6 @@ func (t *Managed) finishDrop(ctx context.Context) error {
 	}
 	log.Info("finished an interrupted cutover: slots, publications, origins and bookkeeping dropped", "database", t.Source)
 	return nil
-}
-
-// crashForTest kills the process (SIGKILL, like a crash) at a cutover stage
-// named by SHARDGATE_CRASH_CUTOVER_FOR_TEST; the crash tests in integration
-// set it on the proxy they start.
-func crashForTest(stage string) {
-	if os.Getenv("SHARDGATE_CRASH_CUTOVER_FOR_TEST") == stage {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	}
 }
 
 // CutoverConfig returns a copy of cfg in which database src has dst's

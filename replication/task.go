@@ -41,6 +41,8 @@ type Task struct {
 	names Names
 
 	prog progress // in-memory copy and apply progress (progress.go)
+
+	knobs Knobs // test seams, from Manager.KnobsForTest
 }
 
 // Step is a persisted step of a task, recorded per destination shard in

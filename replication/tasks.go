@@ -152,6 +152,9 @@ type Manager struct {
 	// CopyParallelism is how many tables each source shard of a task
 	// started from now on copies at once (default 4).
 	CopyParallelism int
+	// KnobsForTest are test seams handed to every task started from now
+	// on; production leaves them zero. Set them before starting tasks.
+	KnobsForTest Knobs
 
 	mu     sync.Mutex
 	tasks  []*Managed
@@ -354,6 +357,7 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 			return nil, fmt.Errorf("task %d already runs from %q to %q", t.ID, src, dst)
 		}
 	}
+	task.knobs = m.KnobsForTest
 	m.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Managed{ID: m.nextID, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
@@ -585,7 +589,9 @@ func (t *Managed) wait(ctx context.Context, what string, retries int, backoff ti
 
 // transient reports whether err comes from a server or connection that
 // went away (connection failures, shutdowns, too many connections) rather
-// than from what the task asked: retrying can succeed.
+// than from what the task asked: retrying can succeed. A connection that
+// pgconn closed after a network error answers later calls with
+// pgconn.ErrConnClosed; which of the two a task sees first is a race.
 func transient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -599,7 +605,8 @@ func transient(err error) bool {
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
 	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // The pause before a failed stream starts again grows from streamRetryMin

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/proxy"
 )
 
 const usage = `usage:
@@ -41,7 +42,7 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return serve(ctx, cfg, log, nil)
+		return proxy.Run(ctx, cfg, log, proxy.Options{})
 	case "check-config":
 		if len(args) != 1 {
 			return fmt.Errorf("check-config takes one file\n%s", usage)

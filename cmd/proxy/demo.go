@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/internal/proxy"
 )
 
 // demoSchema is loaded on every shard: accounts is sharded by id, countries
@@ -73,5 +74,5 @@ func demo(ctx context.Context, listen string, log *slog.Logger) error {
 		addr := <-ready
 		fmt.Printf("\nshardgate demo is running with 2 shards.\n\n  psql \"postgres://app:app@%s/app\"\n  psql \"postgres://admin:admin@%s/admin\"   (admin database)\n\nPress Ctrl-C to stop and remove everything.\n\n", addr, addr)
 	}()
-	return serve(ctx, cfg, log, ready)
+	return proxy.Run(ctx, cfg, log, proxy.Options{Ready: ready})
 }

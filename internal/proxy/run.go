@@ -1,4 +1,4 @@
-package main
+package proxy
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/config"
@@ -18,10 +17,32 @@ import (
 	"github.com/shardgate/shardgate/replication"
 )
 
-// serve runs the proxy until ctx ends (SIGINT/SIGTERM) or an admin runs
-// SHUTDOWN, then shuts down gracefully. ready, if not nil, receives the
-// listen address once serving.
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan<- string) error {
+// Options are what Run takes besides the configuration.
+type Options struct {
+	// Ready, if not nil, receives the client listen address once Run
+	// serves.
+	Ready chan<- string
+
+	// KnobsForTest are test seams; production leaves them zero.
+	KnobsForTest Knobs
+}
+
+// Knobs are the test seams of a running proxy, in the manner of
+// CockroachDB's testing knobs: each package's own hooks, gathered so that a
+// test binary can set them (integration/internal/crashproxy).
+type Knobs struct {
+	// TwoPhase becomes frontend.Listener.TwoPhaseHookForTest: it runs at
+	// each stage of a two-phase commit ("prepared", "decided").
+	TwoPhase func(stage string)
+	// Replication becomes the resharding task manager's
+	// replication.Manager.KnobsForTest.
+	Replication replication.Knobs
+}
+
+// Run serves cfg until ctx ends (SIGINT/SIGTERM) or an admin runs SHUTDOWN,
+// then shuts down gracefully: open transactions get cfg.ShutdownTimeout to
+// finish. Resharding tasks recorded as running resume in the background.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
 	ctx, shutdown := context.WithCancel(ctx)
 	defer shutdown()
 	st, err := frontend.NewState(cfg, log)
@@ -29,24 +50,19 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 		return err
 	}
 	l := frontend.NewListener(st, log)
-	if stage := os.Getenv("SHARDGATE_CRASH_2PC_FOR_TEST"); stage != "" {
-		// Crash tests: die like a SIGKILLed proxy at a two-phase commit stage.
-		l.TwoPhaseHookForTest = func(s string) {
-			if s == stage {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}
-	}
+	l.TwoPhaseHookForTest = opts.KnobsForTest.TwoPhase
 	if err := l.RecoverTwoPhase(ctx); err != nil {
 		log.Error("two-phase commit recovery is incomplete; it runs again at the next start", "err", err)
 	}
 	m := metrics.New(l)
 	reloadFn := func() error { return reload(l, m, log) }
-	ah := admin.New(l, reloadFn, log)
+	view := AdminView(l)
+	ah := admin.New(view, reloadFn, log)
 	ah.Shutdown = shutdown
-	ah.Tasks = replication.NewManager(admin.Gate{L: l}, log)
+	ah.Tasks = replication.NewManager(admin.Gate{L: view}, log)
+	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
 	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
-	l.Admin = ah
+	l.Admin = AdminHandler(ah)
 	go func() {
 		if _, err := ah.Tasks.Resume(ctx); err != nil {
 			log.Error("resuming resharding tasks", "err", err)
@@ -66,8 +82,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 		log.Info("metrics listening", "addr", ms.Addr())
 	}
 	log.Info("shardgate listening", "addr", ln.Addr().String(), "databases", len(cfg.Databases))
-	if ready != nil {
-		ready <- ln.Addr().String()
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr().String()
 	}
 
 	hup := make(chan os.Signal, 1)
@@ -116,27 +132,4 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready chan
 	}
 	log.Info("shutdown complete")
 	return err
-}
-
-// reload re-reads the config file and swaps the state in (SIGHUP and admin
-// RELOAD). A bad file leaves the running configuration in place; the error
-// lists every problem as file:line.
-func reload(l *frontend.Listener, m *metrics.Metrics, log *slog.Logger) error {
-	start := time.Now()
-	old := l.State().Config
-	err := l.Reload()
-	m.Reloaded(err)
-	if err != nil {
-		log.Error("reload failed; the previous configuration stays in effect", "file", old.Path, "err", err)
-		return err
-	}
-	cfg := l.State().Config
-	if cfg.Listen != old.Listen {
-		log.Warn("listen changed; it takes effect at restart", "running", old.Listen, "file", cfg.Listen)
-	}
-	if cfg.Metrics.Listen != old.Metrics.Listen {
-		log.Warn("metrics.listen changed; it takes effect at restart", "running", old.Metrics.Listen, "file", cfg.Metrics.Listen)
-	}
-	log.Info("configuration reloaded", "file", cfg.Path, "took", time.Since(start))
-	return nil
 }

@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/shardgate/shardgate/admin"
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/pool"
+)
+
+// AdminView returns l as the admin database sees it (admin.Proxy). Package
+// admin does not import frontend, the other package of its layer; this
+// adapter is the only place that knows both.
+func AdminView(l *frontend.Listener) admin.Proxy { return adminView{l} }
+
+// AdminHandler returns h as the handler of l's admin database: set
+// l.Admin to it.
+func AdminHandler(h *admin.Handler) frontend.AdminHandler { return adminHandler{h} }
+
+// adminHandler serves the frontend's admin connections with an
+// admin.Handler; *frontend.AdminConn is an admin.Conn.
+type adminHandler struct{ h *admin.Handler }
+
+func (a adminHandler) Serve(ctx context.Context, ac *frontend.AdminConn) error {
+	return a.h.Serve(ctx, ac)
+}
+
+// adminView is AdminView.
+type adminView struct{ l *frontend.Listener }
+
+func (v adminView) Config() *config.Config { return v.l.State().Config }
+func (v adminView) Pools() *pool.Registry  { return v.l.State().Pools }
+
+func (v adminView) Clients() []admin.Client {
+	cs := v.l.Clients()
+	out := make([]admin.Client, len(cs))
+	for i, c := range cs {
+		out[i] = admin.Client{ID: c.ID, Addr: c.Addr, User: c.User, Database: c.Database, AppName: c.AppName,
+			State: c.State.String(), TLS: c.TLS, ConnectedAt: c.ConnectedAt, Queries: c.Queries, Session: c.Session}
+	}
+	return out
+}
+
+func (v adminView) DatabaseStatus(db string) admin.DatabaseStatus {
+	s := v.l.DatabaseStatus(db)
+	return admin.DatabaseStatus{Paused: s.Paused, Maintenance: s.Maintenance, Waiting: s.Waiting}
+}
+
+func (v adminView) Pause(ctx context.Context, db string) error { return v.l.Pause(ctx, db) }
+func (v adminView) Resume(db string) error                     { return v.l.Resume(db) }
+func (v adminView) SetMaintenance(db string, on bool) error    { return v.l.SetMaintenance(db, on) }
+func (v adminView) Reconfigure(cfg *config.Config) error       { return v.l.Reconfigure(cfg) }
+func (v adminView) Kill(id uint64) bool                        { return v.l.Kill(id) }
