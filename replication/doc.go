@@ -6,91 +6,108 @@
 //
 // # Steps
 //
-// A Task runs the steps of DESIGN.md §8 in order, and each is re-runnable:
+// A Task (task.go) runs the steps of DESIGN.md §8 in order. Each records its
+// progress on the destination shards (shardgate_reshard.steps and
+// table_copies), so each is re-runnable and a new Task for the same two
+// databases resumes where the last one stopped:
 //
-//  1. SchemaSync: pg_dump --schema-only --section=pre-data of source shard
-//     0, applied to each destination shard in one transaction together with
-//     a marker row in shardgate_reshard.steps.
-//  2. Copy: Check, then per source shard a publication FOR ALL TABLES and a
-//     permanent logical slot (pgoutput) created on a replication connection
-//     with EXPORT_SNAPSHOT (or a publication and slot the user named,
-//     names.go; an existing slot is moved to a temporary slot's snapshot).
-//     That connection stays open and idle while the
-//     tables copy, each in a REPEATABLE READ transaction that imports the
-//     snapshot, as binary COPY TO STDOUT. Each row is routed by the
-//     destination's sharding function (omni tables: to every shard, from
+//  1. SchemaSync (schema.go): pg_dump --schema-only --section=pre-data of
+//     source shard 0, applied to each destination shard in one simple
+//     Query together with its step marker.
+//  2. Copy (copy.go): Check (check.go, precheck.go), then per source shard
+//     a publication FOR ALL TABLES and a permanent logical slot (pgoutput)
+//     created on a replication connection with EXPORT_SNAPSHOT (or the
+//     publication and slot the user named, names.go). That connection stays
+//     idle while the tables copy, up to CopyParallelism at a time, each as
+//     binary COPY TO STDOUT in a transaction that imports the snapshot
+//     (copyformat.go reads the rows). Each row is routed by the
+//     destination's rules (route.go; omni tables go to every shard, from
 //     source shard 0 only) and streamed into COPY FROM STDIN on its shard.
-//     Each destination shard loads one table from one source in one
-//     transaction that also inserts its row in shardgate_reshard.table_copies
-//     with the snapshot's LSN.
+//     A destination shard loads a table from one source in one transaction
+//     that also writes its table_copies row with the snapshot's LSN, so a
+//     half-copied table never stays behind. A re-run copies only what is
+//     missing, at the snapshot of a temporary slot.
 //  3. SchemaSyncPost: the post-data section (keys, indexes, constraints,
 //     triggers), after the load.
-//  4. Stream: START_REPLICATION on each slot (pgoutput proto_version 1, text
-//     values), decode, route, apply; until cutover.
-//  5. At cutover: WaitCaughtUp, SyncSequences; finally Drop.
+//  4. Stream (stream.go): START_REPLICATION on each slot (pgoutput
+//     proto_version 1, text values), decode, route (dispatch.go), apply
+//     (apply.go); until cutover.
+//  5. At cutover (ops.go): WaitCaughtUp, SyncSequences; finally Drop.
 //
 // # Managed tasks and cutover
 //
-// Manager (tasks.go) runs tasks in the background for the admin commands:
-// each Managed task has a TaskKind, a TaskState and a Phase. Its cutover
-// (cutover.go) goes through a Gate, the running proxy: Pause the source
-// database, WaitCaughtUp, stop the stream, SyncSequences, CutoverConfig
-// (the source's name gets the destination's shards and rules), WriteCutoverFile
-// (backup, parse-back, temp file and rename), Install, Resume, Drop. Until
-// Install succeeds every failure resumes traffic on the source and the task
-// keeps streaming. Running tasks are recorded on destination shard 0
-// (persist.go) so that Manager.Resume restarts them in a new process.
-// progress.go keeps per-table copy counters and the last applied
-// transaction per (source, destination) shard pair in memory.
+// Manager (tasks.go) runs tasks in the background for the admin commands;
+// each Managed task has a TaskKind, a TaskState and a Phase. A failed stream,
+// or a schema sync or copy that lost a server, starts again after a growing
+// pause. The cutover (cutover.go) goes through a Gate, the running proxy:
+// Pause the source database, WaitCaughtUp (both bounded by the cutover
+// timeout), stop the stream, SyncSequences, CutoverConfig (the source's name
+// gets the destination's shards and rules), record the source's shards in
+// the task's row, WriteCutoverFile (configfile.go: backup, parse-back, temp
+// file and rename), Install, Resume, Drop. Until Install succeeds every
+// failure resumes traffic on the source and the task keeps streaming.
+// Running tasks are recorded on destination shard 0 (persist.go), so that
+// Manager.Resume restarts them in a new process, or finishes the drop of a
+// cutover that rewrote the file. progress.go keeps per-table copy counters
+// and the last applied transaction per (source, destination) pair.
 //
 // # Stream layers and lifecycle
 //
-// Per source shard, one reader goroutine owns the replication connection and
-// one applier goroutine per destination shard owns a destination session.
-// Stream owns them all through an errgroup and waits for them: cancelling
-// its context stops everything, and a failing goroutine cancels the others.
-// The reader decodes pgoutput (Relation, Begin, Insert, Update, Delete,
-// Truncate, Commit), routes each change, and hands each destination shard
-// its changes as ops over a bounded channel; a full channel stops the reader
-// (backpressure), so the source's WAL waits in the slot rather than in
-// memory.
+// Per source shard, one reader goroutine owns the replication connection
+// and one applier goroutine per destination shard owns a destination
+// session; an errgroup per source shard, under one for the Stream, owns
+// them and waits for them: cancelling Stream's context stops everything,
+// and a failing goroutine cancels the others. The reader decodes pgoutput
+// (Relation, Begin, Insert, Update, Delete, Truncate, Commit), routes each
+// change, and hands each destination shard its changes as ops over a queue
+// bounded in ops and bytes; a full queue stops the reader (backpressure),
+// so the source's WAL waits in the slot rather than in memory. The reader
+// never buffers a whole source transaction: it hands changes over in chunks
+// (chunkChanges, chunkBytes) that the applier applies into one destination
+// transaction, open until the source's Commit. If the stream breaks before
+// that, the connection closes and the destination transaction rolls back.
 //
-// Large transactions: the reader never buffers a whole source transaction.
-// It hands a destination shard its changes in chunks (chunkChanges,
-// chunkBytes); the applier applies them into one destination transaction
-// that stays open until the source's Commit arrives. If the stream breaks
-// before that, the connection closes and the destination transaction rolls
-// back, so chunking keeps exactly-once without spilling to disk.
+// An applier joins the ops waiting in its queue into one destination
+// transaction ("group commit"), sent as one pipelined batch of prepared
+// statements: BEGIN, the changes of several source transactions, one origin
+// advance to the last one's end, COMMIT, in one round trip. Only a source
+// transaction too big for one op, a row move and a TRUNCATE of one source's
+// rows (below) keep a destination transaction open across round trips.
 //
 // # Exactly once
 //
 // Each (source shard s, destination shard d) pair has a replication origin
-// on d. An applier binds it to its session (pg_replication_origin_session_setup)
-// and commits each source transaction with pg_replication_origin_xact_setup
-// (end LSN, commit time), so the origin's progress and the data commit
-// atomically. On start an applier reads the progress and skips every source
-// transaction whose commit LSN is below it. Within the copy's window, a
-// table's changes are skipped when their transaction committed before the
-// LSN its copy was taken at (table_copies.lsn): a re-run Copy takes a new
-// snapshot from a temporary slot for the tables still missing.
+// on d, bound to the applier's session (pg_replication_origin_session_setup).
+// Each group commits with pg_replication_origin_xact_setup, so the origin's
+// progress and the data commit atomically, and every source transaction in
+// the group ends at or before that progress. On start an applier reads the
+// progress and skips every source transaction whose commit LSN is below it.
+// A table's changes are also skipped when their transaction committed
+// before the LSN its copy was taken at (table_copies.lsn).
 //
 // # Feedback
 //
 // The LSN confirmed to a source slot is the minimum over destination shards
-// of what each committed; a destination shard with nothing queued counts as
-// having committed everything the reader has handed out. Outside a
-// transaction a keepalive's WAL end counts as handed out, so an idle slot
-// catches up to pg_current_wal_lsn(), which WaitCaughtUp relies on. The slot
-// never moves back.
+// of what each committed; a destination shard that committed everything
+// handed to it counts as having committed everything the reader has handed
+// out. Outside a transaction a keepalive's WAL end counts as handed out, so
+// an idle slot catches up to pg_current_wal_lsn(), which WaitCaughtUp
+// relies on. The slot never moves back.
 //
 // # Invariants
 //
 //   - An UPDATE that moves a row to another destination shard is a DELETE on
 //     the old and an INSERT on the new. Unchanged TOASTed columns are not in
 //     the stream, so then the old shard's applier deletes with RETURNING and
-//     the reader fills them in. A normal UPDATE sets only the columns present.
+//     the reader fills them in (from the source's current row when the old
+//     one is gone). A normal UPDATE sets only the columns present.
 //   - The sharding key must be in the replica identity (or REPLICA IDENTITY
-//     FULL), so that DELETE and key-changing UPDATE carry the old key.
+//     FULL), so that DELETE and key-changing UPDATE carry the old key; Check
+//     refuses tables without one.
+//   - A TRUNCATE of a sharded table on one of several source shards
+//     deletes, on each destination shard, only the rows that came from that
+//     source; the stream fails when the source's rules cannot tell them
+//     apart.
 //   - Appliers run with session_replication_role = replica: triggers and
 //     foreign keys of the destination do not fire, as in PostgreSQL's own
 //     apply worker.

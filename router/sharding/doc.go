@@ -1,7 +1,19 @@
 // Package sharding holds shardgate's sharding functions: pure code that maps
-// a sharding key to a shard number. It imports nothing else from shardgate,
-// so that the router, COPY splitting and resharding all compute shards the
-// same way.
+// a sharding key to a shard number. It imports nothing else from shardgate
+// (deps_test.go), so that the router, COPY splitting and resharding all
+// compute shards the same way, and it does no I/O.
+//
+// # Keys and rules
+//
+// A Key is one typed value of a sharding key column, or the Null key. Type
+// lists the column types a rule may have (smallint, integer, bigint, text,
+// varchar, uuid) and groups them into families: the integer types route
+// each other, as do text and varchar. ParseKey reads a key's text form and
+// DecodeBinaryKey its binary form, as a Bind parameter or a binary COPY
+// field carries it. A Function is one rule: Hash, List (NewList) or Range
+// (NewRange, from Bounds). Shard fails with ErrKeyType for a key of another
+// family than the rule and with ErrNoShard when a List or Range maps
+// nothing to the key and has no default; Hash maps every key of its family.
 //
 // # Compatibility guarantee
 //
@@ -52,7 +64,15 @@
 // ErrRange, ErrBinary).
 //
 // List and Range map chosen values or half-open ranges of values to shards,
-// with an optional default shard. They have no PostgreSQL counterpart to
-// match beyond ordering: integers compare numerically, text bytewise (the C
-// collation) and UUIDs bytewise.
+// with an optional default shard, which also takes NULL. They have no
+// PostgreSQL counterpart to match beyond ordering: integers compare
+// numerically, text bytewise (the C collation) and UUIDs bytewise. NewList
+// rejects two spellings of one key mapped to different shards, NewRange
+// overlapping and empty ranges.
+//
+// # Files
+//
+// hash.go holds the hash functions, key.go the types and keys, uuid.go UUID
+// parsing, function.go the rules. FuzzParseKey and FuzzDecodeBinaryKey feed
+// the decoders arbitrary input, with a corpus in testdata/fuzz.
 package sharding
