@@ -38,8 +38,9 @@ import (
 // if it has fields) in one write. until reads backend messages until it
 // has seen the listed types in that order and compares every message it
 // read, one JSON line each, with the lines under ----. known-difference
-// marks the next until block as one where the proxy is known to answer
-// otherwise; reconnect replaces the connection by a new one.
+// marks the next until block (only send blocks may come between) as one
+// where the proxy is known to answer otherwise; reconnect replaces the
+// connection by a new one.
 
 // wsCommand is a directive of a wire script.
 type wsCommand int
@@ -153,9 +154,18 @@ func parseWireScript(path, text string) (*wsScript, error) {
 		s.blocks = append(s.blocks, b)
 	}
 	s.trailer = pre
+	// A marker covers the next until block; only send blocks may come
+	// between them.
 	for i, b := range s.blocks {
-		if b.cmd == wsKnownDifference && (i+1 == len(s.blocks) || s.blocks[i+1].cmd != wsUntil) {
-			return nil, fmt.Errorf("%s:%d: known-difference must come right before an until block", path, b.line)
+		if b.cmd != wsKnownDifference {
+			continue
+		}
+		j := i + 1
+		for j < len(s.blocks) && s.blocks[j].cmd == wsSend {
+			j++
+		}
+		if j == len(s.blocks) || s.blocks[j].cmd != wsUntil {
+			return nil, fmt.Errorf("%s:%d: known-difference must be followed by an until block, with only send blocks between", path, b.line)
 		}
 	}
 	return s, nil
@@ -423,7 +433,8 @@ func TestWireScriptFormat(t *testing.T) {
 		{"until without output", "until\nReadyForQuery\n", "until needs message types"},
 		{"unknown backend type", "until\nReadyForQuerry\n----\n", `unknown backend message type "ReadyForQuerry"`},
 		{"marker without issue", "known-difference reason=\"x\"\n\nuntil\nReadyForQuery\n----\n", "needs issue=<number>"},
-		{"marker not before until", "known-difference issue=11 reason=\"x\"\n\nsend\nSync\n", "right before an until block"},
+		{"marker not before until", "known-difference issue=11 reason=\"x\"\n\nsend\nSync\n", "followed by an until block"},
+		{"marker before reconnect", "known-difference issue=11 reason=\"x\"\n\nreconnect\n\nuntil\nReadyForQuery\n----\n", "followed by an until block"},
 		{"marker with input", "known-difference issue=11 reason=\"x\"\nuntil\n", "is one line"},
 		{"no final newline", "send\nSync", "no newline"},
 	}

@@ -99,7 +99,7 @@ const wsSchema = "CREATE TABLE kv (k int PRIMARY KEY, v text)"
 // wsPlacement, which newWSEnv checks against the shards.
 var (
 	wsSeed      = map[int]string{1: "one", 2: "two", 3: "three", 4: "four"}
-	wsPlacement = map[int]int{1: 0, 2: 0, 12: 0, 13: 0, 14: 0, 16: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+	wsPlacement = map[int]int{1: 0, 2: 0, 12: 0, 13: 0, 14: 0, 16: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1}
 )
 
 // wsEnv is the reference server, two shard servers and a proxy with
@@ -408,7 +408,9 @@ func wsReadErr(err error) string {
 	return err.Error()
 }
 
-func wsEqual(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b, "\n") && len(a) == len(b) }
+func wsEqual(a, b []string) bool {
+	return strings.Join(a, "\n") == strings.Join(b, "\n") && len(a) == len(b)
+}
 
 func wsIndent(lines []string) string {
 	if len(lines) == 0 {
