@@ -65,7 +65,7 @@ func (c *conn) extended(ctx context.Context, typ byte, body []byte, log *slog.Lo
 		if body[0] == 'S' {
 			x, ok := c.stmts[string(name)]
 			if !ok {
-				return wire.Errorf(wire.InvalidStatementName, "prepared statement %q does not exist", name)
+				return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", name)
 			}
 			c.buf = wire.AppendParameterDescription(c.buf, nil)
 			if x != nil {
@@ -131,7 +131,7 @@ func (c *conn) bind(body []byte) error {
 	}
 	x, ok := c.stmts[string(sname)]
 	if !ok {
-		return wire.Errorf(wire.InvalidStatementName, "prepared statement %q does not exist", sname)
+		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", sname)
 	}
 	n, rest, ok := wire.Uint16(rest)
 	if !ok || len(rest) < 2*int(n) {

@@ -184,13 +184,13 @@ func convertConst(v []byte, col Column) ([]byte, error) {
 	case oidInt2, oidInt4, oidInt8:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, wire.Errorf("22P02", "invalid input syntax for type bigint: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type bigint: %q", s)
 		}
 		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
 	case oidFloat4, oidFloat8:
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil {
-			return nil, wire.Errorf("22P02", "invalid input syntax for type double precision: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type double precision: %q", s)
 		}
 		if col.OID == oidFloat4 {
 			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
@@ -199,7 +199,7 @@ func convertConst(v []byte, col Column) ([]byte, error) {
 	case oidNumeric:
 		d, err := parseDecimal(s)
 		if err != nil {
-			return nil, wire.Errorf("22P02", "invalid input syntax for type numeric: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type numeric: %q", s)
 		}
 		return encodeBinaryNumeric(d), nil
 	case oidBool:
@@ -374,7 +374,7 @@ func (m *Merger) add(col int, a, b []byte) ([]byte, error) {
 		}
 		s := x + y
 		if (s > x) != (y > 0) {
-			return nil, wire.Errorf("22003", "bigint out of range")
+			return nil, wire.Errorf(wire.NumericValueOutOfRange, "bigint out of range")
 		}
 		if bin {
 			return binary.BigEndian.AppendUint64(nil, uint64(s)), nil

@@ -148,7 +148,7 @@ func (s *Session) prepare(txid string, shards []int, prepared *[]int) error {
 		}
 		if serr != nil {
 			e := &wire.Error{Severity: "ERROR", Code: serr.Code, Message: "two-phase commit failed on shard " + strconv.Itoa(i) + ": " + serr.Message, Detail: serr.Detail, Hint: serr.Hint}
-			if serr.Code == "55000" {
+			if serr.Code == wire.ObjectNotInPrerequisiteState {
 				e.Hint = "set max_prepared_transactions > 0 on every shard: shardgate commits multi-shard transactions with two-phase commit"
 			}
 			return e

@@ -104,7 +104,7 @@ func (s *CopySplitter) Finish() error {
 		s.buf = nil
 		return s.line(append(line, '\n'))
 	}
-	return wire.Errorf("22P04", "COPY data ends in the middle of a row")
+	return wire.Errorf(wire.BadCopyFileFormat, "COPY data ends in the middle of a row")
 }
 
 func (s *CopySplitter) lines() (int, error) {
@@ -168,7 +168,7 @@ func (s *CopySplitter) field(line []byte) ([]byte, error) {
 	csv := s.f.Format == "csv"
 	for idx < s.f.KeyCol {
 		if i >= len(line) {
-			return nil, wire.Errorf("22P04", "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
+			return nil, wire.Errorf(wire.BadCopyFileFormat, "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
 		}
 		c := line[i]
 		switch {
@@ -241,7 +241,7 @@ func (s *CopySplitter) csvValue(b []byte) ([]byte, error) {
 		}
 		out = append(out, c)
 	}
-	return nil, wire.Errorf("22P04", "unterminated CSV quoted field")
+	return nil, wire.Errorf(wire.BadCopyFileFormat, "unterminated CSV quoted field")
 }
 
 // unescapeText decodes COPY text-format backslash escapes.
@@ -308,7 +308,7 @@ func (s *CopySplitter) binaryRows() (int, error) {
 			return 0, nil
 		}
 		if !bytes.Equal(b[:11], copySignature) {
-			return 0, wire.Errorf("22P04", "COPY file signature not recognized")
+			return 0, wire.Errorf(wire.BadCopyFileFormat, "COPY file signature not recognized")
 		}
 		ext := int(binary.BigEndian.Uint32(b[15:19]))
 		if ext < 0 || len(b) < 19+ext {
@@ -330,7 +330,7 @@ func (s *CopySplitter) binaryRows() (int, error) {
 			return len(b), nil
 		}
 		if n < 0 {
-			return pos, wire.Errorf("22P04", "invalid field count %d in binary COPY data", n)
+			return pos, wire.Errorf(wire.BadCopyFileFormat, "invalid field count %d in binary COPY data", n)
 		}
 		p := pos + 2
 		var key []byte
@@ -359,7 +359,7 @@ func (s *CopySplitter) binaryRows() (int, error) {
 			return pos, nil
 		}
 		if s.f.KeyCol >= n {
-			return pos, wire.Errorf("22P04", "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
+			return pos, wire.Errorf(wire.BadCopyFileFormat, "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
 		}
 		if keyNull {
 			key = nil

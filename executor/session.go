@@ -366,7 +366,7 @@ func (k SavepointKind) String() string {
 func (s *Session) Savepoint(kind SavepointKind, name, sql string, mark int) (tag string, restore int, serr *wire.Error, err error) {
 	restore = -1
 	if !s.tx.open {
-		return "", restore, wire.Errorf("25P01", "%s can only be used in transaction blocks", kind), nil
+		return "", restore, wire.Errorf(wire.NoActiveSQLTransaction, "%s can only be used in transaction blocks", kind), nil
 	}
 	at := -1
 	if kind != SavepointSet {
@@ -377,7 +377,7 @@ func (s *Session) Savepoint(kind SavepointKind, name, sql string, mark int) (tag
 			}
 		}
 		if at < 0 {
-			return "", restore, wire.Errorf("3B001", "savepoint \"%s\" does not exist", name), nil
+			return "", restore, wire.Errorf(wire.InvalidSavepointSpecification, "savepoint \"%s\" does not exist", name), nil
 		}
 	}
 	for i := range s.shards {

@@ -73,7 +73,7 @@ func (b *backend) Write(p []byte) (int, error) {
 			if typ == 'c' {
 				b.out.Write(wire.AppendCommandComplete(nil, fmt.Sprintf("COPY %d", bytes.Count(b.copied, []byte("\n")))))
 			} else {
-				b.out.Write(wire.AppendError(nil, wire.Errorf("57014", "COPY from stdin failed")))
+				b.out.Write(wire.AppendError(nil, wire.Errorf(wire.QueryCanceled, "COPY from stdin failed")))
 			}
 			b.out.Write(wire.AppendReadyForQuery(nil, b.status))
 		}
@@ -86,7 +86,7 @@ func (b *backend) query(q string) {
 	up := strings.ToUpper(q)
 	switch {
 	case strings.Contains(q, "fail") || b.failOn != "" && strings.Contains(q, b.failOn):
-		b.out.Write(wire.AppendError(nil, wire.Errorf("XX000", "failed: %s", q)))
+		b.out.Write(wire.AppendError(nil, wire.Errorf(wire.InternalError, "failed: %s", q)))
 		if b.status == 'T' {
 			b.status = 'E'
 		}
@@ -207,7 +207,7 @@ func TestSessionLazyBeginReplaysLog(t *testing.T) {
 	if tag != "ROLLBACK" || restore != 7 || serr != nil || err != nil {
 		t.Fatalf("ROLLBACK TO: %q %d %v %v, want ROLLBACK and the mark 7", tag, restore, serr, err)
 	}
-	if _, _, serr, _ := s.Savepoint(SavepointRelease, "nosuch", "RELEASE nosuch", 0); serr == nil || serr.Code != "3B001" {
+	if _, _, serr, _ := s.Savepoint(SavepointRelease, "nosuch", "RELEASE nosuch", 0); serr == nil || serr.Code != wire.InvalidSavepointSpecification {
 		t.Fatalf("RELEASE of an unknown savepoint: %v, want 3B001", serr)
 	}
 }
@@ -349,7 +349,7 @@ func TestSessionExecuteWriteErrorRollsBack(t *testing.T) {
 	s, b := testSession(t, 2)
 	b[1].failOn = "UPDATE"
 	_, err := s.Execute(&Answer{Plan: &Plan{Kind: RouteWrite, Shards: []int{0, 1}, SQL: "UPDATE t", Write: true}, Sink: io.Discard}, true)
-	if e, ok := wire.AsError(err); !ok || e.Code != "XX000" {
+	if e, ok := wire.AsError(err); !ok || e.Code != wire.InternalError {
 		t.Fatalf("Execute: %v, want shard 1's error", err)
 	}
 	for i, be := range b {
@@ -399,7 +399,7 @@ func TestSessionCopyIn(t *testing.T) {
 		s, b := testSession(t, 2)
 		cl := &copyFrom{msgs: [][]byte{[]byte("d1\n"), []byte("fno more\x00")}}
 		_, err := s.CopyIn(p, cl)
-		if e, ok := wire.AsError(err); !ok || e.Code != "57014" || !strings.Contains(e.Message, "no more") {
+		if e, ok := wire.AsError(err); !ok || e.Code != wire.QueryCanceled || !strings.Contains(e.Message, "no more") {
 			t.Fatalf("CopyIn: %v, want 57014 with the client's reason", err)
 		}
 		for i, be := range b {

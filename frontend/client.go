@@ -277,7 +277,7 @@ func (c *client) loginFailed(err error) error {
 		return err
 	}
 	if e, ok := wire.AsError(err); ok {
-		if e.Code == wire.InvalidPassword || e.Code == wire.InvalidAuthSpec {
+		if e.Code == wire.InvalidPassword || e.Code == wire.InvalidAuthorizationSpecification {
 			c.log.Info("client authentication failed", "err", e.Message)
 		}
 		e.Severity = "FATAL"

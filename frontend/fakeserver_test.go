@@ -112,10 +112,10 @@ func (f *fakeServer) ready() {
 func (f *fakeServer) complete(text string, extended bool) {
 	switch {
 	case strings.Contains(text, "execfail"):
-		f.fail("22012", extended)
+		f.fail(wire.DivisionByZero, extended)
 		return
 	case f.status == 'E' && !strings.HasPrefix(text, "ROLLBACK") && !strings.HasPrefix(text, "COMMIT"):
-		f.fail("25P02", extended)
+		f.fail(wire.InFailedSQLTransaction, extended)
 		return
 	case strings.HasPrefix(text, "BEGIN"):
 		f.status = 'T'
@@ -126,7 +126,7 @@ func (f *fakeServer) complete(text string, extended bool) {
 		f.status = 'I'
 	case text == "DEALLOCATE ALL" || text == "DISCARD ALL":
 		if text == "DISCARD ALL" && f.status != 'I' {
-			f.fail("25001", extended)
+			f.fail(wire.ActiveSQLTransaction, extended)
 			return
 		}
 		clear(f.stmts)
@@ -149,7 +149,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 			f.ready()
 		default: // CopyFail, or any other message, ends the COPY with an error
 			f.copying = false
-			f.fail("57014", false)
+			f.fail(wire.QueryCanceled, false)
 			f.ready()
 		}
 		return
@@ -171,7 +171,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		case len(text) == 0:
 			f.send('I')
 		case strings.Contains(string(text), "fail") && !strings.Contains(string(text), "execfail"):
-			f.fail("42601", false)
+			f.fail(wire.SyntaxError, false)
 		case bytes.HasPrefix(text, []byte("COPY")):
 			f.send('G', []byte{0, 0, 0})
 			f.copying = true
@@ -185,14 +185,14 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		text, _, ok2 := wire.CString(rest)
 		switch {
 		case !ok || !ok2:
-			f.fail("08P01", true)
+			f.fail(wire.ProtocolViolation, true)
 		case strings.Contains(string(text), "fail") && !strings.Contains(string(text), "execfail"):
-			f.fail("42601", true)
+			f.fail(wire.SyntaxError, true)
 		case len(name) == 0:
 			f.unnamed, f.unnText = body, string(text)
 			f.send('1')
 		case hasKey(f.stmts, string(name)):
-			f.fail("42P05", true)
+			f.fail(wire.DuplicatePreparedStatement, true)
 		default:
 			f.stmts[string(name)] = string(text)
 			f.send('1')
@@ -205,18 +205,18 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 			text, ok = f.unnText, f.unnamed != nil
 		}
 		if !ok {
-			f.fail("26000", true)
+			f.fail(wire.InvalidSQLStatementName, true)
 			return
 		}
 		if f.status == 'E' && !strings.HasPrefix(text, "ROLLBACK") && !strings.HasPrefix(text, "COMMIT") {
-			f.fail("25P02", true)
+			f.fail(wire.InFailedSQLTransaction, true)
 			return
 		}
 		f.portals[string(portal)] = text
 		f.send('2')
 	case 'D':
 		if len(body) < 2 || body[0] != 'S' && body[0] != 'P' {
-			f.fail("08P01", true)
+			f.fail(wire.ProtocolViolation, true)
 			return
 		}
 		name, _, _ := wire.CString(body[1:])
@@ -230,7 +230,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 			_, ok = f.stmts[string(name)]
 		}
 		if !ok {
-			f.fail("26000", true)
+			f.fail(wire.InvalidSQLStatementName, true)
 			return
 		}
 		if body[0] == 'S' {
@@ -241,7 +241,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		portal, rest, _ := wire.CString(body)
 		text, ok := f.portals[string(portal)]
 		if !ok {
-			f.fail("34000", true)
+			f.fail(wire.InvalidCursorName, true)
 			return
 		}
 		if max, _, _ := wire.Uint32(rest); max > 0 && strings.Contains(text, "suspend") {
@@ -252,7 +252,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		f.complete(text, true)
 	case 'C':
 		if len(body) < 2 || body[0] != 'S' && body[0] != 'P' {
-			f.fail("08P01", true)
+			f.fail(wire.ProtocolViolation, true)
 			return
 		}
 		name, _, _ := wire.CString(body[1:])
@@ -278,7 +278,7 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 	case 'X':
 		f.closed = true
 	default:
-		f.fail("08P01", false)
+		f.fail(wire.ProtocolViolation, false)
 		f.ready()
 	}
 }

@@ -209,7 +209,7 @@ func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *
 }
 
 func errReplansExhausted() error {
-	return wire.Errorf("55000", "the configuration changed %d times while the statement waited; try again", maxReplans)
+	return wire.Errorf(wire.ObjectNotInPrerequisiteState, "the configuration changed %d times while the statement waited; try again", maxReplans)
 }
 
 func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
@@ -237,12 +237,12 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		return c.localDone("SET")
 	}
 	if c.xs.Failed() && p.Kind != executor.RouteRollback && !(p.Kind == executor.RouteSavepoint && p.rollbackTo) {
-		return c.shardedError(wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block"))
+		return c.shardedError(wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block"))
 	}
 	switch p.Kind {
 	case executor.RouteBegin:
 		if !c.xs.Begin(sql) {
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
 		}
 		return c.localDone("BEGIN")
 	case executor.RouteCommit, executor.RouteRollback:
@@ -475,7 +475,7 @@ func (c *client) rollbackShards() { c.xs.Rollback() }
 // touched.
 func (c *client) endTx(ctx context.Context, commit bool) error {
 	if !c.xs.InTx() {
-		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
 		if commit {
 			return c.localDone("COMMIT")
 		}

@@ -24,7 +24,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	}
 	p := c.sportals[string(name)]
 	if p == nil {
-		return wire.Errorf("34000", "portal \"%s\" does not exist", name)
+		return wire.Errorf(wire.InvalidCursorName, "portal \"%s\" does not exist", name)
 	}
 	if p.suspended {
 		return c.resumePortal(p, name, maxRows)
@@ -36,7 +36,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			return c.sTxControl(plan)
 		}
 		if c.xs.Failed() {
-			return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+			return wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
 		}
 		if plan.Kind == executor.RouteLocal {
 			return c.sLocal(plan, describe)
@@ -78,7 +78,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 // SQL-level statement.
 func (c *client) sLocal(plan *routePlan, describe bool) error {
 	if plan.dealloc != "" && !c.deallocate(plan.dealloc) {
-		return wire.Errorf(wire.InvalidStatementName, "prepared statement \"%s\" does not exist", plan.dealloc)
+		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", plan.dealloc)
 	}
 	if describe {
 		c.w.Write(wire.AppendNoData(nil))
@@ -274,13 +274,13 @@ func (c *client) sTxControl(p *routePlan) error {
 	switch p.Kind {
 	case executor.RouteBegin:
 		if !c.xs.Begin(p.SQL) {
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25001", Message: "there is already a transaction in progress"}))
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
 		return nil
 	case executor.RouteCommit, executor.RouteRollback:
 		if !c.xs.InTx() {
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: "25P01", Message: "there is no transaction in progress"}))
+			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
 			tag := "COMMIT"
 			if p.Kind == executor.RouteRollback {
 				tag = "ROLLBACK"
@@ -296,7 +296,7 @@ func (c *client) sTxControl(p *routePlan) error {
 		return nil
 	}
 	if c.xs.Failed() && !p.rollbackTo {
-		return wire.Errorf("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+		return wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
 	}
 	tag, serr, err := c.runSavepoint(p)
 	if err != nil {

@@ -191,7 +191,7 @@ func (c *client) sBind(body []byte) error {
 	tail := d.Rest()
 	st := c.sstmts[string(name)]
 	if st == nil {
-		return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
+		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
 	}
 	formats, params, err := parseBindParams(tail)
 	if err != nil {
@@ -231,12 +231,12 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
-			return wire.Errorf("26000", "prepared statement \"%s\" does not exist", name)
+			return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
 		}
 	} else {
 		p = c.sportals[string(name)]
 		if p == nil {
-			return wire.Errorf("34000", "portal \"%s\" does not exist", name)
+			return wire.Errorf(wire.InvalidCursorName, "portal \"%s\" does not exist", name)
 		}
 		if p.plan.Kind == executor.RouteLocal {
 			c.w.Write(wire.AppendNoData(nil))

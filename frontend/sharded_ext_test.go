@@ -190,10 +190,10 @@ func TestShardedPreparedAfterError(t *testing.T) {
 		sql  string
 		want []string // the SQLSTATEs of the two executions
 	}{
-		{"parse rejected by one shard", "SELECT 'fail' FROM accounts WHERE id = 1", []string{"42601", "42601"}},
-		{"parse rejected by every shard", "SELECT 'fail' FROM accounts", []string{"42601", "42601"}},
-		{"execute failed on one shard", "SELECT 'execfail' FROM accounts WHERE id = 1", []string{"22012", "22012"}},
-		{"execute failed on every shard", "SELECT 'execfail' FROM accounts", []string{"22012", "22012"}},
+		{"parse rejected by one shard", "SELECT 'fail' FROM accounts WHERE id = 1", []string{wire.SyntaxError, wire.SyntaxError}},
+		{"parse rejected by every shard", "SELECT 'fail' FROM accounts", []string{wire.SyntaxError, wire.SyntaxError}},
+		{"execute failed on one shard", "SELECT 'execfail' FROM accounts WHERE id = 1", []string{wire.DivisionByZero, wire.DivisionByZero}},
+		{"execute failed on every shard", "SELECT 'execfail' FROM accounts", []string{wire.DivisionByZero, wire.DivisionByZero}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,7 +235,7 @@ func TestShardedSuspendedPortal(t *testing.T) {
 			"1 2 D s D s D s Z", ""},
 		{"rest after the implicit transaction's Sync", []pgproto3.FrontendMessage{parse, bind, limit, sync, limit, sync,
 			bind, &pgproto3.Execute{}, sync}, // bound again: runs whole
-			"1 2 D s Z E Z 2 C Z", "34000"},
+			"1 2 D s Z E Z 2 C Z", wire.InvalidCursorName},
 		{"rest inside a transaction block", []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"},
 			parse, bind, limit, sync, limit, sync, &pgproto3.Query{String: "COMMIT"}},
 			"C Z 1 2 D s Z D s Z C Z", ""},

@@ -307,7 +307,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 	switch {
 	case sp.dealloc:
 		if !c.deallocate(sp.prepName) {
-			return nil, wire.Errorf(wire.InvalidStatementName, "prepared statement %q does not exist", sp.prepName)
+			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", sp.prepName)
 		}
 		return &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE"}, nil
 	case sp.prepare:
@@ -325,7 +325,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 	}
 	for _, ex := range sp.execs {
 		if c.sqlStmts[ex.name] == nil {
-			return nil, wire.Errorf(wire.InvalidStatementName, "prepared statement %q does not exist", ex.name)
+			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", ex.name)
 		}
 	}
 	if len(sp.execs) != 1 {

@@ -158,7 +158,7 @@ func parseStartup(b []byte) (*startup, error) {
 		}
 	}
 	if s.user == "" {
-		return nil, wire.Fatalf(wire.InvalidAuthSpec, "no PostgreSQL user name specified in startup packet")
+		return nil, wire.Fatalf(wire.InvalidAuthorizationSpecification, "no PostgreSQL user name specified in startup packet")
 	}
 	if s.database == "" {
 		s.database = s.user

@@ -19,7 +19,7 @@ func TestParseStartup(t *testing.T) {
 			&startup{user: "bob", database: "app", params: map[string]string{"application_name": "psql", "search_path": "a,b", "statement_timeout": "5s", "work_mem": "1MB"}}, ""},
 		{"escaped space", "user\x00bob\x00options\x00-c application_name=a\\ b\x00\x00",
 			&startup{user: "bob", database: "bob", params: map[string]string{"application_name": "a b"}}, ""},
-		{"no user", "database\x00app\x00\x00", nil, wire.InvalidAuthSpec},
+		{"no user", "database\x00app\x00\x00", nil, wire.InvalidAuthorizationSpecification},
 		{"replication", "user\x00bob\x00replication\x00database\x00\x00", nil, wire.FeatureNotSupported},
 		{"unterminated", "user\x00bob", nil, wire.ProtocolViolation},
 		{"bad option", "user\x00bob\x00options\x00-x\x00\x00", nil, wire.FeatureNotSupported},

@@ -24,8 +24,6 @@ func TestCodes(t *testing.T) {
 		{"ExternalRoutineInvocationNullValueNotAllowed", ExternalRoutineInvocationNullValueNotAllowed, "39004"},
 		{"SQLRoutineModifyingSQLDataNotPermitted", SQLRoutineModifyingSQLDataNotPermitted, "2F002"},
 		{"ExternalRoutineModifyingSQLDataNotPermitted", ExternalRoutineModifyingSQLDataNotPermitted, "38002"},
-		{"InvalidAuthSpec", InvalidAuthSpec, "28000"},
-		{"InvalidStatementName", InvalidStatementName, "26000"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,20 +12,6 @@ import (
 // PostgreSQL's own codes only (Appendix A of the manual) and puts its own
 // reason into Detail or Hint.
 
-// The old names of two codes, kept until every package uses the generated
-// ones.
-const (
-	// InvalidAuthSpec is 28000, invalid_authorization_specification.
-	//
-	// Deprecated: use InvalidAuthorizationSpecification.
-	InvalidAuthSpec = InvalidAuthorizationSpecification
-
-	// InvalidStatementName is 26000, invalid_sql_statement_name.
-	//
-	// Deprecated: use InvalidSQLStatementName.
-	InvalidStatementName = InvalidSQLStatementName
-)
-
 // Error is an ErrorResponse the proxy sends to a client, or one a server
 // sent (ParseError). It implements error so that it can travel up the stack
 // and be sent where it lands.
