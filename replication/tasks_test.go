@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardgate/shardgate/wire"
 )
 
 func TestTransient(t *testing.T) {
@@ -16,9 +17,9 @@ func TestTransient(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{name: "admin shutdown", err: &pgconn.PgError{Code: "57P01"}, want: true},
-		{name: "connection failure class", err: &pgconn.PgError{Code: "08006"}, want: true},
-		{name: "undefined table", err: &pgconn.PgError{Code: "42P01"}},
+		{name: "admin shutdown", err: &pgconn.PgError{Code: wire.AdminShutdown}, want: true},
+		{name: "connection failure class", err: &pgconn.PgError{Code: wire.ConnectionFailure}, want: true},
+		{name: "undefined table", err: &pgconn.PgError{Code: wire.UndefinedTable}},
 		{name: "connect", err: fmt.Errorf("connect: %w", &pgconn.ConnectError{}), want: true},
 		{name: "eof", err: fmt.Errorf("copy: %w", io.ErrUnexpectedEOF), want: true},
 		{name: "closed socket", err: fmt.Errorf("copy: %w", net.ErrClosed), want: true},
