@@ -57,6 +57,7 @@ func (c *client) adminLogin(ctx context.Context, s *startup) error {
 		return err
 	}
 	c.setState(ClientActive)
+	c.admin = true
 	err := c.l.Admin.Serve(ctx, &AdminConn{c: c})
 	return &adminDone{err}
 }

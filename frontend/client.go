@@ -37,7 +37,19 @@ const (
 )
 
 func (s ClientState) String() string {
-	return [...]string{"login", "idle", "waiting", "active", "closed"}[s]
+	switch s {
+	case ClientLogin:
+		return "login"
+	case ClientIdle:
+		return "idle"
+	case ClientWaiting:
+		return "waiting"
+	case ClientActive:
+		return "active"
+	case ClientClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("ClientState(%d)", int32(s))
 }
 
 // ClientInfo is a snapshot of one client for SHOW CLIENTS.
@@ -119,16 +131,14 @@ type client struct {
 
 	out       []byte  // messages waiting to be written to the server
 	q         []req   // answers expected from the server, in order
-	skipping  bool    // the server discards messages until Sync after an error
-	unsynced  bool    // the batch sent last leaves the server inside an extended-protocol batch (no Sync yet)
-	localSkip bool    // the proxy failed a message itself: drop until Sync
+	pipe      pipe    // where the extended-protocol pipeline is (state.go)
 	lastTag   []byte  // tag of the last CommandComplete relayed
-	txErr     bool    // an error happened since the last ReadyForQuery
 	clientErr error   // the client socket failed while relaying
 	inCopy    bool    // relaying COPY FROM STDIN data (see copyIn)
 	answers   int     // messages the server sent in this round trip (see roundTrip's retry)
 	batchOps  []setOp // session ops of Executes completed since the last Sync
 	loggingIn bool    // keep the server attached through login
+	admin     bool    // the client talks to the admin database (see bound)
 
 	// Sharded databases only (see sharded.go).
 	xs    *executor.Session // the shards' servers and the transaction over them
@@ -530,7 +540,7 @@ func (c *client) abandon() {
 		c.detach()
 		return
 	}
-	if len(c.q) > 0 || c.tx != 'I' || c.unsynced {
+	if len(c.q) > 0 || c.tx != 'I' || c.pipe.has(pipeUnsynced) {
 		c.clientErr = io.EOF // stop writing to the client
 		c.rollback()
 	}
@@ -550,7 +560,7 @@ func (c *client) rollback() {
 	// recorded as applied to the server: rather than guess its settings,
 	// close it. unsynced describes the queue's end, not what was sent:
 	// with a queue dropped, a Sync settles it.
-	sync := c.unsynced || len(c.q) > 0
+	sync := c.pipe.has(pipeUnsynced) || len(c.q) > 0
 	for i := range c.q {
 		if c.q[i].kind == reqInternal {
 			s.Broken = true
@@ -590,7 +600,7 @@ func (c *client) rollback() {
 func (c *client) syncServer() bool {
 	s := c.server
 	s.W.Write([]byte{'S', 0, 0, 0, 4})
-	c.unsynced = false
+	c.pipe.set(pipeUnsynced, false)
 	c.q = append(c.q, req{kind: reqSync})
 	if err := s.Flush(); err != nil || c.relay() != nil {
 		s.Broken = true
@@ -606,7 +616,7 @@ func (c *client) nudge() {
 
 // holdsNothing reports whether the client holds no server: no open
 // transaction or session that shutdown must let finish.
-func (c *client) holdsNothing() bool { return c.server == nil && !c.holdsShards() }
+func (c *client) holdsNothing() bool { return c.bound() == boundNone }
 
 // wakeIfIdle nudges the client for Shutdown if it holds no server (or is
 // an admin session, which has no database). A client holding a server is

@@ -143,7 +143,7 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 		if !ok {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
 		}
-		if c.skipping {
+		if c.pipe.has(pipeSkipping) {
 			return nil // the server would discard it: the statement is not created
 		}
 		orig := parseText(tail)
@@ -275,7 +275,7 @@ func (c *client) rewrite(typ byte, raw, body []byte) error {
 			return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
 		}
 		c.out = append(c.out, raw...)
-		if c.skipping {
+		if c.pipe.has(pipeSkipping) {
 			return nil // the server discards it
 		}
 		pe := c.portals[string(portal)]
@@ -345,7 +345,7 @@ func (c *client) failInOrder(e *wire.Error) {
 func (c *client) resolve(name []byte) *stmt {
 	s := c.server
 	if len(name) == 0 {
-		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.skipping {
+		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.pipe.has(pipeSkipping) {
 			// The client's unnamed statement was parsed on another server.
 			c.injectNeeds(c.unnamedEff.needs)
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
@@ -360,7 +360,7 @@ func (c *client) resolve(name []byte) *stmt {
 	if st == nil {
 		return nil
 	}
-	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.skipping {
+	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.pipe.has(pipeSkipping) {
 		c.injectNeeds(st.effect().needs)
 		c.out = append(c.out, st.parse...)
 		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st})

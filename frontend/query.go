@@ -53,7 +53,7 @@ const flushWriteThreshold = 256 << 10
 // simpleQuery handles a Query message.
 func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	c.queries.Add(1)
-	if c.localSkip {
+	if c.pipe.has(pipeDropping) {
 		return nil
 	}
 	if err := c.becomeSharded(); err != nil {
@@ -121,7 +121,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	// skips it after an error: see relay).
 	c.unnamed = c.unnamed[:0]
 	c.server.Unnamed = c.server.Unnamed[:0]
-	c.unsynced = false
+	c.pipe.set(pipeUnsynced, false)
 	c.out = append(c.out, raw...)
 	c.q = append(c.q, req{kind: reqQuery, ops: ops, create: create})
 	return c.roundTrip()
@@ -143,13 +143,13 @@ func (c *client) failQuery(err error) error {
 
 // functionCall handles the legacy FunctionCall message.
 func (c *client) functionCall(ctx context.Context, raw []byte) error {
-	if c.localSkip {
+	if c.pipe.has(pipeDropping) {
 		return nil
 	}
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
-	c.unsynced = false // as for a Query
+	c.pipe.set(pipeUnsynced, false) // as for a Query
 	c.out = append(c.out, raw...)
 	c.q = append(c.q, req{kind: reqQuery})
 	return c.roundTrip()
@@ -172,16 +172,16 @@ func (c *client) answerLocally(err error, ready bool) error {
 	if ready {
 		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
 	} else {
-		c.localSkip = true
+		c.pipe.set(pipeDropping, true)
 	}
 	return c.flushClient()
 }
 
 // extended handles Parse, Bind, Describe, Execute, Close, Flush and Sync.
 func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error {
-	if c.localSkip && c.xs == nil { // a sharded batch skips itself (shardedExtended)
+	if c.pipe.has(pipeDropping) && c.xs == nil { // a sharded batch skips itself (shardedExtended)
 		if typ == 'S' {
-			c.localSkip = false
+			c.pipe.set(pipeDropping, false)
 			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
 			return c.flushClient()
 		}
@@ -219,10 +219,10 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	}
 	switch typ {
 	case 'S':
-		c.unsynced = false
+		c.pipe.set(pipeUnsynced, false)
 	case 'H':
 	default:
-		c.unsynced = true
+		c.pipe.set(pipeUnsynced, true)
 	}
 	if c.mode == config.PoolTransaction {
 		if err := c.rewrite(typ, raw, body); err != nil {
@@ -247,7 +247,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 
 // expect records the answer the server owes for a client message.
 func (c *client) expect(typ byte) {
-	if c.skipping && typ != 'S' {
+	if c.pipe.has(pipeSkipping) && typ != 'S' {
 		return // the server discards it
 	}
 	switch typ {
@@ -265,7 +265,7 @@ func (c *client) expect(typ byte) {
 		c.q = append(c.q, req{kind: reqSync})
 		// The server skips after an error only up to this Sync: what
 		// the client sends after it runs (and is answered) again.
-		c.skipping = false
+		c.pipe.set(pipeSkipping, false)
 	}
 }
 
@@ -334,7 +334,7 @@ func (c *client) endRoundTrip() error {
 	if err := c.flushClient(); err != nil {
 		return err
 	}
-	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.unsynced && !c.loggingIn {
+	if c.mode == config.PoolTransaction && c.tx == 'I' && len(c.q) == 0 && !c.pipe.has(pipeUnsynced) && !c.loggingIn {
 		if err := c.settle(); err != nil {
 			return c.sessionLost(err)
 		}
@@ -403,8 +403,8 @@ func (c *client) serverFailed(err error) error {
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]
-	c.skipping = false
-	c.unsynced = false
+	c.pipe.set(pipeSkipping, false)
+	c.pipe.set(pipeUnsynced, false)
 	c.pinned = false
 	c.detach()
 	if forwarded && inTx {

@@ -76,7 +76,7 @@ func (c *client) relay() error {
 					c.batchOps = c.batchOps[:0]
 				}
 				if len(ops) > 0 {
-					if c.txErr {
+					if c.pipe.has(pipeErrored) {
 						// Part of the batch may have run (a multi-statement
 						// Query with COMMIT inside): ask the server.
 						c.sess.resync = true
@@ -91,16 +91,16 @@ func (c *client) relay() error {
 					break
 				}
 			}
-			c.skipping = false
+			c.pipe.set(pipeSkipping, false)
 			c.onReady(body[0], internal)
 			if !internal {
 				c.tx = body[0]
 				c.toClient(raw)
 			}
-			c.txErr = false
+			c.pipe.set(pipeErrored, false)
 			c.lastTag = c.lastTag[:0]
 		case 'E':
-			c.txErr = true
+			c.pipe.set(pipeErrored, true)
 			c.inCopy = false // an error ends COPY FROM STDIN
 			e := wire.ParseError(body)
 			s.NoteError(e)
@@ -157,10 +157,10 @@ func (c *client) relay() error {
 				if i == len(c.q) && c.xs == nil {
 					// No Sync sent yet: the server skips until the
 					// client sends one (a Query it ignores, too).
-					c.unsynced = true
+					c.pipe.set(pipeUnsynced, true)
 				}
 				c.q = c.q[i:]
-				c.skipping = true
+				c.pipe.set(pipeSkipping, true)
 			}
 		case '1': // ParseComplete
 			if !whole {
@@ -399,7 +399,7 @@ func (c *client) onReady(status byte, internal bool) {
 	if len(c.sess.pending) == 0 {
 		return
 	}
-	rolledBack := c.txErr || bytes.Equal(c.lastTag, tagRollback)
+	rolledBack := c.pipe.has(pipeErrored) || bytes.Equal(c.lastTag, tagRollback)
 	if !rolledBack {
 		c.applyOps(c.sess.pending)
 	}

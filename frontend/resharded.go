@@ -20,7 +20,7 @@ import (
 // nothing a sharded client when a reload made its database sharded. It
 // runs before a Query or the first message of an extended batch.
 func (c *client) becomeSharded() error {
-	if c.xs != nil || c.server != nil || c.mode != config.PoolTransaction || c.unsynced || len(c.q) > 0 || c.tx != 'I' {
+	if c.xs != nil || c.server != nil || c.mode != config.PoolTransaction || c.pipe.has(pipeUnsynced) || len(c.q) > 0 || c.tx != 'I' {
 		return nil
 	}
 	st := c.l.State()

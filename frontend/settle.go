@@ -253,7 +253,7 @@ func (c *client) probe(s *pool.Server) (bool, error) {
 func (c *client) reset() {
 	s := c.server
 	c.clientErr = io.EOF // nothing more reaches the client
-	if (len(c.q) > 0 || c.unsynced) && !c.syncServer() {
+	if (len(c.q) > 0 || c.pipe.has(pipeUnsynced)) && !c.syncServer() {
 		return
 	}
 	if s.Broken {

@@ -439,7 +439,7 @@ func (c *client) failShard(err error, ready bool) error {
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]
-	c.skipping = false
+	c.pipe.set(pipeSkipping, false)
 	c.pinned = false
 	c.rollbackShards()
 	c.detachShards()
@@ -462,7 +462,7 @@ func (c *client) failShard(err error, ready bool) error {
 		c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
 		c.tx = 'I'
 	} else {
-		c.localSkip = true
+		c.pipe.set(pipeDropping, true)
 	}
 	return c.flushClient()
 }

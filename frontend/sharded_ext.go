@@ -81,7 +81,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	c.batch = nil
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
-		if c.localSkip && m.typ != 'S' {
+		if c.pipe.has(pipeDropping) && m.typ != 'S' {
 			if m.typ == 'H' {
 				// The error that started the skip reaches the client now,
 				// as PostgreSQL's does.
@@ -134,7 +134,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 				c.xs.Abort()
 			}
 			c.w.Write(wire.AppendError(nil, e))
-			c.localSkip = true
+			c.pipe.set(pipeDropping, true)
 		}
 	}
 	return nil
@@ -145,7 +145,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 // transaction is over, with its portals (the client's portals are the
 // proxy's, so it drops them itself).
 func (c *client) sSync() error {
-	c.localSkip = false
+	c.pipe.set(pipeDropping, false)
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err) // answers the Sync
 	}

@@ -49,7 +49,8 @@ func (c *client) abandonShards() {
 		// it goes back to the pool.
 		for i := range c.ext {
 			if s := c.xs.Server(i); s != nil && !s.Broken {
-				c.server, c.tx, c.q, c.unsynced = s, 'I', c.q[:0], false
+				c.server, c.tx, c.q = s, 'I', c.q[:0]
+				c.pipe.set(pipeUnsynced, false)
 				c.reset()
 			}
 		}

@@ -18,7 +18,7 @@ import (
 // is nothing to watch.
 func (c *client) watchServer() func() {
 	s := c.server
-	if c.mode != config.PoolSession && !c.pinned || s == nil || c.xs != nil || len(c.q) > 0 || c.unsynced || c.r.Buffered() > 0 {
+	if c.mode != config.PoolSession && !c.pinned || s == nil || c.xs != nil || len(c.q) > 0 || c.pipe.has(pipeUnsynced) || c.r.Buffered() > 0 {
 		return nil
 	}
 	done := make(chan struct{})
