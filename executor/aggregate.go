@@ -31,7 +31,6 @@ type avgState struct {
 func (m *Merger) aggregate(sources []Rows) error {
 	keyCols := m.spec.GroupBy
 	grouped := len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || len(m.spec.Having) > 0
-	var all []*group // DISTINCT ON: every row, deduplicated after sorting
 	distinctOn := len(m.spec.DistinctOn) > 0 && !grouped
 	if !distinctOn && !grouped && len(keyCols) == 0 {
 		keyCols = make([]int, m.visible)
@@ -39,6 +38,20 @@ func (m *Merger) aggregate(sources []Rows) error {
 			keyCols[i] = i
 		}
 	}
+	// An aggregate without GROUP BY over no rows: shards each answered
+	// one row, so there is always one group.
+	order, err := m.collect(sources, keyCols, distinctOn)
+	if err != nil {
+		return err
+	}
+	return m.emitGroups(order)
+}
+
+// collect reads every shard's rows into groups by keyCols, combining the
+// aggregates of each group's rows, in the order groups first appear; with
+// distinctOn (DISTINCT ON without aggregates) every row is a group of its
+// own, deduplicated after sorting.
+func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*group, error) {
 	groups := map[string]*group{}
 	var order []*group
 	var cols [][]byte
@@ -47,50 +60,51 @@ func (m *Merger) aggregate(sources []Rows) error {
 		for {
 			b, err := src.Next()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if b == nil {
 				break
 			}
 			if cols, err = SplitRow(b, cols); err != nil {
-				return err
+				return nil, err
 			}
 			if distinctOn {
-				g := &group{cols: make([][]byte, len(cols))}
-				for i, v := range cols {
-					if v != nil {
-						g.cols[i] = append([]byte{}, v...)
-					}
-				}
-				all = append(all, g)
+				order = append(order, newGroup(cols))
 				continue
 			}
 			key = appendKey(key[:0], cols, keyCols)
 			g := groups[string(key)]
 			if g == nil {
-				g = &group{cols: make([][]byte, len(cols))}
-				for i, v := range cols {
-					if v != nil {
-						g.cols[i] = append([]byte{}, v...)
-					}
-				}
+				g = newGroup(cols)
 				groups[string(key)] = g
 				order = append(order, g)
 				if err := m.initAvg(g); err != nil {
-					return err
+					return nil, err
 				}
 				continue
 			}
 			if err := m.combine(g, cols); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	// An aggregate without GROUP BY over no rows: shards each answered
-	// one row, so there is always one group.
-	if distinctOn {
-		order = all
+	return order, nil
+}
+
+// newGroup returns a group whose values are copies of cols.
+func newGroup(cols [][]byte) *group {
+	g := &group{cols: make([][]byte, len(cols))}
+	for i, v := range cols {
+		if v != nil {
+			g.cols[i] = append([]byte{}, v...)
+		}
 	}
+	return g
+}
+
+// emitGroups finishes the groups (avg, HAVING), sorts them, applies
+// DISTINCT ON, and writes them out.
+func (m *Merger) emitGroups(order []*group) error {
 	kept := order[:0]
 	for _, g := range order {
 		if err := m.finishAvg(g); err != nil {
@@ -120,6 +134,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 	}
 	if len(m.spec.DistinctOn) > 0 {
 		seen := map[string]bool{}
+		var key []byte
 		kept := order[:0]
 		for _, g := range order {
 			key = appendKey(key[:0], g.cols, m.spec.DistinctOn)

@@ -114,32 +114,9 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 		spec.GroupBy = append(spec.GroupBy, col)
 	}
 	for _, a := range m.Aggregates {
-		col, err := idx(a.Column)
+		agg, err := aggOf(a, idx)
 		if err != nil {
 			return spec, err
-		}
-		agg := Agg{Col: col}
-		switch a.Func {
-		case router.AggCount:
-			agg.Kind = AggCount
-		case router.AggSum:
-			agg.Kind = AggSum
-		case router.AggMin:
-			agg.Kind = AggMin
-		case router.AggMax:
-			agg.Kind = AggMax
-		case router.AggBoolAnd:
-			agg.Kind = AggBoolAnd
-		case router.AggBoolOr:
-			agg.Kind = AggBoolOr
-		case router.AggAvg:
-			agg.Kind = AggAvg
-			agg.SumCol = col
-			if agg.CountCol, err = idx(a.Count); err != nil {
-				return spec, err
-			}
-		default:
-			return spec, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
 		}
 		spec.Aggs = append(spec.Aggs, agg)
 	}
@@ -171,4 +148,37 @@ func (p *Plan) SQLFor(i int) string {
 		return q
 	}
 	return p.SQL
+}
+
+// aggOf is the executor's combination of one of the router's aggregates;
+// idx maps a router column to its result column.
+func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error) {
+	col, err := idx(a.Column)
+	if err != nil {
+		return Agg{}, err
+	}
+	agg := Agg{Col: col}
+	switch a.Func {
+	case router.AggCount:
+		agg.Kind = AggCount
+	case router.AggSum:
+		agg.Kind = AggSum
+	case router.AggMin:
+		agg.Kind = AggMin
+	case router.AggMax:
+		agg.Kind = AggMax
+	case router.AggBoolAnd:
+		agg.Kind = AggBoolAnd
+	case router.AggBoolOr:
+		agg.Kind = AggBoolOr
+	case router.AggAvg:
+		agg.Kind = AggAvg
+		agg.SumCol = col
+		if agg.CountCol, err = idx(a.Count); err != nil {
+			return Agg{}, err
+		}
+	default:
+		return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
+	}
+	return agg, nil
 }

@@ -148,42 +148,9 @@ func (c *client) scram(user string, sv config.SCRAMVerifier) error {
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
-	typ, _, body, err := c.r.Next()
+	gs2, clientFirstBare, clientNonce, err := c.scramClientFirst(mech)
 	if err != nil {
 		return err
-	}
-	if typ != 'p' {
-		return wire.Fatalf(wire.ProtocolViolation, "expected SASL response, got message type %q", typ)
-	}
-	gotMech, rest, ok := wire.CString(body)
-	if !ok || string(gotMech) != mech {
-		return wire.Fatalf(wire.ProtocolViolation, "client selected an invalid SASL authentication mechanism")
-	}
-	n, rest, ok := wire.Uint32(rest)
-	if !ok || int(int32(n)) != len(rest) {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SASLInitialResponse")
-	}
-	clientFirst := string(rest)
-	if strings.HasPrefix(clientFirst, "p=") {
-		return wire.Fatalf(wire.ProtocolViolation, "channel binding (SCRAM-SHA-256-PLUS) is not supported")
-	}
-	if !strings.HasPrefix(clientFirst, "n,") && !strings.HasPrefix(clientFirst, "y,") {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: invalid GS2 header")
-	}
-	parts := strings.SplitN(clientFirst, ",", 3)
-	if len(parts) != 3 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message")
-	}
-	gs2 := parts[0] + "," + parts[1] + ","
-	clientFirstBare := parts[2]
-	var clientNonce string
-	for _, attr := range strings.Split(clientFirstBare, ",") {
-		if strings.HasPrefix(attr, "r=") {
-			clientNonce = attr[2:]
-		}
-	}
-	if clientNonce == "" {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: missing nonce")
 	}
 	nonce := clientNonce + randomString()
 	serverFirst := fmt.Sprintf("r=%s,s=%s,i=%d", nonce, base64.StdEncoding.EncodeToString(sv.Salt), sv.Iterations)
@@ -193,31 +160,9 @@ func (c *client) scram(user string, sv config.SCRAMVerifier) error {
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
-	typ, _, body, err = c.r.Next()
+	withoutProof, proof, gotNonce, cbind, err := c.scramClientFinal()
 	if err != nil {
 		return err
-	}
-	if typ != 'p' {
-		return wire.Fatalf(wire.ProtocolViolation, "expected SASL response, got message type %q", typ)
-	}
-	clientFinal := string(body)
-	i := strings.LastIndex(clientFinal, ",p=")
-	if i < 0 {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: missing proof")
-	}
-	withoutProof := clientFinal[:i]
-	proof, err := base64.StdEncoding.DecodeString(clientFinal[i+3:])
-	if err != nil || len(proof) != sha256.Size {
-		return wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: invalid proof")
-	}
-	var gotNonce, cbind string
-	for _, attr := range strings.Split(withoutProof, ",") {
-		switch {
-		case strings.HasPrefix(attr, "r="):
-			gotNonce = attr[2:]
-		case strings.HasPrefix(attr, "c="):
-			cbind = attr[2:]
-		}
 	}
 	if gotNonce != nonce {
 		return wire.Fatalf(wire.ProtocolViolation, "SCRAM nonce mismatch")
@@ -244,6 +189,80 @@ func (c *client) scram(user string, sv config.SCRAMVerifier) error {
 	msg = append(msg, final...)
 	c.w.Write(wire.FinishMessage(msg, 0))
 	return nil
+}
+
+// scramClientFirst reads the client's SASLInitialResponse and returns its
+// GS2 header, its client-first-message-bare and its nonce.
+func (c *client) scramClientFirst(mech string) (gs2, clientFirstBare, clientNonce string, err error) {
+	typ, _, body, err := c.r.Next()
+	if err != nil {
+		return "", "", "", err
+	}
+	if typ != 'p' {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "expected SASL response, got message type %q", typ)
+	}
+	gotMech, rest, ok := wire.CString(body)
+	if !ok || string(gotMech) != mech {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "client selected an invalid SASL authentication mechanism")
+	}
+	n, rest, ok := wire.Uint32(rest)
+	if !ok || int(int32(n)) != len(rest) {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SASLInitialResponse")
+	}
+	clientFirst := string(rest)
+	if strings.HasPrefix(clientFirst, "p=") {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "channel binding (SCRAM-SHA-256-PLUS) is not supported")
+	}
+	if !strings.HasPrefix(clientFirst, "n,") && !strings.HasPrefix(clientFirst, "y,") {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: invalid GS2 header")
+	}
+	parts := strings.SplitN(clientFirst, ",", 3)
+	if len(parts) != 3 {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message")
+	}
+	gs2 = parts[0] + "," + parts[1] + ","
+	clientFirstBare = parts[2]
+	for _, attr := range strings.Split(clientFirstBare, ",") {
+		if strings.HasPrefix(attr, "r=") {
+			clientNonce = attr[2:]
+		}
+	}
+	if clientNonce == "" {
+		return "", "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: missing nonce")
+	}
+	return gs2, clientFirstBare, clientNonce, nil
+}
+
+// scramClientFinal reads the client's SASLResponse with the
+// client-final-message and returns it without its proof, the proof, and
+// the nonce and channel binding it carries.
+func (c *client) scramClientFinal() (withoutProof string, proof []byte, nonce, cbind string, err error) {
+	typ, _, body, err := c.r.Next()
+	if err != nil {
+		return "", nil, "", "", err
+	}
+	if typ != 'p' {
+		return "", nil, "", "", wire.Fatalf(wire.ProtocolViolation, "expected SASL response, got message type %q", typ)
+	}
+	clientFinal := string(body)
+	i := strings.LastIndex(clientFinal, ",p=")
+	if i < 0 {
+		return "", nil, "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: missing proof")
+	}
+	withoutProof = clientFinal[:i]
+	proof, err = base64.StdEncoding.DecodeString(clientFinal[i+3:])
+	if err != nil || len(proof) != sha256.Size {
+		return "", nil, "", "", wire.Fatalf(wire.ProtocolViolation, "malformed SCRAM message: invalid proof")
+	}
+	for _, attr := range strings.Split(withoutProof, ",") {
+		switch {
+		case strings.HasPrefix(attr, "r="):
+			nonce = attr[2:]
+		case strings.HasPrefix(attr, "c="):
+			cbind = attr[2:]
+		}
+	}
+	return withoutProof, proof, nonce, cbind, nil
 }
 
 // scramMatches reports whether password produces verifier sv.

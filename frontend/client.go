@@ -442,10 +442,10 @@ func (c *client) loop(ctx context.Context) error {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && (c.l.shutting.Load() || c.killed.Load()) {
+				// Woken by Shutdown or KILL: the check at the top of the
+				// loop ends an idle or killed client; one in a
+				// transaction finishes it first.
 				c.conn.SetReadDeadline(time.Time{})
-				if c.server != nil && !c.killed.Load() {
-					continue // finish the transaction first
-				}
 				continue
 			}
 			if e, ok := wire.AsError(err); ok {

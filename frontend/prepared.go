@@ -136,163 +136,186 @@ var closeNoop = wire.FinishMessage(append([]byte{'C', 0, 0, 0, 0, 'S'}, "shardga
 // rewrite translates one extended-protocol message for transaction
 // pooling and appends it (plus any Parse the server needs first) to c.out.
 func (c *client) rewrite(typ byte, raw, body []byte) error {
-	s := c.server
 	switch typ {
 	case 'P':
-		name, tail, ok := wire.CString(body)
-		if !ok {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
-		}
-		if c.pipe.has(pipeSkipping) {
-			return nil // the server would discard it: the statement is not created
-		}
-		orig := parseText(tail)
-		nt, fail := c.rewriteSQLText(orig)
-		if fail != nil {
-			c.failInOrder(fail)
-			return nil
-		}
-		if nt == nil && c.origText != nil {
-			delete(c.origText, string(name))
-		}
-		if nt != nil {
-			c.noteOrig(name, orig)
-			tail = append(nt, tail[len(parseText(tail)):]...)
-			body = append(append(append([]byte{}, name...), 0), tail...)
-			raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
-		}
-		if len(name) == 0 {
-			c.unnamed = append(c.unnamed[:0], body...)
-			c.unnamedEff = analyze(parseText(tail))
-			c.injectNeeds(c.unnamedEff.needs)
-			s.Unnamed = append(s.Unnamed[:0], body...)
-			c.out = append(c.out, raw...)
-			c.q = append(c.q, req{kind: reqParse, unnamed: true})
-			return nil
-		}
-		if _, dup := c.stmts[string(name)]; dup {
-			c.failInOrder(duplicateStatement(name))
-			return nil
-		}
-		st := c.l.stmts.get(tail)
-		c.stmts[string(name)] = st
-		if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
-			c.out = append(c.out, emptyParse...)
-			s.Unnamed = s.Unnamed[:0]
-			c.q = append(c.q, req{kind: reqParse, client: string(name)})
-			return nil
-		}
-		c.injectNeeds(st.effect().needs)
-		c.out = append(c.out, st.parse...)
-		c.q = append(c.q, req{kind: reqParse, confirm: st, client: string(name)})
-		return nil
+		return c.rewriteParse(raw, body)
 	case 'B':
-		portal, rest, ok := wire.CString(body)
-		if !ok {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-		}
-		name, rest, ok := wire.CString(rest)
-		if !ok {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
-		}
-		c.rebindStatement(name)
-		st := c.resolve(name)
-		c.notePortal(portal, name, st)
-		if st == nil {
-			if isProxyName(name) {
-				// Never let a client reach another client's shared
-				// statement by its proxy-wide name: the server answers
-				// 26000 for a name that cannot exist.
-				c.out = appendBindRenamed(c.out, portal, name, rest)
-			} else {
-				c.out = append(c.out, raw...)
-			}
-			c.expect('B')
-			return nil
-		}
-		start := len(c.out)
-		c.out = append(c.out, 'B', 0, 0, 0, 0)
-		c.out = append(c.out, portal...)
-		c.out = append(c.out, 0)
-		c.out = append(c.out, st.name...)
-		c.out = append(c.out, 0)
-		c.out = append(c.out, rest...)
-		c.out = wire.FinishMessage(c.out, start)
-		c.expect('B')
-		return nil
+		return c.rewriteBind(raw, body)
 	case 'D', 'C':
-		if len(body) < 2 {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
-		}
-		kind := body[0]
-		name, _, ok := wire.CString(body[1:])
-		if !ok {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
-		}
-		if kind != 'S' {
-			if typ == 'C' {
-				delete(c.portals, string(name))
-			}
-			c.out = append(c.out, raw...)
-			c.expect(typ)
-			return nil
-		}
-		if typ == 'C' {
-			if len(name) == 0 {
-				c.unnamed = c.unnamed[:0]
-				s.Unnamed = s.Unnamed[:0]
-				c.out = append(c.out, raw...)
-			} else {
-				delete(c.stmts, string(name))
-				c.out = append(c.out, closeNoop...)
-			}
-			c.expect('C')
-			return nil
-		}
-		st := c.resolve(name)
-		switch {
-		case st == nil && isProxyName(name):
-			start := len(c.out)
-			c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
-			c.out = append(c.out, unknownPrefix...)
-			c.out = append(c.out, name...)
-			c.out = append(c.out, 0)
-			c.out = wire.FinishMessage(c.out, start)
-		case st == nil:
-			c.out = append(c.out, raw...)
-		default:
-			start := len(c.out)
-			c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
-			c.out = append(c.out, st.name...)
-			c.out = append(c.out, 0)
-			c.out = wire.FinishMessage(c.out, start)
-		}
-		c.expect('D')
-		return nil
+		return c.rewriteDescribeClose(typ, raw, body)
 	case 'E':
-		portal, _, ok := wire.CString(body)
-		if !ok {
-			return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
-		}
-		c.out = append(c.out, raw...)
-		if c.pipe.has(pipeSkipping) {
-			return nil // the server discards it
-		}
-		pe := c.portals[string(portal)]
-		c.txEff |= pe.eff
-		r := req{kind: reqExecute, ops: pe.ops}
-		if pe.prepares != "" {
-			// c.out holds the client's Execute already: the injected
-			// DEALLOCATE must come before it.
-			c.out = c.out[:len(c.out)-len(raw)]
-			r.create = c.prepareOnExecute(pe.prepares)
-			c.out = append(c.out, raw...)
-		}
-		c.q = append(c.q, r)
-		return nil
+		return c.rewriteExecute(raw, body)
 	}
 	c.out = append(c.out, raw...)
 	c.expect(typ)
+	return nil
+}
+
+// rewriteParse maps a named Parse onto the proxy-wide statement of its
+// text, sent only when the server lacks it.
+func (c *client) rewriteParse(raw, body []byte) error {
+	s := c.server
+	name, tail, ok := wire.CString(body)
+	if !ok {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed Parse message")
+	}
+	if c.pipe.has(pipeSkipping) {
+		return nil // the server would discard it: the statement is not created
+	}
+	orig := parseText(tail)
+	nt, fail := c.rewriteSQLText(orig)
+	if fail != nil {
+		c.failInOrder(fail)
+		return nil
+	}
+	if nt == nil && c.origText != nil {
+		delete(c.origText, string(name))
+	}
+	if nt != nil {
+		c.noteOrig(name, orig)
+		tail = append(nt, tail[len(parseText(tail)):]...)
+		body = append(append(append([]byte{}, name...), 0), tail...)
+		raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
+	}
+	if len(name) == 0 {
+		c.unnamed = append(c.unnamed[:0], body...)
+		c.unnamedEff = analyze(parseText(tail))
+		c.injectNeeds(c.unnamedEff.needs)
+		s.Unnamed = append(s.Unnamed[:0], body...)
+		c.out = append(c.out, raw...)
+		c.q = append(c.q, req{kind: reqParse, unnamed: true})
+		return nil
+	}
+	if _, dup := c.stmts[string(name)]; dup {
+		c.failInOrder(duplicateStatement(name))
+		return nil
+	}
+	st := c.l.stmts.get(tail)
+	c.stmts[string(name)] = st
+	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
+		c.out = append(c.out, emptyParse...)
+		s.Unnamed = s.Unnamed[:0]
+		c.q = append(c.q, req{kind: reqParse, client: string(name)})
+		return nil
+	}
+	c.injectNeeds(st.effect().needs)
+	c.out = append(c.out, st.parse...)
+	c.q = append(c.q, req{kind: reqParse, confirm: st, client: string(name)})
+	return nil
+}
+
+// rewriteBind binds the proxy-wide statement of the client's name.
+func (c *client) rewriteBind(raw, body []byte) error {
+	portal, rest, ok := wire.CString(body)
+	if !ok {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+	}
+	name, rest, ok := wire.CString(rest)
+	if !ok {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed Bind message")
+	}
+	c.rebindStatement(name)
+	st := c.resolve(name)
+	c.notePortal(portal, name, st)
+	if st == nil {
+		if isProxyName(name) {
+			// Never let a client reach another client's shared
+			// statement by its proxy-wide name: the server answers
+			// 26000 for a name that cannot exist.
+			c.out = appendBindRenamed(c.out, portal, name, rest)
+		} else {
+			c.out = append(c.out, raw...)
+		}
+		c.expect('B')
+		return nil
+	}
+	start := len(c.out)
+	c.out = append(c.out, 'B', 0, 0, 0, 0)
+	c.out = append(c.out, portal...)
+	c.out = append(c.out, 0)
+	c.out = append(c.out, st.name...)
+	c.out = append(c.out, 0)
+	c.out = append(c.out, rest...)
+	c.out = wire.FinishMessage(c.out, start)
+	c.expect('B')
+	return nil
+}
+
+// rewriteDescribeClose renames a Describe of a statement, and answers a
+// Close of a named statement without closing the shared one.
+func (c *client) rewriteDescribeClose(typ byte, raw, body []byte) error {
+	s := c.server
+	if len(body) < 2 {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
+	}
+	kind := body[0]
+	name, _, ok := wire.CString(body[1:])
+	if !ok {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed %c message", typ)
+	}
+	if kind != 'S' {
+		if typ == 'C' {
+			delete(c.portals, string(name))
+		}
+		c.out = append(c.out, raw...)
+		c.expect(typ)
+		return nil
+	}
+	if typ == 'C' {
+		if len(name) == 0 {
+			c.unnamed = c.unnamed[:0]
+			s.Unnamed = s.Unnamed[:0]
+			c.out = append(c.out, raw...)
+		} else {
+			delete(c.stmts, string(name))
+			c.out = append(c.out, closeNoop...)
+		}
+		c.expect('C')
+		return nil
+	}
+	st := c.resolve(name)
+	switch {
+	case st == nil && isProxyName(name):
+		start := len(c.out)
+		c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
+		c.out = append(c.out, unknownPrefix...)
+		c.out = append(c.out, name...)
+		c.out = append(c.out, 0)
+		c.out = wire.FinishMessage(c.out, start)
+	case st == nil:
+		c.out = append(c.out, raw...)
+	default:
+		start := len(c.out)
+		c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
+		c.out = append(c.out, st.name...)
+		c.out = append(c.out, 0)
+		c.out = wire.FinishMessage(c.out, start)
+	}
+	c.expect('D')
+	return nil
+}
+
+// rewriteExecute sends an Execute, with the session effects of its portal.
+func (c *client) rewriteExecute(raw, body []byte) error {
+	portal, _, ok := wire.CString(body)
+	if !ok {
+		return wire.Fatalf(wire.ProtocolViolation, "malformed Execute message")
+	}
+	c.out = append(c.out, raw...)
+	if c.pipe.has(pipeSkipping) {
+		return nil // the server discards it
+	}
+	pe := c.portals[string(portal)]
+	c.txEff |= pe.eff
+	r := req{kind: reqExecute, ops: pe.ops}
+	if pe.prepares != "" {
+		// c.out holds the client's Execute already: the injected
+		// DEALLOCATE must come before it.
+		c.out = c.out[:len(c.out)-len(raw)]
+		r.create = c.prepareOnExecute(pe.prepares)
+		c.out = append(c.out, raw...)
+	}
+	c.q = append(c.q, r)
 	return nil
 }
 

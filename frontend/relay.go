@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -57,210 +58,243 @@ func (c *client) relay() error {
 			return err
 		}
 		c.answers++
-		head := &c.q[0]
-		internal := head.kind == reqInternal
-		whole := head.kind == reqQuery || internal
-		switch typ {
-		case 'Z':
-			if len(body) != 1 {
-				return &protocolError{errors.New("malformed ReadyForQuery from server")}
-			}
-			// Pop through the Sync or Query this answers.
-			for len(c.q) > 0 {
-				k := c.q[0].kind
-				ops := c.q[0].ops
-				c.q = c.q[1:]
-				if k == reqSync || k == reqQuery || k == reqInternal {
-					// Ops of Executes answered before this Sync.
-					ops = append(ops, c.batchOps...)
-					c.batchOps = c.batchOps[:0]
-				}
-				if len(ops) > 0 {
-					if c.pipe.has(pipeErrored) {
-						// Part of the batch may have run (a multi-statement
-						// Query with COMMIT inside): ask the server.
-						c.sess.resync = true
-					} else {
-						for _, op := range ops {
-							op.server = s
-							c.sess.pending = append(c.sess.pending, op)
-						}
-					}
-				}
-				if k == reqSync || k == reqQuery || k == reqInternal {
-					break
-				}
-			}
-			c.pipe.set(pipeSkipping, false)
-			c.onReady(body[0], internal)
-			if !internal {
-				c.tx = body[0]
-				c.toClient(raw)
-			}
-			c.pipe.set(pipeErrored, false)
-			c.lastTag = c.lastTag[:0]
-		case 'E':
-			c.pipe.set(pipeErrored, true)
-			c.inCopy = false // an error ends COPY FROM STDIN
-			e := wire.ParseError(body)
-			s.NoteError(e)
-			if e.Fatal() {
-				// The server is closing this connection (shutdown,
-				// pg_terminate_backend, idle timeout...). When it carried
-				// the client's session (a transaction, session mode, a
-				// pinned session) that session is gone: the client hears
-				// the FATAL exactly as from PostgreSQL and is closed too.
-				// A transaction-mode client between transactions only
-				// lost a pooled server: it gets the message as an ERROR
-				// and carries on with another server.
-				s.Broken = true
-				// The FATAL ends the client's session too when the server
-				// carried it, or when the client's statement was running
-				// (the server answered something first: the client's own
-				// statement may have caused it, pg_terminate_backend of
-				// its own backend say).
-				bound := c.sessionBound() || c.answers > 1
-				if !internal && !bound && len(c.q) == 1 && head.kind == reqQuery {
-					return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
-				}
-				if !internal {
-					if !bound {
-						e.Severity = "ERROR"
-						raw = wire.AppendError(nil, e)
-					}
-					c.toClient(raw)
-				}
-				return &serverGone{forwarded: !internal, fatal: bound, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
-			}
-			if !internal {
-				c.countError(e.Code)
-			}
-			if head.replace != nil {
-				e = head.replace
-				raw = wire.AppendError(nil, e)
-			}
-			if internal {
-				// The proxy's own statements must not fail: whatever
-				// they were to undo or restore is unknown now.
-				s.Broken = true
-				c.log.Warn("internal query failed on server", "server", s.Addr, "err", e.Error())
-			} else {
-				c.toClient(raw)
-			}
-			if !whole {
-				// The server skips everything up to the next Sync.
-				i := 0
-				for i < len(c.q) && c.q[i].kind != reqSync {
-					c.notParsed(&c.q[i])
-					i++
-				}
-				if i == len(c.q) && c.xs == nil {
-					// No Sync sent yet: the server skips until the
-					// client sends one (a Query it ignores, too).
-					c.pipe.set(pipeUnsynced, true)
-				}
-				c.q = c.q[i:]
-				c.pipe.set(pipeSkipping, true)
-			}
-		case '1': // ParseComplete
-			if !whole {
-				if head.confirm != nil {
-					s.Prepared[head.confirm.name] = struct{}{}
-					head.confirm.valid.Store(true)
-				}
-				if !head.injected {
-					c.toClient(raw)
-				}
-				c.q = c.q[1:]
-			} else if !internal {
-				c.toClient(raw)
-			}
-		case '3': // CloseComplete
-			if !whole {
-				if !head.injected {
-					c.toClient(raw)
-				}
-				c.q = c.q[1:]
-			} else if !internal {
-				c.toClient(raw)
-			}
-		case '2', 'T', 'n', 'C', 'I', 's':
-			if !internal && !(head.injected && !whole) {
-				c.toClient(raw)
-			}
-			if typ == 'C' {
-				c.lastTag = append(c.lastTag[:0], body...)
-				if !internal && isSchemaChange(body) {
-					c.l.ddlGen.Add(1)
-				}
-				if cr := head.create; cr != nil {
-					s.Prepared[cr.st.name] = struct{}{}
-					if cr.client != "" {
-						c.sqlStmts[cr.client] = cr.st
-					}
-				}
-				for _, op := range head.ops {
-					if op.kind == opDeallocate {
-						// DEALLOCATE of a proxy-wide name (rewritten,
-						// see rewriteSQLText): the server lost it.
-						delete(s.Prepared, op.name)
-						c.deallocated(op.name)
-					}
-				}
-				if bytes.Equal(body, tagRollback) && (len(c.sess.pending) > 0 || head.ops != nil) {
-					// ROLLBACK TO SAVEPOINT undoes part of the
-					// transaction's SETs: ask the server which.
-					c.sess.resync = true
-				}
-				if !internal && (bytes.Equal(body, tagDeallocateAll) || bytes.Equal(body, tagDiscardAll)) {
-					c.dropStatements()
-				}
-			}
-			if !whole {
-				if typ == 'C' && head.ops != nil {
-					// The statement ran; it counts when its batch's
-					// Sync shows how its implicit transaction ended.
-					c.batchOps = append(c.batchOps, head.ops...)
-				}
-				c.q = c.q[1:]
-			}
-		case 'G': // CopyInResponse
-			if internal {
-				return &protocolError{errors.New("unexpected COPY in an internal query")}
-			}
-			c.toClient(raw)
-			c.inCopy = true // the loop's next turn relays the data
-		case 'W':
-			return &protocolError{errors.New("COPY BOTH (replication) is not supported through the proxy")}
-		case 'S':
-			name, val := s.NoteParameter(body)
-			if name == "application_name" && !internal {
-				c.infoMu.Lock()
-				c.appName = val
-				c.infoMu.Unlock()
-			}
-			if !internal && c.mode == config.PoolTransaction && !setsName(head.ops, name) {
-				// A reported setting changed without a SET the proxy
-				// parsed (a function, DO): ask the server at the end
-				// of the transaction what the session carries now.
-				c.sess.resync = true
-			}
-			if !internal {
-				c.toClient(raw)
-			}
-		default:
-			// DataRow, CopyOutResponse, CopyData, CopyDone, NoticeResponse,
-			// NotificationResponse, ParameterDescription,
-			// FunctionCallResponse, EmptyQueryResponse...
-			if typ == 'I' && !whole {
-				c.q = c.q[1:]
-			}
-			if !internal {
-				c.toClient(raw)
-			}
+		if err := c.relayMessage(s, typ, raw, body); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// relayMessage handles one message of the server's answer: it goes to the
+// client unless the proxy sent what it answers, and it advances c.q.
+func (c *client) relayMessage(s *pool.Server, typ byte, raw, body []byte) error {
+	head := &c.q[0]
+	internal := head.kind == reqInternal
+	whole := head.kind == reqQuery || internal
+	switch typ {
+	case 'Z':
+		return c.relayReady(s, raw, body, internal)
+	case 'E':
+		return c.relayError(s, raw, body, head, internal, whole)
+	case '1': // ParseComplete
+		if !whole {
+			if head.confirm != nil {
+				s.Prepared[head.confirm.name] = struct{}{}
+				head.confirm.valid.Store(true)
+			}
+			if !head.injected {
+				c.toClient(raw)
+			}
+			c.q = c.q[1:]
+		} else if !internal {
+			c.toClient(raw)
+		}
+	case '3': // CloseComplete
+		if !whole {
+			if !head.injected {
+				c.toClient(raw)
+			}
+			c.q = c.q[1:]
+		} else if !internal {
+			c.toClient(raw)
+		}
+	case '2', 'T', 'n', 'C', 'I', 's':
+		c.relayResult(s, typ, raw, body, head, internal, whole)
+	case 'G': // CopyInResponse
+		if internal {
+			return &protocolError{errors.New("unexpected COPY in an internal query")}
+		}
+		c.toClient(raw)
+		c.inCopy = true // the loop's next turn relays the data
+	case 'W':
+		return &protocolError{errors.New("COPY BOTH (replication) is not supported through the proxy")}
+	case 'S':
+		name, val := s.NoteParameter(body)
+		if name == "application_name" && !internal {
+			c.infoMu.Lock()
+			c.appName = val
+			c.infoMu.Unlock()
+		}
+		if !internal && c.mode == config.PoolTransaction && !setsName(head.ops, name) {
+			// A reported setting changed without a SET the proxy
+			// parsed (a function, DO): ask the server at the end
+			// of the transaction what the session carries now.
+			c.sess.resync = true
+		}
+		if !internal {
+			c.toClient(raw)
+		}
+	default:
+		// DataRow, CopyOutResponse, CopyData, CopyDone, NoticeResponse,
+		// NotificationResponse, ParameterDescription,
+		// FunctionCallResponse, EmptyQueryResponse...
+		if typ == 'I' && !whole {
+			c.q = c.q[1:]
+		}
+		if !internal {
+			c.toClient(raw)
+		}
+	}
+	return nil
+}
+
+// relayReady handles ReadyForQuery: it pops the Sync or Query it answers
+// (and what the server skipped before it), keeps the session ops of the
+// statements that ran, and ends the round trip's pipeline state.
+func (c *client) relayReady(s *pool.Server, raw, body []byte, internal bool) error {
+	if len(body) != 1 {
+		return &protocolError{errors.New("malformed ReadyForQuery from server")}
+	}
+	// Pop through the Sync or Query this answers.
+	for len(c.q) > 0 {
+		k := c.q[0].kind
+		ops := c.q[0].ops
+		c.q = c.q[1:]
+		if k == reqSync || k == reqQuery || k == reqInternal {
+			// Ops of Executes answered before this Sync.
+			ops = append(ops, c.batchOps...)
+			c.batchOps = c.batchOps[:0]
+		}
+		if len(ops) > 0 {
+			if c.pipe.has(pipeErrored) {
+				// Part of the batch may have run (a multi-statement
+				// Query with COMMIT inside): ask the server.
+				c.sess.resync = true
+			} else {
+				for _, op := range ops {
+					op.server = s
+					c.sess.pending = append(c.sess.pending, op)
+				}
+			}
+		}
+		if k == reqSync || k == reqQuery || k == reqInternal {
+			break
+		}
+	}
+	c.pipe.set(pipeSkipping, false)
+	c.onReady(body[0], internal)
+	if !internal {
+		c.tx = body[0]
+		c.toClient(raw)
+	}
+	c.pipe.set(pipeErrored, false)
+	c.lastTag = c.lastTag[:0]
+	return nil
+}
+
+// relayError handles an ErrorResponse: a FATAL ends the server (and the
+// client's session when the server carried it); an ERROR reaches the
+// client, and inside an extended-protocol batch the server skips to Sync.
+func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, internal, whole bool) error {
+	c.pipe.set(pipeErrored, true)
+	c.inCopy = false // an error ends COPY FROM STDIN
+	e := wire.ParseError(body)
+	s.NoteError(e)
+	if e.Fatal() {
+		// The server is closing this connection (shutdown,
+		// pg_terminate_backend, idle timeout...). When it carried
+		// the client's session (a transaction, session mode, a
+		// pinned session) that session is gone: the client hears
+		// the FATAL exactly as from PostgreSQL and is closed too.
+		// A transaction-mode client between transactions only
+		// lost a pooled server: it gets the message as an ERROR
+		// and carries on with another server.
+		s.Broken = true
+		// The FATAL ends the client's session too when the server
+		// carried it, or when the client's statement was running
+		// (the server answered something first: the client's own
+		// statement may have caused it, pg_terminate_backend of
+		// its own backend say).
+		bound := c.sessionBound() || c.answers > 1
+		if !internal && !bound && len(c.q) == 1 && head.kind == reqQuery {
+			return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+		}
+		if !internal {
+			if !bound {
+				e.Severity = "ERROR"
+				raw = wire.AppendError(nil, e)
+			}
+			c.toClient(raw)
+		}
+		return &serverGone{forwarded: !internal, fatal: bound, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+	}
+	if !internal {
+		c.countError(e.Code)
+	}
+	if head.replace != nil {
+		e = head.replace
+		raw = wire.AppendError(nil, e)
+	}
+	if internal {
+		// The proxy's own statements must not fail: whatever
+		// they were to undo or restore is unknown now.
+		s.Broken = true
+		c.log.Warn("internal query failed on server", "server", s.Addr, "err", e.Error())
+	} else {
+		c.toClient(raw)
+	}
+	if !whole {
+		// The server skips everything up to the next Sync.
+		i := 0
+		for i < len(c.q) && c.q[i].kind != reqSync {
+			c.notParsed(&c.q[i])
+			i++
+		}
+		if i == len(c.q) && c.xs == nil {
+			// No Sync sent yet: the server skips until the
+			// client sends one (a Query it ignores, too).
+			c.pipe.set(pipeUnsynced, true)
+		}
+		c.q = c.q[i:]
+		c.pipe.set(pipeSkipping, true)
+	}
+	return nil
+}
+
+// relayResult handles the messages that answer one request —
+// BindComplete, RowDescription, NoData, CommandComplete,
+// EmptyQueryResponse, PortalSuspended — and what a completed statement
+// did to the session.
+func (c *client) relayResult(s *pool.Server, typ byte, raw, body []byte, head *req, internal, whole bool) {
+	if !internal && !(head.injected && !whole) {
+		c.toClient(raw)
+	}
+	if typ == 'C' {
+		c.lastTag = append(c.lastTag[:0], body...)
+		if !internal && isSchemaChange(body) {
+			c.l.ddlGen.Add(1)
+		}
+		if cr := head.create; cr != nil {
+			s.Prepared[cr.st.name] = struct{}{}
+			if cr.client != "" {
+				c.sqlStmts[cr.client] = cr.st
+			}
+		}
+		for _, op := range head.ops {
+			if op.kind == opDeallocate {
+				// DEALLOCATE of a proxy-wide name (rewritten,
+				// see rewriteSQLText): the server lost it.
+				delete(s.Prepared, op.name)
+				c.deallocated(op.name)
+			}
+		}
+		if bytes.Equal(body, tagRollback) && (len(c.sess.pending) > 0 || head.ops != nil) {
+			// ROLLBACK TO SAVEPOINT undoes part of the
+			// transaction's SETs: ask the server which.
+			c.sess.resync = true
+		}
+		if !internal && (bytes.Equal(body, tagDeallocateAll) || bytes.Equal(body, tagDiscardAll)) {
+			c.dropStatements()
+		}
+	}
+	if !whole {
+		if typ == 'C' && head.ops != nil {
+			// The statement ran; it counts when its batch's
+			// Sync shows how its implicit transaction ended.
+			c.batchOps = append(c.batchOps, head.ops...)
+		}
+		c.q = c.q[1:]
+	}
 }
 
 // copyIn relays the client's COPY data to the server until CopyDone or

@@ -148,7 +148,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		err = c.flushExchange(i, out, fn)
 	} else {
 		out = append(out, 'S', 0, 0, 0, 4)
-		err = c.serverExchange(nil, out, fn)
+		err = c.serverExchange(out, fn)
 	}
 	c.ranOn(plan.Shards)
 	if err != nil || tag == nil {

@@ -293,7 +293,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 		out = wire.FinishMessage(out, len(out)-len(st.st.name)-7)
 	}
 	out = append(out, 'S', 0, 0, 0, 4)
-	return c.serverExchange(s, out, func(typ byte, raw []byte) {
+	return c.serverExchange(out, func(typ byte, raw []byte) {
 		switch typ {
 		case 't', 'T', 'n':
 			c.toClient(raw)
@@ -374,11 +374,10 @@ func (c *client) appendBind(out []byte, p *sPortal) []byte {
 	return wire.FinishMessage(out, start)
 }
 
-// serverExchange writes out (which ends with Sync) to s and hands every
-// answer up to ReadyForQuery to fn; it returns the first server error.
-func (c *client) serverExchange(s interface {
-	Flush() error
-}, out []byte, fn func(typ byte, raw []byte)) error {
+// serverExchange writes out (which ends with Sync) to c.server and hands
+// every answer up to ReadyForQuery to fn; it returns the first server
+// error.
+func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error {
 	srv := c.server
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
