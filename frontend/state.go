@@ -10,6 +10,38 @@ import (
 // client is in its life; binding is what it holds; pipe is where its
 // extended-protocol pipeline is.
 
+// ClientState is where a client connection is in its life.
+type ClientState int32
+
+const (
+	// ClientLogin is negotiating startup and authentication.
+	ClientLogin ClientState = iota
+	// ClientIdle is logged in and holds no server connection.
+	ClientIdle
+	// ClientWaiting is waiting for a server connection from the pool.
+	ClientWaiting
+	// ClientActive holds a server connection.
+	ClientActive
+	// ClientClosed is gone.
+	ClientClosed
+)
+
+func (s ClientState) String() string {
+	switch s {
+	case ClientLogin:
+		return "login"
+	case ClientIdle:
+		return "idle"
+	case ClientWaiting:
+		return "waiting"
+	case ClientActive:
+		return "active"
+	case ClientClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("ClientState(%d)", int32(s))
+}
+
 // binding is what a logged-in client is bound to.
 type binding uint8
 
