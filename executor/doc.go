@@ -1,5 +1,70 @@
-// Package executor combines the answers of several shards into the one
-// answer a single PostgreSQL server would have given.
+// Package executor runs what a statement needs of several shards, and
+// makes their answers the one answer a single PostgreSQL server would have
+// given.
+//
+// # Session
+//
+// A Session (session.go) is one client's session over the shards of a
+// sharded database: the server it holds on each shard and its
+// transaction, which is the client's and not any one server's. The client
+// (package frontend) checks servers out with its own policy — the pause
+// gate, replica balancing — and hands them to the session (Hold); Detach
+// returns them all, Drop closes them. The session never reads the client's
+// connection: what it sends the client goes into a sink (an io.Writer),
+// and a COPY reads the client through CopyClient.
+//
+// A transaction's BEGIN is held until a statement shows which shards it
+// needs (Begin), then sent to each shard as it joins, followed by the
+// transaction's log — its savepoints and SETs, in order — so that a shard
+// joining late is in the same state as the others (TxPrefix; Prefix adds
+// the client's settings sync, Session.Settings). Savepoint runs SAVEPOINT,
+// RELEASE and ROLLBACK TO on every joined shard and keeps the log; End
+// commits or rolls back (a COMMIT of an aborted transaction rolls back).
+// The transaction status (Status: I, T or E) is what ReadyForQuery reports
+// to the client.
+//
+// A failure of a held server comes back as a *ShardError naming the shard
+// and the server, which is marked broken; the client decides what the loss
+// means (an error between transactions, a FATAL inside one).
+//
+// # Plans and fan-out
+//
+// A Plan (plan.go) is how one statement runs: its Route (one shard, a read
+// merged from several, a write whose tags add up, an omni write, COPY,
+// transaction control, or answered by the frontend), its shards, the text
+// for each (a split multi-row INSERT), and the router's merge or COPY
+// description. Execute (fanout.go) sends a statement to each of its shards
+// as a simple Query after what Prefix asks for; ShardRows reads each
+// shard's answer; Gather merges them into the sink, reads every shard to
+// ReadyForQuery, and settles the implicit transaction of a write outside a
+// transaction block: two-phase commit when every shard succeeded, rollback
+// everywhere otherwise, so that it lands everywhere or nowhere. The
+// frontend uses Gather directly for extended-protocol portals, whose
+// messages it builds itself. CopyIn (copyin.go) splits the rows of COPY
+// FROM STDIN between the shards with a CopySplitter (copy.go) and commits
+// the shards together.
+//
+// # Two-phase commit
+//
+// Commit (commit.go) commits a transaction that touched one shard plainly,
+// and one that touched several in two phases: PREPARE TRANSACTION on each,
+// then the decision is appended to the Coordinator's DecisionLog and
+// fsynced (twopc.go), then COMMIT PREPARED on each. A failure before the
+// decision rolls back everywhere; after it, the decision stands and
+// Coordinator.Recover, run at the next start over every shard, commits
+// what is prepared with a decision and rolls back what is prepared without
+// one. GIDs are "sg:<txid>:<shard>", txids unique per proxy process start.
+// The Coordinator's Knobs let crash tests stop the process between the
+// phases.
+//
+// # Invariants
+//
+//   - A Session and the servers it holds are used by one goroutine, its
+//     client's; the Coordinator is shared and safe for concurrent use.
+//   - The session sends a server nothing of its own before its Ready hook
+//     ran (the client ends there what its extended protocol left open).
+//   - The Prefix a server fails is not retried: the server is broken, as
+//     its session is unknown.
 //
 // # Merge
 //

@@ -1,36 +1,63 @@
-// Package frontend speaks the PostgreSQL protocol to clients.
+// Package frontend speaks the PostgreSQL protocol to clients: it is the
+// one place a client's connection is read and written.
 //
-// # Layers
+// # Layers and files
 //
-// Listener accepts TCP connections, enforces max_client_conn, and runs one
-// goroutine per client. That goroutine negotiates the startup phase
-// (SSLRequest, GSSENCRequest, CancelRequest, StartupMessage), authenticates
-// the client (SCRAM-SHA-256, MD5, cleartext or trust, see auth.go), hands
-// out the proxy's own BackendKeyData, and then runs the client's message
-// loop (client.go).
+//   - listener.go: Listener accepts TCP connections, enforces
+//     max_client_conn, and runs one goroutine per client; it routes
+//     CancelRequests to the client that owns the key, and shuts down
+//     gracefully (Shutdown).
+//   - startup.go, auth.go, login.go: the startup phase (SSLRequest,
+//     GSSENCRequest, CancelRequest, StartupMessage), authentication
+//     (SCRAM-SHA-256, MD5, cleartext, trust), the proxy's own
+//     BackendKeyData.
+//   - client.go, query.go, relay.go: the message loop. A simple Query, or
+//     extended-protocol messages up to Sync or Flush, are written to the
+//     client's server in one write (query.go); relay.go relays the answers
+//     back until every message sent has been answered. state.go names the
+//     loop's states.
+//   - session.go, settle.go, prepared.go, sqlprepare.go, watch.go:
+//     transaction pooling made invisible — the client's settings, role
+//     and prepared statements follow it from server to server.
+//   - route.go, sharded*.go, shardinit.go, fanout.go, copy.go, resharded.go:
+//     sharded databases. route.go turns the router's decision into an
+//     executor.Plan; the shards' servers and the transaction over them are
+//     an executor.Session (c.xs), which runs fan-out, COPY split and
+//     two-phase commit; sharded_ext.go runs the extended protocol over it.
+//   - gate.go, balance.go, admin.go, admin_api.go: the pause/maintenance
+//     gate a transaction passes before it checks out a server, replica
+//     balancing, and the admin database's connection (answered by
+//     package admin through AdminHandler).
 //
-// # Message loop and server attachment
+// docs/architecture.md follows one query through these files.
 //
-// The loop reads one client message at a time. The first message of a
-// transaction checks a server out of the pool ("attach"); messages are
-// batched until Sync, Flush or a simple Query, written to the server in one
-// write, and the server's answers are relayed back (relay.go) until every
-// message of the batch has been answered. In transaction mode the server is
-// returned to the pool when it reports ReadyForQuery with status 'I', no
-// request is outstanding and no extended-protocol batch is open (a batch
-// ended by Flush lasts until its Sync: it is an implicit transaction, and
-// after an error the server skips to that Sync); in session mode at
-// disconnect, after DISCARD ALL. A client that disconnects mid-batch has
-// what it did not finish dropped, the batch closed with Sync and its
+// # Lifecycle of a client
+//
+// A client is ClientLogin until it is authenticated, then ClientIdle
+// between transactions, ClientWaiting while
+// the pool has no server for it, ClientActive while it holds one, and
+// ClientClosed (state.go). What it holds is its binding: nothing, one
+// server (c.server), servers of several shards (c.xs), or the admin
+// database. In transaction mode the server is returned to the pool when it
+// reports ReadyForQuery with status 'I', no answer is outstanding and no
+// extended-protocol batch is open (a batch ended by Flush lasts until its
+// Sync: it is an implicit transaction, and after an error the server skips
+// to that Sync); in session mode, and while session objects pin it, at
+// disconnect after ROLLBACK and DISCARD ALL. Any failed reset or restore
+// closes the server instead. A client that disconnects mid-batch has what
+// it did not finish dropped, the batch closed with Sync and its
 // transaction rolled back.
 //
-// The relay tracks one expected-response entry per message sent (see req),
+// The relay keeps one expected answer per message sent (req, reqKind),
 // which is how it knows when a Flush has been fully answered, which
 // ParseComplete/CloseComplete answers belong to messages the proxy injected
-// (and must not reach the client), and when the session-restoring SETs the
-// proxy prepends have finished.
+// (and must not reach the client), and when the session-restoring
+// statements the proxy sends first have finished. The pipeline's
+// conditions — the server is inside a batch, skipping to Sync after an
+// error, the proxy dropping to Sync after failing a message itself, an
+// error since the last ReadyForQuery — are one pipe value (state.go).
 //
-// # Session state and prepared statements in transaction mode
+// # Session state in transaction mode
 //
 // Servers are opened with the client's startup parameters (the pool lends
 // a server only to clients with the same set), so PostgreSQL knows them as
@@ -42,34 +69,33 @@
 // server where the proxy could not follow them (set_config, ROLLBACK TO,
 // a reported setting changed by a function), and probes for session
 // objects (temporary tables, advisory locks, WITH HOLD cursors, LISTEN):
-// while any exists the client keeps its server (pinned). Session-mode and
-// pinned servers are cleaned with ROLLBACK and DISCARD ALL when the client
-// leaves; any failed undo closes the server.
+// while any exists the client keeps its server (pinned).
 //
 // Named prepared statements are mapped to proxy-wide names (prepared.go)
 // so that a client's statement survives moving to another server: Parse is
 // sent to a server only when it lacks the statement, and a client's Close
 // never closes a shared statement. SQL-level PREPARE/EXECUTE/DEALLOCATE
 // are rewritten onto proxy-wide statements in the same way
-// (sqlprepare.go). A client holding no server hears ParseComplete for a
-// statement that a server has accepted before without checking one out
-// (answerWithoutServer). The bookkeeping follows PostgreSQL: a Parse the
-// server rejects or skips creates nothing, a simple Query drops the
-// unnamed statement, and DEALLOCATE ALL and DISCARD ALL drop statements
-// when they complete (they are not transactional).
-//
-// docs/pooling.md states the resulting semantics per pool mode.
+// (sqlprepare.go). The bookkeeping follows PostgreSQL: a Parse the server
+// rejects or skips creates nothing, a simple Query drops the unnamed
+// statement, and DEALLOCATE ALL and DISCARD ALL drop statements when they
+// complete (they are not transactional). docs/pooling.md states the
+// resulting semantics per pool mode.
 //
 // # Invariants
 //
 //   - A checked-out server is touched only by the client goroutine that owns
 //     it; cancel requests read the owner's cancel targets (every server it
 //     holds: one per shard on a sharded database) through an atomic
-//     pointer, which the owner clears before it returns the servers.
+//     pointer, which the owner clears before it returns the servers, and a
+//     cancel in flight is absorbed before the server can serve another
+//     client (pool.Server.AbsorbCancels).
 //   - The client sees exactly one answer per message it sent, in order.
-//   - Errors a client can cause are ErrorResponses with SQLSTATEs (package
-//     wire); a panic in a client goroutine is recovered, logged, and only
-//     that client is closed with XX000.
+//   - Errors a client can cause are ErrorResponses with PostgreSQL's
+//     SQLSTATEs (package wire); server errors are classified by SQLSTATE,
+//     never by message text. A panic in a client goroutine is recovered,
+//     logged, its servers are closed, and only that client is closed with
+//     XX000.
 //
 // Protocol reference: https://www.postgresql.org/docs/current/protocol.html
 package frontend

@@ -14,19 +14,17 @@ import (
 // Sharded databases.
 //
 // A client of a database with several shards holds up to one server per
-// shard (shards[i]). Each statement is routed (routePlan); a statement for
-// one shard goes through the ordinary relay with c.server pointing at that
-// shard's server. Statements for several shards are written to each
-// target, and the answers are combined: reads through an executor.Merger,
-// writes by adding command tags.
-//
-// Transactions are the client's, not any one server's: BEGIN is held until
-// a statement shows which shard it needs, then replayed on every shard the
-// transaction touches (lazily, with the transaction's savepoints and SETs:
-// see sharded_session.go). COMMIT of a transaction that touched one shard
-// is plain; of several, two-phase. A write to several shards outside a
-// transaction runs in an implicit two-phase transaction of its own, so it
-// lands everywhere or nowhere.
+// shard and a transaction over them: both live in c.xs, an
+// executor.Session, which also runs what needs several shards (fan-out
+// and merge, COPY split, commit and two-phase commit). Each statement is
+// routed (routePlan, route.go); a statement for one shard goes through the
+// ordinary relay with c.server pointing at that shard's server, so that
+// one-shard traffic costs what a pass-through does. The frontend keeps
+// what is about the client: its settings and SQL-level statements (which
+// every shard's server catches up on, Session.Settings), its
+// extended-protocol statements and portals (sharded_ext.go), and per shard
+// the state of a batch a row-limited Execute left open (shardExt,
+// sharded_portal.go).
 
 // routePlan is the routing decision for one statement.
 type routePlan struct {
