@@ -488,9 +488,9 @@ func (c *client) holdsNothing() bool { return c.bound() == boundNone }
 
 // wakeIfIdle nudges the client for Shutdown if it holds no server (or is
 // an admin session, which has no database). A client holding a server is
-// left alone: it is closed after its transaction (see loop), and a read
-// deadline could cut a message it is reading in two, as wire.Reader cannot
-// resume a large message after a timeout.
+// left alone: it is closed after its transaction (see loop), and waking
+// it would only cost a wasted read (wire.Reader resumes a message a
+// deadline interrupted, so nothing would be lost).
 func (c *client) wakeIfIdle() {
 	c.wakeMu.Lock()
 	defer c.wakeMu.Unlock()
