@@ -52,7 +52,7 @@ func (t *Task) Copy(ctx context.Context) error {
 	return nil
 }
 
-// copyTables returns the tables source shard s copies or streams: all but
+// ownedTables returns the tables source shard s copies or streams: all but
 // the omni tables it does not own.
 func (t *Task) ownedTables(ctx context.Context, conn *pgx.Conn, s int) ([]*table, error) {
 	all, err := t.loadTables(ctx, conn)
