@@ -17,8 +17,9 @@ import (
 // SCHEMA_SYNC, COPY_DATA, CUTOVER and STOP_TASK: it runs the engine's steps
 // in the background and keeps their state for SHOW TASKS.
 
-// Gate is what a cutover needs from the running proxy. The admin package
-// implements it with the frontend.Listener.
+// Gate is what a cutover needs from the running proxy. admin.Gate
+// implements it over an admin.Proxy, which internal/proxy implements for
+// the frontend.Listener (AdminView).
 type Gate interface {
 	// Config is the running configuration.
 	Config() *config.Config
