@@ -27,7 +27,8 @@ type call struct {
 }
 
 // specs is every admin command, in SHOW HELP order. It is filled in by
-// init to break the reference cycle through cmdShowHelp.
+// init to break the reference cycle through (*Handler).showHelp, which
+// reads specs.
 var specs []*spec
 
 func init() {

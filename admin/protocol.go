@@ -56,57 +56,9 @@ func (c *conn) extended(ctx context.Context, typ byte, body []byte, log *slog.Lo
 	case 'B':
 		return c.bind(body)
 	case 'D':
-		if len(body) < 2 {
-			return malformed("Describe")
-		}
-		name, _, _ := wire.CString(body[1:])
-		var cols []column
-		var formats []int16
-		if body[0] == 'S' {
-			x, ok := c.stmts[string(name)]
-			if !ok {
-				return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", name)
-			}
-			c.buf = wire.AppendParameterDescription(c.buf, nil)
-			if x != nil {
-				cols = x.spec.columns
-			}
-		} else {
-			p, ok := c.portals[string(name)]
-			if !ok {
-				return wire.Errorf(wire.InvalidCursorName, "portal %q does not exist", name)
-			}
-			if p.call != nil {
-				cols = p.call.spec.columns
-			}
-			formats = p.formats
-		}
-		if cols == nil {
-			c.buf = wire.AppendNoData(c.buf)
-		} else {
-			c.buf = appendRowDescription(c.buf, cols, formats)
-		}
+		return c.describe(body)
 	case 'E':
-		name, _, ok := wire.CString(body)
-		if !ok {
-			return malformed("Execute")
-		}
-		p, found := c.portals[string(name)]
-		if !found {
-			return wire.Errorf(wire.InvalidCursorName, "portal %q does not exist", name)
-		}
-		if p.call == nil {
-			c.buf = wire.AppendEmptyQueryResponse(c.buf)
-			return nil
-		}
-		res, err := c.exec(ctx, p.call, log)
-		if err != nil {
-			return err
-		}
-		// Execute ignores the row limit: admin results are small and
-		// complete.
-		c.buf = appendRows(c.buf, p.call.spec.columns, p.formats, res.rows)
-		c.buf = wire.AppendCommandComplete(c.buf, tag(p.call, res))
+		return c.execute(ctx, body, log)
 	case 'C':
 		if len(body) < 2 {
 			return malformed("Close")
@@ -119,6 +71,67 @@ func (c *conn) extended(ctx context.Context, typ byte, body []byte, log *slog.Lo
 		}
 		c.buf = wire.AppendCloseComplete(c.buf)
 	}
+	return nil
+}
+
+// describe handles Describe of a statement or a portal, from the command's
+// static columns.
+func (c *conn) describe(body []byte) error {
+	if len(body) < 2 {
+		return malformed("Describe")
+	}
+	name, _, _ := wire.CString(body[1:])
+	var cols []column
+	var formats []int16
+	if body[0] == 'S' {
+		x, ok := c.stmts[string(name)]
+		if !ok {
+			return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", name)
+		}
+		c.buf = wire.AppendParameterDescription(c.buf, nil)
+		if x != nil {
+			cols = x.spec.columns
+		}
+	} else {
+		p, ok := c.portals[string(name)]
+		if !ok {
+			return wire.Errorf(wire.InvalidCursorName, "portal %q does not exist", name)
+		}
+		if p.call != nil {
+			cols = p.call.spec.columns
+		}
+		formats = p.formats
+	}
+	if cols == nil {
+		c.buf = wire.AppendNoData(c.buf)
+	} else {
+		c.buf = appendRowDescription(c.buf, cols, formats)
+	}
+	return nil
+}
+
+// execute handles Execute: it runs the portal's command.
+func (c *conn) execute(ctx context.Context, body []byte, log *slog.Logger) error {
+	name, _, ok := wire.CString(body)
+	if !ok {
+		return malformed("Execute")
+	}
+	p, found := c.portals[string(name)]
+	if !found {
+		return wire.Errorf(wire.InvalidCursorName, "portal %q does not exist", name)
+	}
+	if p.call == nil {
+		c.buf = wire.AppendEmptyQueryResponse(c.buf)
+		return nil
+	}
+	res, err := c.exec(ctx, p.call, log)
+	if err != nil {
+		return err
+	}
+	// Execute ignores the row limit: admin results are small and
+	// complete.
+	c.buf = appendRows(c.buf, p.call.spec.columns, p.formats, res.rows)
+	c.buf = wire.AppendCommandComplete(c.buf, tag(p.call, res))
 	return nil
 }
 

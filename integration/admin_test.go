@@ -97,6 +97,10 @@ func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *ope
 			t.Errorf("metrics shutdown: %v", err)
 		}
 	})
+	// Registered last, so it runs first: the tasks stop while the proxy
+	// they cut over through still serves. Close does not drop anything, as
+	// at a proxy shutdown.
+	t.Cleanup(o.Tasks.Close)
 	return o
 }
 

@@ -302,8 +302,10 @@ func SendCancel(ctx context.Context, addr string, pid uint32, secret []byte) err
 	return nil
 }
 
-// Connect opens an ordinary pgconn connection to t, for the proxy's own
-// queries (catalog lookups, two-phase commit recovery).
+// Connect opens an ordinary pgconn connection to t, outside any pool, for
+// the proxy's own queries: the frontend's catalog lookups use it.
+// Two-phase commit recovery does not: it checks sessions out of the pools
+// (Pool.Checkout, executor/commit.go).
 func Connect(ctx context.Context, t Target, connectTimeout time.Duration) (*pgconn.PgConn, error) {
 	cfg, err := t.pgconnConfig(connectTimeout, Startup{})
 	if err != nil {

@@ -52,7 +52,7 @@ func (t *Task) Copy(ctx context.Context) error {
 	return nil
 }
 
-// copyTables returns the tables source shard s copies or streams: all but
+// ownedTables returns the tables source shard s copies or streams: all but
 // the omni tables it does not own.
 func (t *Task) ownedTables(ctx context.Context, conn *pgx.Conn, s int) ([]*table, error) {
 	all, err := t.loadTables(ctx, conn)
@@ -125,6 +125,10 @@ func (t *Task) copyRecords(ctx context.Context, s int) ([]map[string]copyRecord,
 	return out, nil
 }
 
+// copySource copies the tables of source shard s that a destination shard
+// still lacks, at the snapshot of the shard's slot (see Copy): it reads
+// what was copied, creates the publication, exports a snapshot and copies
+// the pending tables.
 func (t *Task) copySource(ctx context.Context, s int) error {
 	conn, err := t.connectSource(ctx, s)
 	if err != nil {
@@ -140,29 +144,9 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	if err != nil {
 		return fmt.Errorf("replication: copy: %w", err)
 	}
-	// pending[i] lists the destination shards table i still needs.
-	pending := make([][]bool, len(tables))
-	anyDone, anyPending := false, false
-	for i, tb := range tables {
-		pending[i] = make([]bool, len(t.dst.Shards))
-		for d := range t.dst.Shards {
-			_, ok := done[d][tb.String()]
-			pending[i][d] = !ok
-			anyDone = anyDone || ok
-			anyPending = anyPending || !ok
-		}
-		if !containsBool(pending[i], true) {
-			t.noteCopied(s, tb, done)
-		}
-	}
-	if t.names.Publication == "" {
-		// ownPublication is made of letters, digits and underscores.
-		if _, err := conn.Exec(ctx, `DO $$ BEGIN
-		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '`+t.ownPublication(s)+`') THEN
-			CREATE PUBLICATION `+quoteIdent(t.ownPublication(s))+` FOR ALL TABLES;
-		END IF; END $$`); err != nil {
-			return fmt.Errorf("replication: copy: %s: create publication: %w", src, err)
-		}
+	pending, anyDone, anyPending := t.pendingCopies(s, tables, done)
+	if err := t.createPublication(ctx, conn, s); err != nil {
+		return fmt.Errorf("replication: copy: %s: create publication: %w", src, err)
 	}
 	var slotExists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`,
@@ -176,13 +160,66 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 	if slotExists && !anyPending {
 		return nil
 	}
+	rconn, snapshot, lsn, err := t.exportSnapshot(ctx, conn, s, slotExists, anyDone)
+	if err != nil {
+		return fmt.Errorf("replication: copy: %s: %w", src, err)
+	}
 	// The replication connection stays open, idle, while the tables copy:
 	// the exported snapshot lives until its next command.
-	rconn, err := pgconn.Connect(ctx, t.dsn(t.src, s, true))
-	if err != nil {
-		return fmt.Errorf("replication: copy: %s: replication connection: %w", src, err)
-	}
 	defer rconn.Close(context.WithoutCancel(ctx))
+	return t.copyTables(ctx, s, tables, pending, snapshot, lsn)
+}
+
+// pendingCopies returns, for each of tables, the destination shards that
+// still need it from source shard s (pending[i][d]), given the copies done
+// there, and whether any copy is done or pending at all. It notes the
+// tables no shard needs as copied.
+func (t *Task) pendingCopies(s int, tables []*table, done []map[string]copyRecord) (pending [][]bool, anyDone, anyPending bool) {
+	pending = make([][]bool, len(tables))
+	for i, tb := range tables {
+		pending[i] = make([]bool, len(t.dst.Shards))
+		for d := range t.dst.Shards {
+			_, ok := done[d][tb.String()]
+			pending[i][d] = !ok
+			anyDone = anyDone || ok
+			anyPending = anyPending || !ok
+		}
+		if !containsBool(pending[i], true) {
+			t.noteCopied(s, tb, done)
+		}
+	}
+	return pending, anyDone, anyPending
+}
+
+// createPublication creates the task's own publication on source shard s
+// unless it exists or the user named one.
+func (t *Task) createPublication(ctx context.Context, conn *pgx.Conn, s int) error {
+	if t.names.Publication != "" {
+		return nil
+	}
+	// ownPublication is made of letters, digits and underscores.
+	_, err := conn.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '`+t.ownPublication(s)+`') THEN
+			CREATE PUBLICATION `+quoteIdent(t.ownPublication(s))+` FOR ALL TABLES;
+		END IF; END $$`)
+	return err
+}
+
+// exportSnapshot opens a replication connection to source shard s and
+// creates a slot there that exports a snapshot: the task's slot, or, when
+// it exists already (slotExists), a temporary one. When the task's slot
+// existed before any table was copied (anyDone false), it advances that
+// slot to the snapshot (advanceSlot). The caller closes rconn once the
+// copies that use snapshot are done.
+func (t *Task) exportSnapshot(ctx context.Context, conn *pgx.Conn, s int, slotExists, anyDone bool) (rconn *pgconn.PgConn, snapshot string, lsn pglogrepl.LSN, err error) {
+	rconn, err = pgconn.Connect(ctx, t.dsn(t.src, s, true))
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("replication connection: %w", err)
+	}
+	fail := func(err error) (*pgconn.PgConn, string, pglogrepl.LSN, error) {
+		rconn.Close(context.WithoutCancel(ctx))
+		return nil, "", 0, err
+	}
 	slot := t.slotName(s)
 	if slotExists {
 		// A re-run, or a slot the user made beforehand: a temporary slot
@@ -197,18 +234,25 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 		Mode:           pglogrepl.LogicalReplication,
 	})
 	if err != nil {
-		return fmt.Errorf("replication: copy: %s: create slot %s: %w", src, slot, err)
+		return fail(fmt.Errorf("create slot %s: %w", slot, err))
 	}
-	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	lsn, err = pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
-		return fmt.Errorf("replication: copy: %s: slot %s: %w", src, slot, err)
+		return fail(fmt.Errorf("slot %s: %w", slot, err))
 	}
 	t.log.Info("copy snapshot", "source", s, "slot", slot, "lsn", lsn, "snapshot", res.SnapshotName)
 	if slotExists && !anyDone {
 		if err := t.advanceSlot(ctx, conn, s, lsn); err != nil {
-			return fmt.Errorf("replication: copy: %s: %w", src, err)
+			return fail(err)
 		}
 	}
+	return rconn, res.SnapshotName, lsn, nil
+}
+
+// copyTables copies the tables of source shard s that a destination shard
+// still needs (pending), CopyParallelism at a time, at snapshot.
+func (t *Task) copyTables(ctx context.Context, s int, tables []*table, pending [][]bool, snapshot string, lsn pglogrepl.LSN) error {
+	src := shardDesc("source", t.src, s)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, t.CopyParallelism))
 	for i, tb := range tables {
@@ -217,7 +261,7 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 		}
 		g.Go(func() error {
 			tc := t.trackCopy(s, tb.String())
-			err := t.copyTable(gctx, s, tb, res.SnapshotName, lsn, pending[i], tc)
+			err := t.copyTable(gctx, s, tb, snapshot, lsn, pending[i], tc)
 			tc.finish(err)
 			if err != nil {
 				return fmt.Errorf("replication: copy: %s: table %s: %w", src, tb, err)

@@ -31,8 +31,7 @@ func (e *abortError) Unwrap() error { return e.err }
 // source database's name at the destination's shards (file and live),
 // resumes traffic, and drops the task's slots. Any failure before the new
 // configuration is installed resumes traffic on the source, forgets the
-// recorded shards and returns an *abortError. The function is one linear
-// sequence of steps sharing that abort path, hence its length.
+// recorded shards and returns an *abortError.
 func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error {
 	t.setPhase(PhaseCutover)
 	g := t.m.gate
@@ -76,30 +75,9 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return abort(err, true)
 	}
 	old := g.Config()
-	next, err := CutoverConfig(old, t.Source, t.Dest)
+	next, backup, err := t.switchConfig(ctx, old, start)
 	if err != nil {
 		return abort(err, true)
-	}
-	// From here on a restart may load a file that names the destination's
-	// shards: record the source's first, so that it can drop their slots.
-	if err := t.recordSource(ctx, old.Database(t.Source)); err != nil {
-		return abort(err, true)
-	}
-	t.Task.knobs.atCutoverStage("before-config-write")
-	var backup string
-	if old.Path != "" {
-		if next, backup, err = WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
-			return abort(err, true)
-		}
-		t.Task.knobs.atCutoverStage("after-config-write")
-	}
-	if err := g.Install(next); err != nil {
-		if backup != "" {
-			if rerr := restoreFile(backup, old.Path); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("restore %s: %w", old.Path, rerr))
-			}
-		}
-		return abort(fmt.Errorf("install the new configuration: %w", err), true)
 	}
 	if len(old.Database(t.Source).Shards) < 2 && len(next.Database(t.Source).Shards) >= 2 {
 		// Session-pooled one-shard sessions would keep using shard 0
@@ -119,6 +97,39 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return fmt.Errorf("cut over, but: %w", err)
 	}
 	return nil
+}
+
+// switchConfig is the step of cutoverNow that points the source database's
+// name at the destination's shards: it records the source's shards in the
+// task's row, rewrites the config file old.Path (when there is one; the
+// backup's name carries start) and installs next, restoring the file when
+// Install fails. On an error the caller aborts the cutover.
+func (t *Managed) switchConfig(ctx context.Context, old *config.Config, start time.Time) (next *config.Config, backup string, err error) {
+	next, err = CutoverConfig(old, t.Source, t.Dest)
+	if err != nil {
+		return nil, "", err
+	}
+	// From here on a restart may load a file that names the destination's
+	// shards: record the source's first, so that it can drop their slots.
+	if err := t.recordSource(ctx, old.Database(t.Source)); err != nil {
+		return nil, "", err
+	}
+	t.Task.knobs.atCutoverStage("before-config-write")
+	if old.Path != "" {
+		if next, backup, err = WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
+			return nil, "", err
+		}
+		t.Task.knobs.atCutoverStage("after-config-write")
+	}
+	if err := t.m.gate.Install(next); err != nil {
+		if backup != "" {
+			if rerr := restoreFile(backup, old.Path); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("restore %s: %w", old.Path, rerr))
+			}
+		}
+		return nil, "", fmt.Errorf("install the new configuration: %w", err)
+	}
+	return next, backup, nil
 }
 
 // recordSource records db as the task's source before the cutover

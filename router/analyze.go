@@ -393,7 +393,8 @@ func (a *analyzer) hardFail(err error) {
 
 // resolveUnknown decides whether the tables of a scope that only a
 // column-only sharding rule could cover are sharded: by the catalog when
-// the executor provides one, else by how the statement refers to them.
+// the caller provides one (ColumnOrder), else by how the statement refers
+// to them.
 func (a *analyzer) resolveUnknown(sc *scope, known ...string) {
 	for _, e := range sc.entries {
 		in := e.inst

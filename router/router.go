@@ -22,10 +22,10 @@ const maxCachedSQL = 64 << 10
 
 // ColumnOrder returns the columns of a table in their catalog order, or nil
 // when the table is unknown. schema is "" for an unqualified name, which the
-// implementation resolves with the default search_path. The executor
-// provides it from a shard's catalog (pg_attribute); the router calls it
-// while analyzing a statement, never while routing one, and it must be safe
-// for concurrent use.
+// implementation resolves with the default search_path. The caller (the
+// frontend's catalog lookup) provides it from a shard's catalog
+// (pg_attribute); the router calls it while analyzing a statement, never
+// while routing one, and it must be safe for concurrent use.
 type ColumnOrder func(schema, table string) []string
 
 // Router routes the statements of one logical database. It is safe for

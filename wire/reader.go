@@ -97,7 +97,7 @@ func (r *Reader) readBig() (typ byte, raw, body []byte, err error) {
 }
 
 // PeekHeader returns the type and body length of the next message without
-// consuming it, for relaying large bodies with CopyBody.
+// consuming it, for relaying large bodies with Copy.
 func (r *Reader) PeekHeader() (typ byte, n int, err error) {
 	hdr, err := r.br.Peek(5)
 	if err != nil {

@@ -17,8 +17,8 @@ var errNoBinaries = errors.New("pgtest: PostgreSQL server binaries (initdb, post
 	"in $PG_BINDIR, PATH or /usr/lib/postgresql/*/bin; install them with " +
 	"`apt-get install -y postgresql` or point PG_BINDIR at their directory")
 
-// Binaries finds the directory holding initdb, pg_ctl and postgres: $PG_BINDIR
-// if set, then the directory of initdb found in PATH (with symlinks resolved,
+// Binaries finds the directory holding initdb and postgres: $PG_BINDIR if
+// set, then the directory of initdb found in PATH (with symlinks resolved,
 // so that /usr/local/bin links lead to the directory that also holds
 // pg_basebackup), then the highest /usr/lib/postgresql/*/bin.
 func Binaries() (string, error) {

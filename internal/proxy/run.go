@@ -86,24 +86,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		opts.Ready <- ln.Addr().String()
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	hupDone := make(chan struct{})
-	go func() {
-		defer close(hupDone)
-		for {
-			select {
-			case <-hup:
-				reloadFn() // logs and counts its outcome
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	defer func() {
-		signal.Stop(hup)
-		<-hupDone
-	}()
+	stopHUP := reloadOnHUP(ctx, reloadFn)
+	defer stopHUP()
 
 	errc := make(chan error, 1)
 	go func() { errc <- l.Serve(ctx, ln) }()
@@ -116,11 +100,42 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		return err
 	case <-ctx.Done():
 	}
+	return gracefulShutdown(l, ms, errc, log)
+}
+
+// reloadOnHUP runs reload at every SIGHUP until ctx ends. stop stops the
+// notifications and waits for the goroutine that runs reload.
+func reloadOnHUP(ctx context.Context, reload func() error) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	hupDone := make(chan struct{})
+	go func() {
+		defer close(hupDone)
+		for {
+			select {
+			case <-hup:
+				reload() // logs and counts its outcome
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		<-hupDone
+	}
+}
+
+// gracefulShutdown is the end of Run once its context ended: open
+// transactions get the configuration's ShutdownTimeout to finish, then the
+// pools and the metrics server ms (nil when there is none) close. errc
+// delivers what l.Serve returned.
+func gracefulShutdown(l *frontend.Listener, ms *metrics.Server, errc <-chan error, log *slog.Logger) error {
 	timeout := l.State().Config.ShutdownTimeout
 	log.Info("shutting down: waiting for transactions to finish", "timeout", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err = l.Shutdown(sctx)
+	err := l.Shutdown(sctx)
 	l.State().Pools.Close()
 	if ms != nil {
 		if merr := ms.Shutdown(sctx); merr != nil {
