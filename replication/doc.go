@@ -31,13 +31,15 @@
 //     triggers), after the load.
 //  4. Stream (stream.go): START_REPLICATION on each slot (pgoutput
 //     proto_version 1, text values), decode, route (dispatch.go), apply
-//     (apply.go); until cutover.
+//     (apply.go: batching into destination transactions; statement.go: the
+//     SQL each change becomes); until cutover.
 //  5. At cutover (ops.go): WaitCaughtUp, SyncSequences; finally Drop.
 //
 // # Managed tasks and cutover
 //
 // Manager (tasks.go) runs tasks in the background for the admin commands;
-// each Managed task has a TaskKind, a TaskState and a Phase. A failed stream,
+// each Managed task (managed.go) has a TaskKind, a TaskState and a Phase,
+// and its run loop retries what failed transiently. A failed stream,
 // or a schema sync or copy that lost a server, starts again after a growing
 // pause. The cutover (cutover.go) goes through a Gate, the running proxy:
 // Pause the source database, WaitCaughtUp (both bounded by the cutover
