@@ -341,6 +341,8 @@ func (c *client) endRoundTrip() error {
 		if !c.pinned {
 			c.detach()
 		}
+		// A NOTIFY that arrived while the proxy settled the session.
+		return c.flushClient()
 	}
 	return nil
 }

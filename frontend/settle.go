@@ -37,8 +37,11 @@ const internalTimeout = 10 * time.Second
 
 // serverQuery runs sql as a simple Query on s and returns its rows (text
 // format), the transaction status it ended with and the first error the
-// server reported. A server that fails is marked broken.
-func serverQuery(s *pool.Server, sql string) ([][][]byte, byte, *wire.Error, error) {
+// server reported. A server that fails is marked broken. A
+// NotificationResponse that arrives meanwhile belongs to the session's
+// client (a NOTIFY on a channel it listens on): it goes to notify, or is
+// dropped when notify is nil (the client is gone).
+func serverQuery(s *pool.Server, sql string, notify func(raw []byte)) ([][][]byte, byte, *wire.Error, error) {
 	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
 	defer s.Conn.SetDeadline(time.Time{})
 	s.W.Write(wire.AppendQuery(nil, sql))
@@ -49,12 +52,16 @@ func serverQuery(s *pool.Server, sql string) ([][][]byte, byte, *wire.Error, err
 	var rows [][][]byte
 	var serr *wire.Error
 	for {
-		typ, _, body, err := s.R.Next()
+		typ, raw, body, err := s.R.Next()
 		if err != nil {
 			s.Broken = true
 			return nil, 0, nil, fmt.Errorf("server %s: %w", s.Addr, err)
 		}
 		switch typ {
+		case 'A':
+			if notify != nil {
+				notify(raw)
+			}
 		case 'D':
 			cols, err := executor.SplitRow(body, nil)
 			if err != nil {
@@ -89,8 +96,8 @@ func serverQuery(s *pool.Server, sql string) ([][][]byte, byte, *wire.Error, err
 // idleQuery is serverQuery for the proxy's own statements on an idle
 // server: they must succeed and leave it idle, else the server is marked
 // broken and the failure returned.
-func idleQuery(s *pool.Server, sql string) ([][][]byte, error) {
-	rows, status, e, err := serverQuery(s, sql)
+func idleQuery(s *pool.Server, sql string, notify func(raw []byte)) ([][][]byte, error) {
+	rows, status, e, err := serverQuery(s, sql, notify)
 	switch {
 	case err != nil:
 		return nil, err
@@ -121,7 +128,7 @@ func (c *client) restore(s *pool.Server) error {
 	if sql == "" {
 		return nil
 	}
-	_, status, e, err := serverQuery(s, sql)
+	_, status, e, err := serverQuery(s, sql, c.toClient)
 	if err != nil {
 		return err
 	}
@@ -175,7 +182,7 @@ const readBackSQL = `SELECT pg_catalog.lower(name), pg_catalog.current_setting(n
 // readBack replaces the client's settings and s's record of them by what
 // the server reports.
 func (c *client) readBack(s *pool.Server) error {
-	rows, err := idleQuery(s, readBackSQL)
+	rows, err := idleQuery(s, readBackSQL, c.toClient)
 	if err != nil {
 		return fmt.Errorf("reading the session's settings back: %w", err)
 	}
@@ -232,7 +239,7 @@ func proxyStatements(s *pool.Server) string {
 // probe reports whether s's session holds objects that pin it to its
 // client.
 func (c *client) probe(s *pool.Server) (bool, error) {
-	rows, err := idleQuery(s, probeSQL+proxyStatements(s))
+	rows, err := idleQuery(s, probeSQL+proxyStatements(s), c.toClient)
 	if err != nil {
 		return false, fmt.Errorf("probing the session for temporary objects, locks, cursors and LISTEN: %w", err)
 	}
@@ -261,11 +268,11 @@ func (c *client) reset() {
 	}
 	s.AbsorbCancels() // else a late cancel of the client's could fail the reset
 	if c.tx != 'I' {
-		if _, err := idleQuery(s, "ROLLBACK"); err != nil {
+		if _, err := idleQuery(s, "ROLLBACK", nil); err != nil {
 			return
 		}
 	}
-	if _, err := idleQuery(s, "DISCARD ALL"); err != nil {
+	if _, err := idleQuery(s, "DISCARD ALL", nil); err != nil {
 		return
 	}
 	clear(s.Session)

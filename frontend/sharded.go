@@ -332,7 +332,7 @@ func (c *client) runOne(p *routePlan) error {
 		// Settings (search_path) first, then the PREPARE the EXECUTE
 		// needs, then the statement.
 		for _, q := range pre {
-			if _, _, e, err := serverQuery(c.server, q); err != nil || e != nil {
+			if _, _, e, err := serverQuery(c.server, q, c.toClient); err != nil || e != nil {
 				c.server.Broken = true
 				if err == nil {
 					err = e
@@ -341,7 +341,7 @@ func (c *client) runOne(p *routePlan) error {
 			}
 		}
 		pre = nil
-		if err := ensurePrepared(c.server, p.execs); err != nil {
+		if err := c.ensurePrepared(c.server, p.execs); err != nil {
 			if c.server.Broken {
 				return c.shardFailed(err)
 			}

@@ -110,7 +110,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 			return serr
 		}
 	}
-	if err := ensurePrepared(c.server, plan.execs); err != nil {
+	if err := c.ensurePrepared(c.server, plan.execs); err != nil {
 		if c.server.Broken {
 			return c.lostShard(err)
 		}
@@ -195,7 +195,7 @@ func (c *client) completed(plan *routePlan, i int, sql string, tag []byte, setti
 func (c *client) runPrefix(i int, pre []string) error {
 	s := c.xs.Server(i)
 	for _, q := range pre {
-		_, _, e, err := serverQuery(s, q)
+		_, _, e, err := serverQuery(s, q, c.toClient)
 		if err != nil {
 			c.server = s
 			return c.lostShard(err)

@@ -269,7 +269,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			st = st.derived(c, sql)
 		}
 	}
-	if err := ensurePrepared(s, execs); err != nil {
+	if err := c.ensurePrepared(s, execs); err != nil {
 		if s.Broken {
 			return c.lostShard(err)
 		}

@@ -219,12 +219,12 @@ func (c *client) rewriteExecs(sql string, sp *sqlPrep) (string, []*sqlStmt) {
 }
 
 // ensurePrepared prepares the statements on s that it lacks.
-func ensurePrepared(s *pool.Server, sts []*sqlStmt) error {
+func (c *client) ensurePrepared(s *pool.Server, sts []*sqlStmt) error {
 	for _, st := range sts {
 		if _, ok := s.Prepared[st.name]; ok {
 			continue
 		}
-		_, _, e, err := serverQuery(s, st.prepare)
+		_, _, e, err := serverQuery(s, st.prepare, c.toClient)
 		if err != nil {
 			return err
 		}
@@ -298,7 +298,7 @@ func (c *client) prepareExecs(sp *sqlPrep) error {
 			sts = append(sts, st)
 		}
 	}
-	return ensurePrepared(c.server, sts)
+	return c.ensurePrepared(c.server, sts)
 }
 
 // shardedSQLPrep plans a sharded transaction-mode simple Query that uses
