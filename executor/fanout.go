@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strconv"
@@ -347,12 +349,8 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	switch visible := spec.Visible; {
-	case a.Describe == DescribeNone:
-	case visible > 0 && visible < len(cols):
-		a.Sink.Write(TrimRowDescription(first.desc, visible))
-	default:
-		a.Sink.Write(wire.FinishMessage(append([]byte{'T', 0, 0, 0, 0}, first.desc...), 0))
+	if a.Describe != DescribeNone {
+		a.Sink.Write(mergedRowDescription(first.desc, cols, spec))
 	}
 	n, err := m.Run(sources)
 	if err != nil {
@@ -419,4 +417,37 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 		}
 	}
 	return s.Gather(a, readers, implicit, firstErr)
+}
+
+// mergedRowDescription is the RowDescription of a merged answer: the
+// shards' without the hidden columns the router appended, and with the
+// type avg has in PostgreSQL for the columns the shards computed as
+// sum(x) — numeric for integer and numeric sums, float8 for float ones.
+func mergedRowDescription(desc []byte, cols []Column, spec Spec) []byte {
+	visible := len(cols)
+	if spec.Visible > 0 && spec.Visible < visible {
+		visible = spec.Visible
+	}
+	out := TrimRowDescription(desc, visible)
+	for _, a := range spec.Aggs {
+		if a.Kind != AggAvg || a.Col >= visible {
+			continue
+		}
+		oid, size := uint32(oidNumeric), int16(-1)
+		if t := cols[a.Col].OID; t == oidFloat4 || t == oidFloat8 {
+			oid, size = oidFloat8, 8
+		}
+		// The column's fields follow its name: table OID (4), attribute
+		// number (2), type OID (4), type size (2), type modifier (4),
+		// format (2).
+		at := 7 // 'T', length, field count
+		for k := 0; k < a.Col; k++ {
+			at += bytes.IndexByte(out[at:], 0) + 1 + 18
+		}
+		at += bytes.IndexByte(out[at:], 0) + 1
+		binary.BigEndian.PutUint32(out[at+6:], oid)
+		binary.BigEndian.PutUint16(out[at+10:], uint16(size))
+		binary.BigEndian.PutUint32(out[at+12:], 0xffffffff)
+	}
+	return out
 }

@@ -46,9 +46,12 @@ type shard struct {
 
 // tx is the session's transaction.
 type tx struct {
-	open   bool   // an explicit transaction (BEGIN) is open
-	begin  string // the client's BEGIN, replayed on each shard joined
-	failed bool   // aborted: only ROLLBACK (or ROLLBACK TO) is accepted
+	open bool // a transaction is open: explicit (BEGIN), or implicit
+	// implicit: the transaction is the implicit one of an extended-protocol
+	// batch (the statements up to Sync), which the client did not BEGIN.
+	implicit bool
+	begin    string // the client's BEGIN, replayed on each shard joined
+	failed   bool   // aborted: only ROLLBACK (or ROLLBACK TO) is accepted
 	// log is what a shard joining the transaction replays after BEGIN:
 	// the active savepoints and the SETs of the transaction, in order.
 	log []logEntry
@@ -139,8 +142,12 @@ func (s *Session) Status() byte {
 	return 'T'
 }
 
-// InTx reports whether an explicit transaction is open.
+// InTx reports whether a transaction is open, explicit or implicit.
 func (s *Session) InTx() bool { return s.tx.open }
+
+// Implicit reports whether the open transaction is the implicit
+// transaction of an extended-protocol batch (BeginImplicit).
+func (s *Session) Implicit() bool { return s.tx.open && s.tx.implicit }
 
 // Failed reports whether the open transaction is aborted.
 func (s *Session) Failed() bool { return s.tx.failed }
@@ -158,14 +165,31 @@ func (s *Session) Abort() {
 func (s *Session) Recovered() { s.tx.failed = false }
 
 // Begin opens a transaction with the client's statement sql, which every
-// shard the transaction joins replays; it reports false when one is open
-// already (PostgreSQL warns and carries on).
+// shard the transaction joins replays; it reports false when an explicit
+// one is open already (PostgreSQL warns and carries on). A BEGIN inside
+// an implicit transaction makes it explicit, with what ran before it, as
+// in PostgreSQL.
 func (s *Session) Begin(sql string) bool {
-	if s.tx.open {
+	if s.tx.open && !s.tx.implicit {
 		return false
+	}
+	if s.tx.open {
+		s.tx.implicit, s.tx.begin = false, sql
+		return true
 	}
 	s.tx = tx{open: true, begin: sql}
 	return true
+}
+
+// BeginImplicit opens the implicit transaction of an extended-protocol
+// batch: PostgreSQL runs the statements of a batch up to its Sync in one
+// transaction, committed at the Sync, or rolled back when one fails. The
+// shards join it as statements reach them, as they join an explicit one.
+// It does nothing inside a transaction.
+func (s *Session) BeginImplicit() {
+	if !s.tx.open {
+		s.tx = tx{open: true, implicit: true}
+	}
 }
 
 // InTxOn reports whether the transaction is open on shard i's server.
@@ -365,7 +389,8 @@ func (k SavepointKind) String() string {
 // *ShardError.
 func (s *Session) Savepoint(kind SavepointKind, name, sql string, mark int) (tag string, restore int, serr *wire.Error, err error) {
 	restore = -1
-	if !s.tx.open {
+	if !s.tx.open || s.tx.implicit {
+		// A batch's implicit transaction is no transaction block.
 		return "", restore, wire.Errorf(wire.NoActiveSQLTransaction, "%s can only be used in transaction blocks", kind), nil
 	}
 	at := -1

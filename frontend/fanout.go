@@ -42,6 +42,12 @@ func (c *client) completeMany(p *routePlan, tag string) {
 	} else {
 		c.w.Write([]byte{'I', 0, 0, 0, 4})
 	}
+	c.applyManyOps(p)
+}
+
+// applyManyOps commits, outside a transaction, the session changes of a
+// statement that ran on several shards.
+func (c *client) applyManyOps(p *routePlan) {
 	if len(p.ops) > 0 && !c.xs.InTx() {
 		c.applyOpsAll(p.ops)
 	}

@@ -211,9 +211,16 @@ func errReplansExhausted() error {
 }
 
 func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
-	// A Query after a Flush ends what a row-limited Execute left open.
+	// A Query after a Flush ends what a row-limited Execute left open, and
+	// the implicit transaction of the batch before it: committed first
+	// (PostgreSQL would run the Query in it, then commit both).
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err)
+	}
+	if c.xs.Implicit() {
+		if _, err := c.finishTx(!c.xs.Failed()); err != nil {
+			return c.shardedError(err)
+		}
 	}
 	var p *routePlan
 	var err error
@@ -234,15 +241,15 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		c.applyHints(ops, c.xs.InTx())
 		return c.localDone("SET")
 	}
-	if c.xs.Failed() && p.Kind != executor.RouteRollback && !(p.Kind == executor.RouteSavepoint && p.rollbackTo) {
-		return c.shardedError(wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block"))
+	if c.xs.Failed() && !endsFailedTx(p) {
+		return c.shardedError(errAborted())
 	}
 	switch p.Kind {
 	case executor.RouteBegin:
 		if !c.xs.Begin(sql) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
 		}
-		return c.localDone("BEGIN")
+		return c.localDone(beginTag(sql))
 	case executor.RouteCommit, executor.RouteRollback:
 		return c.endTx(ctx, p.Kind == executor.RouteCommit)
 	case executor.RouteSavepoint:
@@ -275,6 +282,35 @@ func (c *client) plan(sql string) (*routePlan, error) {
 		return &routePlan{Plan: executor.Plan{Kind: executor.RouteOne, Shards: []int{0}, SQL: sql}}, nil
 	}
 	return c.rt.plan(sql, c)
+}
+
+// endsFailedTx reports whether p is a statement an aborted transaction
+// accepts: ROLLBACK, ROLLBACK TO SAVEPOINT, or COMMIT (which rolls back and
+// answers ROLLBACK, as in PostgreSQL).
+func endsFailedTx(p *routePlan) bool {
+	switch p.Kind {
+	case executor.RouteRollback, executor.RouteCommit:
+		return true
+	case executor.RouteSavepoint:
+		return p.rollbackTo
+	}
+	return false
+}
+
+// errAborted is PostgreSQL's answer to a statement in an aborted
+// transaction.
+func errAborted() error {
+	return wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
+}
+
+// beginTag is the command tag PostgreSQL answers a BEGIN or START
+// TRANSACTION with.
+func beginTag(sql string) string {
+	b := []byte(sql)
+	if hasKeyword(b[skipSpaceAndComments(b, 0):], "start") {
+		return "START TRANSACTION"
+	}
+	return "BEGIN"
 }
 
 // localDone answers a statement the proxy handled itself.
@@ -433,7 +469,9 @@ func (c *client) failShard(err error, ready bool) error {
 	// the server, as a transaction is.
 	var sg *serverGone
 	forwarded := errors.As(err, &sg) && sg.forwarded
-	inTx := c.xs.InTx() || c.pinned || c.mode == config.PoolSession || forwarded && sg.fatal
+	// A batch's implicit transaction is lost with the batch; the client's
+	// session is not.
+	inTx := c.xs.InTx() && !c.xs.Implicit() || c.pinned || c.mode == config.PoolSession || forwarded && sg.fatal
 	c.q = c.q[:0]
 	c.out = c.out[:0]
 	c.batchOps = c.batchOps[:0]

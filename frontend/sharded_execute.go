@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
@@ -36,7 +37,7 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 			return c.sTxControl(plan)
 		}
 		if c.xs.Failed() {
-			return wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
+			return errAborted()
 		}
 		if plan.Kind == executor.RouteLocal {
 			return c.sLocal(plan, describe)
@@ -69,9 +70,13 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 		return c.execOne(p, maxRows, describe)
 	}
 	if maxRows > 0 {
-		return wire.Errorf(wire.FeatureNotSupported, "fetching a cross-shard result in chunks (Execute with a row limit) is not supported")
+		return c.execManyChunked(p, maxRows, describe)
 	}
-	return c.execMany(p, describe)
+	tag, err := c.execMany(p, describe, clientSink{c})
+	if err == nil {
+		c.completeMany(p.plan, tag)
+	}
+	return err
 }
 
 // sLocal answers a portal the proxy runs itself: DEALLOCATE of a
@@ -211,9 +216,9 @@ func (c *client) runPrefix(i int, pre []string) error {
 	return nil
 }
 
-// execMany runs a portal on several shards and merges their answers as the
-// simple protocol does.
-func (c *client) execMany(p *sPortal, describe bool) error {
+// execMany runs a portal on several shards and merges their answers into
+// sink as the simple protocol does, returning the command tag.
+func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, error) {
 	plan := p.plan
 	implicit := !c.xs.InTx() && (plan.Kind == executor.RouteWrite || plan.Kind == executor.RouteOmniWrite)
 	d := executor.DescribeNone
@@ -221,14 +226,15 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		d = executor.DescribeAll
 	}
 	a := c.answer(plan, d)
+	a.Sink = sink
 	readers := make([]*executor.ShardRows, len(plan.Shards))
 	for k, i := range plan.Shards {
 		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
-			return c.lostShard(err)
+			return "", c.lostShard(err)
 		}
 		if err := c.runPrefix(i, c.prefix(i, implicit)); err != nil {
-			return err
+			return "", err
 		}
 		out := c.appendPortal(nil, p, i)
 		parsing := c.pendingPrepare
@@ -238,7 +244,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		out = append(out, 'S', 0, 0, 0, 4)
 		c.server.W.Write(out)
 		if err := c.server.Flush(); err != nil {
-			return c.lostShard(err)
+			return "", c.lostShard(err)
 		}
 		r := executor.NewShardRows(c.server, a.Sink)
 		r.Extended, r.Parsing = true, parsing
@@ -250,7 +256,7 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 		r.Header()
 		if err := r.IOErr(); err != nil {
 			c.server = r.Server()
-			return c.lostShard(err)
+			return "", c.lostShard(err)
 		}
 		if r.Err() != nil && firstErr == nil {
 			firstErr = r.Err()
@@ -259,28 +265,31 @@ func (c *client) execMany(p *sPortal, describe bool) error {
 	tag, err := c.xs.Gather(a, readers, implicit, firstErr)
 	var se *executor.ShardError
 	if errors.As(err, &se) {
-		return c.lostShard(err)
+		return "", c.lostShard(err)
 	}
-	if err != nil {
-		return err
-	}
-	c.completeMany(plan, tag)
-	return nil
+	return tag, err
 }
 
 // sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the
 // extended protocol.
 func (c *client) sTxControl(p *routePlan) error {
+	if c.xs.Failed() && !endsFailedTx(p) {
+		return errAborted()
+	}
 	switch p.Kind {
 	case executor.RouteBegin:
 		if !c.xs.Begin(p.SQL) {
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
 		}
-		c.w.Write(wire.AppendCommandComplete(nil, "BEGIN"))
+		c.w.Write(wire.AppendCommandComplete(nil, beginTag(p.SQL)))
 		return nil
 	case executor.RouteCommit, executor.RouteRollback:
-		if !c.xs.InTx() {
+		if !c.xs.InTx() || c.xs.Implicit() {
+			// Outside a transaction block, or in a batch's implicit
+			// transaction, which it ends (PostgreSQL warns there too).
 			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
+		}
+		if !c.xs.InTx() {
 			tag := "COMMIT"
 			if p.Kind == executor.RouteRollback {
 				tag = "ROLLBACK"
@@ -294,9 +303,6 @@ func (c *client) sTxControl(p *routePlan) error {
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, tag))
 		return nil
-	}
-	if c.xs.Failed() && !p.rollbackTo {
-		return wire.Errorf(wire.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
 	}
 	tag, serr, err := c.runSavepoint(p)
 	if err != nil {

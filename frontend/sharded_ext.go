@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -63,6 +64,9 @@ type sPortal struct {
 	// server (see sharded_portal.go).
 	suspended bool
 	shard     int
+	// chunks are the merged rows of a portal on several shards that an
+	// Execute with a row limit has not fetched yet (sharded_chunks.go).
+	chunks *bufferedRows
 }
 
 type batchMsg struct {
@@ -79,6 +83,8 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	}
 	batch := c.batch
 	c.batch = nil
+	implicit := batchIsImplicit(batch)
+	first := true // the batch's first Execute is still to come
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
 		if c.pipe.has(pipeDropping) && m.typ != 'S' {
@@ -104,11 +110,19 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 				err = derr
 			case kind == 'P' && k+1 < len(batch) && batch[k+1].typ == 'E' && executesPortal(batch[k+1].body, name):
 				k++
+				if implicit {
+					c.beginImplicit(batch[k].body, first)
+				}
+				first = false
 				err = c.sExecute(ctx, batch[k].body, true)
 			default:
 				err = c.sDescribe(ctx, kind, name)
 			}
 		case 'E':
+			if implicit {
+				c.beginImplicit(m.body, first)
+			}
+			first = false
 			err = c.sExecute(ctx, m.body, false)
 		case 'C':
 			err = c.sClose(m.body)
@@ -140,14 +154,51 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	return nil
 }
 
+// batchIsImplicit reports whether a batch (up to Sync or Flush) runs in an
+// implicit transaction of its own: when it executes more than one
+// statement, or executes one and ends with Flush (more may follow before
+// the Sync). PostgreSQL commits the statements of a batch together at the
+// Sync; a batch that executes one statement and syncs needs nothing more
+// than that statement's own transaction.
+func batchIsImplicit(batch []batchMsg) bool {
+	executes := 0
+	for _, m := range batch {
+		if m.typ == 'E' {
+			executes++
+		}
+	}
+	return executes > 1 || executes == 1 && batch[len(batch)-1].typ == 'H'
+}
+
+// beginImplicit opens the batch's implicit transaction before an Execute
+// (body), unless it is the batch's first and runs a statement PostgreSQL
+// refuses inside a transaction block (VACUUM, DISCARD ALL, …): PostgreSQL
+// runs the first statement of a pipeline before the pipeline counts as a
+// transaction block, and such a statement cannot be undone anyway. The
+// transaction then begins at the next Execute.
+func (c *client) beginImplicit(body []byte, first bool) {
+	if first {
+		if name, _, err := executeMsg(body); err == nil {
+			if p := c.sportals[string(name)]; p != nil && outsideTxOnly(p.stmt.sql) {
+				return
+			}
+		}
+	}
+	c.xs.BeginImplicit()
+}
+
 // sSync answers the client's Sync: servers left inside the batch are
-// synced, and outside a transaction block the batch's implicit
-// transaction is over, with its portals (the client's portals are the
-// proxy's, so it drops them itself).
+// synced, the batch's implicit transaction commits (or, after an error,
+// rolls back) on every shard it touched, and outside a transaction block
+// the batch's portals are gone (the client's portals are the proxy's, so
+// it drops them itself).
 func (c *client) sSync() error {
 	c.pipe.set(pipeDropping, false)
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err) // answers the Sync
+	}
+	if err := c.endImplicit(); err != nil {
+		return err
 	}
 	if !c.xs.InTx() {
 		clear(c.sportals)
@@ -166,12 +217,18 @@ func (c *client) sParse(body []byte) error {
 	if err := uniqueIDInParse(query); err != nil {
 		return err
 	}
-	if _, err := c.rt.plan(string(query), c); err != nil {
+	plan, err := c.rt.plan(string(query), c)
+	if err != nil {
 		if e, ok := wire.AsError(err); ok && e.Code == wire.SyntaxError {
 			return err
 		}
 		// Other routing errors depend on parameters or are reported at
 		// Execute.
+	}
+	if c.xs.Failed() && (plan == nil || !endsFailedTx(plan)) {
+		// As PostgreSQL's exec_parse_message: an aborted transaction
+		// accepts only the statements that end it.
+		return errAborted()
 	}
 	if c.sstmts == nil {
 		c.sstmts = map[string]*sStmt{}
@@ -199,7 +256,13 @@ func (c *client) sBind(body []byte) error {
 	}
 	p := &sPortal{stmt: st, params: params, formats: formats, tail: tail}
 	if err := c.planPortal(p); err != nil {
+		if c.xs.Failed() {
+			return errAborted()
+		}
 		return err
+	}
+	if c.xs.Failed() && !endsFailedTx(p.plan) {
+		return errAborted() // as PostgreSQL's exec_bind_message
 	}
 	if c.sportals == nil {
 		c.sportals = map[string]*sPortal{}
@@ -542,4 +605,86 @@ func (c *client) planPortal(p *sPortal) error {
 	plan.ops = p.stmt.effect().ops
 	p.plan = plan
 	return nil
+}
+
+// endImplicit ends the implicit transaction of an extended-protocol batch,
+// if one is open: it commits unless a statement of the batch failed. A
+// failed commit reaches the client as an ErrorResponse, as PostgreSQL's
+// does at Sync.
+func (c *client) endImplicit() error {
+	if !c.xs.Implicit() {
+		return nil
+	}
+	_, err := c.finishTx(!c.xs.Failed())
+	if err == nil {
+		return nil
+	}
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		return c.shardFailed(err)
+	}
+	e, ok := wire.AsError(err)
+	if !ok {
+		e = wire.Errorf(wire.InternalError, "%v", err)
+	}
+	c.w.Write(wire.AppendError(nil, e))
+	return nil
+}
+
+// outsideTxOnly reports whether sql is a statement PostgreSQL refuses
+// inside a transaction block (it calls PreventInTransactionBlock): VACUUM,
+// CLUSTER of every table, CREATE/DROP DATABASE, ALTER DATABASE … SET
+// TABLESPACE, CREATE/DROP TABLESPACE, ALTER SYSTEM, REINDEX DATABASE/SYSTEM
+// or CONCURRENTLY, CREATE/DROP INDEX CONCURRENTLY, DISCARD ALL, COMMIT
+// PREPARED and ROLLBACK PREPARED. A word scan rules out most statements
+// before the parser runs.
+func outsideTxOnly(sql string) bool {
+	b := []byte(sql)
+	w := b[skipSpaceAndComments(b, 0):]
+	switch {
+	case hasKeyword(w, "vacuum"), hasKeyword(w, "cluster"), hasKeyword(w, "create"), hasKeyword(w, "drop"),
+		hasKeyword(w, "alter"), hasKeyword(w, "reindex"), hasKeyword(w, "discard"), hasKeyword(w, "commit"),
+		hasKeyword(w, "rollback"):
+	default:
+		return false
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return false
+	}
+	switch n := tree.Stmts[0].Stmt.Node.(type) {
+	case *pg_query.Node_VacuumStmt:
+		return n.VacuumStmt.IsVacuumcmd
+	case *pg_query.Node_ClusterStmt:
+		return n.ClusterStmt.Relation == nil
+	case *pg_query.Node_CreatedbStmt, *pg_query.Node_DropdbStmt, *pg_query.Node_CreateTableSpaceStmt,
+		*pg_query.Node_DropTableSpaceStmt, *pg_query.Node_AlterSystemStmt:
+		return true
+	case *pg_query.Node_AlterDatabaseStmt:
+		for _, o := range n.AlterDatabaseStmt.Options {
+			if d := o.GetDefElem(); d != nil && d.Defname == "tablespace" {
+				return true
+			}
+		}
+	case *pg_query.Node_ReindexStmt:
+		r := n.ReindexStmt
+		if r.Kind == pg_query.ReindexObjectType_REINDEX_OBJECT_DATABASE || r.Kind == pg_query.ReindexObjectType_REINDEX_OBJECT_SYSTEM {
+			return true
+		}
+		for _, o := range r.Params {
+			if d := o.GetDefElem(); d != nil && d.Defname == "concurrently" {
+				return true
+			}
+		}
+	case *pg_query.Node_IndexStmt:
+		return n.IndexStmt.Concurrent
+	case *pg_query.Node_DropStmt:
+		return n.DropStmt.Concurrent
+	case *pg_query.Node_DiscardStmt:
+		return n.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL
+	case *pg_query.Node_TransactionStmt:
+		k := n.TransactionStmt.Kind
+		return k == pg_query.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED || k == pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED
+	}
+	return false
 }

@@ -145,6 +145,10 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 // resumePortal fetches the next chunk of suspended portal p (the client's
 // name) on its shard.
 func (c *client) resumePortal(p *sPortal, name []byte, maxRows int32) error {
+	if p.chunks != nil {
+		c.serveChunk(p, maxRows)
+		return nil
+	}
 	sc := &c.ext[p.shard]
 	p.suspended = false
 	if c.xs.Server(p.shard) == nil || sc.portal != p {

@@ -110,6 +110,8 @@ func (c *client) endSession(commit bool, joined []int) {
 // it joined and returns the command tag, COMMIT or ROLLBACK (a COMMIT of a
 // failed transaction rolls back, as in PostgreSQL).
 func (c *client) finishTx(commit bool) (string, error) {
+	// The transaction's portals end with it, as PostgreSQL's do.
+	clear(c.sportals)
 	tag, committed, err := c.xs.End(commit)
 	c.endSession(err == nil && tag == "COMMIT", committed)
 	c.releaseIfIdle()

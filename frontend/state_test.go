@@ -33,3 +33,33 @@ func TestStateStrings(t *testing.T) {
 		t.Errorf("set/has: %v", p)
 	}
 }
+
+func TestOutsideTxOnly(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"VACUUM accounts":                        true,
+		"vacuum (analyze) accounts":              true,
+		"ANALYZE accounts":                       false,
+		"/* x */ DISCARD ALL":                    true,
+		"DISCARD TEMP":                           false,
+		"CREATE INDEX CONCURRENTLY i ON t (a)":   true,
+		"CREATE INDEX i ON t (a)":                false,
+		"DROP INDEX CONCURRENTLY i":              true,
+		"DROP TABLE t":                           false,
+		"CREATE DATABASE d":                      true,
+		"ALTER SYSTEM SET work_mem = '1MB'":      true,
+		"ALTER TABLE t ADD COLUMN b int":         false,
+		"REINDEX (CONCURRENTLY) TABLE t":         true,
+		"REINDEX TABLE t":                        false,
+		"CLUSTER":                                true,
+		"CLUSTER t USING i":                      false,
+		"COMMIT PREPARED 'x'":                    true,
+		"COMMIT":                                 false,
+		"SELECT 1":                               false,
+		"ALTER DATABASE d SET TABLESPACE ts":     true,
+		"ALTER DATABASE d SET work_mem TO '1MB'": false,
+	} {
+		if got := outsideTxOnly(sql); got != want {
+			t.Errorf("outsideTxOnly(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package frontend
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Row-limited Execute of a portal that runs on several shards.
+//
+// Drivers fetch results in chunks (JDBC with a fetch size: Execute with a
+// row limit, PortalSuspended, Execute again). A portal on one shard keeps
+// its rows on its server (sharded_portal.go); the merged rows of several
+// shards have no server to wait on, so the proxy runs the portal to its
+// end at the first Execute and keeps the merged DataRows, up to
+// maxChunkedResult bytes, to hand out a chunk per Execute. As in
+// PostgreSQL, an Execute that returns exactly its row limit answers
+// PortalSuspended (the next may return no rows), and the CommandComplete
+// that ends the portal counts the rows of its own Execute. A statement
+// without rows (an UPDATE or DELETE without RETURNING) runs to completion
+// at the first Execute whatever its limit, as PostgreSQL's
+// PORTAL_MULTI_QUERY does.
+
+// maxChunkedResult bounds the merged rows the proxy keeps for a portal
+// fetched in chunks.
+const maxChunkedResult = 64 << 20
+
+// bufferedRows are the rows of a cross-shard portal not yet fetched.
+type bufferedRows struct {
+	rows [][]byte // DataRow messages, whole
+	tag  string   // the command tag of the whole result, "SELECT 1000"
+}
+
+// rowRecorder is the sink of a cross-shard portal run for chunks: DataRows
+// are kept, everything else (RowDescription, NoData, notices) goes to the
+// client at once.
+type rowRecorder struct {
+	c    *client
+	b    *bufferedRows
+	size int
+	over bool
+}
+
+func (r *rowRecorder) Write(msgs []byte) (int, error) {
+	n := len(msgs)
+	for len(msgs) >= 5 {
+		l := 1 + int(binary.BigEndian.Uint32(msgs[1:5]))
+		if l > len(msgs) {
+			break // the merger writes whole messages
+		}
+		m := msgs[:l]
+		msgs = msgs[l:]
+		if m[0] != 'D' {
+			r.c.toClient(m)
+			continue
+		}
+		r.size += len(m)
+		if r.size > maxChunkedResult {
+			r.over = true
+			continue
+		}
+		r.b.rows = append(r.b.rows, append([]byte(nil), m...))
+	}
+	return n, nil
+}
+
+// execManyChunked runs portal p on several shards for an Execute with a
+// row limit and answers its first chunk.
+func (c *client) execManyChunked(p *sPortal, maxRows int32, describe bool) error {
+	rec := &rowRecorder{c: c, b: &bufferedRows{}}
+	tag, err := c.execMany(p, describe, rec)
+	if err != nil {
+		return err
+	}
+	if rec.over {
+		return &wire.Error{Severity: "ERROR", Code: wire.ProgramLimitExceeded,
+			Message: "a cross-shard result fetched in chunks (Execute with a row limit) is larger than the proxy keeps (64 MiB)",
+			Hint:    "Fetch it without a row limit (turn the driver's fetch size off), or narrow the query to one shard."}
+	}
+	if len(rec.b.rows) == 0 && !strings.HasPrefix(tag, "SELECT") {
+		c.completeMany(p.plan, tag) // no rows: ran to completion
+		return nil
+	}
+	c.applyManyOps(p.plan)
+	rec.b.tag = tag
+	p.chunks = rec.b
+	c.serveChunk(p, maxRows)
+	return nil
+}
+
+// serveChunk answers an Execute of a cross-shard portal from its kept
+// rows: up to maxRows rows (0: all), then PortalSuspended when it returned
+// exactly maxRows, else CommandComplete counting the rows it returned.
+func (c *client) serveChunk(p *sPortal, maxRows int32) {
+	b := p.chunks
+	n := len(b.rows)
+	if maxRows > 0 && int(maxRows) < n {
+		n = int(maxRows)
+	}
+	for _, row := range b.rows[:n] {
+		c.toClient(row)
+	}
+	b.rows = b.rows[n:]
+	if maxRows > 0 && n == int(maxRows) {
+		p.suspended = true
+		c.toClient([]byte{'s', 0, 0, 0, 4})
+		return
+	}
+	p.suspended, p.chunks = false, nil
+	c.w.Write(wire.AppendCommandComplete(nil, withCount(b.tag, n)))
+}
+
+// withCount is tag with its row count replaced by n: "SELECT 1000" with 7
+// is "SELECT 7", "INSERT 0 3" with 1 is "INSERT 0 1".
+func withCount(tag string, n int) string {
+	i := strings.LastIndexByte(tag, ' ')
+	if i < 0 {
+		return tag
+	}
+	return tag[:i+1] + strconv.Itoa(n)
+}

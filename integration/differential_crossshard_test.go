@@ -1,0 +1,109 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// crossShardScripts need both shards of the two-shard database (reads
+// merged from both, transactions that touch both) and must still answer
+// exactly as one PostgreSQL database does: command tags, result types,
+// errors and transaction status. Ids 1 to 8 are spread over both shards.
+var crossShardScripts = []diffScript{
+	{name: "avg result types", stmts: []string{
+		"SELECT avg(id::int) AS i, avg(id) AS b, avg(id::float4) AS f, avg(id::numeric) AS n FROM accounts",
+		"SELECT avg(id::int2) FROM accounts WHERE id < 0",
+		"SELECT length(email) AS len, avg(id::int) FROM accounts GROUP BY 1 ORDER BY 1",
+	}},
+	{name: "transaction command tags", stmts: []string{
+		"START TRANSACTION",
+		"SELECT count(*) FROM accounts",
+		"COMMIT",
+		"START TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+		"ROLLBACK",
+		"BEGIN WORK",
+		"END",
+	}},
+	{name: "COMMIT of an aborted transaction", stmts: []string{
+		"BEGIN",
+		"UPDATE accounts SET email = 'changed' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)",
+		"SELECT 1 / (id - 3) FROM accounts WHERE id = 3",
+		"SELECT 1",
+		"COMMIT",
+		"SELECT count(*) FROM accounts WHERE email = 'changed'",
+		"START TRANSACTION",
+		"SELECT 1 / 0",
+		"END",
+	}},
+}
+
+// TestDiffCrossShard: statements that need both shards answer as on one
+// PostgreSQL, in every exec mode and both pool modes.
+func TestDiffCrossShard(t *testing.T) {
+	checkGoroutines(t)
+	diffAll(t, newDiffEnv(t), crossShardScripts)
+}
+
+// TestShardedPipelineIsOneTransaction: a pipeline of statements with one
+// Sync is one implicit transaction, as PostgreSQL runs it: when a later
+// statement fails, the earlier ones' writes are rolled back on every shard
+// they reached; when none fails, all of them commit together.
+func TestShardedPipelineIsOneTransaction(t *testing.T) {
+	checkGoroutines(t)
+	e := newDiffEnv(t)
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			p := startProxy(t, e.proxyConfig(mode, 2))
+			for _, db := range []string{"ref", "two"} {
+				url := e.cl.DSN("ref")
+				if db == "two" {
+					url = p.AppURL("two")
+				}
+				t.Run(db, func(t *testing.T) {
+					e.resetData(t)
+					ctx := context.Background()
+					conn := connectConfig(t, url, pgx.QueryExecModeCacheStatement, nil)
+					batch := &pgx.Batch{}
+					for id := 1; id <= 8; id++ {
+						batch.Queue("UPDATE accounts SET email = $1 WHERE id = $2", fmt.Sprintf("p%d", id), id)
+					}
+					batch.Queue("SELECT 1 / (id - 5) FROM accounts WHERE id = $1", 5)
+					err := conn.SendBatch(ctx, batch).Close()
+					if pe := pgErr(err); pe == nil || pe.Code != "22012" {
+						t.Fatalf("the batch answered %v, want 22012 division by zero", err)
+					}
+					var changed int
+					if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE email LIKE 'p%'").Scan(&changed); err != nil {
+						t.Fatal(err)
+					}
+					if changed != 0 {
+						t.Fatalf("%d rows kept the writes of a batch whose last statement failed, want 0", changed)
+					}
+					batch = &pgx.Batch{}
+					for id := 1; id <= 8; id++ {
+						batch.Queue("UPDATE accounts SET email = $1 WHERE id = $2", fmt.Sprintf("p%d", id), id)
+					}
+					if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+						t.Fatal(err)
+					}
+					if err := conn.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE email LIKE 'p%'").Scan(&changed); err != nil {
+						t.Fatal(err)
+					}
+					if changed != 8 {
+						t.Fatalf("%d rows written by a batch that succeeded, want 8", changed)
+					}
+					var prepared int
+					if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
+						t.Fatal(err)
+					}
+					if prepared != 0 {
+						t.Fatalf("%d prepared transactions left behind", prepared)
+					}
+				})
+			}
+		})
+	}
+}
