@@ -1,11 +1,14 @@
 package router
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"github.com/pganalyze/pg_query_go/v6/parser"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/router/sharding"
@@ -246,7 +249,12 @@ func (r *Router) parse(sql string) (*pg_query.ParseResult, error) {
 	r.parses.Add(1)
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
-		return nil, wire.Errorf(wire.SyntaxError, "%v", err)
+		e := wire.Errorf(wire.SyntaxError, "%v", err)
+		var pe *parser.Error
+		if errors.As(err, &pe) && pe.Cursorpos > 0 {
+			e.Position = strconv.Itoa(pe.Cursorpos)
+		}
+		return nil, e
 	}
 	return tree, nil
 }

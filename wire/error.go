@@ -21,14 +21,25 @@ type Error struct {
 	Message  string
 	Detail   string
 	Hint     string
+	Position string // 'P': the 1-based character position in the statement
 
 	// Routine is a server's 'R' field: the PostgreSQL function that raised
 	// the error, such as RevalidateCachedQuery. Unlike Message it is never
 	// translated (lc_messages), so together with Code it tells one server
-	// error from another where the SQLSTATE alone is too broad. It is for
-	// classifying only: AppendError does not send it, so a server error the
-	// proxy re-encodes reaches the client with the fields it always had.
+	// error from another where the SQLSTATE alone is too broad.
 	Routine string
+
+	// More are a server's other fields (where, schema, table, column,
+	// data type and constraint names, file, line, routine, internal query
+	// and position), in the order it sent them: a server's error the proxy
+	// re-encodes reaches the client with every field PostgreSQL gave it.
+	More []ErrorField
+}
+
+// ErrorField is one field of an ErrorResponse or NoticeResponse.
+type ErrorField struct {
+	Type  byte // PostgreSQL's field type code ('W', 's', 't', 'n', 'F', …)
+	Value string
 }
 
 func (e *Error) Error() string {
@@ -86,6 +97,12 @@ func appendFields(buf []byte, typ byte, e *Error) []byte {
 	if e.Hint != "" {
 		buf = appendField(buf, 'H', e.Hint)
 	}
+	if e.Position != "" {
+		buf = appendField(buf, 'P', e.Position)
+	}
+	for _, f := range e.More {
+		buf = appendField(buf, f.Type, f.Value)
+	}
 	buf = append(buf, 0)
 	return FinishMessage(buf, start)
 }
@@ -126,8 +143,13 @@ func ParseError(body []byte) *Error {
 			e.Detail = v
 		case 'H':
 			e.Hint = v
+		case 'P':
+			e.Position = v
 		case 'R':
 			e.Routine = v
+			e.More = append(e.More, ErrorField{f, v})
+		default:
+			e.More = append(e.More, ErrorField{f, v})
 		}
 	}
 	return e

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 )
 
@@ -102,7 +103,7 @@ func TestErrorRoundTrip(t *testing.T) {
 	if err != nil || typ != 'E' {
 		t.Fatalf("typ %q err %v", typ, err)
 	}
-	if got := ParseError(body); *got != *e {
+	if got := ParseError(body); !reflect.DeepEqual(got, e) {
 		t.Fatalf("got %+v want %+v", got, e)
 	}
 }
