@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,16 @@ var insertSelectScript = []struct {
 	{sql: "INSERT INTO accounts (id, email, balance, score, created, rank) SELECT g, 'ab  '::char(4), '7.25', 1.5::numeric, '2024-03-01 10:00:00+02', g + 0.5 FROM generate_series(2201, 2220) g"},
 	{sql: "INSERT INTO accounts (id, email, score) SELECT g, 'defaults', NULL FROM generate_series(2221, 2230) g"},
 	{sql: "SELECT count(*), sum(balance), sum(rank), min(email), max(created) FROM accounts"},
+	// Values keep their exact value when the session's output settings
+	// would round them (floats) or make them ambiguous (dates).
+	{sql: "SET extra_float_digits = 0"},
+	{sql: "SET DateStyle = 'SQL, DMY'"},
+	{sql: "SET TimeZone = 'Asia/Kolkata'"},
+	{sql: "INSERT INTO types (id, n, f, b, j, jb, arr, ts, iv, u, ip) SELECT g, g / 7.0, 1.0 / g::float8 / 3, decode(md5(g::text), 'hex'), json_build_object('g', g, 's', 'it''s \\ \"q\"'), jsonb_build_array(g, NULL), ARRAY[g, NULL, -g], timestamptz '2024-03-10 01:30:00-05' + g * interval '1 minute 0.123456 second', g * interval '1 day 1.5 hour', md5(g::text)::uuid, ('10.0.' || g || '.1/24')::inet FROM generate_series(1, 50) g"},
+	{sql: "SELECT f::text, ts::text, iv::text FROM types WHERE id = 3"},
+	{sql: "RESET extra_float_digits"},
+	{sql: "RESET DateStyle"},
+	{sql: "RESET TimeZone"},
 	// From an omni table (one shard reads, both get rows).
 	{sql: "INSERT INTO accounts (id, email) SELECT 3000 + row_number() OVER (ORDER BY code), name FROM countries"},
 	// From another sharded table: rows move between tables and shards.
@@ -99,9 +110,9 @@ func TestShardedInsertSelect(t *testing.T) {
 	}
 	for _, mode := range execModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			e.ref.Exec(ctx, "ROLLBACK") // after a failed mode
+			e.ref.Exec(ctx, "ROLLBACK; RESET ALL") // after a failed mode
 			for _, c := range append([]*pgx.Conn{e.ref}, e.direct...) {
-				mustExec(t, c, "TRUNCATE accounts, orders")
+				mustExec(t, c, "TRUNCATE accounts, orders, types")
 			}
 			pc := connect(t, e.p.AppURL("app"))
 			for _, st := range insertSelectScript {
@@ -142,13 +153,13 @@ func scriptStmt(conn *pgx.Conn, mode pgx.QueryExecMode, sql string, args ...any)
 	return fmt.Sprintf("%s rows %s, tx %c", rows.CommandTag(), out.String(), conn.PgConn().TxStatus())
 }
 
-// sameTables checks that the proxy's accounts and orders hold exactly the
+// sameTables checks that the proxy's accounts, orders and types hold exactly the
 // reference's rows, each on its key's shard, and that no shard keeps a
 // prepared transaction.
 func (e *shardedEnv) sameTables(t *testing.T, pc *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
-	for _, q := range []struct{ table, key string }{{"accounts", "id"}, {"orders", "account_id"}} {
+	for _, q := range []struct{ table, key string }{{"accounts", "id"}, {"orders", "account_id"}, {"types", "id"}} {
 		sql := fmt.Sprintf("SELECT * FROM %s ORDER BY %s, id", q.table, q.key)
 		want, err := runQuery(t, e.ref, sql, pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
@@ -242,4 +253,73 @@ func TestShardedInsertSelectRefused(t *testing.T) {
 	if _, err := pc.Exec(context.Background(), "/* shard: 0 */ INSERT INTO accounts (id, email) SELECT 2, 'x' RETURNING id"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// insertSelectDiffScripts run INSERT … SELECT through the differential
+// harness: every runner (pgx exec modes, a row-limited Execute after
+// Describe of the portal), both pool modes, against one PostgreSQL, a
+// one-shard and a two-shard database. They leave the data as they found
+// it, and every other statement runs on one shard: the row-limited runner
+// cannot fetch a cross-shard result (an INSERT … SELECT has none).
+func insertSelectDiffScripts() []diffScript {
+	// deletes removes ids from through to, one statement per shard of two.
+	deletes := func(from, to int64) []string {
+		var ids [2][]string
+		for id := from; id <= to; id++ {
+			s := hashShard(id, 2)
+			ids[s] = append(ids[s], strconv.FormatInt(id, 10))
+		}
+		return []string{
+			"DELETE FROM accounts WHERE id IN (" + strings.Join(ids[0], ", ") + ")",
+			"DELETE FROM accounts WHERE id IN (" + strings.Join(ids[1], ", ") + ")",
+		}
+	}
+	committed := []string{
+		"INSERT INTO accounts (email, id) SELECT 'c' || g, g FROM generate_series(200, 260) g",
+		"SELECT email FROM accounts WHERE id = 230",
+		"INSERT INTO accounts (id, email) SELECT g, 'dup' FROM generate_series(255, 265) g ON CONFLICT (id) DO NOTHING",
+		"SELECT email FROM accounts WHERE id = 255",
+		"SELECT email FROM accounts WHERE id = 265",
+		"INSERT INTO accounts SELECT id + 1000, upper(email) FROM accounts WHERE email LIKE 'c22_'",
+		"SELECT email FROM accounts WHERE id = 1229",
+	}
+	committed = append(append(committed, deletes(200, 265)...), deletes(1200, 1229)...)
+	return []diffScript{
+		{name: "INSERT … SELECT rolled back", stmts: []string{
+			"BEGIN",
+			"INSERT INTO accounts (id, email) SELECT g, 'g' || g FROM generate_series(100, 140) g",
+			"SELECT email FROM accounts WHERE id = 120",
+			"INSERT INTO accounts SELECT id + 1000, email FROM accounts",
+			"SELECT email FROM accounts WHERE id = 1120",
+			"SELECT email FROM accounts WHERE id = 1003",
+			"ROLLBACK",
+			"SELECT email FROM accounts WHERE id = 120",
+		}},
+		{name: "INSERT … SELECT committed", stmts: committed},
+		{name: "INSERT … SELECT errors", stmts: []string{
+			"INSERT INTO accounts (id, email) SELECT g, 'x' FROM generate_series(300, 320) g UNION ALL SELECT 3, 'dup'",
+			"SELECT count(*) FROM accounts WHERE id = 310",
+			"INSERT INTO accounts (id, email) SELECT 'x', 'y'",
+			"INSERT INTO accounts (id) SELECT 1, 2",
+			"INSERT INTO accounts (id, email) SELECT NULL, 'n'",
+			"INSERT INTO accounts (id, email) SELECT g, 'z' FROM generate_series(330, 340) g WHERE 1 / (g - 340) < 1",
+			"SELECT count(*) FROM accounts WHERE id = 331",
+			"BEGIN",
+			"INSERT INTO accounts (id, email) SELECT g, 'x' FROM generate_series(300, 305) g",
+			"INSERT INTO accounts (id, email) SELECT 4, 'dup'",
+			"SELECT 1",
+			"ROLLBACK",
+			"SELECT count(*) FROM accounts WHERE id = 302",
+		}},
+		{name: "INSERT … SELECT refused", stmts: []string{
+			"INSERT INTO accounts (id, email) SELECT 400, 'r' RETURNING id",
+			"DELETE FROM accounts WHERE id = 400",
+		}, refusedOnTwo: map[int]string{
+			0: `ERROR 0A000 "INSERT … SELECT … RETURNING into sharded table accounts: the proxy does not return the inserted rows" detail "" hint "Read the rows back with a SELECT, or route the statement to one shard with /* shard: N */."`,
+		}},
+	}
+}
+
+func TestInsertSelectDifferential(t *testing.T) {
+	diffAll(t, newDiffEnv(t), insertSelectDiffScripts())
 }
