@@ -58,6 +58,9 @@ var insertSelectScript = []struct {
 	// Parameters, typed by the INSERT.
 	{sql: "INSERT INTO accounts (id, email, score) SELECT g, $1, $2 FROM generate_series($3::int, $4::int) g", args: []any{"p", 12.5, 500000, 500050}},
 	{sql: "INSERT INTO accounts (id, email) SELECT id + 1, email FROM accounts WHERE id = $1", args: []any{int64(500050)}},
+	// A SELECT without rows, and VALUES that are a query of their own.
+	{sql: "INSERT INTO accounts (id, email) SELECT id, email FROM accounts WHERE email = 'nobody'"},
+	{sql: "INSERT INTO accounts (id, email) VALUES (950001, 'v1'), (950002, 'v2'), (950003, 'v3') ORDER BY 1 DESC LIMIT 2"},
 	// ON CONFLICT DO NOTHING on each shard.
 	{sql: "INSERT INTO accounts (id, email) SELECT g, 'dup' FROM generate_series(2195, 2240) g ON CONFLICT (id) DO NOTHING"},
 	// Failures leave nothing behind: a duplicate key, a CHECK violation
@@ -90,7 +93,13 @@ var insertSelectScript = []struct {
 	{sql: "INSERT INTO accounts (id, email) SELECT 5, 'dup'"},
 	{sql: "SELECT 1"},
 	{sql: "ROLLBACK"},
-	{sql: "SELECT count(*), sum(id) FROM accounts WHERE id >= 900000"},
+	{sql: "BEGIN"},
+	{sql: "SAVEPOINT a"},
+	{sql: "INSERT INTO accounts (id, email) SELECT g, 'a' FROM generate_series(940000, 940020) g"},
+	{sql: "ROLLBACK TO SAVEPOINT a"},
+	{sql: "INSERT INTO accounts (id, email) SELECT g, 'b' FROM generate_series(940010, 940030) g"},
+	{sql: "COMMIT"},
+	{sql: "SELECT count(*), sum(id), min(email) FROM accounts WHERE id >= 900000"},
 }
 
 // TestShardedInsertSelect: INSERT … SELECT into a sharded table answers as
@@ -238,6 +247,7 @@ func TestShardedInsertSelectRefused(t *testing.T) {
 		"INSERT INTO accounts (id, email) SELECT g, 'x' FROM generate_series(1, 3) g ON CONFLICT (id) DO UPDATE SET email = 'y'",
 		"INSERT INTO accounts (email) SELECT 'x'",
 		"INSERT INTO accounts (id, email) SELECT 1.5, 'x'",
+		"INSERT INTO accounts SELECT FROM generate_series(1, 3)",
 		"WITH d AS (DELETE FROM orders RETURNING account_id) INSERT INTO accounts (id, email) SELECT account_id, 'x' FROM d",
 	} {
 		for _, mode := range execModes {

@@ -61,6 +61,8 @@ func TestRouteInsertSelect(t *testing.T) {
 			source: Any, shards: all, prefix: "INSERT INTO accounts (id) OVERRIDING SYSTEM VALUE VALUES "},
 		{name: "catalog column order", sql: "INSERT INTO accounts SELECT 7, 'x'", catalog: true,
 			source: Any, shards: all, key: 0, untyped: []Column{1}, prefix: "INSERT INTO accounts VALUES "},
+		{name: "column rule", sql: "INSERT INTO invoices (id, tenant_id) SELECT g, 5 FROM generate_series(1, 3) g",
+			source: Any, shards: all, key: 1, prefix: "INSERT INTO invoices (id, tenant_id) VALUES "},
 		{name: "qualified target, unqualified source on a sharded schema path", sql: "INSERT INTO public.accounts (id) SELECT 1 FROM countries", path: tenant,
 			source: Direct, shards: []int{1}},
 
