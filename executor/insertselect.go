@@ -54,7 +54,7 @@ const (
 	insertCursor = "__shardgate_insert_select"
 	insertBatch  = 256 << 10 // bytes of rows in one INSERT sent to a shard
 	fetchBytes   = 1 << 20   // what one FETCH should bring at most
-	fetchFirst   = 1000      // rows in the first FETCH
+	fetchFirst   = 100       // rows in the first FETCH, before their size is known
 	fetchMax     = 10000
 )
 
@@ -136,6 +136,9 @@ func (x *insertSelect) run(paramTypes []uint32) error {
 	visible := len(cols)
 	if merge != nil {
 		visible -= merge.HiddenColumns
+	}
+	if visible < 0 {
+		return wire.Errorf(wire.InternalError, "INSERT … SELECT: %d result columns, %d of them hidden", len(cols), merge.HiddenColumns)
 	}
 	set, err := x.prepare(readers[0], cols[:visible])
 	if err != nil {
@@ -655,8 +658,9 @@ func (r *cursorRows) Next() ([]byte, error) {
 	return r.buf[start:r.ends[r.next-1]], nil
 }
 
-// fill runs the next FETCH and adapts the one after it to bring about
-// fetchBytes.
+// fill runs the next FETCH and sizes the one after it by the rows' size to
+// bring about fetchBytes (growing at most fourfold, as the first rows
+// need not be typical).
 func (r *cursorRows) fill() error {
 	x := r.x
 	if err := x.settle(r.shard); err != nil {
@@ -687,11 +691,9 @@ func (r *cursorRows) fill() error {
 		return serr
 	}
 	r.done = len(r.ends) < r.fetch
-	switch {
-	case len(r.buf) > fetchBytes && r.fetch > 1:
-		r.fetch /= 2
-	case len(r.buf) < fetchBytes/4 && r.fetch < fetchMax:
-		r.fetch = min(2*r.fetch, fetchMax)
+	if n := len(r.ends); n > 0 {
+		avg := max(len(r.buf)/n, 1)
+		r.fetch = min(max(fetchBytes/avg, 1), 4*r.fetch, fetchMax)
 	}
 	return nil
 }
