@@ -333,3 +333,71 @@ func insertSelectDiffScripts() []diffScript {
 func TestInsertSelectDifferential(t *testing.T) {
 	diffAll(t, newDiffEnv(t), insertSelectDiffScripts())
 }
+
+// TestShardedInsertSelectPipeline: in a pipeline (a pgx batch: Executes up
+// to one Sync) INSERT … SELECT is part of the batch's implicit
+// transaction, committed at the Sync or, when a statement fails, rolled
+// back with the whole batch, as PostgreSQL does.
+func TestShardedInsertSelectPipeline(t *testing.T) {
+	e := newShardedEnv(t, 2)
+	batches := [][]string{
+		{
+			"INSERT INTO accounts (id, email) SELECT g, 'a' || g FROM generate_series(1, 300) g",
+			"INSERT INTO accounts (id, email) SELECT id + 1000, email FROM accounts",
+		},
+		{
+			"INSERT INTO accounts (id, email) SELECT g, 'b' || g FROM generate_series(2001, 2300) g",
+			"INSERT INTO accounts (id, email) SELECT g, 'dup' FROM generate_series(3001, 3010) g UNION ALL SELECT 7, 'dup'",
+			"INSERT INTO accounts (id, email) SELECT g, 'c' || g FROM generate_series(4001, 4300) g",
+		},
+	}
+	for _, mode := range execModes {
+		if mode == pgx.QueryExecModeSimpleProtocol {
+			continue // a batch is one multi-statement Query, refused with INSERT … SELECT in it
+		}
+		t.Run(mode.String(), func(t *testing.T) {
+			for _, c := range append([]*pgx.Conn{e.ref}, e.direct...) {
+				mustExec(t, c, "TRUNCATE accounts")
+			}
+			var conns [2]*pgx.Conn // the reference and the proxy, in mode
+			for k, url := range []string{e.cl.DSN("ref"), e.p.AppURL("app")} {
+				c, err := tryConnect(url, mode, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close(context.Background())
+				conns[k] = c
+			}
+			for _, stmts := range batches {
+				run := func(conn *pgx.Conn) string {
+					b := &pgx.Batch{}
+					for _, sql := range stmts {
+						b.Queue(sql)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					br := conn.SendBatch(ctx, b)
+					var out []string
+					for range stmts {
+						tag, err := br.Exec()
+						if err != nil {
+							out = append(out, errKey(err))
+						} else {
+							out = append(out, tag.String())
+						}
+					}
+					if err := br.Close(); err != nil {
+						out = append(out, "close: "+errKey(err))
+					}
+					return strings.Join(out, "; ") + fmt.Sprintf(", tx %c", conn.PgConn().TxStatus())
+				}
+				got, want := run(conns[1]), run(conns[0])
+				if got != want {
+					t.Fatalf("batch %q:\n got  %s\n want %s", stmts, got, want)
+				}
+				t.Logf("%s", got)
+			}
+			e.sameTables(t, conns[1])
+		})
+	}
+}
