@@ -25,8 +25,8 @@ import (
 // read's do (Merger, with the Source's Merge); each row goes to the shard
 // of its sharding key, gathered per shard and sent as one multi-row INSERT
 // once insertBatch bytes are waiting. Every shard that took part commits
-// together (Session.Commit), or the statement is part of the client's
-// transaction.
+// together (Session.Commit), or the statement is part of the open
+// transaction (the client's, or the implicit one of a pipeline).
 //
 // Values travel as typed literals: the text the SELECT gave, cast to the
 // type it had ('2.5'::numeric). The shard then applies the INSERT's own
