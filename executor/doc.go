@@ -42,7 +42,11 @@
 // frontend uses Gather directly for extended-protocol portals, whose
 // messages it builds itself. CopyIn (copyin.go) splits the rows of COPY
 // FROM STDIN between the shards with a CopySplitter (copy.go) and commits
-// the shards together.
+// the shards together. InsertSelect (insertselect.go) runs INSERT … SELECT
+// into a sharded table: the SELECT through a cursor on each shard it
+// reads, declared on all of them before any row is written, each row to
+// its key's shard in multi-row INSERTs of typed literals sent between two
+// FETCHes, and the shards committed together.
 //
 // # Two-phase commit
 //

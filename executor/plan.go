@@ -21,6 +21,11 @@ const (
 	RouteSavepoint              // SAVEPOINT, RELEASE, ROLLBACK TO
 	RouteCopy                   // COPY FROM STDIN split over several shards
 	RouteLocal                  // answered by the proxy (the frontend)
+
+	// RouteInsertSelect is INSERT … SELECT into a sharded table: its
+	// SELECT read where Plan.InsertSelect says, each row sent to its
+	// key's shard.
+	RouteInsertSelect
 )
 
 func (r Route) String() string {
@@ -45,6 +50,8 @@ func (r Route) String() string {
 		return "copy"
 	case RouteLocal:
 		return "local"
+	case RouteInsertSelect:
+		return "insert-select"
 	}
 	return fmt.Sprintf("Route(%d)", uint8(r))
 }
@@ -63,6 +70,10 @@ type Plan struct {
 	Merge          *router.Merge  // how to merge rows of several shards
 	Params         [][]byte       // Bind parameters (LIMIT $n, HAVING … $n)
 	Formats        []int16
+
+	// InsertSelect is how RouteInsertSelect reads its rows and sends them
+	// on.
+	InsertSelect *router.InsertSelect
 }
 
 // Spec turns the router's merge description into the executor's, now

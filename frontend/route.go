@@ -90,6 +90,11 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 		return nil, err
 	}
 	out := &routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}}
+	if p.InsertSelect != nil {
+		out.Kind, out.InsertSelect = executor.RouteInsertSelect, p.InsertSelect
+		out.Params, out.Formats = params, formats
+		return out, nil
+	}
 	if p.Copy != nil && len(p.Shards) > 1 {
 		out.Kind, out.Copy = executor.RouteCopy, p.Copy
 		return out, nil

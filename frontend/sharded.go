@@ -273,6 +273,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	if p.Kind == executor.RouteCopy {
 		return c.runCopy(p)
 	}
+	if p.Kind == executor.RouteInsertSelect {
+		return c.runInsertSelect(p)
+	}
 	return c.runMany(p)
 }
 

@@ -66,6 +66,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	}
 	c.routeCounts().count(len(plan.Shards), c.xs.Len())
 	c.txEff |= p.stmt.effect().eff
+	if plan.Kind == executor.RouteInsertSelect {
+		return c.execInsertSelect(p, describe)
+	}
 	if len(plan.Shards) == 1 {
 		return c.execOne(p, maxRows, describe)
 	}

@@ -87,6 +87,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	case n.GetInsertStmt() != nil:
 		p.write = true
 		p.insert = a.insert(n.GetInsertStmt(), "")
+		p.insertSelect, p.source = a.insel, a.inselSource
 	case n.GetUpdateStmt() != nil:
 		p.write = true
 		a.update(n.GetUpdateStmt(), "")
@@ -130,7 +131,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	if err := a.finishPart(p); err != nil {
 		return nil, err
 	}
-	if !path && len(r.schemas) > 0 && a.unqualified() {
+	if !path && len(r.schemas) > 0 && (a.unqualified() || p.source != nil && p.source.pathDependent) {
 		p.pathDependent = true
 	}
 	return p, nil
@@ -254,7 +255,7 @@ func (a *analyzer) finishPart(p *part) error {
 		p.oneShard = unsupported(hintJoin, "sharded tables %s and %s are not joined on their sharding keys, so their rows cannot be joined across shards",
 			a.groups[0].tables[0], a.groups[1].tables[0])
 	}
-	if p.kind == 0 && len(a.groups) == 0 && p.insert == nil && p.copyKey == nil {
+	if p.kind == 0 && len(a.groups) == 0 && p.insert == nil && p.copyKey == nil && p.insertSelect == nil {
 		switch {
 		case p.omniWrite != "":
 			p.kind = OmniWrite
@@ -267,7 +268,7 @@ func (a *analyzer) finishPart(p *part) error {
 		}
 	}
 	p.hintKey = a.commonKey()
-	p.pars = p.insert != nil
+	p.pars = p.insert != nil || p.source != nil && p.source.pars
 	for _, g := range a.groups {
 		p.pars = p.pars || (g.cond != nil && g.cond.pars)
 	}

@@ -90,7 +90,9 @@
 // # Files
 //
 // router.go builds a Router and classifies tables; analyze.go, scope.go,
-// insert.go and operand.go analyze statements, over the parse-tree helpers
+// insert.go, insertselect.go and operand.go analyze statements (INSERT …
+// SELECT into a sharded table gets its SELECT analyzed as a statement of
+// its own, which routes where the rows are read), over the parse-tree helpers
 // of nodes.go; cond.go and array.go evaluate key constraints; merge.go and
 // rewrite.go build the Merge and the SQL sent to shards; statement.go
 // routes; hint.go reads comment hints; cache.go is the statement cache;

@@ -20,6 +20,8 @@ func FuzzAnalyze(f *testing.F) {
 		"COPY accounts (id) FROM STDIN",
 		"SELECT * FROM items",
 		"BEGIN; SELECT * FROM accounts WHERE id = $1; COMMIT",
+		"WITH w AS (SELECT $1::int AS n) INSERT INTO accounts (id, name) SELECT n, 'x' FROM w ON CONFLICT (id) DO NOTHING",
+		"INSERT INTO accounts SELECT *, NULL FROM orders WHERE account_id = $1 ORDER BY 1 LIMIT 3",
 	} {
 		f.Add(sql, []byte("{1,2}"), false)
 		f.Add(sql, int8Binary(7), true)

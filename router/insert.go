@@ -41,13 +41,29 @@ func (ir *insertRows) route(env *routeEnv, set *shardSet) ([]int, error) {
 }
 
 // insert analyzes INSERT. For a sharded table at the top level it returns
-// the rows' keys; nested in a WITH query, the rows become a group that must
-// sit on one shard.
+// the rows' keys of INSERT … VALUES, or records INSERT … SELECT
+// (insertSelect); nested in a WITH query, the rows become a group that
+// must sit on one shard.
 func (a *analyzer) insert(ins *pg_query.InsertStmt, nested string) *insertRows {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
-	a.with(ins.WithClause)
+	// The target first: whether it is sharded decides how the SELECT is
+	// read. A WITH query cannot be the target, but its name hides a table's.
+	a.ctes = append(a.ctes, cteNames(ins.WithClause)...)
+	target := a.table(ins.Relation, nested)
+	cols := make([]string, 0, len(ins.Cols))
+	for _, c := range ins.Cols {
+		cols = append(cols, c.GetResTarget().GetName())
+	}
+	sc := &scope{nested: nested, entries: []entry{{name: ins.Relation.Relname, inst: target}}}
+	a.resolveUnknown(sc, cols...)
 	sel := ins.SelectStmt.GetSelectStmt()
 	values := isValues(sel)
+	if nested == "" && sel != nil && !values && target != nil && target.class == shardedTable {
+		a.write(target)
+		a.insertSelect(ins, sel, target, cols)
+		return nil
+	}
+	a.with(ins.WithClause)
 	if values {
 		for _, row := range sel.ValuesLists {
 			a.exprs(nested, row)
@@ -64,17 +80,10 @@ func (a *analyzer) insert(ins *pg_query.InsertStmt, nested string) *insertRows {
 		a.exprs(nested, oc.TargetList...)
 	}
 	a.exprs(nested, ins.ReturningList...)
-	target := a.table(ins.Relation, nested)
 	if target == nil {
 		return nil
 	}
 	a.write(target)
-	cols := make([]string, 0, len(ins.Cols))
-	for _, c := range ins.Cols {
-		cols = append(cols, c.GetResTarget().GetName())
-	}
-	sc := &scope{nested: nested, entries: []entry{{name: ins.Relation.Relname, inst: target}}}
-	a.resolveUnknown(sc, cols...)
 	switch target.class {
 	case pinnedTable, pathTable:
 		a.pin(target)
@@ -90,7 +99,7 @@ func (a *analyzer) insert(ins *pg_query.InsertStmt, nested string) *insertRows {
 		if sel == nil {
 			a.fail(unsupported("Give the sharding key a value.", "INSERT … DEFAULT VALUES into sharded table %s has no sharding key to route by", target.name))
 		} else {
-			a.fail(unsupported(hintOneShard, "INSERT … SELECT into sharded table %s: the proxy cannot route the selected rows", target.name))
+			a.fail(unsupported(hintOneShard, "INSERT … SELECT into sharded table %s inside %s: the proxy cannot route the selected rows", target.name, nested))
 		}
 		return nil
 	}
@@ -104,6 +113,20 @@ func (a *analyzer) insert(ins *pg_query.InsertStmt, nested string) *insertRows {
 	}
 	a.groups = append(a.groups, &group{cond: or(cs...), tables: []string{target.name}, nested: nested})
 	return nil
+}
+
+// cteNames returns the names of the queries of a WITH clause.
+func cteNames(wc *pg_query.WithClause) []string {
+	if wc == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range wc.Ctes {
+		if c := n.GetCommonTableExpr(); c != nil {
+			out = append(out, c.Ctename)
+		}
+	}
+	return out
 }
 
 // isValues reports whether a SELECT is a bare VALUES list.

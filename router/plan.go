@@ -90,6 +90,10 @@ type Plan struct {
 	// Copy is set for COPY … FROM STDIN: the format options and, when rows
 	// are split by sharding key (Kind All), the key column.
 	Copy *Copy
+	// InsertSelect is set for INSERT … SELECT into a sharded table (Kind
+	// All: its rows may go to any shard): where its SELECT runs and how
+	// the rows are sent on.
+	InsertSelect *InsertSelect
 
 	one [1]int // backing array of Shards for a Direct plan
 }

@@ -85,6 +85,10 @@ type analyzer struct {
 	// ddlUnqualified is set when a utility statement names an object
 	// without a schema.
 	ddlUnqualified bool
+	// insel is INSERT … SELECT into a sharded table at the top level, and
+	// inselSource the analysis of its SELECT.
+	insel       *InsertSelect
+	inselSource *part
 }
 
 func (a *analyzer) fail(err error) {

@@ -50,6 +50,11 @@ type part struct {
 	copy     *Copy       // COPY … FROM STDIN
 	copyKey  *keyFunc    // COPY FROM into a sharded table: rows are split by it
 
+	// insertSelect is INSERT … SELECT into a sharded table, and source the
+	// analysis of its SELECT, which routes where the rows are read.
+	insertSelect *InsertSelect
+	source       *part
+
 	explain        *part // EXPLAIN of this statement
 	explainAnalyze bool
 
@@ -121,6 +126,9 @@ func (p *part) plan(r *Router, env *routeEnv) (*Plan, error) {
 	if p.explain != nil {
 		return p.explainPlan(r, env)
 	}
+	if p.insertSelect != nil {
+		return p.insertSelectPlan(r, env)
+	}
 	if p.kind != 0 {
 		if p.copy != nil {
 			return &Plan{Kind: p.kind, Shards: r.all, Write: p.write, Copy: p.copy}, nil
@@ -188,6 +196,18 @@ func (p *part) plan(r *Router, env *routeEnv) (*Plan, error) {
 		}
 	}
 	return pl, nil
+}
+
+// insertSelectPlan routes INSERT … SELECT into a sharded table: its SELECT
+// where that SELECT alone would go, its rows to any shard.
+func (p *part) insertSelectPlan(r *Router, env *routeEnv) (*Plan, error) {
+	src, err := p.source.plan(r, env)
+	if err != nil {
+		return nil, err
+	}
+	is := *p.insertSelect
+	is.Source = src
+	return &Plan{Kind: All, Shards: r.all, Write: true, InsertSelect: &is}, nil
 }
 
 // checkKeySets rejects an UPDATE that would move rows to another shard.
@@ -369,7 +389,7 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 			return nil, err
 		}
 		write = write || pl.Write
-		conflict := pl.Merge != nil || pl.InsertRows != nil || pl.Copy != nil
+		conflict := pl.Merge != nil || pl.InsertRows != nil || pl.Copy != nil || pl.InsertSelect != nil
 		switch pl.Kind {
 		case Session, Transaction:
 			if ctl != Transaction {

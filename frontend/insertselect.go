@@ -1,0 +1,48 @@
+package frontend
+
+import (
+	"errors"
+
+	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// runInsertSelect runs INSERT … SELECT into a sharded table for a simple
+// Query (executor.Session.InsertSelect) and answers the client.
+func (c *client) runInsertSelect(p *routePlan) error {
+	tag, err := c.xs.InsertSelect(c.answer(p, executor.DescribeNone), nil)
+	c.ranOn(p.Shards)
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		return c.shardFailed(err)
+	}
+	if err != nil {
+		c.releaseIfIdle()
+		return c.shardedError(err)
+	}
+	c.completeMany(p, tag)
+	c.releaseIfIdle()
+	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.tx = c.shardedStatus()
+	return c.flushClient()
+}
+
+// execInsertSelect runs a portal of INSERT … SELECT into a sharded table,
+// with the parameter types of the client's Parse.
+func (c *client) execInsertSelect(p *sPortal, describe bool) error {
+	d := executor.DescribeNone
+	if describe {
+		d = executor.DescribeAll
+	}
+	tag, err := c.xs.InsertSelect(c.answer(p.plan, d), p.stmt.tailTypes())
+	c.ranOn(p.plan.Shards)
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		return c.lostShard(err)
+	}
+	if err != nil {
+		return err
+	}
+	c.completeMany(p.plan, tag)
+	return nil
+}
