@@ -291,6 +291,16 @@ func TestOrderRefusals(t *testing.T) {
 			}
 		})
 	}
+	// A user type (maybe an enum) without an OrderSource is refused.
+	_, err := NewMerger(Spec{OrderBy: []SortKey{{Col: 0}}, Limit: -1}, []Column{{Name: "e", OID: 16390}}, new(strings.Builder))
+	if err == nil {
+		t.Fatal("user-defined type ordered without a catalog")
+	}
+	// Text in another collation without an OrderSource is refused.
+	_, err = NewMerger(Spec{OrderBy: []SortKey{{Col: 0}}, Limit: -1, Collation: "en_US.UTF-8"}, []Column{{Name: "t", OID: oidText}}, new(strings.Builder))
+	if err == nil {
+		t.Fatal("text in en_US.UTF-8 ordered without a catalog")
+	}
 }
 
 func TestTextArrayParse(t *testing.T) {

@@ -50,7 +50,8 @@ type compareFunc func(a, b []byte) (int, error)
 
 // comparator returns the ordering of a type in a format (0 text, 1
 // binary), or an error naming the type when the proxy cannot order it
-// exactly like PostgreSQL.
+// exactly like PostgreSQL. Text types come out in byte order (the C
+// collation); orderedComparator applies another collation.
 func comparator(oid uint32, format int16) (compareFunc, error) {
 	bin := format == 1
 	pick := func(text, binary compareFunc) (compareFunc, error) {
@@ -66,8 +67,10 @@ func comparator(oid uint32, format int16) (compareFunc, error) {
 		return pick(cmpTextFloat, cmpBinaryFloat)
 	case oidNumeric:
 		return pick(cmpTextNumeric, cmpBinaryNumeric)
-	case oidText, oidVarchar, oidName, oidBPChar, oidUnknown:
-		// C collation: byte order.
+	case oidText, oidVarchar, oidName, oidBPChar:
+		t := &textCompare{bpchar: oid == oidBPChar}
+		return t.compareFunc(), nil
+	case oidUnknown:
 		return cmpBytes, nil
 	case oidChar:
 		return pick(cmpTextChar, cmpBytes)
