@@ -318,8 +318,14 @@ func (q *orderQuestion) attCollations(ctx context.Context, need, ks []int, infos
 	}
 	found := map[[2]uint64]collInfo{}
 	err = cc.do(ctx, func(conn *pgconn.PgConn) error {
+		// A table under an ACCESS EXCLUSIVE lock may be being altered by
+		// an open transaction — the client's own, whose shards already
+		// sort by the new definition while this session sees the old.
 		res := conn.ExecParams(ctx, `SELECT a.attrelid, a.attnum, a.attcollation, coalesce(c.collname, ''),
-       coalesce(c.collprovider::text, ''), coalesce(c.collcollate, '')
+       coalesce(c.collprovider::text, ''), coalesce(c.collcollate, ''),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                WHERE l.locktype = 'relation' AND l.relation = a.attrelid AND l.mode = 'AccessExclusiveLock'
+                  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()))
   FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
  WHERE (a.attrelid, a.attnum) IN (SELECT * FROM unnest($1::pg_catalog.oid[], $2::pg_catalog.int2[]))`,
 			[][]byte{[]byte(rels + "}"), []byte(atts + "}")}, nil, nil, nil).Read()
@@ -329,7 +335,10 @@ func (q *orderQuestion) attCollations(ctx context.Context, need, ks []int, infos
 		for _, row := range res.Rows {
 			rel, _ := strconv.ParseUint(string(row[0]), 10, 32)
 			att, _ := strconv.ParseUint(string(row[1]), 10, 16)
-			found[[2]uint64{rel, att}] = collInfoOf(row[2:])
+			if string(row[6]) == "t" {
+				return fmt.Errorf("table OID %d is locked ACCESS EXCLUSIVE (being altered?), so its collation cannot be read", rel)
+			}
+			found[[2]uint64{rel, att}] = collInfoOf(row[2:6])
 		}
 		return nil
 	})
