@@ -104,9 +104,9 @@ func (t *textCompare) compareFunc() compareFunc {
 	return func(a, b []byte) (int, error) { return t.compare(a, b), nil }
 }
 
-// collationError is the refusal of a text column whose collation the merge
-// has no way to follow.
+// collationError is the refusal of a text column when the merge has no
+// OrderSource to say how the shards sort it.
 func collationError(col Column, coll string) error {
 	return refusal(fmt.Sprintf("cannot order text column %q across shards in collation %q", col.Name, coll),
-		"the proxy compares text in byte order (the C collation) unless the shards' catalog shows how they sort it; route the query to one shard, or ORDER BY the column COLLATE \"C\"")
+		"without the shards' catalog the proxy compares text in byte order only (the C collation); route the query to one shard")
 }
