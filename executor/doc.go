@@ -84,11 +84,18 @@
 //     sum and count columns with numeric_div's result scale), then sort and
 //     limit (memory: one entry per group).
 //
-// Values are ordered like PostgreSQL orders them — integers, floats (NaN
-// above Infinity), numeric (exact decimals, binary and text), C-collation
-// text, uuid, bool, date/time types in DateStyle ISO — in text and binary
-// formats. A type the merge cannot order exactly is refused with 0A000,
-// never ordered approximately. Hidden columns the router appended (ORDER BY
-// or avg helpers not in the select list) are stripped from RowDescription
-// and every DataRow.
+// Values are ordered like PostgreSQL orders them, in text and binary
+// formats: integers, floats (NaN above Infinity), numeric (exact decimals),
+// uuid, bool, bytea, "char", bit strings, inet/cidr, macaddr, money
+// (binary), date/time types (text in DateStyle ISO), interval (any
+// IntervalStyle), arrays of these (value.go and the files it names). Text
+// and enums order as the database says: the merge asks its Sink, when it
+// is an OrderSource (order.go), for each column's Collation (collation.go:
+// byte order for C, strcoll_l with varstr_cmp's tie-break for a libc
+// locale) or enum labels; the frontend answers from the shards' catalogs
+// and refuses what it cannot prove. A type the merge cannot order exactly
+// is refused with 0A000, never ordered approximately.
+//
+// Hidden columns the router appended (ORDER BY or avg helpers not in the
+// select list) are stripped from RowDescription and every DataRow.
 package executor

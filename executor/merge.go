@@ -57,9 +57,13 @@ type Spec struct {
 	// DistinctOn keeps the first row (in OrderBy order) of each key.
 	DistinctOn []int
 	// Collation is the database's collation when it orders text other than
-	// byte by byte (anything but C/POSIX): text ordering across shards is
-	// then refused rather than done wrongly. "" means C.
+	// byte by byte (anything but C/POSIX), "" for C. It matters only when
+	// the Sink is no OrderSource: text then compares in byte order when it
+	// is "", and is refused otherwise rather than ordered wrongly.
 	Collation string
+	// Plan is the statement the shards ran, for the OrderSource to look
+	// up how its columns order (nil when unknown).
+	Plan *Plan
 	// Visible is the number of leading columns the client sees; the rest
 	// are hidden columns the proxy added (0: all columns are visible).
 	Visible int
@@ -87,9 +91,13 @@ type Sink interface {
 
 // Column describes one result column (from RowDescription).
 type Column struct {
-	Name   string
-	OID    uint32
-	Format int16
+	Name string
+	// TableOID and Attnum identify the table column the result column is
+	// (0 when it is an expression), on the shard that described it.
+	TableOID uint32
+	Attnum   int16
+	OID      uint32 // type; the base type of a domain
+	Format   int16
 }
 
 // ParseRowDescription decodes the columns of a RowDescription body.
@@ -104,7 +112,13 @@ func ParseRowDescription(body []byte) ([]Column, error) {
 		if !ok || len(r) < 18 {
 			return nil, fmt.Errorf("malformed RowDescription")
 		}
-		cols[i] = Column{Name: string(name), OID: binary.BigEndian.Uint32(r[6:]), Format: int16(binary.BigEndian.Uint16(r[16:]))}
+		cols[i] = Column{
+			Name:     string(name),
+			TableOID: binary.BigEndian.Uint32(r),
+			Attnum:   int16(binary.BigEndian.Uint16(r[4:])),
+			OID:      binary.BigEndian.Uint32(r[6:]),
+			Format:   int16(binary.BigEndian.Uint16(r[16:])),
+		}
 		rest = r[18:]
 	}
 	return cols, nil
@@ -186,22 +200,28 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 	if m.visible <= 0 || m.visible > len(cols) {
 		m.visible = len(cols)
 	}
+	// The columns compared: sort keys, min/max, HAVING.
+	var need []int
 	for _, k := range spec.OrderBy {
-		if err := m.needCmp(k.Col); err != nil {
-			return nil, err
-		}
+		need = addNeed(need, k.Col)
 	}
 	for _, a := range spec.Aggs {
 		if a.Kind == AggMin || a.Kind == AggMax {
-			if err := m.needCmp(a.Col); err != nil {
-				return nil, err
-			}
+			need = addNeed(need, a.Col)
 		}
 	}
-	for i, h := range spec.Having {
-		if err := m.needCmp(h.Col); err != nil {
-			return nil, err
+	for _, h := range spec.Having {
+		need = addNeed(need, h.Col)
+	}
+	for _, col := range need {
+		if col < 0 || col >= len(cols) {
+			return nil, fmt.Errorf("merge: column %d out of range", col)
 		}
+	}
+	if err := m.buildComparators(need); err != nil {
+		return nil, err
+	}
+	for i, h := range spec.Having {
 		if h.Value != nil && h.Format != cols[h.Col].Format {
 			v, err := convertConst(h.Value, cols[h.Col])
 			if err != nil {
@@ -211,26 +231,6 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 		}
 	}
 	return m, nil
-}
-
-func (m *Merger) needCmp(col int) error {
-	if col < 0 || col >= len(m.cols) {
-		return fmt.Errorf("merge: column %d out of range", col)
-	}
-	if m.cmp[col] != nil {
-		return nil
-	}
-	f, err := comparator(m.cols[col].OID, m.cols[col].Format)
-	if err != nil {
-		return err
-	}
-	if m.spec.Collation != "" && isTextType(m.cols[col].OID) {
-		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-			Message: fmt.Sprintf("cannot order text column %q across shards in collation %q", m.cols[col].Name, m.spec.Collation),
-			Hint:    `the proxy merges text in byte order (the C collation): create the database with LC_COLLATE "C", or route the query to one shard`}
-	}
-	m.cmp[col] = f
-	return nil
 }
 
 // Run merges every source and returns the number of rows sent.

@@ -80,7 +80,7 @@ type Plan struct {
 // that the number of result columns is known.
 func (p *Plan) Spec(ncols int) (Spec, error) {
 	m := p.Merge
-	spec := Spec{Limit: -1}
+	spec := Spec{Limit: -1, Plan: p}
 	if m == nil {
 		return spec, nil
 	}

@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -35,6 +34,15 @@ const (
 	oidTimestamptz = 1184
 	oidNumeric     = 1700
 	oidUUID        = 2950
+	oidCidr        = 650
+	oidMacaddr8    = 774
+	oidMoney       = 790
+	oidMacaddr     = 829
+	oidInet        = 869
+	oidInterval    = 1186
+	oidTimetz      = 1266
+	oidBit         = 1560
+	oidVarbit      = 1562
 )
 
 // compareFunc orders two non-NULL values of one column.
@@ -42,70 +50,86 @@ type compareFunc func(a, b []byte) (int, error)
 
 // comparator returns the ordering of a type in a format (0 text, 1
 // binary), or an error naming the type when the proxy cannot order it
-// exactly like PostgreSQL.
+// exactly like PostgreSQL. Text types come out in byte order (the C
+// collation); orderedComparator applies another collation.
 func comparator(oid uint32, format int16) (compareFunc, error) {
 	bin := format == 1
+	pick := func(text, binary compareFunc) (compareFunc, error) {
+		if bin {
+			return binary, nil
+		}
+		return text, nil
+	}
 	switch oid {
 	case oidInt2, oidInt4, oidInt8, oidOID:
-		if bin {
-			return cmpBinaryInt, nil
-		}
-		return cmpTextInt, nil
+		return pick(cmpTextInt, cmpBinaryInt)
 	case oidFloat4, oidFloat8:
-		if bin {
-			return cmpBinaryFloat, nil
-		}
-		return cmpTextFloat, nil
+		return pick(cmpTextFloat, cmpBinaryFloat)
 	case oidNumeric:
-		if bin {
-			return func(a, b []byte) (int, error) {
-				x, err := decodeBinaryNumeric(a)
-				if err != nil {
-					return 0, err
-				}
-				y, err := decodeBinaryNumeric(b)
-				if err != nil {
-					return 0, err
-				}
-				return x.cmp(y), nil
-			}, nil
-		}
-		return cmpTextNumeric, nil
-	case oidText, oidVarchar, oidName, oidBPChar, oidChar, oidUnknown, oidBytea:
-		// C collation: byte order. Binary and text formats of these
-		// types carry the same bytes (bytea text is hex-escaped, whose
-		// order matches the raw bytes).
+		return pick(cmpTextNumeric, cmpBinaryNumeric)
+	case oidText, oidVarchar, oidName, oidBPChar:
+		t := &textCompare{bpchar: oid == oidBPChar}
+		return t.compareFunc(), nil
+	case oidUnknown:
 		return cmpBytes, nil
-	case oidUUID:
-		return cmpBytes, nil // 16 raw bytes or canonical lower-case hex: both in byte order
-	case oidBool:
-		return cmpBytes, nil // 0 < 1, 'f' < 't'
+	case oidChar:
+		return pick(cmpTextChar, cmpBytes)
+	case oidBytea:
+		// The binary format is the bytes; text is hex or escape.
+		return pick(cmpTextBytea, cmpBytes)
+	case oidUUID, oidBool, oidMacaddr, oidMacaddr8:
+		// uuid: 16 bytes, or lower-case hex in fixed places; bool: 0 < 1,
+		// 'f' < 't'; macaddr and macaddr8 (macaddr_cmp compares the
+		// bytes in order): 6 or 8 bytes, or lower-case hex in fixed
+		// places. Byte order is their order in both formats.
+		return cmpBytes, nil
+	case oidBit, oidVarbit:
+		return pick(cmpBytes, cmpBinaryBit)
+	case oidInet, oidCidr:
+		return pick(cmpTextInet, cmpBinaryInet)
+	case oidInterval:
+		return pick(cmpTextInterval, cmpBinaryInterval)
 	case oidDate:
-		if bin {
-			return cmpBinaryInt, nil
-		}
-		return cmpTextTime("2006-01-02"), nil
+		return pick(textOrder(textDate), cmpBinaryInt)
 	case oidTime:
-		if bin {
-			return cmpBinaryInt, nil
-		}
-		return cmpTextTime("15:04:05.999999"), nil
+		return pick(textOrder(parseISOTime), cmpBinaryInt)
 	case oidTimestamp:
-		if bin {
-			return cmpBinaryInt, nil
-		}
-		return cmpTextTime("2006-01-02 15:04:05.999999"), nil
+		return pick(textOrder(func(s string) (int64, error) { return textTimestamp(s, false) }), cmpBinaryInt)
 	case oidTimestamptz:
+		return pick(textOrder(func(s string) (int64, error) { return textTimestamp(s, true) }), cmpBinaryInt)
+	case oidTimetz:
+		return pick(cmpTextTimetz, cmpBinaryTimetz)
+	case oidMoney:
 		if bin {
-			return cmpBinaryInt, nil
+			return cmpBinaryInt, nil // cash_cmp over the int64
 		}
-		return cmpTextTimestamptz, nil
+		return nil, wire.Errorf(wire.FeatureNotSupported,
+			"cannot merge money values in text format across shards: their text depends on lc_monetary (ask for the binary format, or cast to numeric)")
+	}
+	if elem, ok := arrayElem[oid]; ok {
+		f, err := comparator(elem, format)
+		if err != nil {
+			return nil, err
+		}
+		return arrayComparator(elem, format, f), nil
 	}
 	return nil, wire.Errorf(wire.FeatureNotSupported,
 		"cannot merge results across shards: ordering or aggregating values of type OID %d is not supported", oid)
 }
 
 func cmpBytes(a, b []byte) (int, error) { return bytes.Compare(a, b), nil }
+
+func cmpBinaryNumeric(a, b []byte) (int, error) {
+	x, err := decodeBinaryNumeric(a)
+	if err != nil {
+		return 0, err
+	}
+	y, err := decodeBinaryNumeric(b)
+	if err != nil {
+		return 0, err
+	}
+	return x.cmp(y), nil
+}
 
 // isTextType reports whether values of oid order by collation.
 func isTextType(oid uint32) bool {
@@ -230,65 +254,6 @@ func cmpTextNumeric(a, b []byte) (int, error) {
 		return 0, err
 	}
 	return x.cmp(y), nil
-}
-
-// Text timestamps: infinity sorts last, -infinity first.
-func timeRank(s string) (rank int, ok bool) {
-	switch s {
-	case "infinity":
-		return 1, true
-	case "-infinity":
-		return -1, true
-	}
-	return 0, false
-}
-
-func cmpTextTime(layout string) compareFunc {
-	return func(a, b []byte) (int, error) {
-		return cmpTimes(string(a), string(b), func(s string) (time.Time, error) {
-			bc := strings.HasSuffix(s, " BC")
-			t, err := time.Parse(layout, strings.TrimSuffix(s, " BC"))
-			if bc {
-				t = t.AddDate(-2*t.Year()+1, 0, 0)
-			}
-			return t, err
-		})
-	}
-}
-
-func cmpTextTimestamptz(a, b []byte) (int, error) {
-	return cmpTimes(string(a), string(b), func(s string) (time.Time, error) {
-		bc := strings.HasSuffix(s, " BC")
-		s = strings.TrimSuffix(s, " BC")
-		var t time.Time
-		var err error
-		for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05.999999-07:00:00"} {
-			if t, err = time.Parse(layout, s); err == nil {
-				break
-			}
-		}
-		if bc {
-			t = t.AddDate(-2*t.Year()+1, 0, 0)
-		}
-		return t, err
-	})
-}
-
-func cmpTimes(a, b string, parse func(string) (time.Time, error)) (int, error) {
-	ra, aInf := timeRank(a)
-	rb, bInf := timeRank(b)
-	if aInf || bInf {
-		return cmpInt64(int64(ra), int64(rb)), nil
-	}
-	x, err := parse(a)
-	if err != nil {
-		return 0, fmt.Errorf("cannot compare %q: %w (the proxy merges timestamps in DateStyle ISO only)", a, err)
-	}
-	y, err := parse(b)
-	if err != nil {
-		return 0, fmt.Errorf("cannot compare %q: %w (the proxy merges timestamps in DateStyle ISO only)", b, err)
-	}
-	return x.Compare(y), nil
 }
 
 // decimal is an exact decimal number: unscaled × 10^-scale, or a special

@@ -52,7 +52,11 @@ func (st *State) planner(db *config.Database) (planner, error) {
 	}
 	var cat *catalog
 	if u := st.Config.FirstUserFor(db.Name); u != nil {
-		cat = &catalog{pool: st.Pools.Get(db, u, 0), cache: map[string][]string{}, retired: st.routers.retired}
+		cat = &catalog{pool: st.Pools.Get(db, u, 0), cache: map[string][]string{}, retired: st.routers.retired,
+			orders: newCollations(st.Pools, db, u)}
+		if st.routers.retired {
+			cat.orders.retire()
+		}
 	}
 	var columns router.ColumnOrder
 	if cat != nil {
@@ -342,9 +346,11 @@ func (c *client) collation() string {
 
 // catalog answers the router's questions about table columns from shard
 // 0's catalog, over a connection of its own (a client may hold every
-// pooled server), caching the answers.
+// pooled server), caching the answers; orders answers the merge's
+// questions about how columns order (collation.go).
 type catalog struct {
-	pool *pool.Pool
+	pool   *pool.Pool
+	orders *collations
 
 	mu      sync.Mutex // guards the following
 	conn    *pgconn.PgConn
@@ -356,6 +362,7 @@ type catalog struct {
 // retire closes the catalog's connection, after the question it may be
 // answering, and makes every later question close it again.
 func (cat *catalog) retire() {
+	cat.orders.retire()
 	cat.mu.Lock()
 	defer cat.mu.Unlock()
 	cat.retired = true
