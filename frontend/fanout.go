@@ -39,6 +39,11 @@ func (c *client) answer(p *routePlan, d executor.Describe) *executor.Answer {
 func (c *client) completeMany(p *routePlan, tag string) {
 	if tag != "" {
 		c.w.Write(wire.AppendCommandComplete(nil, tag))
+		if isSchemaChange([]byte(tag)) {
+			// DDL on every shard: statements prepared before it may
+			// resolve differently now (see genKey), as after one server's.
+			c.l.ddlGen.Add(1)
+		}
 	} else {
 		c.w.Write([]byte{'I', 0, 0, 0, 4})
 	}

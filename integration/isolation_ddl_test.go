@@ -27,3 +27,24 @@ func TestIsoStatementsAfterDDL(t *testing.T) {
 		checkRow(t, "a new client after the change ["+mode.String()+"]", row(t, after, mode, q, "meh"), "meh")
 	}
 }
+
+// TestIsoStatementsAfterShardedDDL: DDL that runs on every shard of a
+// sharded database (a fan-out) makes the proxy prepare shared statements
+// again, as DDL on one server does: a new client's query whose result type
+// the ALTER changed must not reuse a server statement prepared before it
+// ("cached plan must not change result type").
+func TestIsoStatementsAfterShardedDDL(t *testing.T) {
+	checkGoroutines(t)
+	e := newDiffEnv(t)
+	p := startProxy(t, e.proxyConfig("transaction", 1))
+	const q = "SELECT email FROM accounts WHERE id = 3"
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
+		before := connectConfig(t, p.AppURL("two"), mode, nil)
+		checkRow(t, "before the change ["+mode.String()+"]", row(t, before, mode, q), "a3")
+		ddl := simpleConn(t, p.AppURL("two"))
+		execIn(t, ddl, simple, "ALTER TABLE accounts ALTER COLUMN email TYPE varchar(40)")
+		after := connectConfig(t, p.AppURL("two"), mode, nil)
+		checkRow(t, "a new client after the change ["+mode.String()+"]", row(t, after, mode, q), "a3")
+		execIn(t, ddl, simple, "ALTER TABLE accounts ALTER COLUMN email TYPE text")
+	}
+}
