@@ -16,8 +16,12 @@ COPY . .
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/proxy ./cmd/proxy
 
 FROM debian:bookworm-slim
+# locales: the proxy merges text ORDER BY across shards with the C library's
+# collation of the database's locale (strcoll_l), so the locales the shards
+# use must exist here too; add yours to /etc/locale.gen (en_US.UTF-8 below).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates locales \
+ && sed -i 's/^# *en_US.UTF-8/en_US.UTF-8/' /etc/locale.gen && locale-gen \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin shardgate \
  && install -d -o shardgate -g shardgate /var/lib/shardgate
