@@ -6,6 +6,8 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // mergeable are the aggregates whose per-shard results the executor can
@@ -54,6 +56,9 @@ type mergeTarget struct {
 	val  *pg_query.Node // nil for * and t.*
 	name string         // the output column name
 	agg  AggFunc
+	// outer is an expression over aggregates: the Outer statement
+	// computes it, shards return a placeholder.
+	outer bool
 }
 
 // mergeAgg is an aggregate column; count is the hidden count of an avg.
@@ -75,6 +80,19 @@ type mergeBuilder struct {
 	// The columns of m's fields, turned into Columns once every hidden
 	// column is known.
 	groupRefs, havingRefs, orderRefs, distinctRefs []ref
+	// groupExprs are the GROUP BY expressions (positions and output names
+	// resolved) and their columns, which outer expressions read.
+	groupExprs []groupExpr
+	// slots are the hidden columns that are placeholders for values the
+	// Outer statement computes (by index in hidden).
+	slots map[int]bool
+	outer outerBuilder
+}
+
+// groupExpr is a GROUP BY expression and the column that holds it.
+type groupExpr struct {
+	expr *pg_query.Node
+	at   ref
 }
 
 // buildMerge returns how to combine the answers of several shards to sel,
@@ -84,14 +102,14 @@ func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
 		return nil, nil // set operations over sharded tables need one shard anyway
 	}
-	b := &mergeBuilder{sel: sel, star: -1}
+	b := &mergeBuilder{sel: sel, star: -1, slots: map[int]bool{}}
 	if err := b.reject(); err != nil {
 		return nil, err
 	}
 	if err := b.selectList(); err != nil {
 		return nil, err
 	}
-	steps := []func() error{b.groupBy, b.having, b.orderBy, b.distinct, b.limit}
+	steps := []func() error{b.groupBy, b.outerTargets, b.having, b.orderBy, b.distinct, b.limit}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
@@ -115,6 +133,9 @@ func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		return nil, err
 	}
 	m.Rewritten = sql
+	if m.Outer, err = b.outerStatement(version); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -197,15 +218,15 @@ func (b *mergeBuilder) selectList() error {
 			b.targets = append(b.targets, mergeTarget{})
 			continue
 		}
-		t := mergeTarget{val: rt.Val, name: outputName(rt)}
+		t := mergeTarget{val: rt.Val, name: columnName(rt)}
 		if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
 			f, err := aggFunc(fc)
 			if err != nil {
 				return err
 			}
 			t.agg = f
-		} else if fc := findAggregate(rt.Val); fc != nil {
-			return rejectf("an expression over aggregate %s() (%s)", funcName(fc), t.name)
+		} else if findAggregate(rt.Val) != nil {
+			t.outer = true
 		}
 		b.targets = append(b.targets, t)
 		if t.agg != 0 {
@@ -233,21 +254,6 @@ func findAggregate(n *pg_query.Node) *pg_query.FuncCall {
 	return found
 }
 
-// outputName is the column name PostgreSQL gives a select list item, as
-// far as ORDER BY by name needs it.
-func outputName(rt *pg_query.ResTarget) string {
-	if rt.Name != "" {
-		return rt.Name
-	}
-	if f := columnRef(rt.Val); f != nil {
-		return f[len(f)-1]
-	}
-	if fc := rt.Val.GetFuncCall(); fc != nil && len(fc.Funcname) > 0 {
-		return str(fc.Funcname[len(fc.Funcname)-1])
-	}
-	return "?column?"
-}
-
 // countOf returns count(x) for avg(x), keeping FILTER.
 func countOf(avg *pg_query.FuncCall) *pg_query.Node {
 	c := proto.Clone(avg).(*pg_query.FuncCall)
@@ -258,7 +264,7 @@ func countOf(avg *pg_query.FuncCall) *pg_query.Node {
 // hide appends an expression to the select list, or finds it there.
 func (b *mergeBuilder) hide(n *pg_query.Node) ref {
 	for i, h := range b.hidden {
-		if sameExpr(h, n) {
+		if !b.slots[i] && sameExpr(h, n) {
 			return ref{'h', i}
 		}
 	}
@@ -296,19 +302,21 @@ func (b *mergeBuilder) position(n *pg_query.Node) (int, bool) {
 	return 0, false
 }
 
-// groupBy records the group key: the non-aggregate select list items and
-// the GROUP BY expressions missing from it.
+// groupBy records the group key: the select list items that are neither
+// aggregates nor expressions over aggregates, and the GROUP BY expressions
+// missing from it.
 func (b *mergeBuilder) groupBy() error {
 	if !b.grouped {
 		return nil
 	}
 	var key []ref
 	for i, t := range b.targets {
-		if t.agg == 0 {
+		if t.agg == 0 && !t.outer {
 			key = append(key, ref{'t', i})
 		}
 	}
 	for _, g := range b.sel.GroupClause {
+		expr := g
 		r, ok := b.find(g)
 		if !ok {
 			if p, isPos := b.position(g); isPos {
@@ -316,14 +324,21 @@ func (b *mergeBuilder) groupBy() error {
 					return rejectf("GROUP BY position %d", p+1)
 				}
 				r, ok = ref{'t', p}, true
-			} else {
-				r, ok = b.byName(g)
+			} else if r, ok = b.byName(g); ok && (b.targets[r.i].agg != 0 || b.targets[r.i].outer) {
+				// A name in GROUP BY is a column of the FROM tables
+				// before it is an output column, and an aggregate's
+				// output column would be an error.
+				ok = false
+			}
+			if ok {
+				expr = b.targets[r.i].val
 			}
 		}
 		if !ok {
 			r = b.hide(g)
 		}
 		b.groups = append(b.groups, g)
+		b.groupExprs = append(b.groupExprs, groupExpr{expr, r})
 		if !slices.Contains(key, r) {
 			key = append(key, r)
 		}
@@ -332,69 +347,97 @@ func (b *mergeBuilder) groupBy() error {
 	return nil
 }
 
-// grouped resolves an expression of a grouped query that the executor must
-// read after grouping: a select list item, an aggregate, a GROUP BY
-// expression.
-func (b *mergeBuilder) groupedRef(n *pg_query.Node, what string) (ref, error) {
+// groupedRef resolves an expression of a grouped query that the executor
+// reads after grouping: a select list item, an aggregate, a GROUP BY
+// expression. ok is false for anything else.
+func (b *mergeBuilder) groupedRef(n *pg_query.Node) (r ref, ok bool, err error) {
 	if r, ok := b.find(n); ok {
-		return r, nil
+		return r, true, nil
 	}
 	if f := n.GetFuncCall(); f != nil && isAggregate(f) {
-		agg, err := aggFunc(f)
-		if err != nil {
-			return ref{}, err
-		}
-		at := b.hide(n)
-		count := at
-		if agg == AggAvg {
-			count = b.hide(countOf(f))
-		}
-		for _, a := range b.aggs {
-			if a.at == at {
-				return at, nil
-			}
-		}
-		b.aggs = append(b.aggs, mergeAgg{at, count, agg})
-		return at, nil
+		r, err := b.aggRef(n)
+		return r, err == nil, err
 	}
-	for _, g := range b.groups {
-		if sameExpr(g, n) {
-			return b.hide(n), nil
+	for _, g := range b.groupExprs {
+		if sameExpr(g.expr, n) {
+			return g.at, true, nil
 		}
 	}
-	return ref{}, rejectf("%s expression that is neither an aggregate nor a GROUP BY expression", what)
+	return ref{}, false, nil
+}
+
+// aggRef returns the column of an aggregate call: a hidden column, with
+// the hidden count an avg needs.
+func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
+	f := n.GetFuncCall()
+	agg, err := aggFunc(f)
+	if err != nil {
+		return ref{}, err
+	}
+	at := b.hide(n)
+	for _, a := range b.aggs {
+		if a.at == at {
+			return at, nil
+		}
+	}
+	count := at
+	if agg == AggAvg {
+		count = b.hide(countOf(f))
+	}
+	b.aggs = append(b.aggs, mergeAgg{at, count, agg})
+	return at, nil
 }
 
 // having turns HAVING into conditions the executor evaluates after
-// grouping: comparisons of an aggregate or group column with a constant or
-// parameter.
+// grouping — comparisons of an aggregate or a group column with a constant
+// or parameter — and gives the Outer statement every other term.
 func (b *mergeBuilder) having() error {
 	for _, c := range conjuncts(b.sel.HavingClause) {
-		e := c.GetAExpr()
-		if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP {
-			return rejectf("HAVING other than comparisons with constants joined by AND")
-		}
-		op := operatorName(e)
-		flip := map[string]string{"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-		if _, ok := flip[op]; !ok {
-			return rejectf("HAVING with operator %s", op)
-		}
-		side, value := e.Lexpr, e.Rexpr
-		v, ok := exprOf(value)
-		if !ok {
-			side, value, op = e.Rexpr, e.Lexpr, flip[op]
-			if v, ok = exprOf(value); !ok {
-				return rejectf("HAVING other than comparisons with constants or parameters")
-			}
-		}
-		r, err := b.groupedRef(side, "HAVING")
+		cond, r, ok, err := b.simpleCond(c)
 		if err != nil {
 			return err
 		}
-		b.m.Having = append(b.m.Having, Cond{Op: op, Value: v})
-		b.havingRefs = append(b.havingRefs, r)
+		if ok {
+			b.m.Having = append(b.m.Having, cond)
+			b.havingRefs = append(b.havingRefs, r)
+			continue
+		}
+		e, err := b.outerize(c)
+		if err != nil {
+			return err
+		}
+		b.outer.where = append(b.outer.where, e)
 	}
 	return nil
+}
+
+// simpleCond reads a HAVING term the executor can evaluate itself; ok is
+// false for any other.
+func (b *mergeBuilder) simpleCond(c *pg_query.Node) (cond Cond, r ref, ok bool, err error) {
+	e := c.GetAExpr()
+	if e == nil || e.Kind != pg_query.A_Expr_Kind_AEXPR_OP {
+		return Cond{}, ref{}, false, nil
+	}
+	op := operatorName(e)
+	flip := map[string]string{"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+	if _, ok := flip[op]; !ok {
+		return Cond{}, ref{}, false, nil
+	}
+	side, value := e.Lexpr, e.Rexpr
+	v, ok := exprOf(value)
+	if !ok {
+		side, value, op = e.Rexpr, e.Lexpr, flip[op]
+		if v, ok = exprOf(value); !ok {
+			return Cond{}, ref{}, false, nil
+		}
+	}
+	if r, ok, err = b.groupedRef(side); err != nil || !ok {
+		return Cond{}, ref{}, false, err
+	}
+	if r.kind == 't' && b.targets[r.i].outer {
+		return Cond{}, ref{}, false, nil // computed only by the Outer statement
+	}
+	return Cond{Op: op, Value: v}, r, true, nil
 }
 
 // exprOf reads a constant or parameter, possibly cast.
@@ -458,7 +501,14 @@ func (b *mergeBuilder) sortRef(n *pg_query.Node, what string) (ref, error) {
 		return r, nil
 	}
 	if b.grouped {
-		return b.groupedRef(n, what)
+		r, ok, err := b.groupedRef(n)
+		switch {
+		case err != nil || ok:
+			return r, err
+		case columnRef(n) != nil:
+			return b.hide(n), nil // a column the grouping determines, or a shard's error
+		}
+		return b.outerSlot(n)
 	}
 	if r, ok := b.find(n); ok {
 		return r, nil
@@ -473,6 +523,12 @@ func (b *mergeBuilder) distinct() error {
 	case len(d) == 0:
 	case len(d) == 1 && d[0].GetNode() == nil:
 		b.m.Distinct = true
+		for _, r := range b.orderRefs {
+			if b.grouped && r.kind == 'h' {
+				// Shards get neither DISTINCT nor ORDER BY to reject it.
+				return wire.Errorf(wire.InvalidColumnReference, "for SELECT DISTINCT, ORDER BY expressions must appear in select list")
+			}
+		}
 	case b.grouped:
 		return rejectf("DISTINCT ON with aggregates or GROUP BY")
 	default:

@@ -122,14 +122,16 @@ func (c Column) Index(n int) int {
 //     An aggregate query without GROUP BY has no GroupBy columns: all rows
 //     combine into one.
 //  2. Having: rows failing any condition are dropped.
-//  3. Distinct: duplicate rows (over the visible columns) are dropped; with
+//  3. Outer: one shard computes the expressions over aggregates of each
+//     remaining row, and drops the rows that fail the rest of HAVING.
+//  4. Distinct: duplicate rows (over the visible columns) are dropped; with
 //     DistinctOn, only the first row of each DistinctOn key in OrderBy
 //     order is kept.
-//  4. OrderBy: rows are sorted. When the statement is not Grouped, each
+//  5. OrderBy: rows are sorted. When the statement is not Grouped, each
 //     shard already returns its rows in this order and a k-way merge
 //     suffices.
-//  5. Offset rows are skipped, then at most Limit rows are returned.
-//  6. The last HiddenColumns columns are removed from RowDescription and
+//  6. Offset rows are skipped, then at most Limit rows are returned.
+//  7. The last HiddenColumns columns are removed from RowDescription and
 //     from every row.
 //
 // Values compare as PostgreSQL compares them for the column's type (from
@@ -154,6 +156,10 @@ type Merge struct {
 	// Having are conditions ANDed together, evaluated by the executor after
 	// grouping; shards receive the query without HAVING.
 	Having []Cond
+	// Outer, when set, computes what shards cannot: the select list items
+	// that are expressions over aggregates, the ORDER BY keys that are, and
+	// the HAVING terms that Having cannot express.
+	Outer *Outer
 	// Distinct is SELECT DISTINCT over the visible columns.
 	Distinct bool
 	// DistinctOn are the DISTINCT ON columns.
@@ -165,6 +171,34 @@ type Merge struct {
 	// Rewritten is the SQL to send to shards instead of the client's, or ""
 	// when the client's statement is sent as is. It uses the same parameters.
 	Rewritten string
+}
+
+// Outer is a statement that computes, for one combined row (group) of a
+// grouped query, the values that only the combined aggregates determine:
+// max(x) - min(x), count(*)::int, round(avg(x), 2), CASE WHEN count(*) > 0
+// …, a HAVING term like sum(x) > 2 * count(*). Its expressions are the
+// client's, with each aggregate, GROUP BY expression and column reference
+// replaced by a column of __shardgate_in, a one-row relation of the
+// row's Inputs; the row passes HAVING when the statement returns a row.
+// Running it on a server gives every operator, function, cast, result
+// type, NULL and error (22012 division by zero) PostgreSQL's own.
+//
+// The executor prepares it on one shard as
+//
+//	WITH __shardgate_in(i1, …, in) AS (SELECT $1, …, $n) <SQL>
+//
+// with parameter k of the type and format of the shards' column
+// Inputs[k-1] (an avg's as avg's result: numeric, or float8 over floats),
+// cast to the column's type modifier when it has one, and executes it once
+// per row. Result column k goes into column Outputs[k-1] of the row, in
+// that column's format: shards return a placeholder there (CASE WHEN
+// false THEN expr END for a select list item, whose RowDescription field
+// the executor replaces with the statement's; NULL for a hidden ORDER BY
+// key).
+type Outer struct {
+	SQL     string
+	Inputs  []Column
+	Outputs []Column
 }
 
 // SortKey is one ORDER BY item.

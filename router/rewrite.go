@@ -19,11 +19,17 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 	changed := false
 	for i, n := range out.TargetList {
 		rt := n.GetResTarget()
-		if rt != nil && i < len(b.targets) && b.targets[i].agg == AggAvg {
+		switch {
+		case rt == nil || i >= len(b.targets):
+		case b.targets[i].agg == AggAvg:
 			rt.Val.GetFuncCall().Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
 			if rt.Name == "" {
 				rt.Name = "avg"
 			}
+			changed = true
+		case b.targets[i].outer:
+			rt.Val = placeholder(rt.Val)
+			rt.Name = b.targets[i].name
 			changed = true
 		}
 	}
@@ -55,6 +61,20 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 		return "", fmt.Errorf("router: rewrite for shards: %w", err)
 	}
 	return sql, nil
+}
+
+// placeholder is what shards return in place of an expression over
+// aggregates: CASE WHEN false THEN (expr) END. The planner drops the
+// branch without evaluating it (eval_const_expressions), so neither the
+// expression nor its aggregates run; but the server still analyzes it
+// where the client wrote it, so that its errors (an ungrouped column, a
+// function that does not exist, an aggregate in GROUP BY 2) are
+// PostgreSQL's own.
+func placeholder(expr *pg_query.Node) *pg_query.Node {
+	f := &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{}}}}}
+	return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
+		Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: &pg_query.CaseWhen{Expr: f, Result: expr}}}},
+	}}}
 }
 
 // limitPlusOffset builds LIMIT limit + offset: a constant when both are,
