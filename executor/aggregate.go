@@ -267,7 +267,7 @@ func (m *Merger) addAvg(st *avgState, a Agg, cols [][]byte) error {
 		st.fsum += f
 		return nil
 	}
-	d, err := m.decimalValue(a.SumCol, s)
+	d, err := m.decimalOf(m.sums[a.SumCol], s)
 	if err != nil {
 		return err
 	}
@@ -450,18 +450,63 @@ func (m *Merger) floatValue(col int, b []byte) (float64, error) {
 }
 
 func (m *Merger) decimalValue(col int, b []byte) (decimal, error) {
-	c := m.cols[col]
+	return m.decimalOf(m.cols[col], b)
+}
+
+// decimalOf reads an integer or numeric value of a column of type c.
+func (m *Merger) decimalOf(c Column, b []byte) (decimal, error) {
 	switch {
 	case c.OID == oidNumeric && c.Format == 1:
 		return decodeBinaryNumeric(b)
 	case c.OID == oidNumeric:
 		return parseDecimal(string(b))
 	}
-	n, err := m.intValue(col, b)
+	var n int64
+	var err error
+	if c.Format == 1 {
+		n, err = binaryInt(b)
+	} else {
+		n, err = strconv.ParseInt(string(b), 10, 64)
+	}
 	if err != nil {
 		return decimal{}, err
 	}
 	return decimal{unscaled: big.NewInt(n)}, nil
+}
+
+// avgOID is the type of avg(x) for a sum(x) of type oid: numeric over
+// integers and numeric, float8 over floats.
+func avgOID(oid uint32) uint32 {
+	switch oid {
+	case oidFloat4, oidFloat8:
+		return oidFloat8
+	case oidInt2, oidInt4, oidInt8, oidNumeric:
+		return oidNumeric
+	}
+	return oid
+}
+
+// retypeAvg makes an avg column, which shards return as sum(x), the type
+// of avg(x) — numeric, or float8 over floats — before the merger orders
+// or compares it: its combined values are avg's. The shards' type stays
+// in sums for reading their sums.
+func (m *Merger) retypeAvg(col int) error {
+	if col < 0 || col >= len(m.cols) {
+		return fmt.Errorf("merge: column %d out of range", col)
+	}
+	if m.sums == nil {
+		m.sums = map[int]Column{}
+	}
+	if _, done := m.sums[col]; done {
+		return nil
+	}
+	switch c := m.cols[col]; c.OID {
+	case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
+		m.sums[col] = c
+		m.cols[col].OID = avgOID(c.OID)
+		return nil
+	}
+	return wire.Errorf(wire.FeatureNotSupported, "cannot combine avg() of type OID %d across shards", m.cols[col].OID)
 }
 
 // formatFloat8 prints like PostgreSQL's float8out with the default

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/shardgate/shardgate/wire"
@@ -186,7 +187,8 @@ func appendDataRow(buf []byte, cols [][]byte, n int) []byte {
 type Merger struct {
 	spec    Spec
 	cols    []Column
-	cmp     []compareFunc // per column, built on demand
+	cmp     []compareFunc  // per column, built on demand
+	sums    map[int]Column // AggAvg columns as the shards typed them (retypeAvg)
 	visible int
 	out     Sink
 	buf     []byte
@@ -196,9 +198,16 @@ type Merger struct {
 
 // NewMerger prepares a merge of results with columns cols into out.
 func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
-	m := &Merger{spec: spec, cols: cols, cmp: make([]compareFunc, len(cols)), out: out, visible: spec.Visible}
+	m := &Merger{spec: spec, cols: slices.Clone(cols), cmp: make([]compareFunc, len(cols)), out: out, visible: spec.Visible}
 	if m.visible <= 0 || m.visible > len(cols) {
 		m.visible = len(cols)
+	}
+	for _, a := range spec.Aggs {
+		if a.Kind == AggAvg {
+			if err := m.retypeAvg(a.Col); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// The columns compared: sort keys, min/max, HAVING.
 	var need []int
@@ -222,8 +231,8 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 		return nil, err
 	}
 	for i, h := range spec.Having {
-		if h.Value != nil && h.Format != cols[h.Col].Format {
-			v, err := convertConst(h.Value, cols[h.Col])
+		if h.Value != nil && h.Format != m.cols[h.Col].Format {
+			v, err := convertConst(h.Value, m.cols[h.Col])
 			if err != nil {
 				return nil, err
 			}

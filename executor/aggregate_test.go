@@ -1,0 +1,35 @@
+package executor
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestAvgOrdersAsNumeric: avg(x), which shards return as an int8 sum(x)
+// with a hidden count, orders and compares as avg's numeric.
+func TestAvgOrdersAsNumeric(t *testing.T) {
+	cols := []Column{{Name: "g", OID: oidText}, {Name: "avg", OID: oidInt8}, {Name: "count", OID: oidInt8}}
+	spec := Spec{Limit: -1, GroupBy: []int{0}, Visible: 2, Aggs: []Agg{{Col: 1, Kind: AggAvg, SumCol: 1, CountCol: 2}},
+		OrderBy: []SortKey{{Col: 1}}, Having: []Cond{{Col: 1, Op: ">", Value: []byte("9.3")}}}
+	// avg(a) = 21 / 2, avg(b) = 37 / 4, avg(c) = 9: in text, "10.5…" would come first.
+	got := run(t, spec, cols, [][]string{{"a", "20", "1"}, {"b", "37", "4"}, {"c", "9", "1"}}, [][]string{{"a", "1", "1"}})
+	want := [][]string{{"a", "10.5000000000000000"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+	spec.Having = nil
+	got = run(t, spec, cols, [][]string{{"a", "20", "1"}, {"b", "37", "4"}, {"c", "9", "1"}}, [][]string{{"a", "1", "1"}})
+	want = [][]string{{"c", "9.0000000000000000"}, {"b", "9.2500000000000000"}, {"a", "10.5000000000000000"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+}
+
+// TestAvgOfOtherTypes: avg of a type the merge cannot divide is refused.
+func TestAvgOfOtherTypes(t *testing.T) {
+	cols := []Column{{Name: "avg", OID: 1186}, {Name: "count", OID: oidInt8}}
+	_, err := NewMerger(Spec{Limit: -1, Aggs: []Agg{{Col: 0, Kind: AggAvg, SumCol: 0, CountCol: 1}}}, cols, nil)
+	if err == nil {
+		t.Fatal("avg(interval) merged")
+	}
+}
