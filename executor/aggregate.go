@@ -44,7 +44,53 @@ func (m *Merger) aggregate(sources []Rows) error {
 	if err != nil {
 		return err
 	}
+	if order, err = m.finish(order); err != nil {
+		return err
+	}
+	if grouped && m.spec.Distinct {
+		order = distinctGroups(order, m.visible)
+	}
 	return m.emitGroups(order)
+}
+
+// finish completes each group's avg columns and drops the groups that
+// fail the HAVING conditions.
+func (m *Merger) finish(order []*group) ([]*group, error) {
+	kept := order[:0]
+	for _, g := range order {
+		if err := m.finishAvg(g); err != nil {
+			return nil, err
+		}
+		ok, err := m.having(g.cols)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			kept = append(kept, g)
+		}
+	}
+	return kept, nil
+}
+
+// distinctGroups keeps the first of the groups whose visible columns are
+// equal: SELECT DISTINCT of a grouped query, which applies to its output
+// rows.
+func distinctGroups(order []*group, visible int) []*group {
+	seen := map[string]bool{}
+	cols := make([]int, visible)
+	for i := range cols {
+		cols[i] = i
+	}
+	var key []byte
+	kept := order[:0]
+	for _, g := range order {
+		key = appendKey(key[:0], g.cols, cols)
+		if !seen[string(key)] {
+			seen[string(key)] = true
+			kept = append(kept, g)
+		}
+	}
+	return kept
 }
 
 // collect reads every shard's rows into groups by keyCols, combining the
@@ -102,23 +148,9 @@ func newGroup(cols [][]byte) *group {
 	return g
 }
 
-// emitGroups finishes the groups (avg, HAVING), sorts them, applies
-// DISTINCT ON, and writes them out.
+// emitGroups sorts the finished groups, applies DISTINCT ON, and writes
+// them out.
 func (m *Merger) emitGroups(order []*group) error {
-	kept := order[:0]
-	for _, g := range order {
-		if err := m.finishAvg(g); err != nil {
-			return err
-		}
-		ok, err := m.having(g.cols)
-		if err != nil {
-			return err
-		}
-		if ok {
-			kept = append(kept, g)
-		}
-	}
-	order = kept
 	if len(m.spec.OrderBy) > 0 {
 		var serr error
 		sort.SliceStable(order, func(i, j int) bool {

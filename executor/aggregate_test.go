@@ -33,3 +33,14 @@ func TestAvgOfOtherTypes(t *testing.T) {
 		t.Fatal("avg(interval) merged")
 	}
 }
+
+// TestGroupedDistinct: SELECT DISTINCT count(*) … GROUP BY g applies to
+// the output rows.
+func TestGroupedDistinct(t *testing.T) {
+	cols := []Column{{Name: "count", OID: oidInt8}, {Name: "g", OID: oidText}}
+	spec := Spec{Limit: -1, GroupBy: []int{1}, Visible: 1, Distinct: true, Aggs: []Agg{{Col: 0, Kind: AggCount}}}
+	got := run(t, spec, cols, [][]string{{"2", "a"}, {"1", "b"}}, [][]string{{"1", "b"}, {"3", "c"}})
+	if want := [][]string{{"2"}, {"3"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
