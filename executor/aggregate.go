@@ -30,7 +30,7 @@ type avgState struct {
 // the number of groups, not rows.
 func (m *Merger) aggregate(sources []Rows) error {
 	keyCols := m.spec.GroupBy
-	grouped := len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || len(m.spec.Having) > 0
+	grouped := len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || len(m.spec.Having) > 0 || m.spec.Outer != nil
 	distinctOn := len(m.spec.DistinctOn) > 0 && !grouped
 	if !distinctOn && !grouped && len(keyCols) == 0 {
 		keyCols = make([]int, m.visible)
@@ -46,6 +46,11 @@ func (m *Merger) aggregate(sources []Rows) error {
 	}
 	if order, err = m.finish(order); err != nil {
 		return err
+	}
+	if m.spec.Outer != nil {
+		if order, err = m.evalOuter(order); err != nil {
+			return err
+		}
 	}
 	if grouped && m.spec.Distinct {
 		order = distinctGroups(order, m.visible)

@@ -342,6 +342,9 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 			return "", err
 		}
 		spec.Collation = a.Collation
+		if spec.Outer != nil {
+			spec.Outer.bind(readers[0], first.desc, a.Describe != DescribeNone)
+		}
 	case RouteOmniWrite:
 		sources = sources[:1]
 	}
@@ -349,7 +352,9 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if a.Describe != DescribeNone {
+	// With an Outer statement the merger describes the rows, once the
+	// statement has typed its columns (outer.go).
+	if a.Describe != DescribeNone && spec.Outer == nil {
 		a.Sink.Write(mergedRowDescription(first.desc, cols, spec))
 	}
 	n, err := m.Run(sources)

@@ -68,6 +68,9 @@ type Spec struct {
 	// Visible is the number of leading columns the client sees; the rest
 	// are hidden columns the proxy added (0: all columns are visible).
 	Visible int
+	// Outer computes the expressions over aggregates of a grouped query
+	// (outer.go).
+	Outer *Outer
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -212,6 +215,9 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 	// The columns compared: sort keys, min/max, HAVING.
 	var need []int
 	for _, k := range spec.OrderBy {
+		if spec.Outer.fills(k.Col) {
+			continue // typed by the outer statement (evalOuter)
+		}
 		need = addNeed(need, k.Col)
 	}
 	for _, a := range spec.Aggs {
@@ -246,7 +252,7 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 func (m *Merger) Run(sources []Rows) (int64, error) {
 	var err error
 	switch {
-	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct || len(m.spec.DistinctOn) > 0 || len(m.spec.Having) > 0:
+	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct || len(m.spec.DistinctOn) > 0 || len(m.spec.Having) > 0 || m.spec.Outer != nil:
 		err = m.aggregate(sources)
 	case len(m.spec.OrderBy) > 0:
 		err = m.ordered(sources)

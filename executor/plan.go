@@ -150,6 +150,11 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 	if m.HiddenColumns > 0 {
 		spec.Visible = ncols - m.HiddenColumns
 	}
+	if m.Outer != nil {
+		if spec.Outer, err = outerOf(m.Outer, idx); err != nil {
+			return spec, err
+		}
+	}
 	return spec, nil
 }
 
