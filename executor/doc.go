@@ -82,7 +82,12 @@
 //   - aggregates, GROUP BY, DISTINCT: partial results combine per group
 //     (count and sum add, min/max compare, bool_and/bool_or, avg from hidden
 //     sum and count columns with numeric_div's result scale), then sort and
-//     limit (memory: one entry per group).
+//     limit (memory: one entry per group);
+//   - expressions over aggregates (max(x) - min(x), HAVING sum(x) > 2 *
+//     count(*), ORDER BY sum(x) / count(*)): after combining, one shard's
+//     server computes them for each group, with the combined aggregates as
+//     parameters (outer.go, outer_eval.go), in batches whose answers are
+//     read before the next is sent (memory: still one entry per group).
 //
 // Values are ordered like PostgreSQL orders them, in text and binary
 // formats: integers, floats (NaN above Infinity), numeric (exact decimals),
