@@ -22,6 +22,7 @@ const aggexprSchema = `
 CREATE TABLE sales (id bigint PRIMARY KEY, region text, kind varchar(10), qty int, price numeric(10,2),
 	f float8, d date, ts timestamp(3), flag bool, note varchar(20), other varchar(20));
 CREATE TABLE nosales (LIKE sales);
+CREATE TABLE many (id bigint PRIMARY KEY, k int, v numeric);
 `
 
 // aggexprRows spread over both shards: NULL regions, a region whose prices
@@ -63,6 +64,7 @@ databases:
     sharded_tables:
       - { table: sales, column: id, type: bigint }
       - { table: nosales, column: id, type: bigint }
+      - { table: many, column: id, type: bigint }
 `, t.TempDir(), appPassword, cl.User, cl.Password, shardYAML(cl, "s0"), shardYAML(cl, "s1"))
 	p := startProxy(t, cfg)
 	e := &aggexprEnv{ref: cl.DSN("ref"), proxy: p.AppURL("app")}
@@ -72,6 +74,14 @@ databases:
 			t.Fatal(err)
 		}
 		c.Close(ctx)
+	}
+	// Thousands of groups, so that the outer statement runs in several
+	// batches; which shard holds a row does not matter to an aggregate.
+	many := "INSERT INTO many SELECT g, g %% 4000, g / 7.0 FROM generate_series(1, 12000) g WHERE %s"
+	for db, where := range map[string]string{"ref": "true", "s0": "g % 2 = 0", "s1": "g % 2 = 1"} {
+		if err := cl.Exec(ctx, db, fmt.Sprintf(many, where)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Both shards hold rows, or the test proves little.
 	for _, db := range []string{"s0", "s1"} {
@@ -203,6 +213,11 @@ var aggexprCases = []aggexprCase{
 	// column's RowDescription is Answer.combine's, not checked here).
 	{sql: "SELECT region, round(avg(qty), 3) FROM sales GROUP BY region ORDER BY avg(qty), 1"},
 	{sql: "SELECT region, count(*) + 0 FROM sales GROUP BY region HAVING avg(qty) > 3.5 AND avg(f) < 3 ORDER BY 1"},
+	// Many groups.
+	{sql: "SELECT k, count(*)::int2, round(max(v) - min(v), 3), sum(v) / count(*) FROM many GROUP BY k"},
+	{sql: "SELECT k % 10, sum(v) / count(*) AS a FROM many GROUP BY k % 10 HAVING sum(v) > 100 * count(*) ORDER BY a DESC LIMIT 4"},
+	{sql: "SELECT k FROM many GROUP BY k HAVING count(*) > 2 OR max(v) = 1 ORDER BY 1"},
+	{sql: "SELECT k, 1 / (k - 3999 + count(*) - 3) FROM many GROUP BY k"},
 	// Errors, as PostgreSQL raises them.
 	{sql: "SELECT sum(qty) / (count(*) - count(*)) FROM sales"},
 	{sql: "SELECT region, sum(qty) / sum(0) FROM sales GROUP BY region"},
