@@ -62,9 +62,11 @@ type mergeTarget struct {
 }
 
 // mergeAgg is an aggregate column; count is the hidden count of an avg.
+// A distinct one folds once per DISTINCT value (distinct.go).
 type mergeAgg struct {
 	at, count ref
 	f         AggFunc
+	distinct  bool
 }
 
 // mergeBuilder builds the Merge of one SELECT.
@@ -87,6 +89,11 @@ type mergeBuilder struct {
 	// Outer statement computes (by index in hidden).
 	slots map[int]bool
 	outer outerBuilder
+	// distinctArg is what the DISTINCT aggregates dedupe, distinctRef its
+	// hidden column, sortRefs the order of the shards' rows (distinct.go).
+	distinctArg *pg_query.Node
+	distinctRef ref
+	sortRefs    []ref
 }
 
 // groupExpr is a GROUP BY expression and the column that holds it.
@@ -119,9 +126,10 @@ func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	if !m.Grouped && len(m.OrderBy) == 0 && m.Limit == nil && m.Offset == nil && !m.Distinct && len(m.DistinctOn) == 0 {
 		return nil, nil
 	}
+	b.sortedGroups()
 	b.columns()
 	for _, a := range b.aggs {
-		agg := Aggregate{Column: b.column(a.at), Func: a.f}
+		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
 		if a.f == AggAvg {
 			agg.Count = b.column(a.count)
 		}
@@ -169,7 +177,9 @@ func (b *mergeBuilder) reject() error {
 			err = rejectf("JSON_ARRAYAGG and JSON_OBJECTAGG")
 		case n.GetFuncCall() != nil && isAggregate(n.GetFuncCall()):
 			b.grouped = true
-			_, err = aggFunc(n.GetFuncCall())
+			if _, err = aggFunc(n.GetFuncCall()); err == nil {
+				_, err = b.noteDistinct(n.GetFuncCall())
+			}
 			return false
 		}
 		return err == nil
@@ -193,8 +203,6 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 	switch {
 	case !ok:
 		return 0, rejectf("aggregate %s()", name)
-	case fc.AggDistinct:
-		return 0, rejectf("%s(DISTINCT …)", name)
 	case fc.AggWithinGroup:
 		return 0, rejectf("%s() WITHIN GROUP", name)
 	}
@@ -219,13 +227,20 @@ func (b *mergeBuilder) selectList() error {
 			continue
 		}
 		t := mergeTarget{val: rt.Val, name: columnName(rt)}
+		distinct := false
 		if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
 			f, err := aggFunc(fc)
 			if err != nil {
 				return err
 			}
 			t.agg = f
-		} else if findAggregate(rt.Val) != nil {
+			if distinct, err = b.noteDistinct(fc); err != nil {
+				return err
+			}
+		} else if findAggregate(rt.Val) != nil || b.distinctArg != nil && len(b.sel.GroupClause) == 0 {
+			// Without GROUP BY, shards of a query with DISTINCT
+			// aggregates may return no row: the proxy computes the
+			// other items of its one row itself.
 			t.outer = true
 		}
 		b.targets = append(b.targets, t)
@@ -235,7 +250,7 @@ func (b *mergeBuilder) selectList() error {
 			if t.agg == AggAvg {
 				count = b.hide(countOf(rt.Val.GetFuncCall()))
 			}
-			b.aggs = append(b.aggs, mergeAgg{at, count, t.agg})
+			b.aggs = append(b.aggs, mergeAgg{at, count, t.agg, distinct})
 		}
 	}
 	return nil
@@ -374,6 +389,10 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if err != nil {
 		return ref{}, err
 	}
+	distinct, err := b.noteDistinct(f)
+	if err != nil {
+		return ref{}, err
+	}
 	at := b.hide(n)
 	for _, a := range b.aggs {
 		if a.at == at {
@@ -384,7 +403,7 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if agg == AggAvg {
 		count = b.hide(countOf(f))
 	}
-	b.aggs = append(b.aggs, mergeAgg{at, count, agg})
+	b.aggs = append(b.aggs, mergeAgg{at, count, agg, distinct})
 	return at, nil
 }
 
@@ -576,6 +595,9 @@ func (b *mergeBuilder) columns() {
 	}
 	for _, r := range b.distinctRefs {
 		b.m.DistinctOn = append(b.m.DistinctOn, b.column(r))
+	}
+	for _, r := range b.sortRefs {
+		b.m.SortedBy = append(b.m.SortedBy, b.column(r))
 	}
 }
 

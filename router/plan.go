@@ -156,6 +156,12 @@ type Merge struct {
 	// Having are conditions ANDed together, evaluated by the executor after
 	// grouping; shards receive the query without HAVING.
 	Having []Cond
+	// SortedBy, set when aggregates are DISTINCT, is the order of the
+	// shards' rows: the GroupBy columns then the DISTINCT value, ascending,
+	// NULLs last. Shards group by the value as well; the executor merges
+	// their sorted rows and folds each Distinct aggregate once per value
+	// of a group (distinct.go).
+	SortedBy []Column
 	// Outer, when set, computes what shards cannot: the select list items
 	// that are expressions over aggregates, the ORDER BY keys that are, and
 	// the HAVING terms that Having cannot express.
@@ -258,6 +264,9 @@ type Aggregate struct {
 	Column Column
 	Func   AggFunc
 	Count  Column // AggAvg only: the hidden count(x) column
+	// Distinct is count, sum or avg(DISTINCT x): combined once per x
+	// (Merge.SortedBy).
+	Distinct bool
 }
 
 // Cond is a HAVING condition: Column Op Value.

@@ -1,0 +1,89 @@
+package router
+
+import (
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// DISTINCT aggregates across shards.
+//
+// A value x of count(DISTINCT x) may be on several shards, so neither
+// their counts nor their sums add up. Instead each shard groups by x as
+// well, within the query's groups, and returns its rows ordered by the
+// group key then x: a shard's count(DISTINCT x) in the group of one x is
+// 1 (or 0 for NULL), its sum(DISTINCT x) is x. The executor merges the
+// shards' sorted rows, so that equal x of a group come one after another,
+// and folds a DISTINCT aggregate once per x; the other aggregates add up
+// over the x as over shards. The shards sort with the memory PostgreSQL
+// gives a sort; the proxy holds one row per shard and, as for any grouped
+// query, one entry per group. A FILTER becomes part of the value: shards
+// group by CASE WHEN filter THEN x END, the x that count.
+//
+// Every DISTINCT aggregate of a query must dedupe the same value. min,
+// max, bool_and and bool_or need no dedupe: DISTINCT does not change them.
+
+// distinctValue returns what an aggregate call dedupes: its argument, or
+// CASE WHEN filter THEN argument END; nil when it dedupes nothing.
+func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
+	if !fc.AggDistinct {
+		return nil, nil
+	}
+	switch mergeable[funcName(fc)] {
+	case AggCount, AggSum, AggAvg:
+	default:
+		return nil, nil
+	}
+	if len(fc.Args) != 1 {
+		return nil, rejectf("%s(DISTINCT …) of %d arguments", funcName(fc), len(fc.Args))
+	}
+	arg := proto.Clone(fc.Args[0]).(*pg_query.Node)
+	if fc.AggFilter == nil {
+		return arg, nil
+	}
+	when := &pg_query.CaseWhen{Expr: proto.Clone(fc.AggFilter).(*pg_query.Node), Result: arg}
+	return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
+		Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: when}}},
+	}}}, nil
+}
+
+// noteDistinct records the value a DISTINCT aggregate call dedupes and
+// reports whether it dedupes one.
+func (b *mergeBuilder) noteDistinct(fc *pg_query.FuncCall) (bool, error) {
+	v, err := distinctValue(fc)
+	if err != nil || v == nil {
+		return false, err
+	}
+	switch {
+	case b.distinctArg == nil:
+		b.distinctArg = v
+	case !sameExpr(b.distinctArg, v):
+		return false, rejectf("DISTINCT aggregates of different values (or FILTERs)")
+	}
+	return true, nil
+}
+
+// sortedGroups makes the shards group by the DISTINCT value too and sort
+// by the group key then the value, and records that order in the Merge.
+func (b *mergeBuilder) sortedGroups() {
+	if b.distinctArg == nil {
+		return
+	}
+	b.distinctRef = b.hide(b.distinctArg)
+	b.sortRefs = append(append([]ref{}, b.groupRefs...), b.distinctRef)
+}
+
+// shardOrder returns the shards' GROUP BY addition and ORDER BY for a
+// query with DISTINCT aggregates: the DISTINCT value, and the positions of
+// the group key and the value in their select list.
+func (b *mergeBuilder) shardOrder() (group *pg_query.Node, order []*pg_query.Node) {
+	for _, r := range b.sortRefs {
+		pos := r.i + 1
+		if r.kind == 'h' {
+			pos += len(b.targets)
+		}
+		order = append(order, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: &pg_query.SortBy{
+			Node: pg_query.MakeAConstIntNode(int64(pos), -1), SortbyDir: pg_query.SortByDir_SORTBY_DEFAULT, SortbyNulls: pg_query.SortByNulls_SORTBY_NULLS_DEFAULT,
+		}}})
+	}
+	return proto.Clone(b.distinctArg).(*pg_query.Node), order
+}
