@@ -40,7 +40,13 @@ func (m *Merger) aggregate(sources []Rows) error {
 	}
 	// An aggregate without GROUP BY over no rows: shards each answered
 	// one row, so there is always one group.
-	order, err := m.collect(sources, keyCols, distinctOn)
+	var order []*group
+	var err error
+	if len(m.spec.SortedBy) > 0 {
+		order, err = m.collectSorted(sources)
+	} else {
+		order, err = m.collect(sources, keyCols, distinctOn)
+	}
 	if err != nil {
 		return err
 	}
@@ -134,7 +140,7 @@ func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*gro
 				}
 				continue
 			}
-			if err := m.combine(g, cols); err != nil {
+			if err := m.combine(g, cols, true); err != nil {
 				return nil, err
 			}
 		}
@@ -346,9 +352,14 @@ func (m *Merger) finishAvg(g *group) error {
 	return nil
 }
 
-// combine folds a row's partial aggregates into its group.
-func (m *Merger) combine(g *group, cols [][]byte) error {
+// combine folds a row's partial aggregates into its group; with fresh
+// false (a DISTINCT value the group has seen), only those that are not
+// Distinct.
+func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 	for _, a := range m.spec.Aggs {
+		if a.Distinct && !fresh {
+			continue
+		}
 		v := cols[a.Col]
 		cur := g.cols[a.Col]
 		switch a.Kind {

@@ -44,3 +44,38 @@ func TestGroupedDistinct(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestDistinctAggregates: SELECT g, count(DISTINCT x), sum(DISTINCT x),
+// count(*) FROM t GROUP BY g, which shards run grouped by g and x and
+// sorted by both: a value on both shards counts once, every row counts.
+func TestDistinctAggregates(t *testing.T) {
+	cols := []Column{{Name: "g", OID: oidText}, {Name: "count", OID: oidInt8}, {Name: "sum", OID: oidInt8},
+		{Name: "count", OID: oidInt8}, {Name: "x", OID: oidInt4}}
+	spec := Spec{Limit: -1, GroupBy: []int{0}, SortedBy: []int{0, 4}, Visible: 4, Aggs: []Agg{
+		{Col: 1, Kind: AggCount, Distinct: true}, {Col: 2, Kind: AggSum, Distinct: true}, {Col: 3, Kind: AggCount}}}
+	a := [][]string{{"a", "1", "1", "2", "1"}, {"a", "1", "5", "1", "5"}, {"a", "0", "NULL", "3", "NULL"}, {"b", "1", "2", "1", "2"}}
+	b := [][]string{{"a", "1", "1", "4", "1"}, {"a", "1", "7", "1", "7"}, {"c", "1", "3", "1", "3"}, {"NULL", "1", "4", "2", "4"}}
+	got := run(t, spec, cols, a, b)
+	want := [][]string{{"a", "3", "13", "11"}, {"b", "1", "2", "1"}, {"c", "1", "3", "1"}, {"NULL", "1", "4", "2"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestDistinctAggregatesNoRows: without GROUP BY, an aggregate over no
+// rows is one row — counts 0, the rest NULL — even though shards grouping
+// by the DISTINCT value return none.
+func TestDistinctAggregatesNoRows(t *testing.T) {
+	cols := []Column{{Name: "count", OID: oidInt8}, {Name: "sum", OID: oidInt8}, {Name: "avg", OID: oidInt8}, {Name: "c", OID: oidInt8}, {Name: "x", OID: oidInt4}}
+	spec := Spec{Limit: -1, SortedBy: []int{4}, Visible: 3, Aggs: []Agg{
+		{Col: 0, Kind: AggCount, Distinct: true}, {Col: 1, Kind: AggSum, Distinct: true}, {Col: 2, Kind: AggAvg, SumCol: 2, CountCol: 3, Distinct: true}}}
+	if got := run(t, spec, cols, nil, nil); !reflect.DeepEqual(got, [][]string{{"0", "NULL", "NULL"}}) {
+		t.Errorf("got %v", got)
+	}
+	// Numeric values equal but written differently are one value.
+	cols = []Column{{Name: "count", OID: oidInt8}, {Name: "sum", OID: oidNumeric}, {Name: "avg", OID: oidNumeric}, {Name: "c", OID: oidInt8}, {Name: "x", OID: oidNumeric}}
+	got := run(t, spec, cols, [][]string{{"1", "1.0", "1.0", "1", "1.0"}}, [][]string{{"1", "1.00", "1.00", "1", "1.00"}, {"1", "2", "2", "1", "2"}})
+	if want := [][]string{{"2", "3.0", "1.5000000000000000"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

@@ -40,6 +40,8 @@ type Agg struct {
 	Kind     AggKind
 	SumCol   int // AggAvg: hidden column holding sum(x)
 	CountCol int // AggAvg: hidden column holding count(x)
+	// Distinct folds once per DISTINCT value of a group (Spec.SortedBy).
+	Distinct bool
 }
 
 // Spec says how rows from several shards become one result.
@@ -71,6 +73,9 @@ type Spec struct {
 	// Outer computes the expressions over aggregates of a grouped query
 	// (outer.go).
 	Outer *Outer
+	// SortedBy, for DISTINCT aggregates, is the order of each shard's
+	// rows: the GroupBy columns then the DISTINCT value (distinct.go).
+	SortedBy []int
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0

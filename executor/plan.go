@@ -155,6 +155,13 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			return spec, err
 		}
 	}
+	for _, c := range m.SortedBy {
+		col, err := idx(c)
+		if err != nil {
+			return spec, err
+		}
+		spec.SortedBy = append(spec.SortedBy, col)
+	}
 	return spec, nil
 }
 
@@ -173,7 +180,7 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 	if err != nil {
 		return Agg{}, err
 	}
-	agg := Agg{Col: col}
+	agg := Agg{Col: col, Distinct: a.Distinct}
 	switch a.Func {
 	case router.AggCount:
 		agg.Kind = AggCount
