@@ -1,0 +1,104 @@
+package router
+
+import (
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// This file says which aggregates merge across shards and how the Merge
+// of a grouped query reads them.
+
+// mergeable are the aggregates whose per-shard results the executor can
+// combine exactly.
+var mergeable = map[string]AggFunc{
+	"count": AggCount, "sum": AggSum, "min": AggMin, "max": AggMax, "avg": AggAvg,
+	"bool_and": AggBoolAnd, "every": AggBoolAnd, "bool_or": AggBoolOr,
+}
+
+// aggregates are PostgreSQL's other built-in aggregates: across shards they
+// would return one partial result per shard.
+var aggregates = map[string]bool{}
+
+func init() {
+	for _, name := range strings.Fields(`array_agg string_agg json_agg json_agg_strict jsonb_agg jsonb_agg_strict
+		json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
+		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
+		xmlagg bit_and bit_or bit_xor range_agg range_intersect_agg any_value corr covar_pop covar_samp
+		regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
+		stddev stddev_pop stddev_samp variance var_pop var_samp mode percentile_cont percentile_disc
+		rank dense_rank percent_rank cume_dist`) {
+		aggregates[name] = true
+	}
+}
+
+// isAggregate reports whether a function call is an aggregate (not a
+// window function).
+func isAggregate(fc *pg_query.FuncCall) bool {
+	if fc.Over != nil {
+		return false
+	}
+	name := funcName(fc)
+	_, ok := mergeable[name]
+	return ok || aggregates[name] || fc.AggStar || fc.AggDistinct || fc.AggWithinGroup || len(fc.AggOrder) > 0 || fc.AggFilter != nil
+}
+
+// aggFunc returns the mergeable aggregate fc calls.
+func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
+	name := funcName(fc)
+	f, ok := mergeable[name]
+	switch {
+	case !ok:
+		return 0, rejectf("aggregate %s()", name)
+	case fc.AggWithinGroup:
+		return 0, rejectf("%s() WITHIN GROUP", name)
+	}
+	return f, nil
+}
+
+// findAggregate returns an aggregate call inside an expression, outside
+// subqueries.
+func findAggregate(n *pg_query.Node) *pg_query.FuncCall {
+	var found *pg_query.FuncCall
+	walkExpr(n, func(x *pg_query.Node) bool {
+		if f := x.GetFuncCall(); f != nil && found == nil && isAggregate(f) {
+			found = f
+		}
+		return found == nil
+	}, nil)
+	return found
+}
+
+// countOf returns count(x) for avg(x), keeping FILTER.
+func countOf(avg *pg_query.FuncCall) *pg_query.Node {
+	c := proto.Clone(avg).(*pg_query.FuncCall)
+	c.Funcname = []*pg_query.Node{pg_query.MakeStrNode("count")}
+	return &pg_query.Node{Node: &pg_query.Node_FuncCall{FuncCall: c}}
+}
+
+// aggRef returns the column of an aggregate call: a hidden column, with
+// the hidden count an avg needs.
+func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
+	f := n.GetFuncCall()
+	agg, err := aggFunc(f)
+	if err != nil {
+		return ref{}, err
+	}
+	distinct, err := b.noteDistinct(f)
+	if err != nil {
+		return ref{}, err
+	}
+	at := b.hide(n)
+	for _, a := range b.aggs {
+		if a.at == at {
+			return at, nil
+		}
+	}
+	count := at
+	if agg == AggAvg {
+		count = b.hide(countOf(f))
+	}
+	b.aggs = append(b.aggs, mergeAgg{at, count, agg, distinct})
+	return at, nil
+}
