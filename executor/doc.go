@@ -87,7 +87,11 @@
 //     count(*), ORDER BY sum(x) / count(*)): after combining, one shard's
 //     server computes them for each group, with the combined aggregates as
 //     parameters (outer.go, outer_eval.go), in batches whose answers are
-//     read before the next is sent (memory: still one entry per group).
+//     read before the next is sent (memory: still one entry per group);
+//   - DISTINCT aggregates (count(DISTINCT x)): shards group by x too and
+//     sort by the group key then x; a k-way merge of their streams folds
+//     each x of a group once (distinct.go; memory: one row per shard, one
+//     entry per group, never a set of values).
 //
 // Values are ordered like PostgreSQL orders them, in text and binary
 // formats: integers, floats (NaN above Infinity), numeric (exact decimals),

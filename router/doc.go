@@ -94,9 +94,10 @@
 // SELECT into a sharded table gets its SELECT analyzed as a statement of
 // its own, which routes where the rows are read), over the parse-tree helpers
 // of nodes.go; cond.go and array.go evaluate key constraints; merge.go and
-// rewrite.go build the Merge and the SQL sent to shards, outer.go the
-// Outer statement of expressions over aggregates and colname.go the names
-// PostgreSQL gives select list items; statement.go routes; hint.go reads comment hints; cache.go is the statement cache;
-// errors.go builds the errors; plan.go holds the Plan and the types it
-// refers to.
+// rewrite.go build the Merge and the SQL sent to shards, aggregate.go says
+// which aggregates merge, distinct.go how DISTINCT ones do, outer.go
+// builds the Outer statement of expressions over aggregates and colname.go
+// the names PostgreSQL gives select list items; statement.go routes;
+// hint.go reads comment hints; cache.go is the statement cache; errors.go
+// builds the errors; plan.go holds the Plan and the types it refers to.
 package router
