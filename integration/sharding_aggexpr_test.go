@@ -201,6 +201,8 @@ var aggexprCases = []aggexprCase{
 	{sql: "SELECT region, sum(qty) / count(price) FROM sales GROUP BY region HAVING count(price) > 0 ORDER BY 1"},
 	{sql: "SELECT region FROM sales GROUP BY region HAVING sum(qty) > 2 * count(*) ORDER BY 1"},
 	{sql: "SELECT count(*) FROM sales GROUP BY region HAVING count(*) > 1 OR sum(qty) > 9"},
+	{sql: "SELECT region FROM sales GROUP BY region HAVING sum(price) > 12.5::int ORDER BY 1"},
+	{sql: "SELECT region FROM sales GROUP BY region HAVING sum(qty) > 7.5 AND count(*) >= 2 ORDER BY 1"},
 	{sql: "SELECT region, count(*) FROM sales GROUP BY region HAVING count(*) > 1 AND max(qty) > min(qty) + 3 ORDER BY 2, 1"},
 	{sql: "SELECT kind, CASE WHEN count(*) > 1 THEN kind ELSE kind END, kind || count(*) FROM sales GROUP BY kind ORDER BY 1"},
 	{sql: "SELECT kind, CASE WHEN count(*) > 2 THEN note ELSE other END FROM sales GROUP BY kind, note, other ORDER BY 1, 2"},

@@ -348,10 +348,10 @@ func (b *mergeBuilder) simpleCond(c *pg_query.Node) (cond Cond, r ref, ok bool, 
 		return Cond{}, ref{}, false, nil
 	}
 	side, value := e.Lexpr, e.Rexpr
-	v, ok := exprOf(value)
+	v, ok := condValue(value)
 	if !ok {
 		side, value, op = e.Rexpr, e.Lexpr, flip[op]
-		if v, ok = exprOf(value); !ok {
+		if v, ok = condValue(value); !ok {
 			return Cond{}, ref{}, false, nil
 		}
 	}
@@ -362,6 +362,27 @@ func (b *mergeBuilder) simpleCond(c *pg_query.Node) (cond Cond, r ref, ok bool, 
 		return Cond{}, ref{}, false, nil // computed only by the Outer statement
 	}
 	return Cond{Op: op, Value: v}, r, true, nil
+}
+
+// condValue reads the value side of a HAVING condition the executor
+// compares as the column's type: a parameter (possibly cast, which only
+// declares its type), or an integer, string or boolean constant. A cast
+// constant ('2.5'::int is 3) or a decimal one (compared with an integer
+// column, 2.5 is numeric) is left to the Outer statement.
+func condValue(n *pg_query.Node) (Expr, bool) {
+	if c := n.GetAConst(); c != nil {
+		if _, dec := c.Val.(*pg_query.A_Const_Fval); dec {
+			return Expr{}, false
+		}
+		return exprOf(n)
+	}
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	if n.GetParamRef() == nil {
+		return Expr{}, false
+	}
+	return exprOf(n)
 }
 
 // exprOf reads a constant or parameter, possibly cast.

@@ -91,3 +91,30 @@ func TestMergeDistinctOrder(t *testing.T) {
 		t.Fatalf("got %v, want 42P10", err)
 	}
 }
+
+// TestHavingConstants: a HAVING constant the executor would compare
+// differently from PostgreSQL goes to the Outer statement.
+func TestHavingConstants(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for _, tc := range []struct {
+		having string
+		simple bool
+	}{
+		{"count(*) > 5", true},
+		{"max(name) = 'x'", true},
+		{"sum(balance) > $1", true},
+		{"sum(balance) > $1::numeric", true},
+		{"sum(balance) > 2.5", false},
+		{"sum(balance) > 2.5::int", false},
+		{"sum(balance) > '2'::int", false},
+	} {
+		plan, err := route(r, "SELECT country FROM accounts GROUP BY country HAVING "+tc.having, params("1"), nil, Hints{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.having, err)
+		}
+		m := plan.Merge
+		if simple := len(m.Having) == 1 && m.Outer == nil; simple != tc.simple {
+			t.Errorf("%s: Having %+v, Outer %+v", tc.having, m.Having, m.Outer)
+		}
+	}
+}
