@@ -216,6 +216,8 @@ var aggexprCases = []aggexprCase{
 	// column's RowDescription is Answer.combine's, not checked here).
 	{sql: "SELECT region, round(avg(qty), 3) FROM sales GROUP BY region ORDER BY avg(qty), 1"},
 	{sql: "SELECT region, count(*) + 0 FROM sales GROUP BY region HAVING avg(qty) > 3.5 AND avg(f) < 3 ORDER BY 1"},
+	{sql: "SELECT region, avg(qty), avg(DISTINCT qty % 3) FROM sales GROUP BY region HAVING avg(qty) > 3 ORDER BY 2, 1"},
+	{sql: "SELECT kind, max(note) || '!' AS m FROM sales GROUP BY kind ORDER BY max(note) || '!' DESC, min(note COLLATE \"C\") || kind"},
 	// Many groups.
 	{sql: "SELECT k, count(*)::int2, round(max(v) - min(v), 3), sum(v) / count(*) FROM many GROUP BY k"},
 	{sql: "SELECT k % 10, sum(v) / count(*) AS a FROM many GROUP BY k % 10 HAVING sum(v) > 100 * count(*) ORDER BY a DESC LIMIT 4"},

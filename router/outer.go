@@ -39,13 +39,15 @@ func (b *mergeBuilder) outerTargets() error {
 
 // outerSlot gives the Outer statement an ORDER BY key of a grouped query
 // that is neither a select list item, an aggregate nor a GROUP BY
-// expression, and returns the hidden column its value goes to.
+// expression, and returns the hidden column its value goes to. Shards
+// return a placeholder there that has the expression's type and
+// collation, by which the merge orders the values.
 func (b *mergeBuilder) outerSlot(n *pg_query.Node) (ref, error) {
 	e, err := b.outerize(n)
 	if err != nil {
 		return ref{}, err
 	}
-	b.hidden = append(b.hidden, &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Isnull: true}}})
+	b.hidden = append(b.hidden, placeholder(proto.Clone(n).(*pg_query.Node)))
 	b.slots[len(b.hidden)-1] = true
 	r := ref{'h', len(b.hidden) - 1}
 	b.outer.add("", e, r)

@@ -197,10 +197,9 @@ type Merge struct {
 // Inputs[k-1] (an avg's as avg's result: numeric, or float8 over floats),
 // cast to the column's type modifier when it has one, and executes it once
 // per row. Result column k goes into column Outputs[k-1] of the row, in
-// that column's format: shards return a placeholder there (CASE WHEN
-// false THEN expr END for a select list item, whose RowDescription field
-// the executor replaces with the statement's; NULL for a hidden ORDER BY
-// key).
+// that column's format: shards return a placeholder there, CASE WHEN
+// false THEN expr END, of the expression's type and collation (the
+// executor replaces its RowDescription field with the statement's).
 type Outer struct {
 	SQL     string
 	Inputs  []Column
