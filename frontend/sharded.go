@@ -68,7 +68,44 @@ func (c *client) setShards(pools []*pool.Pool) {
 	c.xs = executor.NewSession(pools, c.l.coord)
 	c.xs.Ready = c.useShard
 	c.xs.Settings = c.settingsPrefix
+	c.xs.Report = c.reportOnce
 	c.ext = make([]shardExt, len(pools))
+}
+
+// reportOnce passes what the shards send while the client's transaction
+// ends (executor.Session.Report) on to the client: notifications at once,
+// ParameterStatus with the client's next ReadyForQuery (report).
+func (c *client) reportOnce(raw []byte) {
+	if raw[0] == 'S' {
+		c.report(raw)
+		return
+	}
+	c.toClient(raw)
+}
+
+// report keeps a ParameterStatus for the client's next ReadyForQuery:
+// PostgreSQL reports the settings a statement changed just before
+// ReadyForQuery, once each, with their last value. Each shard reports
+// what the end of a transaction restored; the client hears it once.
+func (c *client) report(raw []byte) {
+	name, _, _ := wire.CString(raw[5:])
+	for k, r := range c.reports {
+		if n, _, _ := wire.CString(r[5:]); string(n) == string(name) {
+			c.reports[k] = append(r[:0], raw...)
+			return
+		}
+	}
+	c.reports = append(c.reports, append([]byte(nil), raw...))
+}
+
+// readyForQuery sends the kept ParameterStatus messages, then
+// ReadyForQuery with status.
+func (c *client) readyForQuery(status byte) {
+	for _, r := range c.reports {
+		c.toClient(r)
+	}
+	c.reports = c.reports[:0]
+	c.w.Write(wire.AppendReadyForQuery(nil, status))
 }
 
 // shardedStatus is the transaction status of the client's session.
@@ -319,7 +356,7 @@ func beginTag(sql string) string {
 // localDone answers a statement the proxy handled itself.
 func (c *client) localDone(tag string) error {
 	c.w.Write(wire.AppendCommandComplete(nil, tag))
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }
@@ -336,7 +373,7 @@ func (c *client) shardedError(err error) error {
 	}
 	c.xs.Abort()
 	c.w.Write(wire.AppendError(nil, e))
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }
@@ -498,7 +535,7 @@ func (c *client) failShard(err error, ready bool) error {
 		c.w.Write(wire.AppendError(nil, e))
 	}
 	if ready {
-		c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+		c.readyForQuery('I')
 		c.tx = 'I'
 	} else {
 		c.pipe.set(pipeDropping, true)

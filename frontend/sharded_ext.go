@@ -205,7 +205,7 @@ func (c *client) sSync() error {
 		c.releaseIfIdle()
 	}
 	c.tx = c.shardedStatus()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	c.readyForQuery(c.tx)
 	return c.flushClient()
 }
 
@@ -469,7 +469,10 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 		case 'N':
 			c.toClient(raw)
 		case 'S':
+			// A reported setting the statement changed (SET TimeZone):
+			// the client hears of it as from PostgreSQL.
 			srv.NoteParameter(body)
+			c.report(raw)
 		case 'Z':
 			c.pendingPrepare = ""
 			if serr != nil {
