@@ -112,6 +112,8 @@ type client struct {
 	xs      *executor.Session // the shards' servers and the transaction over them
 	ext     []shardExt        // per shard, what the frontend keeps beside xs
 	reports [][]byte          // ParameterStatus for the next ReadyForQuery (report)
+	multi   bool              // running a multi-statement Query part by part (runParts)
+	partErr bool              // an error answered a part of it
 	rt      planner
 	hints   hints
 	rc      *routeCounts // route counters of database rcDB (routestats.go)

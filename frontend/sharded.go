@@ -42,6 +42,9 @@ type routePlan struct {
 	// setting: a SET or RESET (router.Session), which inside a transaction
 	// runs on every shard of the transaction.
 	setting bool
+	// statements is the number of statements in the text (a Parse of
+	// more than one fails, as in PostgreSQL).
+	statements int
 }
 
 // shardExt is what the frontend keeps of one shard of a sharded client,
@@ -99,8 +102,12 @@ func (c *client) report(raw []byte) {
 }
 
 // readyForQuery sends the kept ParameterStatus messages, then
-// ReadyForQuery with status.
+// ReadyForQuery with status; within a multi-statement Query run part by
+// part (runParts), only its end does.
 func (c *client) readyForQuery(status byte) {
+	if c.multi {
+		return
+	}
 	for _, r := range c.reports {
 		c.toClient(r)
 	}
@@ -254,7 +261,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err)
 	}
-	if c.xs.Implicit() {
+	if c.xs.Implicit() && !c.multi {
 		if _, err := c.finishTx(!c.xs.Failed()); err != nil {
 			return c.shardedError(err)
 		}
@@ -269,6 +276,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	}
 	if err != nil {
 		return c.shardedError(err)
+	}
+	if p.Kind == executor.RouteParts {
+		return c.runParts(ctx, p.Parts)
 	}
 	if p.Kind == executor.RouteLocal {
 		return c.localDone(p.localTag)
@@ -372,6 +382,7 @@ func (c *client) shardedError(err error) error {
 		return err
 	}
 	c.xs.Abort()
+	c.partErr = true
 	c.w.Write(wire.AppendError(nil, e))
 	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
@@ -496,6 +507,7 @@ func (c *client) failShard(err error, ready bool) error {
 		return c.clientErr
 	}
 	c.log.Warn("server connection failed", "err", err)
+	c.partErr = true
 	var se *executor.ShardError
 	if errors.As(err, &se) {
 		c.server = se.Server
@@ -550,6 +562,11 @@ func (c *client) rollbackShards() { c.xs.Rollback() }
 // endTx commits or rolls back the client's transaction on every shard it
 // touched.
 func (c *client) endTx(ctx context.Context, commit bool) error {
+	if c.xs.Implicit() {
+		// COMMIT or ROLLBACK inside a multi-statement Query's implicit
+		// transaction ends it, with PostgreSQL's warning.
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
+	}
 	if !c.xs.InTx() {
 		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
 		if commit {
@@ -582,3 +599,62 @@ func (c *client) savepoint(ctx context.Context, p *routePlan) error {
 
 // pickShard returns a random shard for reads that any shard can answer.
 func pickShard(n int) int { return rand.IntN(n) }
+
+// runParts runs a multi-statement Query whose statements need different
+// shards: each statement is planned and run on its own, in one implicit
+// transaction, as PostgreSQL runs the statements of a Query in an implicit
+// transaction block — committed together at the end (with two-phase commit
+// over several shards), rolled back when one fails, the rest skipped. BEGIN
+// makes the transaction explicit and COMMIT ends it, after which the
+// statements that follow start a new implicit one. The client gets every
+// statement's answer and one ReadyForQuery.
+func (c *client) runParts(ctx context.Context, parts []string) error {
+	c.multi, c.partErr = true, false
+	defer func() { c.multi = false }()
+	for _, part := range parts {
+		if !c.xs.InTx() {
+			c.xs.BeginImplicit()
+		}
+		ops, sp := partEffects(part, &c.txEff)
+		err := errReplan
+		for n := 0; err == errReplan && n < maxReplans; n++ {
+			err = c.shardedQueryOnce(ctx, part, ops, sp)
+		}
+		if err == errReplan {
+			err = c.shardedError(errReplansExhausted())
+		}
+		if err != nil {
+			return err
+		}
+		if c.partErr || c.xs.Failed() {
+			break
+		}
+	}
+	if c.xs.Implicit() {
+		if _, err := c.finishTx(!c.xs.Failed() && !c.partErr); err != nil {
+			e, ok := wire.AsError(err)
+			if !ok {
+				e = wire.Errorf(wire.InternalError, "%v", err)
+			}
+			c.w.Write(wire.AppendError(nil, e))
+		}
+	}
+	c.multi = false
+	c.releaseIfIdle()
+	c.tx = c.shardedStatus()
+	c.readyForQuery(c.tx)
+	return c.flushClient()
+}
+
+// partEffects is what one statement of a multi-statement Query does to the
+// session: its tracked settings, its SQL-level prepared statements, and
+// the effects that make the end of the transaction read settings back.
+func partEffects(part string, txEff *effect) ([]setOp, *sqlPrep) {
+	se := analyze([]byte(part))
+	*txEff |= se.eff
+	var sp *sqlPrep
+	if se.eff&effSQLPrepare != 0 {
+		sp = parseSQLPrep(part)
+	}
+	return se.ops, sp
+}

@@ -225,6 +225,9 @@ func (c *client) sParse(body []byte) error {
 		// Other routing errors depend on parameters or are reported at
 		// Execute.
 	}
+	if plan != nil && plan.statements > 1 {
+		return wire.Errorf(wire.SyntaxError, "cannot insert multiple commands into a prepared statement")
+	}
 	if c.xs.Failed() && (plan == nil || !endsFailedTx(plan)) {
 		// As PostgreSQL's exec_parse_message: an aborted transaction
 		// accepts only the statements that end it.
