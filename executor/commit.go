@@ -89,7 +89,7 @@ func (s *Session) Commit(shards []int) error {
 		return nil
 	case 1:
 		i := shards[0]
-		st, serr, err := s.Internal(i, "COMMIT")
+		st, serr, err := s.ending(i, "COMMIT")
 		s.shards[i].inTx = false
 		if err != nil {
 			return wire.Errorf(wire.ConnectionFailure, "commit: server connection lost: %v", err)
@@ -116,7 +116,7 @@ func (s *Session) Commit(shards []int) error {
 	}
 	if failure != nil {
 		for _, i := range prepared {
-			s.Internal(i, "ROLLBACK PREPARED "+wire.QuoteLiteral(GID(txid, i)))
+			s.ending(i, "ROLLBACK PREPARED "+wire.QuoteLiteral(GID(txid, i)))
 		}
 		s.Rollback()
 		return failure
@@ -124,7 +124,7 @@ func (s *Session) Commit(shards []int) error {
 	c.at("decided")
 	allDone := true
 	for _, i := range prepared {
-		if _, serr, err := s.Internal(i, "COMMIT PREPARED "+wire.QuoteLiteral(GID(txid, i))); err != nil || serr != nil {
+		if _, serr, err := s.ending(i, "COMMIT PREPARED "+wire.QuoteLiteral(GID(txid, i))); err != nil || serr != nil {
 			// The decision is durable: recovery finishes it.
 			allDone = false
 			c.log.Error("COMMIT PREPARED failed; recovery will finish it", "gid", GID(txid, i), "err", err, "server_err", serr)
@@ -142,7 +142,7 @@ func (s *Session) Commit(shards []int) error {
 // that prepared to prepared, and returns the first failure.
 func (s *Session) prepare(txid string, shards []int, prepared *[]int) error {
 	for _, i := range shards {
-		_, serr, err := s.Internal(i, "PREPARE TRANSACTION "+wire.QuoteLiteral(GID(txid, i)))
+		_, serr, err := s.ending(i, "PREPARE TRANSACTION "+wire.QuoteLiteral(GID(txid, i)))
 		if err != nil {
 			return wire.Errorf(wire.ConnectionFailure, "two-phase commit: shard %d: %v", i, err)
 		}

@@ -26,6 +26,9 @@ const (
 	// SELECT read where Plan.InsertSelect says, each row sent to its
 	// key's shard.
 	RouteInsertSelect
+	// RouteParts is a multi-statement text whose statements need
+	// different shards: each of Plan.Parts is planned and run on its own.
+	RouteParts
 )
 
 func (r Route) String() string {
@@ -52,6 +55,8 @@ func (r Route) String() string {
 		return "local"
 	case RouteInsertSelect:
 		return "insert-select"
+	case RouteParts:
+		return "parts"
 	}
 	return fmt.Sprintf("Route(%d)", uint8(r))
 }
@@ -74,6 +79,7 @@ type Plan struct {
 	// InsertSelect is how RouteInsertSelect reads its rows and sends them
 	// on.
 	InsertSelect *router.InsertSelect
+	Parts        []string // RouteParts: the statements, in order
 }
 
 // Spec turns the router's merge description into the executor's, now

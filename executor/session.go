@@ -35,6 +35,12 @@ type Session struct {
 	// Settings, when set, returns the Queries that bring shard i's server
 	// to the client's settings before a statement (see Prefix).
 	Settings func(i int) []string
+	// Report, when set, takes what the servers send the client during the
+	// statements that end or undo part of a transaction (Commit, Rollback,
+	// Savepoint): ParameterStatus for a setting the end of the transaction
+	// changed back, and NotificationResponse. Each server sends its own;
+	// the client wants one of each (see the frontend's reportOnce).
+	Report func(raw []byte)
 }
 
 // shard is one shard as a session holds it.
@@ -255,6 +261,16 @@ func (s *Session) TxPrefix(i int, implicit bool) string {
 // ReadyForQuery, returning the status and the first error the server
 // reported; an I/O failure is a *ShardError.
 func (s *Session) Internal(i int, sql string) (status byte, serr *wire.Error, err error) {
+	return s.internal(i, sql, nil)
+}
+
+// ending is Internal for the statements that end or undo part of the
+// transaction, whose ParameterStatus and notifications go to Report.
+func (s *Session) ending(i int, sql string) (status byte, serr *wire.Error, err error) {
+	return s.internal(i, sql, s.Report)
+}
+
+func (s *Session) internal(i int, sql string, report func([]byte)) (status byte, serr *wire.Error, err error) {
 	if s.Ready != nil {
 		if err := s.Ready(i); err != nil {
 			return 0, nil, s.lost(i, err)
@@ -265,7 +281,7 @@ func (s *Session) Internal(i int, sql string) (status byte, serr *wire.Error, er
 	if err := srv.Flush(); err != nil {
 		return 0, nil, s.lost(i, err)
 	}
-	status, serr, err = ReadToReady(srv)
+	status, serr, err = readToReady(srv, report)
 	if err != nil {
 		return 0, serr, s.lost(i, err)
 	}
@@ -275,8 +291,14 @@ func (s *Session) Internal(i int, sql string) (status byte, serr *wire.Error, er
 // ReadToReady discards a server's answers up to ReadyForQuery, keeping the
 // first error; ParameterStatus updates the server's record.
 func ReadToReady(srv *pool.Server) (status byte, serr *wire.Error, err error) {
+	return readToReady(srv, nil)
+}
+
+// readToReady is ReadToReady that hands ParameterStatus and
+// NotificationResponse messages to report, when not nil.
+func readToReady(srv *pool.Server, report func([]byte)) (status byte, serr *wire.Error, err error) {
 	for {
-		typ, _, body, err := srv.R.Next()
+		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
 			return 0, serr, err
@@ -291,6 +313,13 @@ func ReadToReady(srv *pool.Server) (status byte, serr *wire.Error, err error) {
 			}
 		case 'S':
 			srv.NoteParameter(body)
+			if report != nil {
+				report(raw)
+			}
+		case 'A':
+			if report != nil {
+				report(raw)
+			}
 		case 'Z':
 			if len(body) == 1 {
 				return body[0], serr, nil
@@ -310,7 +339,7 @@ func (s *Session) Rollback() {
 			sh.inTx = false
 			continue
 		}
-		if st, _, err := s.Internal(i, "ROLLBACK"); err != nil || st != 'I' {
+		if st, _, err := s.ending(i, "ROLLBACK"); err != nil || st != 'I' {
 			sh.server.Broken = true
 		}
 		sh.inTx = false
@@ -409,7 +438,7 @@ func (s *Session) Savepoint(kind SavepointKind, name, sql string, mark int) (tag
 		if !s.InTxOn(i) {
 			continue
 		}
-		st, e, err := s.Internal(i, sql)
+		st, e, err := s.ending(i, sql)
 		if err != nil {
 			return "", restore, nil, err
 		}

@@ -109,12 +109,15 @@ type client struct {
 	admin     bool    // the client talks to the admin database (see bound)
 
 	// Sharded databases only (see sharded.go).
-	xs    *executor.Session // the shards' servers and the transaction over them
-	ext   []shardExt        // per shard, what the frontend keeps beside xs
-	rt    planner
-	hints hints
-	rc    *routeCounts // route counters of database rcDB (routestats.go)
-	rcDB  string
+	xs      *executor.Session // the shards' servers and the transaction over them
+	ext     []shardExt        // per shard, what the frontend keeps beside xs
+	reports [][]byte          // ParameterStatus for the next ReadyForQuery (report)
+	multi   bool              // running a multi-statement Query part by part (runParts)
+	partErr bool              // an error answered a part of it
+	rt      planner
+	hints   hints
+	rc      *routeCounts // route counters of database rcDB (routestats.go)
+	rcDB    string
 	// Extended protocol on sharded databases (sharded_ext.go).
 	batch          []batchMsg
 	sstmts         map[string]*sStmt

@@ -24,7 +24,7 @@ func (c *client) runCopy(p *routePlan) error {
 	}
 	c.w.Write(wire.AppendCommandComplete(nil, tag))
 	c.releaseIfIdle()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }

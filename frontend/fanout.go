@@ -23,7 +23,7 @@ func (c *client) runMany(p *routePlan) error {
 	}
 	c.completeMany(p, tag)
 	c.releaseIfIdle()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }

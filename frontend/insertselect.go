@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/shardgate/shardgate/executor"
-	"github.com/shardgate/shardgate/wire"
 )
 
 // runInsertSelect runs INSERT … SELECT into a sharded table for a simple
@@ -22,7 +21,7 @@ func (c *client) runInsertSelect(p *routePlan) error {
 	}
 	c.completeMany(p, tag)
 	c.releaseIfIdle()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }

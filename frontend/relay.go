@@ -175,7 +175,9 @@ func (c *client) relayReady(s *pool.Server, raw, body []byte, internal bool) err
 	c.onReady(body[0], internal)
 	if !internal {
 		c.tx = body[0]
-		c.toClient(raw)
+		if !c.multi { // a part of a multi-statement Query (runParts)
+			c.toClient(raw)
+		}
 	}
 	c.pipe.set(pipeErrored, false)
 	c.lastTag = c.lastTag[:0]

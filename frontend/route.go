@@ -93,7 +93,7 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 	if err != nil {
 		return nil, err
 	}
-	out := &routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}}
+	out := &routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}, statements: st.Count()}
 	if p.InsertSelect != nil {
 		out.Kind, out.InsertSelect = executor.RouteInsertSelect, p.InsertSelect
 		out.Params, out.Formats = params, formats
@@ -104,6 +104,9 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 		return out, nil
 	}
 	switch p.Kind {
+	case router.Parts:
+		out.Kind, out.Parts = executor.RouteParts, p.Parts
+		return out, nil
 	case router.Direct:
 		out.Kind = executor.RouteOne
 	case router.OmniRead, router.Any:

@@ -42,6 +42,9 @@ type routePlan struct {
 	// setting: a SET or RESET (router.Session), which inside a transaction
 	// runs on every shard of the transaction.
 	setting bool
+	// statements is the number of statements in the text (a Parse of
+	// more than one fails, as in PostgreSQL).
+	statements int
 }
 
 // shardExt is what the frontend keeps of one shard of a sharded client,
@@ -68,7 +71,48 @@ func (c *client) setShards(pools []*pool.Pool) {
 	c.xs = executor.NewSession(pools, c.l.coord)
 	c.xs.Ready = c.useShard
 	c.xs.Settings = c.settingsPrefix
+	c.xs.Report = c.reportOnce
 	c.ext = make([]shardExt, len(pools))
+}
+
+// reportOnce passes what the shards send while the client's transaction
+// ends (executor.Session.Report) on to the client: notifications at once,
+// ParameterStatus with the client's next ReadyForQuery (report).
+func (c *client) reportOnce(raw []byte) {
+	if raw[0] == 'S' {
+		c.report(raw)
+		return
+	}
+	c.toClient(raw)
+}
+
+// report keeps a ParameterStatus for the client's next ReadyForQuery:
+// PostgreSQL reports the settings a statement changed just before
+// ReadyForQuery, once each, with their last value. Each shard reports
+// what the end of a transaction restored; the client hears it once.
+func (c *client) report(raw []byte) {
+	name, _, _ := wire.CString(raw[5:])
+	for k, r := range c.reports {
+		if n, _, _ := wire.CString(r[5:]); string(n) == string(name) {
+			c.reports[k] = append(r[:0], raw...)
+			return
+		}
+	}
+	c.reports = append(c.reports, append([]byte(nil), raw...))
+}
+
+// readyForQuery sends the kept ParameterStatus messages, then
+// ReadyForQuery with status; within a multi-statement Query run part by
+// part (runParts), only its end does.
+func (c *client) readyForQuery(status byte) {
+	if c.multi {
+		return
+	}
+	for _, r := range c.reports {
+		c.toClient(r)
+	}
+	c.reports = c.reports[:0]
+	c.w.Write(wire.AppendReadyForQuery(nil, status))
 }
 
 // shardedStatus is the transaction status of the client's session.
@@ -217,7 +261,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	if err := c.syncShards(); err != nil {
 		return c.shardFailed(err)
 	}
-	if c.xs.Implicit() {
+	if c.xs.Implicit() && !c.multi {
 		if _, err := c.finishTx(!c.xs.Failed()); err != nil {
 			return c.shardedError(err)
 		}
@@ -232,6 +276,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	}
 	if err != nil {
 		return c.shardedError(err)
+	}
+	if p.Kind == executor.RouteParts {
+		return c.runParts(ctx, p.Parts)
 	}
 	if p.Kind == executor.RouteLocal {
 		return c.localDone(p.localTag)
@@ -319,7 +366,7 @@ func beginTag(sql string) string {
 // localDone answers a statement the proxy handled itself.
 func (c *client) localDone(tag string) error {
 	c.w.Write(wire.AppendCommandComplete(nil, tag))
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }
@@ -335,8 +382,9 @@ func (c *client) shardedError(err error) error {
 		return err
 	}
 	c.xs.Abort()
+	c.partErr = true
 	c.w.Write(wire.AppendError(nil, e))
-	c.w.Write(wire.AppendReadyForQuery(nil, c.shardedStatus()))
+	c.readyForQuery(c.shardedStatus())
 	c.tx = c.shardedStatus()
 	return c.flushClient()
 }
@@ -459,6 +507,7 @@ func (c *client) failShard(err error, ready bool) error {
 		return c.clientErr
 	}
 	c.log.Warn("server connection failed", "err", err)
+	c.partErr = true
 	var se *executor.ShardError
 	if errors.As(err, &se) {
 		c.server = se.Server
@@ -498,7 +547,7 @@ func (c *client) failShard(err error, ready bool) error {
 		c.w.Write(wire.AppendError(nil, e))
 	}
 	if ready {
-		c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+		c.readyForQuery('I')
 		c.tx = 'I'
 	} else {
 		c.pipe.set(pipeDropping, true)
@@ -513,6 +562,11 @@ func (c *client) rollbackShards() { c.xs.Rollback() }
 // endTx commits or rolls back the client's transaction on every shard it
 // touched.
 func (c *client) endTx(ctx context.Context, commit bool) error {
+	if c.xs.Implicit() {
+		// COMMIT or ROLLBACK inside a multi-statement Query's implicit
+		// transaction ends it, with PostgreSQL's warning.
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
+	}
 	if !c.xs.InTx() {
 		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
 		if commit {
@@ -545,3 +599,62 @@ func (c *client) savepoint(ctx context.Context, p *routePlan) error {
 
 // pickShard returns a random shard for reads that any shard can answer.
 func pickShard(n int) int { return rand.IntN(n) }
+
+// runParts runs a multi-statement Query whose statements need different
+// shards: each statement is planned and run on its own, in one implicit
+// transaction, as PostgreSQL runs the statements of a Query in an implicit
+// transaction block — committed together at the end (with two-phase commit
+// over several shards), rolled back when one fails, the rest skipped. BEGIN
+// makes the transaction explicit and COMMIT ends it, after which the
+// statements that follow start a new implicit one. The client gets every
+// statement's answer and one ReadyForQuery.
+func (c *client) runParts(ctx context.Context, parts []string) error {
+	c.multi, c.partErr = true, false
+	defer func() { c.multi = false }()
+	for _, part := range parts {
+		if !c.xs.InTx() {
+			c.xs.BeginImplicit()
+		}
+		ops, sp := partEffects(part, &c.txEff)
+		err := errReplan
+		for n := 0; err == errReplan && n < maxReplans; n++ {
+			err = c.shardedQueryOnce(ctx, part, ops, sp)
+		}
+		if err == errReplan {
+			err = c.shardedError(errReplansExhausted())
+		}
+		if err != nil {
+			return err
+		}
+		if c.partErr || c.xs.Failed() {
+			break
+		}
+	}
+	if c.xs.Implicit() {
+		if _, err := c.finishTx(!c.xs.Failed() && !c.partErr); err != nil {
+			e, ok := wire.AsError(err)
+			if !ok {
+				e = wire.Errorf(wire.InternalError, "%v", err)
+			}
+			c.w.Write(wire.AppendError(nil, e))
+		}
+	}
+	c.multi = false
+	c.releaseIfIdle()
+	c.tx = c.shardedStatus()
+	c.readyForQuery(c.tx)
+	return c.flushClient()
+}
+
+// partEffects is what one statement of a multi-statement Query does to the
+// session: its tracked settings, its SQL-level prepared statements, and
+// the effects that make the end of the transaction read settings back.
+func partEffects(part string, txEff *effect) ([]setOp, *sqlPrep) {
+	se := analyze([]byte(part))
+	*txEff |= se.eff
+	var sp *sqlPrep
+	if se.eff&effSQLPrepare != 0 {
+		sp = parseSQLPrep(part)
+	}
+	return se.ops, sp
+}

@@ -205,7 +205,7 @@ func (c *client) sSync() error {
 		c.releaseIfIdle()
 	}
 	c.tx = c.shardedStatus()
-	c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+	c.readyForQuery(c.tx)
 	return c.flushClient()
 }
 
@@ -224,6 +224,9 @@ func (c *client) sParse(body []byte) error {
 		}
 		// Other routing errors depend on parameters or are reported at
 		// Execute.
+	}
+	if plan != nil && plan.statements > 1 {
+		return wire.Errorf(wire.SyntaxError, "cannot insert multiple commands into a prepared statement")
 	}
 	if c.xs.Failed() && (plan == nil || !endsFailedTx(plan)) {
 		// As PostgreSQL's exec_parse_message: an aborted transaction
@@ -469,7 +472,10 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 		case 'N':
 			c.toClient(raw)
 		case 'S':
+			// A reported setting the statement changed (SET TimeZone):
+			// the client hears of it as from PostgreSQL.
 			srv.NoteParameter(body)
+			c.report(raw)
 		case 'Z':
 			c.pendingPrepare = ""
 			if serr != nil {

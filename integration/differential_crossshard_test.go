@@ -27,6 +27,18 @@ var crossShardScripts = []diffScript{
 		"BEGIN WORK",
 		"END",
 	}},
+	{name: "multi-statement queries over both shards", stmts: []string{
+		"SELECT email FROM accounts WHERE id = 1; SELECT email FROM accounts WHERE id = 2",
+		"UPDATE accounts SET email = 'm' WHERE id = 1; UPDATE accounts SET email = 'm' WHERE id = 2; SELECT count(*) FROM accounts WHERE email = 'm'",
+		"UPDATE accounts SET email = 'f' WHERE id = 3; SELECT 1 / (id - 4) FROM accounts WHERE id = 4; UPDATE accounts SET email = 'f' WHERE id = 5",
+		"SELECT count(*) FROM accounts WHERE email = 'f'",
+		"BEGIN; UPDATE accounts SET email = 'b' WHERE id = 6; UPDATE accounts SET email = 'b' WHERE id = 7",
+		"SELECT count(*) FROM accounts WHERE email = 'b'",
+		"ROLLBACK",
+		"UPDATE accounts SET email = 'c' WHERE id = 6; COMMIT; UPDATE accounts SET email = 'c' WHERE id = 7; SELECT 1 / 0",
+		"SELECT id FROM accounts WHERE email = 'c' ORDER BY id",
+		"SELECT count(*) FROM accounts; SELECT email FROM accounts WHERE id = 8",
+	}},
 	{name: "COMMIT of an aborted transaction", stmts: []string{
 		"BEGIN",
 		"UPDATE accounts SET email = 'changed' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)",
@@ -105,5 +117,28 @@ func TestShardedPipelineIsOneTransaction(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestShardedBeginInsideMultiStatement: a Query that opens a transaction
+// among other statements ("BEGIN; UPDATE …") opens the client's
+// transaction, not only one server's: the server stays the client's until
+// the transaction ends, and another client never runs inside it.
+func TestShardedBeginInsideMultiStatement(t *testing.T) {
+	checkGoroutines(t)
+	e := newDiffEnv(t)
+	p := startProxy(t, e.proxyConfig("transaction", 2))
+	a := simpleConn(t, p.AppURL("two"))
+	execIn(t, a, simple, "BEGIN; UPDATE accounts SET email = 'x' WHERE id = 3")
+	if st := a.PgConn().TxStatus(); st != 'T' {
+		t.Fatalf("after BEGIN; UPDATE: transaction status %c, want T", st)
+	}
+	b := simpleConn(t, p.AppURL("two"))
+	if got := value(t, b, simple, "SELECT txid_current_if_assigned() IS NULL AND (SELECT email FROM accounts WHERE id = 3) = 'a3'"); got != "true" {
+		t.Fatalf("another client runs inside the first one's transaction (or sees its write): %s", got)
+	}
+	execIn(t, a, simple, "ROLLBACK")
+	if got := value(t, b, simple, "SELECT email FROM accounts WHERE id = 3"); got != "a3" {
+		t.Fatalf("after ROLLBACK: email %q, want a3", got)
 	}
 }

@@ -39,6 +39,7 @@ func (r *Router) analyze(sql string) (*Statement, error) {
 			}
 		}
 		p.node = raw.Stmt
+		p.text = stmtText(sql, raw)
 		s.parts = append(s.parts, p)
 	}
 	if hint != nil {
@@ -532,4 +533,18 @@ func defBool(n *pg_query.Node) bool {
 		return s == "true" || s == "on" || s == "1"
 	}
 	return true
+}
+
+// stmtText is the text of one statement of sql: its location and length
+// in bytes, the whole rest of sql for the last one (StmtLen 0).
+func stmtText(sql string, raw *pg_query.RawStmt) string {
+	start := int(raw.StmtLocation)
+	if start < 0 || start > len(sql) {
+		return ""
+	}
+	end := len(sql)
+	if raw.StmtLen > 0 && start+int(raw.StmtLen) <= len(sql) {
+		end = start + int(raw.StmtLen)
+	}
+	return sql[start:end]
 }

@@ -40,6 +40,11 @@ const (
 	// SAVEPOINT, PREPARE TRANSACTION, …). The executor opens or ends the
 	// transaction on the shards the transaction touches.
 	Transaction
+	// Parts is a text of several statements that need different shards
+	// (or a merge): each statement of Plan.Parts is routed and run on its
+	// own, in one implicit transaction, as PostgreSQL runs a
+	// multi-statement Query.
+	Parts
 )
 
 // String returns the kind's name.
@@ -61,6 +66,8 @@ func (k Kind) String() string {
 		return "Session"
 	case Transaction:
 		return "Transaction"
+	case Parts:
+		return "Parts"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -70,6 +77,9 @@ func (k Kind) String() string {
 // the same *Plan to every caller when routing does not depend on parameters.
 type Plan struct {
 	Kind Kind
+	// Parts are the statements of a Parts plan, in order, each its own
+	// text.
+	Parts []string
 	// Shards are the target shards in increasing order. For OmniRead and Any
 	// they are the candidates the executor picks one of; for Session and
 	// Transaction, every shard.

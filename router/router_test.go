@@ -368,15 +368,15 @@ func TestRouteMultiStatement(t *testing.T) {
 	r := newTestRouter(t, nil)
 	s3, s2 := intShard(3), intShard(2)
 	runRouteCases(t, r, []routeCase{
-		{name: "transaction", sql: "BEGIN; UPDATE accounts SET x = 1 WHERE id = 3; COMMIT", kind: Direct, shards: shards(s3), write: true},
+		{name: "transaction", sql: "BEGIN; UPDATE accounts SET x = 1 WHERE id = 3; COMMIT", kind: Parts},
 		{name: "same shard", sql: "SELECT * FROM accounts WHERE id = 3; DELETE FROM orders WHERE account_id = $1", params: params(3), kind: Direct, shards: shards(s3), write: true},
 		{name: "any with direct", sql: "SELECT 1; SELECT * FROM countries; SELECT * FROM accounts WHERE id = 2", kind: Direct, shards: shards(s2)},
 		{name: "omni reads", sql: "SELECT 1; SELECT * FROM countries", kind: OmniRead, shards: all},
 		{name: "DDL batch", sql: "CREATE TABLE a (id int); CREATE INDEX ON a (id)", kind: OmniWrite, shards: all, write: true},
-		{name: "control only", sql: "SET x = 1; BEGIN", kind: Transaction, shards: all},
-		{name: "different shards", sql: "SELECT * FROM accounts WHERE id = 3; SELECT * FROM accounts WHERE id = 2", code: wire.FeatureNotSupported, msg: "multi-statement"},
-		{name: "fan-out", sql: "SELECT 1; SELECT * FROM accounts", code: wire.FeatureNotSupported, msg: "multi-statement"},
-		{name: "DDL and direct", sql: "CREATE TABLE a (id int); INSERT INTO accounts (id) VALUES (3)", code: wire.FeatureNotSupported, msg: "multi-statement"},
+		{name: "control only", sql: "SET x = 1; BEGIN", kind: Parts},
+		{name: "different shards", sql: "SELECT * FROM accounts WHERE id = 3; SELECT * FROM accounts WHERE id = 2", kind: Parts},
+		{name: "fan-out", sql: "SELECT 1; SELECT * FROM accounts", kind: Parts},
+		{name: "DDL and direct", sql: "CREATE TABLE a (id int); INSERT INTO accounts (id) VALUES (3)", kind: Parts},
 		{name: "hint", sql: "/* shard: 1 */ SELECT * FROM accounts; UPDATE orders SET x = 1", kind: Direct, shards: []int{1}, write: true},
 	})
 }

@@ -27,7 +27,8 @@ type Statement struct {
 // part is the analysis of one statement of the SQL text.
 type part struct {
 	node  *pg_query.Node
-	kind  Kind // non-zero: the route needs no shard computation
+	text  string // the statement's own text in the client's SQL
+	kind  Kind   // non-zero: the route needs no shard computation
 	write bool
 
 	// groups are the co-located sets of sharded tables, each constraining
@@ -412,9 +413,19 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 			conflict = true
 		}
 		if conflict || (broadcast && direct >= 0) {
-			return nil, unsupported("Send the statements one at a time.",
-				"the statements of a multi-statement query need different shards or a merge of their results")
+			if s.hasInsertSelect() {
+				return nil, unsupported("Send the statements one at a time.",
+					"an INSERT … SELECT into a sharded table in a multi-statement query")
+			}
+			return s.partsPlan(), nil
 		}
+	}
+	if ctl == Transaction && !s.hasInsertSelect() {
+		// BEGIN, COMMIT or a savepoint among other statements: the
+		// client's transaction is the session's, over every shard it
+		// touches, so each statement runs on its own (one server must
+		// not open or end it behind the session's back).
+		return s.partsPlan(), nil
 	}
 	switch {
 	case broadcast:
@@ -431,6 +442,30 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 		return r.sharedPlan(ctl, false), nil
 	}
 	return r.sharedPlan(Any, false), nil
+}
+
+// Count is the number of statements in the text (0 for an empty query).
+func (s *Statement) Count() int { return len(s.parts) }
+
+// hasInsertSelect reports whether a statement of s is an INSERT … SELECT
+// into a sharded table.
+func (s *Statement) hasInsertSelect() bool {
+	for _, p := range s.parts {
+		if p.insertSelect != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// partsPlan is the plan of a text of several statements that need
+// different shards: each runs on its own (Plan.Parts).
+func (s *Statement) partsPlan() *Plan {
+	p := &Plan{Kind: Parts}
+	for _, pt := range s.parts {
+		p.Parts = append(p.Parts, pt.text)
+	}
+	return p
 }
 
 // String describes a plan for logs and tests.
