@@ -12,6 +12,13 @@ import (
 func (c *client) runMany(p *routePlan) error {
 	implicit := !c.xs.InTx() && (p.Kind == executor.RouteWrite || p.Kind == executor.RouteOmniWrite)
 	tag, err := c.xs.Execute(c.answer(p, executor.DescribeRows), implicit)
+	return c.answerMany(p, tag, err)
+}
+
+// answerMany answers a simple Query that ran on several shards: its
+// command tag (tag) or its error, then ReadyForQuery; a lost server ends
+// the client's transaction (shardFailed).
+func (c *client) answerMany(p *routePlan, tag string, err error) error {
 	c.ranOn(p.Shards)
 	var se *executor.ShardError
 	if errors.As(err, &se) {

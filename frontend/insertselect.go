@@ -10,20 +10,7 @@ import (
 // Query (executor.Session.InsertSelect) and answers the client.
 func (c *client) runInsertSelect(p *routePlan) error {
 	tag, err := c.xs.InsertSelect(c.answer(p, executor.DescribeNone), nil)
-	c.ranOn(p.Shards)
-	var se *executor.ShardError
-	if errors.As(err, &se) {
-		return c.shardFailed(err)
-	}
-	if err != nil {
-		c.releaseIfIdle()
-		return c.shardedError(err)
-	}
-	c.completeMany(p, tag)
-	c.releaseIfIdle()
-	c.readyForQuery(c.shardedStatus())
-	c.tx = c.shardedStatus()
-	return c.flushClient()
+	return c.answerMany(p, tag, err)
 }
 
 // execInsertSelect runs a portal of INSERT … SELECT into a sharded table,
