@@ -100,7 +100,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		var err error
 		switch m.typ {
 		case 'P':
-			err = c.sParse(m.body)
+			err = c.sParse(ctx, m.body)
 		case 'B':
 			err = c.sBind(m.body)
 		case 'D':
@@ -209,7 +209,7 @@ func (c *client) sSync() error {
 	return c.flushClient()
 }
 
-func (c *client) sParse(body []byte) error {
+func (c *client) sParse(ctx context.Context, body []byte) error {
 	name, query, tail, err := parseMsg(body)
 	if err != nil {
 		return err
@@ -233,11 +233,60 @@ func (c *client) sParse(body []byte) error {
 		// accepts only the statements that end it.
 		return errAborted()
 	}
+	st := &sStmt{sql: string(query), st: c.l.stmts.get(tail), query: query}
+	if err := c.validateParse(ctx, st, plan); err != nil {
+		return err
+	}
 	if c.sstmts == nil {
 		c.sstmts = map[string]*sStmt{}
 	}
-	c.sstmts[string(name)] = &sStmt{sql: string(query), st: c.l.stmts.get(tail), query: query}
+	c.sstmts[string(name)] = st
 	c.w.Write([]byte{'1', 0, 0, 0, 4})
+	return nil
+}
+
+// validateParse parses a statement no server has accepted yet (since the
+// last schema change) on one shard, so that its errors — a column or
+// table that does not exist, a type mismatch — answer the client's Parse,
+// as PostgreSQL's do. The shard keeps the statement for the Execute that
+// usually follows. Statements the proxy answers or plans itself
+// (transaction control, SQL-level EXECUTE) are not sent.
+func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) error {
+	if st.st.valid.Load() || plan == nil || st.sqlPrep() != nil {
+		return nil
+	}
+	switch plan.Kind {
+	case executor.RouteOne, executor.RouteRead, executor.RouteWrite, executor.RouteOmniWrite:
+	default:
+		return nil
+	}
+	// The first shard the statement runs on (where it is needed next).
+	shard := 0
+	if len(plan.Shards) > 0 {
+		shard = plan.Shards[0]
+	}
+	if err := c.attachShard(ctx, shard); err == errReplan {
+		return nil // a reload changed the routing: Execute reports the errors
+	} else if err != nil {
+		return err
+	}
+	c.server = c.xs.Server(shard)
+	if err := c.useShard(shard); err != nil {
+		return c.lostShard(err)
+	}
+	// search_path decides what the statement's names resolve to.
+	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
+		return err
+	}
+	out := c.ensureParsed(nil, st)
+	if len(out) == 0 {
+		return nil // the server has it
+	}
+	out = append(out, 'S', 0, 0, 0, 4)
+	if err := c.serverExchange(out, func(byte, []byte) {}); err != nil {
+		return err
+	}
+	st.st.valid.Store(true)
 	return nil
 }
 

@@ -179,10 +179,10 @@ func shardedSeeds() [][]byte {
 }
 
 // TestShardedPreparedAfterError checks the proxy's record of the
-// statements each shard has prepared when a statement fails: a shard that
-// rejected the Parse does not have it (it is parsed again next time), and
-// a shard where only the Bind or Execute failed does (it is not parsed
-// again, which would fail with 42P05). The fake servers reject the Parse
+// statements each shard has prepared when a statement fails: a Parse a
+// shard rejects fails the client's Parse (its statement does not exist),
+// and a shard where only the Bind or Execute failed has the statement (it
+// is not parsed again, which would fail with 42P05). The fake servers reject the Parse
 // of a text with "fail" and the Execute of one with "execfail".
 func TestShardedPreparedAfterError(t *testing.T) {
 	tests := []struct {
@@ -190,8 +190,10 @@ func TestShardedPreparedAfterError(t *testing.T) {
 		sql  string
 		want []string // the SQLSTATEs of the two executions
 	}{
-		{"parse rejected by one shard", "SELECT 'fail' FROM accounts WHERE id = 1", []string{wire.SyntaxError, wire.SyntaxError}},
-		{"parse rejected by every shard", "SELECT 'fail' FROM accounts", []string{wire.SyntaxError, wire.SyntaxError}},
+		// As PostgreSQL: the Parse fails, so the statement does not exist
+		// for the next Bind.
+		{"parse rejected by one shard", "SELECT 'fail' FROM accounts WHERE id = 1", []string{wire.SyntaxError, wire.InvalidSQLStatementName}},
+		{"parse rejected by every shard", "SELECT 'fail' FROM accounts", []string{wire.SyntaxError, wire.InvalidSQLStatementName}},
 		{"execute failed on one shard", "SELECT 'execfail' FROM accounts WHERE id = 1", []string{wire.DivisionByZero, wire.DivisionByZero}},
 		{"execute failed on every shard", "SELECT 'execfail' FROM accounts", []string{wire.DivisionByZero, wire.DivisionByZero}},
 	}
