@@ -2,9 +2,9 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -115,17 +115,39 @@ func (r *reader) ruleTable(ctx context.Context, m *pglogrepl.RelationMessage) (s
 		return "", "", err
 	}
 	// pg_partition_root is NULL for a relation that is not in a partition
-	// tree or no longer exists: then m's own name applies.
-	err = src.QueryRow(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = pg_partition_root($1::oid)`, m.RelationID).Scan(&schema, &name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m.Namespace, m.RelationName, nil
+	// tree: then m's own name applies. A relation that is not visible yet
+	// was created by the transaction being streamed, whose commit the
+	// walsender can send a moment before other sessions see it: wait for
+	// it (a relation dropped since never shows up; after a bound, its own
+	// name applies).
+	deadline := time.Now().Add(relationVisibleWait)
+	for {
+		var visible bool
+		var rs, rn *string
+		err = src.QueryRow(ctx, `SELECT c.oid IS NOT NULL, n.nspname, r.relname
+			FROM (SELECT $1::oid AS id) x LEFT JOIN pg_class c ON c.oid = x.id
+			LEFT JOIN pg_class r ON r.oid = pg_partition_root(x.id) LEFT JOIN pg_namespace n ON n.oid = r.relnamespace`,
+			m.RelationID).Scan(&visible, &rs, &rn)
+		if err != nil {
+			return "", "", fmt.Errorf("relation %s.%s: find its partition root: %w", m.Namespace, m.RelationName, err)
+		}
+		switch {
+		case rs != nil && rn != nil:
+			return *rs, *rn, nil
+		case visible || time.Now().After(deadline):
+			return m.Namespace, m.RelationName, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	if err != nil {
-		return "", "", fmt.Errorf("relation %s.%s: find its partition root: %w", m.Namespace, m.RelationName, err)
-	}
-	return schema, name, nil
 }
+
+// relationVisibleWait bounds the wait for a streamed relation the source
+// does not show yet (ruleTable).
+const relationVisibleWait = 2 * time.Second
 
 // checkIdentity returns an error when the stream could not apply UPDATE and
 // DELETE for the table: no replica identity, or a sharding key outside it
