@@ -54,8 +54,8 @@ func (c *client) balanced() bool {
 
 // chooseRead decides, before a client of a single-shard database attaches
 // for the Query sql, whether the transaction may run on a replica.
-func (c *client) chooseRead(sql string) {
-	c.lb.read = c.server == nil && c.balanced() && c.readStatement(sql, true)
+func (c *client) chooseRead(sql []byte) {
+	c.lb.read = c.server == nil && c.balanced() && c.readStatement(string(sql), true)
 }
 
 // chooseReadExt is chooseRead for an extended-protocol message: a Parse,

@@ -99,6 +99,7 @@ type client struct {
 
 	out       []byte  // messages waiting to be written to the server
 	q         []req   // answers expected from the server, in order
+	qBuf      []req   // q's reusable backing array (queued)
 	pipe      pipe    // where the extended-protocol pipeline is (state.go)
 	lastTag   []byte  // tag of the last CommandComplete relayed
 	clientErr error   // the client socket failed while relaying
@@ -130,7 +131,8 @@ type client struct {
 
 	cancelMu     sync.Mutex // orders cancel forwarding with the servers leaving the client
 	cancelTarget atomic.Pointer[cancelTarget]
-	wakeMu       sync.Mutex // orders Shutdown's wake-ups with the client leaving ClientIdle
+	lastTarget   *cancelTarget // the one-server target attach stored last (owner only)
+	wakeMu       sync.Mutex    // orders Shutdown's wake-ups with the client leaving ClientIdle
 	state        atomic.Int32
 	queries      atomic.Uint64
 	killed       atomic.Bool
@@ -147,6 +149,7 @@ func newClient(l *Listener, conn net.Conn) *client {
 		id:       l.nextID.Add(1),
 		started:  time.Now(),
 		tx:       'I',
+		qBuf:     make([]req, 0, 8),
 		stmts:    map[string]*stmt{},
 		sqlStmts: map[string]*sqlStmt{},
 	}
@@ -254,7 +257,11 @@ func (c *client) attach(ctx context.Context) error {
 	}
 	c.server = s
 	c.setState(ClientActive)
-	c.setCancelTarget(&cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s})
+	if t := c.lastTarget; t == nil || t.srv != s {
+		// Targets are immutable once stored: the same server's is reused.
+		c.lastTarget = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s}
+	}
+	c.setCancelTarget(c.lastTarget)
 	if err := c.restore(s); err != nil {
 		s.Broken = true
 		c.detach()
@@ -472,7 +479,7 @@ func (c *client) syncServer() bool {
 	s := c.server
 	s.W.Write([]byte{'S', 0, 0, 0, 4})
 	c.pipe.set(pipeUnsynced, false)
-	c.q = append(c.q, req{kind: reqSync})
+	c.q = append(c.queued(), req{kind: reqSync})
 	if err := s.Flush(); err != nil || c.relay() != nil {
 		s.Broken = true
 		return false

@@ -183,7 +183,7 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		c.injectNeeds(c.unnamedEff.needs)
 		s.Unnamed = append(s.Unnamed[:0], body...)
 		c.out = append(c.out, raw...)
-		c.q = append(c.q, req{kind: reqParse, unnamed: true})
+		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
 		return nil
 	}
 	if _, dup := c.stmts[string(name)]; dup {
@@ -195,12 +195,12 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
 		c.out = append(c.out, emptyParse...)
 		s.Unnamed = s.Unnamed[:0]
-		c.q = append(c.q, req{kind: reqParse, client: string(name)})
+		c.q = append(c.queued(), req{kind: reqParse, client: string(name)})
 		return nil
 	}
 	c.injectNeeds(st.effect().needs)
 	c.out = append(c.out, st.parse...)
-	c.q = append(c.q, req{kind: reqParse, confirm: st, client: string(name)})
+	c.q = append(c.queued(), req{kind: reqParse, confirm: st, client: string(name)})
 	return nil
 }
 
@@ -315,7 +315,7 @@ func (c *client) rewriteExecute(raw, body []byte) error {
 		r.create = c.prepareOnExecute(pe.prepares)
 		c.out = append(c.out, raw...)
 	}
-	c.q = append(c.q, r)
+	c.q = append(c.queued(), r)
 	return nil
 }
 
@@ -359,7 +359,7 @@ func (c *client) failInOrder(e *wire.Error) {
 	c.out = append(c.out, unknownPrefix+"error"...)
 	c.out = append(c.out, 0)
 	c.out = wire.FinishMessage(c.out, start)
-	c.q = append(c.q, req{kind: reqDescribe, replace: e})
+	c.q = append(c.queued(), req{kind: reqDescribe, replace: e})
 }
 
 // resolve returns the proxy-wide statement for a client statement name
@@ -374,7 +374,7 @@ func (c *client) resolve(name []byte) *stmt {
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
 			c.out = append(c.out, c.unnamed...)
 			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
-			c.q = append(c.q, req{kind: reqParse, injected: true, unnamed: true})
+			c.q = append(c.queued(), req{kind: reqParse, injected: true, unnamed: true})
 			s.Unnamed = append(s.Unnamed[:0], c.unnamed...)
 		}
 		return nil
@@ -386,7 +386,7 @@ func (c *client) resolve(name []byte) *stmt {
 	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.pipe.has(pipeSkipping) {
 		c.injectNeeds(st.effect().needs)
 		c.out = append(c.out, st.parse...)
-		c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st})
+		c.q = append(c.queued(), req{kind: reqParse, injected: true, confirm: st})
 	}
 	return st
 }

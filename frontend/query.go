@@ -92,7 +92,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 			sql, raw = []byte(out), wire.AppendQuery(nil, out)
 		}
 	}
-	c.chooseRead(string(sql))
+	c.chooseRead(sql)
 	if err := c.attach(ctx); err != nil {
 		return c.answerLocally(err, true)
 	}
@@ -123,7 +123,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	c.server.Unnamed = c.server.Unnamed[:0]
 	c.pipe.set(pipeUnsynced, false)
 	c.out = append(c.out, raw...)
-	c.q = append(c.q, req{kind: reqQuery, ops: ops, create: create})
+	c.q = append(c.queued(), req{kind: reqQuery, ops: ops, create: create})
 	return c.roundTrip()
 }
 
@@ -137,7 +137,7 @@ func (c *client) failQuery(err error) error {
 		e = wire.Errorf(wire.InternalError, "%v", err)
 	}
 	c.out = wire.AppendQuery(c.out, "DEALLOCATE "+unknownPrefix+"error")
-	c.q = append(c.q, req{kind: reqQuery, replace: e})
+	c.q = append(c.queued(), req{kind: reqQuery, replace: e})
 	return c.roundTrip()
 }
 
@@ -151,7 +151,7 @@ func (c *client) functionCall(ctx context.Context, raw []byte) error {
 	}
 	c.pipe.set(pipeUnsynced, false) // as for a Query
 	c.out = append(c.out, raw...)
-	c.q = append(c.q, req{kind: reqQuery})
+	c.q = append(c.queued(), req{kind: reqQuery})
 	return c.roundTrip()
 }
 
@@ -252,21 +252,38 @@ func (c *client) expect(typ byte) {
 	}
 	switch typ {
 	case 'P':
-		c.q = append(c.q, req{kind: reqParse})
+		c.q = append(c.queued(), req{kind: reqParse})
 	case 'B':
-		c.q = append(c.q, req{kind: reqBind})
+		c.q = append(c.queued(), req{kind: reqBind})
 	case 'D':
-		c.q = append(c.q, req{kind: reqDescribe})
+		c.q = append(c.queued(), req{kind: reqDescribe})
 	case 'E':
-		c.q = append(c.q, req{kind: reqExecute})
+		c.q = append(c.queued(), req{kind: reqExecute})
 	case 'C':
-		c.q = append(c.q, req{kind: reqClose})
+		c.q = append(c.queued(), req{kind: reqClose})
 	case 'S':
-		c.q = append(c.q, req{kind: reqSync})
+		c.q = append(c.queued(), req{kind: reqSync})
 		// The server skips after an error only up to this Sync: what
 		// the client sends after it runs (and is answered) again.
 		c.pipe.set(pipeSkipping, false)
 	}
+}
+
+// queued returns c.q to append to: when it is empty, the client's own
+// backing array, whose front the relay's pops (c.q = c.q[1:]) would
+// otherwise leave behind, so that a round trip allocates no queue.
+func (c *client) queued() []req {
+	if len(c.q) == 0 {
+		return c.qBuf[:0]
+	}
+	return c.q
+}
+
+// retryable reports whether err is a server that died before it answered
+// anything of a statement that carries none of the client's session.
+func retryable(err error) bool {
+	var sg *serverGone
+	return errors.As(err, &sg) && sg.retry
 }
 
 // roundTrip writes the batch to the server and relays the answers, then
@@ -277,11 +294,11 @@ func (c *client) roundTrip() error {
 	var werr chan error
 	if len(c.out) > flushWriteThreshold {
 		werr = make(chan error, 1)
-		out := c.out
+		out, srv := c.out, s // srv: the closure must not capture s, or s escapes on every round trip
 		go func() {
-			_, err := s.W.Write(out)
+			_, err := srv.W.Write(out)
 			if err == nil {
-				err = s.W.Flush()
+				err = srv.W.Flush()
 			}
 			werr <- err
 		}()
@@ -299,8 +316,7 @@ func (c *client) roundTrip() error {
 			err = e
 		}
 	}
-	var sg *serverGone
-	if errors.As(err, &sg) && sg.retry {
+	if err != nil && retryable(err) {
 		// The pooled server had died before it answered anything of a
 		// statement that carries no session of the client's: nothing of
 		// it ran (its implicit transaction died with the server), so it

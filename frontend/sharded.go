@@ -438,11 +438,11 @@ func (c *client) runOne(p *routePlan) error {
 	}
 	for _, q := range pre {
 		c.out = wire.AppendQuery(c.out, q)
-		c.q = append(c.q, req{kind: reqInternal})
+		c.q = append(c.queued(), req{kind: reqInternal})
 	}
 	start := len(c.sess.pending)
 	c.out = wire.AppendQuery(c.out, p.SQLFor(i))
-	c.q = append(c.q, req{kind: reqQuery, ops: p.ops, create: p.create})
+	c.q = append(c.queued(), req{kind: reqQuery, ops: p.ops, create: p.create})
 	err := c.roundTripShard()
 	c.ranOn(p.Shards)
 	if err != nil {

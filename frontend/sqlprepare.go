@@ -437,7 +437,7 @@ func (c *client) injectNeeds(names []string) {
 		if st := c.l.stmts.byName(name); st != nil {
 			if !c.pendingParse(st) {
 				c.out = append(c.out, st.parse...)
-				c.q = append(c.q, req{kind: reqParse, injected: true, confirm: st})
+				c.q = append(c.queued(), req{kind: reqParse, injected: true, confirm: st})
 			}
 			continue
 		}
@@ -476,7 +476,7 @@ func (c *client) injectSQL(sql string, exec req) {
 		c.out = append(c.out, inj+"\x00"...)
 		c.out = wire.FinishMessage(c.out, start)
 	}
-	c.q = append(c.q, req{kind: reqParse, injected: true}, req{kind: reqBind, injected: true}, exec,
+	c.q = append(c.queued(), req{kind: reqParse, injected: true}, req{kind: reqBind, injected: true}, exec,
 		req{kind: reqClose, injected: true}, req{kind: reqClose, injected: true})
 }
 
