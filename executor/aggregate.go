@@ -51,7 +51,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 		}
 	}
 	if grouped && m.spec.Distinct {
-		order = distinctGroups(order, m.visible)
+		order = m.distinctGroups(order)
 	}
 	return m.emitGroups(order)
 }
@@ -78,16 +78,16 @@ func (m *Merger) finish(order []*group) ([]*group, error) {
 // distinctGroups keeps the first of the groups whose visible columns are
 // equal: SELECT DISTINCT of a grouped query, which applies to its output
 // rows.
-func distinctGroups(order []*group, visible int) []*group {
+func (m *Merger) distinctGroups(order []*group) []*group {
 	seen := map[string]bool{}
-	cols := make([]int, visible)
+	cols := make([]int, m.visible)
 	for i := range cols {
 		cols[i] = i
 	}
 	var key []byte
 	kept := order[:0]
 	for _, g := range order {
-		key = appendKey(key[:0], g.cols, cols)
+		key = m.appendKey(key[:0], g.cols, cols)
 		if !seen[string(key)] {
 			seen[string(key)] = true
 			kept = append(kept, g)
@@ -121,7 +121,7 @@ func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*gro
 				order = append(order, newGroup(cols))
 				continue
 			}
-			key = appendKey(key[:0], cols, keyCols)
+			key = m.appendKey(key[:0], cols, keyCols)
 			g := groups[string(key)]
 			if g == nil {
 				g = newGroup(cols)
@@ -172,7 +172,7 @@ func (m *Merger) emitGroups(order []*group) error {
 		var key []byte
 		kept := order[:0]
 		for _, g := range order {
-			key = appendKey(key[:0], g.cols, m.spec.DistinctOn)
+			key = m.appendKey(key[:0], g.cols, m.spec.DistinctOn)
 			if !seen[string(key)] {
 				seen[string(key)] = true
 				kept = append(kept, g)
@@ -459,14 +459,15 @@ func formatFloat8(f float64) string {
 // length-prefixed, NULL as a length no value has, so that distinct rows
 // never share a key and NULLs group together (as GROUP BY and DISTINCT
 // treat them).
-func appendKey(key []byte, cols [][]byte, idx []int) []byte {
+func (m *Merger) appendKey(key []byte, cols [][]byte, idx []int) []byte {
 	for _, c := range idx {
 		if cols[c] == nil {
 			key = append(key, 0xff, 0xff, 0xff, 0xff)
 			continue
 		}
-		key = binary.BigEndian.AppendUint32(key, uint32(len(cols[c])))
-		key = append(key, cols[c]...)
+		v := groupValue(m.cols[c].OID, m.cols[c].Format, cols[c])
+		key = binary.BigEndian.AppendUint32(key, uint32(len(v)))
+		key = append(key, v...)
 	}
 	return key
 }
