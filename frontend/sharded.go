@@ -293,10 +293,7 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	}
 	switch p.Kind {
 	case executor.RouteBegin:
-		if !c.xs.Begin(sql) {
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
-		}
-		return c.localDone(beginTag(sql))
+		return c.localDone(c.beginTx(sql))
 	case executor.RouteCommit, executor.RouteRollback:
 		return c.endTx(ctx, p.Kind == executor.RouteCommit)
 	case executor.RouteSavepoint:
@@ -562,23 +559,38 @@ func (c *client) rollbackShards() { c.xs.Rollback() }
 // endTx commits or rolls back the client's transaction on every shard it
 // touched.
 func (c *client) endTx(ctx context.Context, commit bool) error {
-	if c.xs.Implicit() {
-		// COMMIT or ROLLBACK inside a multi-statement Query's implicit
-		// transaction ends it, with PostgreSQL's warning.
-		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
-	}
-	if !c.xs.InTx() {
-		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
-		if commit {
-			return c.localDone("COMMIT")
-		}
-		return c.localDone("ROLLBACK")
-	}
-	tag, err := c.finishTx(commit)
+	tag, err := c.endTxTag(commit)
 	if err != nil {
 		return c.shardedError(err)
 	}
 	return c.localDone(tag)
+}
+
+// beginTx opens the client's transaction for its BEGIN or START
+// TRANSACTION sql — with PostgreSQL's warning when one is open already —
+// and returns the command tag.
+func (c *client) beginTx(sql string) string {
+	if !c.xs.Begin(sql) {
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
+	}
+	return beginTag(sql)
+}
+
+// endTxTag runs COMMIT (commit) or ROLLBACK in every protocol and returns
+// its command tag. Outside a transaction block, or in an implicit one
+// (which it ends), PostgreSQL warns that there is no transaction in
+// progress.
+func (c *client) endTxTag(commit bool) (string, error) {
+	if !c.xs.InTx() || c.xs.Implicit() {
+		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
+	}
+	if !c.xs.InTx() {
+		if commit {
+			return "COMMIT", nil
+		}
+		return "ROLLBACK", nil
+	}
+	return c.finishTx(commit)
 }
 
 // commitShards commits the transaction open on shards: plainly on one

@@ -281,26 +281,10 @@ func (c *client) sTxControl(p *routePlan) error {
 	}
 	switch p.Kind {
 	case executor.RouteBegin:
-		if !c.xs.Begin(p.SQL) {
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.ActiveSQLTransaction, Message: "there is already a transaction in progress"}))
-		}
-		c.w.Write(wire.AppendCommandComplete(nil, beginTag(p.SQL)))
+		c.w.Write(wire.AppendCommandComplete(nil, c.beginTx(p.SQL)))
 		return nil
 	case executor.RouteCommit, executor.RouteRollback:
-		if !c.xs.InTx() || c.xs.Implicit() {
-			// Outside a transaction block, or in a batch's implicit
-			// transaction, which it ends (PostgreSQL warns there too).
-			c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
-		}
-		if !c.xs.InTx() {
-			tag := "COMMIT"
-			if p.Kind == executor.RouteRollback {
-				tag = "ROLLBACK"
-			}
-			c.w.Write(wire.AppendCommandComplete(nil, tag))
-			return nil
-		}
-		tag, err := c.finishTx(p.Kind == executor.RouteCommit)
+		tag, err := c.endTxTag(p.Kind == executor.RouteCommit)
 		if err != nil {
 			return err
 		}
