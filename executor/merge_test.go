@@ -48,16 +48,21 @@ func decode(t *testing.T, b []byte) [][]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var row []string
-		for _, c := range cols {
-			if c == nil {
-				row = append(row, "NULL")
-			} else {
-				row = append(row, string(c))
-			}
-		}
-		out = append(out, row)
+		out = append(out, textRow(cols))
 	}
+}
+
+// textRow is a DataRow's values as text, NULL as "NULL".
+func textRow(cols [][]byte) []string {
+	var row []string
+	for _, c := range cols {
+		if c == nil {
+			row = append(row, "NULL")
+		} else {
+			row = append(row, string(c))
+		}
+	}
+	return row
 }
 
 func run(t *testing.T, spec Spec, cols []Column, shards ...[][]string) [][]string {

@@ -59,15 +59,7 @@ func described(t *testing.T, b []byte) (desc []Field, rows [][]string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var row []string
-			for _, c := range cols {
-				if c == nil {
-					row = append(row, "NULL")
-				} else {
-					row = append(row, string(c))
-				}
-			}
-			rows = append(rows, row)
+			rows = append(rows, textRow(cols))
 		default:
 			t.Fatalf("unexpected message %q", typ)
 		}
