@@ -319,7 +319,10 @@ func (e *diffEnv) resetData(t testing.TB) {
 	}
 }
 
-// proxyConfig serves databases one and two in pool mode mode.
+// proxyConfig serves databases one and two in pool mode mode. On two,
+// accounts is sharded by id and every other table with a bigint column
+// shard_key by that column, so that scripts can create sharded tables of
+// their own.
 func (e *diffEnv) proxyConfig(mode string, size int) string {
 	c := e.cl
 	return fmt.Sprintf(`listen: 127.0.0.1:0
@@ -333,7 +336,9 @@ databases:
     shards: [%s]
   - name: two
     shards: [%s, %s]
-    sharded_tables: [{ table: accounts, column: id, type: bigint }]
+    sharded_tables:
+      - { table: accounts, column: id, type: bigint }
+      - { column: shard_key, type: bigint }
 `, mode, size, e.dir, appPassword, c.User, c.Password, shardYAML(c, "one"), shardYAML(c, "s0"), shardYAML(c, "s1"))
 }
 
