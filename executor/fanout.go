@@ -43,6 +43,9 @@ type ShardRows struct {
 	// ParseComplete: an error before that means the server does not have
 	// it (it is dropped from the server's record).
 	Parsing string
+	// Bound: the server answered the Bind with BindComplete, so that an
+	// error after it is the Execute's, not the Bind's.
+	Bound bool
 }
 
 // NewShardRows returns a reader of srv's answer; messages for the client
@@ -77,6 +80,9 @@ func (r *ShardRows) next() (typ byte, body []byte, ok bool) {
 		if typ == 'E' && r.Parsing != "" {
 			delete(r.srv.Prepared, r.Parsing)
 			r.Parsing = ""
+		}
+		if typ == '2' {
+			r.Bound = true
 		}
 		if r.Extended && (typ == '1' || typ == '2' || typ == 'n') {
 			continue

@@ -125,6 +125,10 @@ type client struct {
 	sportals       map[string]*sPortal
 	pendingPrepare string
 	suppressDesc   bool
+	// bindPending: the client's BindComplete is held back until the shard
+	// binds the portal, so that an error PostgreSQL raises at Bind takes
+	// its place (see deferBind).
+	bindPending bool
 
 	adm admission // gate and pool counters (gate.go)
 	lb  lbState   // replica or primary for the next transaction (balance.go)

@@ -17,8 +17,16 @@ import (
 // BEGIN of prefix, and followed by a Sync the client never sees, unless a
 // row limit keeps the portal open (sharded_portal.go).
 
-// sExecute runs a portal on the shards its plan names.
+// sExecute runs a portal on the shards its plan names. A Bind held back
+// for it (bindPending) is answered where its shard binds it (execOne),
+// otherwise before anything else the Execute answers.
 func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error {
+	err := c.sExecutePortal(ctx, body, describe)
+	c.bindDone()
+	return err
+}
+
+func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool) error {
 	name, maxRows, err := executeMsg(body)
 	if err != nil {
 		return err
@@ -34,12 +42,14 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	for attempt := 0; ; attempt++ {
 		switch plan.Kind {
 		case executor.RouteBegin, executor.RouteCommit, executor.RouteRollback, executor.RouteSavepoint:
+			c.bindDone()
 			return c.sTxControl(plan)
 		}
 		if c.xs.Failed() {
 			return errAborted()
 		}
 		if plan.Kind == executor.RouteLocal {
+			c.bindDone()
 			return c.sLocal(plan, describe)
 		}
 		// A read that starts the batch's work outside a transaction may go to
@@ -66,6 +76,9 @@ func (c *client) sExecute(ctx context.Context, body []byte, describe bool) error
 	}
 	c.routeCounts().count(len(plan.Shards), c.xs.Len())
 	c.txEff |= p.stmt.effect().eff
+	if plan.Kind == executor.RouteInsertSelect || len(plan.Shards) > 1 && maxRows > 0 {
+		c.bindDone()
+	}
 	if plan.Kind == executor.RouteInsertSelect {
 		return c.execInsertSelect(p, describe)
 	}
@@ -125,6 +138,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		return err
 	}
 	if cr := plan.create; cr != nil {
+		c.bindDone()
 		if _, ok := c.server.Prepared[cr.st.name]; ok {
 			// This server has the statement from another client.
 			c.sqlStmts[cr.client] = cr.st
@@ -140,7 +154,10 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	var tag []byte
 	fn := func(typ byte, raw []byte) {
 		switch typ {
-		case '1', '2':
+		case '1':
+			return
+		case '2':
+			c.bindDone()
 			return
 		case 's':
 			p.suspended, p.shard = true, i
@@ -159,6 +176,10 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		err = c.serverExchange(out, fn)
 	}
 	c.ranOn(plan.Shards)
+	if _, ok := wire.AsError(err); ok && c.bindPending {
+		// The shard failed the Parse or Bind: its error answers the Bind.
+		c.bindPending = false
+	}
 	if err != nil || tag == nil {
 		return err
 	}
@@ -263,8 +284,13 @@ func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, er
 		}
 		if r.Err() != nil && firstErr == nil {
 			firstErr = r.Err()
+			if !r.Bound && c.bindPending {
+				// The shards failed the Bind: the error answers it.
+				c.bindPending = false
+			}
 		}
 	}
+	c.bindDone()
 	tag, err := c.xs.Gather(a, readers, implicit, firstErr)
 	var se *executor.ShardError
 	if errors.As(err, &se) {

@@ -17,6 +17,8 @@ import (
 // sends each Execute — with the Parse and Bind it needs — to the shards
 // the bound statement routes to, followed by a Sync that the client never
 // sees (sharded_execute.go; with a row limit, Flush: sharded_portal.go).
+// A Bind that its Execute follows is answered when the shards bind it
+// (deferBind), so that errors PostgreSQL raises at Bind answer the Bind.
 // Describe of a statement asks any shard (schemas are the same
 // everywhere). A batch is read whole (up to Sync or Flush) before it runs,
 // so that a Describe of a portal travels with its Execute. A statement
@@ -102,7 +104,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'P':
 			err = c.sParse(ctx, m.body)
 		case 'B':
-			err = c.sBind(m.body)
+			err = c.sBind(m.body, deferBind(batch[k:]))
 		case 'D':
 			kind, name, derr := describeMsg('D', m.body)
 			switch {
@@ -290,7 +292,7 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	return nil
 }
 
-func (c *client) sBind(body []byte) error {
+func (c *client) sBind(body []byte, deferred bool) error {
 	d := wire.NewBody(body)
 	portal := d.CString()
 	name := d.CString()
@@ -320,8 +322,49 @@ func (c *client) sBind(body []byte) error {
 		c.sportals = map[string]*sPortal{}
 	}
 	c.sportals[string(portal)] = p
-	c.w.Write([]byte{'2', 0, 0, 0, 4})
+	if deferred {
+		c.bindPending = true
+		return nil
+	}
+	c.w.Write(bindComplete)
 	return nil
+}
+
+var bindComplete = []byte{'2', 0, 0, 0, 4}
+
+// deferBind reports whether the Bind that starts batch is executed by the
+// next message, or by the one after a Describe of its portal: that Execute
+// then binds it on its shard first, and the client's BindComplete waits for
+// the shard's (bindDone). PostgreSQL plans an unnamed or custom-planned
+// statement at Bind, so that planning errors (a constant 1/0, a cast of a
+// parameter that fails) answer the Bind; every driver sends Bind right
+// before its Execute. A Bind executed later, after other messages, is
+// answered at once, and its planning errors come at its Execute.
+func deferBind(batch []batchMsg) bool {
+	d := wire.NewBody(batch[0].body)
+	portal := d.CString()
+	if d.Err() != nil || len(batch) < 2 {
+		return false
+	}
+	next := batch[1]
+	if next.typ == 'D' && len(batch) > 2 {
+		kind, name, err := describeMsg('D', next.body)
+		if err != nil || kind != 'P' || string(name) != string(portal) {
+			return false
+		}
+		next = batch[2]
+	}
+	return next.typ == 'E' && executesPortal(next.body, portal)
+}
+
+// bindDone answers a held-back Bind (bindPending) with BindComplete: the
+// shard bound the portal, or the Execute runs where nothing binds at a
+// shard.
+func (c *client) bindDone() {
+	if c.bindPending {
+		c.bindPending = false
+		c.toClient(bindComplete)
+	}
 }
 
 func (c *client) sClose(body []byte) error {
