@@ -264,8 +264,12 @@ func (m *Merger) Run(sources []Rows) (int64, error) {
 	default:
 		err = m.concat(sources)
 	}
-	if err == nil && len(m.buf) > 0 {
-		_, err = m.out.Write(m.buf)
+	if len(m.buf) > 0 {
+		// Rows merged before an error reach the client before it, as a
+		// server's rows do.
+		if _, werr := m.out.Write(m.buf); err == nil {
+			err = werr
+		}
 		m.buf = m.buf[:0]
 	}
 	return m.sent, err

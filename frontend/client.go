@@ -129,6 +129,7 @@ type client struct {
 	// binds the portal, so that an error PostgreSQL raises at Bind takes
 	// its place (see deferBind).
 	bindPending bool
+	stream      *portalStream // a cross-shard read paused between Executes
 
 	adm admission // gate and pool counters (gate.go)
 	lb  lbState   // replica or primary for the next transaction (balance.go)

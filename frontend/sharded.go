@@ -230,6 +230,7 @@ const maxReplans = 10
 
 // shardedQuery runs a simple Query on a sharded database.
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
+	c.settleStream(streamKeep) // its servers run the Query
 	if c.mode != config.PoolTransaction {
 		// simpleQuery analyzes statements in transaction mode only, but a
 		// sharded session has a server per shard in session mode too: its

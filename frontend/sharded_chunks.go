@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -12,10 +13,13 @@ import (
 //
 // Drivers fetch results in chunks (JDBC with a fetch size: Execute with a
 // row limit, PortalSuspended, Execute again). A portal on one shard keeps
-// its rows on its server (sharded_portal.go); the merged rows of several
-// shards have no server to wait on, so the proxy runs the portal to its
-// end at the first Execute and keeps the merged DataRows, up to
-// maxChunkedResult bytes, to hand out a chunk per Execute. As in
+// its rows on its server (sharded_portal.go); a read merged from several
+// shards pauses its merge between Executes (sharded_stream.go). Other
+// portals — writes with RETURNING, whose rows PostgreSQL too computes
+// before the first is returned, and streams the client interrupted with
+// other statements — run to their end at once and the proxy keeps the
+// merged DataRows, up to maxChunkedResult bytes, to hand out a chunk per
+// Execute. As in
 // PostgreSQL, an Execute that returns exactly its row limit answers
 // PortalSuspended (the next may return no rows), and the CommandComplete
 // that ends the portal counts the rows of its own Execute. A statement
@@ -31,6 +35,15 @@ const maxChunkedResult = 64 << 20
 type bufferedRows struct {
 	rows [][]byte // DataRow messages, whole
 	tag  string   // the command tag of the whole result, "SELECT 1000"
+	err  error    // the error after the last row, if the statement failed
+	over bool     // rows beyond maxChunkedResult were dropped
+}
+
+// errChunkedTooLarge answers a portal whose rows the proxy could not keep.
+func errChunkedTooLarge() error {
+	return &wire.Error{Severity: "ERROR", Code: wire.ProgramLimitExceeded,
+		Message: "a cross-shard result fetched in chunks (Execute with a row limit) is larger than the proxy keeps (64 MiB)",
+		Hint:    "Fetch it without a row limit (turn the driver's fetch size off), or narrow the query to one shard."}
 }
 
 // rowRecorder is the sink of a cross-shard portal run for chunks: DataRows
@@ -68,16 +81,17 @@ func (r *rowRecorder) Write(msgs []byte) (int, error) {
 
 // execManyChunked runs portal p on several shards for an Execute with a
 // row limit and answers its first chunk.
-func (c *client) execManyChunked(p *sPortal, maxRows int32, describe bool) error {
+func (c *client) execManyChunked(p *sPortal, name []byte, maxRows int32, describe bool) error {
+	if p.plan.Kind == executor.RouteRead {
+		return c.execManyStreamed(p, name, maxRows, describe)
+	}
 	rec := &rowRecorder{c: c, b: &bufferedRows{}}
 	tag, err := c.execMany(p, describe, rec)
 	if err != nil {
 		return err
 	}
 	if rec.over {
-		return &wire.Error{Severity: "ERROR", Code: wire.ProgramLimitExceeded,
-			Message: "a cross-shard result fetched in chunks (Execute with a row limit) is larger than the proxy keeps (64 MiB)",
-			Hint:    "Fetch it without a row limit (turn the driver's fetch size off), or narrow the query to one shard."}
+		return errChunkedTooLarge()
 	}
 	if len(rec.b.rows) == 0 && !strings.HasPrefix(tag, "SELECT") {
 		c.completeMany(p.plan, tag) // no rows: ran to completion
@@ -86,14 +100,14 @@ func (c *client) execManyChunked(p *sPortal, maxRows int32, describe bool) error
 	c.applyManyOps(p.plan)
 	rec.b.tag = tag
 	p.chunks = rec.b
-	c.serveChunk(p, maxRows)
-	return nil
+	return c.serveChunk(p, maxRows)
 }
 
 // serveChunk answers an Execute of a cross-shard portal from its kept
 // rows: up to maxRows rows (0: all), then PortalSuspended when it returned
-// exactly maxRows, else CommandComplete counting the rows it returned.
-func (c *client) serveChunk(p *sPortal, maxRows int32) {
+// exactly maxRows, else CommandComplete counting the rows it returned (or
+// the statement's error).
+func (c *client) serveChunk(p *sPortal, maxRows int32) error {
 	b := p.chunks
 	n := len(b.rows)
 	if maxRows > 0 && int(maxRows) < n {
@@ -105,11 +119,15 @@ func (c *client) serveChunk(p *sPortal, maxRows int32) {
 	b.rows = b.rows[n:]
 	if maxRows > 0 && n == int(maxRows) {
 		p.suspended = true
-		c.toClient([]byte{'s', 0, 0, 0, 4})
-		return
+		c.toClient(portalSuspended)
+		return nil
 	}
 	p.suspended, p.chunks = false, nil
+	if b.err != nil {
+		return b.err
+	}
 	c.w.Write(wire.AppendCommandComplete(nil, withCount(b.tag, n)))
+	return nil
 }
 
 // withCount is tag with its row count replaced by n: "SELECT 1000" with 7

@@ -86,7 +86,7 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		return c.execOne(p, maxRows, describe)
 	}
 	if maxRows > 0 {
-		return c.execManyChunked(p, maxRows, describe)
+		return c.execManyChunked(p, name, maxRows, describe)
 	}
 	tag, err := c.execMany(p, describe, clientSink{c})
 	if err == nil {
@@ -243,6 +243,42 @@ func (c *client) runPrefix(i int, pre []string) error {
 // execMany runs a portal on several shards and merges their answers into
 // sink as the simple protocol does, returning the command tag.
 func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, error) {
+	g, err := c.startMany(p, describe, sink)
+	if err != nil {
+		return "", err
+	}
+	tag, err := g.gather()
+	return c.gatherMany(tag, err)
+}
+
+// manyExec is a portal sent to several shards whose answers are still to
+// be merged.
+type manyExec struct {
+	xs       *executor.Session
+	a        *executor.Answer
+	readers  []*executor.ShardRows
+	implicit bool
+	firstErr *wire.Error
+}
+
+// gather merges the answers into the sink (executor.Session.Gather); it
+// touches nothing of the client but its servers and the sink.
+func (g *manyExec) gather() (string, error) {
+	return g.xs.Gather(g.a, g.readers, g.implicit, g.firstErr)
+}
+
+// gatherMany finishes what gather returned: a broken shard is lost.
+func (c *client) gatherMany(tag string, err error) (string, error) {
+	var se *executor.ShardError
+	if errors.As(err, &se) {
+		return "", c.lostShard(err)
+	}
+	return tag, err
+}
+
+// startMany sends portal p to each of its shards and reads the headers of
+// their answers.
+func (c *client) startMany(p *sPortal, describe bool, sink io.Writer) (*manyExec, error) {
 	plan := p.plan
 	implicit := !c.xs.InTx() && (plan.Kind == executor.RouteWrite || plan.Kind == executor.RouteOmniWrite)
 	d := executor.DescribeNone
@@ -255,10 +291,10 @@ func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, er
 	for k, i := range plan.Shards {
 		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
-			return "", c.lostShard(err)
+			return nil, c.lostShard(err)
 		}
 		if err := c.runPrefix(i, c.prefix(i, implicit)); err != nil {
-			return "", err
+			return nil, err
 		}
 		out := c.appendPortal(nil, p, i)
 		parsing := c.pendingPrepare
@@ -268,7 +304,7 @@ func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, er
 		out = append(out, 'S', 0, 0, 0, 4)
 		c.server.W.Write(out)
 		if err := c.server.Flush(); err != nil {
-			return "", c.lostShard(err)
+			return nil, c.lostShard(err)
 		}
 		r := executor.NewShardRows(c.server, a.Sink)
 		r.Extended, r.Parsing = true, parsing
@@ -280,7 +316,7 @@ func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, er
 		r.Header()
 		if err := r.IOErr(); err != nil {
 			c.server = r.Server()
-			return "", c.lostShard(err)
+			return nil, c.lostShard(err)
 		}
 		if r.Err() != nil && firstErr == nil {
 			firstErr = r.Err()
@@ -291,12 +327,7 @@ func (c *client) execMany(p *sPortal, describe bool, sink io.Writer) (string, er
 		}
 	}
 	c.bindDone()
-	tag, err := c.xs.Gather(a, readers, implicit, firstErr)
-	var se *executor.ShardError
-	if errors.As(err, &se) {
-		return "", c.lostShard(err)
-	}
-	return tag, err
+	return &manyExec{xs: c.xs, a: a, readers: readers, implicit: implicit, firstErr: firstErr}, nil
 }
 
 // sTxControl runs BEGIN/COMMIT/ROLLBACK/SAVEPOINT sent through the

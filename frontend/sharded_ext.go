@@ -69,6 +69,9 @@ type sPortal struct {
 	// chunks are the merged rows of a portal on several shards that an
 	// Execute with a row limit has not fetched yet (sharded_chunks.go).
 	chunks *bufferedRows
+	// stream is the paused merge of a cross-shard read fetched in chunks
+	// (sharded_stream.go).
+	stream *portalStream
 }
 
 type batchMsg struct {
@@ -89,6 +92,9 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	first := true // the batch's first Execute is still to come
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
+		if c.stream != nil {
+			c.streamNext(m.typ, m.body)
+		}
 		if c.pipe.has(pipeDropping) && m.typ != 'S' {
 			if m.typ == 'H' {
 				// The error that started the skip reaches the client now,

@@ -19,8 +19,8 @@ import (
 // the client's does, at its Sync (syncShards), or before the proxy sends
 // that server anything else (useShard): a server inside a batch skips
 // everything up to Sync after an error, a simple Query included. A portal
-// that runs on several shards cannot be fetched in chunks: its rows are
-// merged from all of them.
+// that runs on several shards is merged from all of them and pauses its
+// merge instead (sharded_stream.go).
 
 // errPortalLost is the answer to an Execute of a suspended portal whose
 // server portal is gone: the proxy ran something else on its server, or
@@ -36,6 +36,9 @@ func errPortalLost(name []byte) error {
 // is synced, and the suspended portal is lost (the proxy binds the
 // server's unnamed portal anew).
 func (c *client) useShard(i int) error {
+	if c.stream != nil && c.stream.usesShard(i) {
+		c.settleStream(streamKeep)
+	}
 	if err := c.syncShard(i); err != nil {
 		return err
 	}
@@ -145,9 +148,11 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 // resumePortal fetches the next chunk of suspended portal p (the client's
 // name) on its shard.
 func (c *client) resumePortal(p *sPortal, name []byte, maxRows int32) error {
+	if p.stream != nil {
+		return c.resumeStream(p.stream, maxRows)
+	}
 	if p.chunks != nil {
-		c.serveChunk(p, maxRows)
-		return nil
+		return c.serveChunk(p, maxRows)
 	}
 	sc := &c.ext[p.shard]
 	p.suspended = false
