@@ -24,9 +24,9 @@ type Config struct {
 	// AuthType is the default client authentication method for users:
 	// scram (default) | md5 | plain | trust.
 	AuthType AuthType `yaml:"auth_type"`
-	// TwoPhaseCommitLog is the file where the proxy records its decisions
-	// for multi-shard commits, so that a restart after a crash finishes
-	// them (default ./shardgate-2pc.log).
+	// TwoPhaseCommitLog is no longer used: multi-shard commit decisions
+	// live on the shards (see executor/twopc.go). The key is accepted, and
+	// ignored with a warning, so that existing files keep loading.
 	TwoPhaseCommitLog string `yaml:"two_phase_commit_log"`
 	// NodeID (0–1023) goes into every shardgate.unique_id() this proxy
 	// generates, so that several proxies never hand out the same id.
@@ -110,6 +110,11 @@ type Limits struct {
 	// MaxMessageSize is the largest message a client may send, in bytes.
 	// Default 1 GiB (PostgreSQL's own limit); larger ones get 08P01.
 	MaxMessageSize int `yaml:"max_message_size"`
+	// InDoubtTimeout is how long a multi-shard transaction may stay
+	// prepared on its coordinating shard without a decision before any
+	// proxy's resolver rolls it back (default 10s). It bounds how long a
+	// proxy that died in the middle of COMMIT leaves locks held.
+	InDoubtTimeout time.Duration `yaml:"in_doubt_timeout"`
 }
 
 // TLS configures TLS towards clients and the sslmode towards servers.

@@ -18,7 +18,7 @@ const (
 	defaultMaxClientConn   = 10000
 	defaultLoginTimeout    = 60 * time.Second
 	defaultMaxMessageSize  = 1 << 30 // PostgreSQL's own limit
-	defaultTwoPhaseLog     = "./shardgate-2pc.log"
+	defaultInDoubtTimeout  = 10 * time.Second
 )
 
 // defaultPool is the top-level pool when the file says nothing.
@@ -58,9 +58,9 @@ func defaultConfig() *Config {
 			MaxClientConn:      defaultMaxClientConn,
 			ClientLoginTimeout: defaultLoginTimeout,
 			MaxMessageSize:     defaultMaxMessageSize,
+			InDoubtTimeout:     defaultInDoubtTimeout,
 		},
-		AuthType:          AuthSCRAM,
-		TwoPhaseCommitLog: defaultTwoPhaseLog,
+		AuthType: AuthSCRAM,
 	}
 }
 

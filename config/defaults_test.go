@@ -30,15 +30,14 @@ func TestDefaults(t *testing.T) {
 	}
 	lb := LoadBalancing{Strategy: LBRandom, BanTime: time.Minute, HealthCheckInterval: 10 * time.Second, HealthCheckTimeout: 2 * time.Second}
 	want := &Config{
-		Path:              "testdata/minimal.yaml",
-		Listen:            "127.0.0.1:6432",
-		ShutdownTimeout:   30 * time.Second,
-		Admin:             Admin{Database: "admin", User: "admin"},
-		Pool:              pool,
-		LoadBalancing:     lb,
-		Limits:            Limits{MaxClientConn: 10000, ClientLoginTimeout: 60 * time.Second, MaxMessageSize: 1 << 30},
-		AuthType:          AuthSCRAM,
-		TwoPhaseCommitLog: "./shardgate-2pc.log",
+		Path:            "testdata/minimal.yaml",
+		Listen:          "127.0.0.1:6432",
+		ShutdownTimeout: 30 * time.Second,
+		Admin:           Admin{Database: "admin", User: "admin"},
+		Pool:            pool,
+		LoadBalancing:   lb,
+		Limits:          Limits{MaxClientConn: 10000, ClientLoginTimeout: 60 * time.Second, MaxMessageSize: 1 << 30, InDoubtTimeout: 10 * time.Second},
+		AuthType:        AuthSCRAM,
 		Users: []User{{
 			Name: "app", Password: "secret", AuthType: AuthSCRAM,
 			ServerUser: "app", ServerPassword: "secret",

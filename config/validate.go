@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,7 +64,6 @@ func validate(c *Config, r *reporter, fromFile bool) {
 	v.limits()
 	v.tls()
 	v.enum("auth_type", string(c.AuthType), authTypes)
-	v.twoPhaseCommitLog()
 	v.nodeID()
 	v.users()
 	v.databases()
@@ -218,6 +216,7 @@ func (v *validator) limits() {
 		v.r.at("limits.max_client_conn", "must be at least 1, got %d", l.MaxClientConn)
 	}
 	v.nonNegative("limits.client_login_timeout", l.ClientLoginTimeout)
+	v.nonNegative("limits.in_doubt_timeout", l.InDoubtTimeout)
 	if l.MaxMessageSize < minMessageSize || l.MaxMessageSize > math.MaxInt32 {
 		v.r.at("limits.max_message_size", "must be from %d to %d bytes, got %d", minMessageSize, math.MaxInt32, l.MaxMessageSize)
 	}
@@ -255,25 +254,6 @@ func (v *validator) tls() {
 func (v *validator) nodeID() {
 	if v.c.NodeID < 0 || v.c.NodeID > 1023 {
 		v.r.at("node_id", "must be between 0 and 1023, got %d", v.c.NodeID)
-	}
-}
-
-// twoPhaseCommitLog checks that the decision log can be created: a file the
-// proxy cannot write its commit decisions to would only fail at the first
-// multi-shard commit.
-func (v *validator) twoPhaseCommitLog() {
-	name := v.c.TwoPhaseCommitLog
-	if !v.required("two_phase_commit_log", name, "the file that records multi-shard commit decisions") {
-		return
-	}
-	if fi, err := os.Stat(name); err == nil && !fi.Mode().IsRegular() {
-		v.r.at("two_phase_commit_log", "%s exists and is not a regular file", name)
-		return
-	}
-	if fi, err := os.Stat(filepath.Dir(name)); err != nil {
-		v.r.at("two_phase_commit_log", "%v", err)
-	} else if !fi.IsDir() {
-		v.r.at("two_phase_commit_log", "%s is not a directory", filepath.Dir(name))
 	}
 }
 

@@ -4,25 +4,22 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
 
 // Coordinator is the proxy-wide part of two-phase commit: transaction ids
-// unique across the proxy's restarts and the decision log, opened on first
-// use. One Coordinator serves every session of a proxy process.
+// unique across proxies and restarts. One Coordinator serves every session
+// of a proxy process; it keeps nothing on disk (see twopc.go).
 type Coordinator struct {
-	path   func() string // where the decision log lives (it follows config reloads)
-	prefix string        // random per process start
+	prefix string // random per process start
 	seq    atomic.Uint64
 	log    *slog.Logger
-
-	mu   sync.Mutex // guards dlog
-	dlog *DecisionLog
 
 	// Knobs are for tests; production leaves them zero.
 	Knobs CommitKnobs
@@ -31,46 +28,21 @@ type Coordinator struct {
 // CommitKnobs are the Coordinator's testing knobs.
 type CommitKnobs struct {
 	// AtStage runs at each stage of a two-phase commit: "prepared" (every
-	// shard prepared, no decision yet) and "decided" (the decision is
-	// durable, nothing committed yet). Crash tests kill the process there.
+	// shard prepared, no decision yet) and "decided" (the coordinator
+	// committed, the other shards not yet). Crash tests kill the process
+	// there.
 	AtStage func(stage string)
 }
 
-// NewCoordinator returns a coordinator whose decision log lives at path()
-// and whose transaction ids start with prefix.
-func NewCoordinator(path func() string, prefix string, log *slog.Logger) *Coordinator {
-	return &Coordinator{path: path, prefix: prefix, log: log}
+// NewCoordinator returns a coordinator whose transaction ids start with
+// prefix (random per process: several proxies share the shards).
+func NewCoordinator(prefix string, log *slog.Logger) *Coordinator {
+	return &Coordinator{prefix: prefix, log: log}
 }
 
-// nextTxID returns a transaction id unique across this proxy's restarts.
+// nextTxID returns a transaction id unique across proxies and restarts.
 func (c *Coordinator) nextTxID() string {
 	return fmt.Sprintf("%s-%d", c.prefix, c.seq.Add(1))
-}
-
-// Log returns the decision log, opening it on first use.
-func (c *Coordinator) Log() (*DecisionLog, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dlog == nil {
-		dlog, err := OpenDecisionLog(c.path())
-		if err != nil {
-			return nil, err
-		}
-		c.dlog = dlog
-	}
-	return c.dlog, nil
-}
-
-// Close closes the decision log if it is open.
-func (c *Coordinator) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dlog == nil {
-		return nil
-	}
-	err := c.dlog.Close()
-	c.dlog = nil
-	return err
 }
 
 func (c *Coordinator) at(stage string) {
@@ -80,9 +52,10 @@ func (c *Coordinator) at(stage string) {
 }
 
 // Commit commits the transaction open on shards: plainly on one shard,
-// with two-phase commit on several. A failure before the decision rolls
-// back every shard; after it, the decision stands and recovery finishes
-// what a shard did not.
+// with two-phase commit on several (twopc.go). A failure before the
+// coordinator's COMMIT PREPARED rolls back every shard; after it, the
+// transaction is committed and whatever a shard did not finish, a
+// resolver finishes.
 func (s *Session) Commit(shards []int) error {
 	switch len(shards) {
 	case 0:
@@ -103,144 +76,216 @@ func (s *Session) Commit(shards []int) error {
 		return nil
 	}
 	c := s.coord
-	txid := c.nextTxID()
-	var prepared []int
-	failure := s.prepare(txid, shards, &prepared)
+	coord := slices.Min(shards)
+	t := s.shards[coord].pool.Target
+	g := GID{TxID: c.nextTxID(), Coord: coord, Tag: CoordTag(t.Host, t.Port, t.Database), Shard: coord}
+	var prepared []GID
+	failure := s.prepare(g, shards, &prepared)
 	if failure == nil {
 		c.at("prepared")
-		if dlog, err := c.Log(); err != nil {
-			failure = wire.Errorf(wire.InternalError, "two-phase commit log %s cannot be opened: %v", c.path(), err)
-		} else if err := dlog.Commit(txid); err != nil {
-			failure = wire.Errorf(wire.InternalError, "two-phase commit: %v", err)
-		}
+		failure = s.decide(g)
 	}
 	if failure != nil {
-		for _, i := range prepared {
-			s.ending(i, "ROLLBACK PREPARED "+wire.QuoteLiteral(GID(txid, i)))
-		}
+		s.undo(prepared)
 		s.Rollback()
 		return failure
 	}
 	c.at("decided")
-	allDone := true
-	for _, i := range prepared {
-		if _, serr, err := s.ending(i, "COMMIT PREPARED "+wire.QuoteLiteral(GID(txid, i))); err != nil || serr != nil {
-			// The decision is durable: recovery finishes it.
-			allDone = false
-			c.log.Error("COMMIT PREPARED failed; recovery will finish it", "gid", GID(txid, i), "err", err, "server_err", serr)
-		}
-	}
-	if allDone {
-		if dlog, err := c.Log(); err == nil {
-			dlog.Done(txid)
+	for _, p := range prepared[1:] {
+		if _, serr, err := s.ending(p.Shard, "COMMIT PREPARED "+wire.QuoteLiteral(p.String())); err != nil || serr != nil {
+			// Committed at the coordinator: a resolver finishes it.
+			c.log.Error("COMMIT PREPARED failed; the two-phase resolver will finish it", "gid", p.String(), "err", err, "server_err", serr)
 		}
 	}
 	return nil
 }
 
-// prepare runs PREPARE TRANSACTION on each shard in turn, adding those
-// that prepared to prepared, and returns the first failure.
-func (s *Session) prepare(txid string, shards []int, prepared *[]int) error {
-	for _, i := range shards {
-		_, serr, err := s.ending(i, "PREPARE TRANSACTION "+wire.QuoteLiteral(GID(txid, i)))
+// decide commits the coordinator's prepared transaction g: the commit
+// point. Its errors are the client's: 40000 when a resolver rolled the
+// transaction back first, 08007 when the outcome is unknown.
+func (s *Session) decide(g GID) error {
+	_, serr, err := s.ending(g.Coord, "COMMIT PREPARED "+wire.QuoteLiteral(g.String()))
+	switch {
+	case err != nil:
+		return &wire.Error{Severity: "ERROR", Code: wire.TransactionResolutionUnknown,
+			Message: "the connection to the coordinating shard was lost during COMMIT; the transaction is committed on every shard or on none",
+			Detail:  fmt.Sprintf("Two-phase transaction %s; a resolver finishes it on every shard.", g.TxID)}
+	case serr != nil && serr.Code == wire.UndefinedObject:
+		return &wire.Error{Severity: "ERROR", Code: wire.TransactionRollback,
+			Message: "the transaction was rolled back: it stayed undecided longer than the in-doubt timeout and a resolver rolled it back",
+			Hint:    "Retry the transaction."}
+	case serr != nil:
+		return serr
+	}
+	s.shards[g.Coord].inTx = false
+	return nil
+}
+
+// undo rolls back the prepared transactions of a commit that failed
+// before its commit point (errors are left to the resolver).
+func (s *Session) undo(prepared []GID) {
+	for _, p := range prepared {
+		if srv := s.shards[p.Shard].server; srv == nil || srv.Broken {
+			continue
+		}
+		s.ending(p.Shard, "ROLLBACK PREPARED "+wire.QuoteLiteral(p.String()))
+	}
+}
+
+// prepare prepares the transaction on the coordinator g.Coord first (with
+// its xid), then on the other shards, adding each to prepared, and
+// returns the first failure.
+func (s *Session) prepare(g GID, shards []int, prepared *[]GID) error {
+	xid, _, serr, err := s.internalValue(g.Coord, "SELECT pg_current_xact_id(); PREPARE TRANSACTION "+wire.QuoteLiteral(g.String()))
+	if err == nil && serr == nil {
+		g.XID, err = strconv.ParseUint(xid, 10, 64)
 		if err != nil {
-			return wire.Errorf(wire.ConnectionFailure, "two-phase commit: shard %d: %v", i, err)
+			return wire.Errorf(wire.InternalError, "two-phase commit: shard %d returned xid %q", g.Coord, xid)
 		}
-		if serr != nil {
-			e := &wire.Error{Severity: "ERROR", Code: serr.Code, Message: "two-phase commit failed on shard " + strconv.Itoa(i) + ": " + serr.Message, Detail: serr.Detail, Hint: serr.Hint}
-			if serr.Code == wire.ObjectNotInPrerequisiteState {
-				e.Hint = "set max_prepared_transactions > 0 on every shard: shardgate commits multi-shard transactions with two-phase commit"
-			}
-			return e
+		*prepared = append(*prepared, GID{TxID: g.TxID, Coord: g.Coord, Tag: g.Tag, Shard: g.Coord})
+		s.shards[g.Coord].inTx = false
+	}
+	if err := prepareFailed(g.Coord, serr, err); err != nil {
+		return err
+	}
+	for _, i := range shards {
+		if i == g.Coord {
+			continue
 		}
-		*prepared = append(*prepared, i)
+		p := GID{TxID: g.TxID, Coord: g.Coord, Tag: g.Tag, XID: g.XID, Shard: i}
+		_, serr, err := s.ending(i, "PREPARE TRANSACTION "+wire.QuoteLiteral(p.String()))
+		if err := prepareFailed(i, serr, err); err != nil {
+			return err
+		}
+		*prepared = append(*prepared, p)
 		s.shards[i].inTx = false
 	}
 	return nil
 }
 
-// Recover resolves prepared transactions left by an earlier run (a crash
-// between PREPARE TRANSACTION and COMMIT PREPARED) on the shards whose
-// pools are given: commit where the decision log says so, roll back
-// otherwise. It runs before the proxy accepts clients.
-func (c *Coordinator) Recover(ctx context.Context, pools []*pool.Pool) error {
-	if len(pools) == 0 {
+// prepareFailed is the client's error for a PREPARE TRANSACTION on shard
+// i that failed, nil if it did not.
+func prepareFailed(i int, serr *wire.Error, err error) error {
+	if err != nil {
+		return wire.Errorf(wire.ConnectionFailure, "two-phase commit: shard %d: %v", i, err)
+	}
+	if serr == nil {
 		return nil
 	}
-	dlog, err := c.Log()
-	if err != nil {
-		return fmt.Errorf("two-phase commit log %s cannot be opened: %w", c.path(), err)
+	e := &wire.Error{Severity: "ERROR", Code: serr.Code, Message: "two-phase commit failed on shard " + strconv.Itoa(i) + ": " + serr.Message, Detail: serr.Detail, Hint: serr.Hint}
+	if serr.Code == wire.ObjectNotInPrerequisiteState {
+		e.Hint = "set max_prepared_transactions > 0 on every shard: shardgate commits multi-shard transactions with two-phase commit"
 	}
-	stores := make([]PreparedStore, len(pools))
-	for i, p := range pools {
-		stores[i] = &preparedStore{p: p}
-	}
-	committed, rolledBack, err := Recover(ctx, dlog, stores)
-	if committed+rolledBack > 0 {
-		c.log.Info("resolved in-doubt two-phase transactions", "committed", committed, "rolled_back", rolledBack)
-	}
-	return err
+	return e
 }
 
-// preparedStore implements PreparedStore over a pool.
+// ResolvePools runs one pass of Resolve over the shards of one database,
+// whose primary pools are pools, in shard order.
+func ResolvePools(ctx context.Context, pools []*pool.Pool, timeout time.Duration) (ResolveResult, error) {
+	shards := make([]TwoPhaseShard, len(pools))
+	for i, p := range pools {
+		shards[i] = &preparedStore{p: p}
+	}
+	return Resolve(ctx, shards, timeout)
+}
+
+// preparedStore is a TwoPhaseShard over a shard's pool: it sees the
+// prepared transactions of the pool's server user (only their owner or a
+// superuser may finish them).
 type preparedStore struct{ p *pool.Pool }
 
-func (ps *preparedStore) query(ctx context.Context, sql string) ([]string, *wire.Error, error) {
+func (ps *preparedStore) Tag() uint32 {
+	t := ps.p.Target
+	return CoordTag(t.Host, t.Port, t.Database)
+}
+
+// query runs sql and returns its rows as text (NULL as nil).
+func (ps *preparedStore) query(ctx context.Context, sql string) ([][][]byte, *wire.Error, error) {
 	s, err := ps.p.Checkout(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer ps.p.Checkin(s)
+	if d, ok := ctx.Deadline(); ok {
+		s.Conn.SetDeadline(d)
+		defer s.Conn.SetDeadline(time.Time{})
+	}
 	s.W.Write(wire.AppendQuery(nil, sql))
 	if err := s.Flush(); err != nil {
 		return nil, nil, err
 	}
-	var out []string
-	var serr *wire.Error
-	for {
-		typ, _, body, err := s.R.Next()
-		if err != nil {
-			s.Broken = true
-			return nil, nil, err
-		}
-		switch typ {
-		case 'D':
-			cols, _ := SplitRow(body, nil)
-			if len(cols) > 0 && cols[0] != nil {
-				out = append(out, string(cols[0]))
+	var rows [][][]byte
+	_, serr, err := readToReady(s, nil, func(body []byte) {
+		cols, _ := SplitRow(body, nil)
+		row := make([][]byte, len(cols))
+		for k, c := range cols {
+			if c != nil {
+				row[k] = append([]byte{}, c...)
 			}
-		case 'E':
-			serr = wire.ParseError(body)
-		case 'Z':
-			return out, serr, nil
 		}
-	}
+		rows = append(rows, row)
+	})
+	return rows, serr, err
 }
 
-func (ps *preparedStore) Prepared(ctx context.Context) ([]string, error) {
-	gids, serr, err := ps.query(ctx, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'sg:%'")
+func (ps *preparedStore) Prepared(ctx context.Context) ([]Prepared, error) {
+	rows, serr, err := ps.query(ctx, `SELECT gid, extract(epoch FROM now() - prepared)::float8 FROM pg_prepared_xacts
+		WHERE database = current_database() AND owner = current_user AND gid LIKE 'sg:%'`)
+	if err == nil && serr != nil {
+		err = serr
+	}
 	if err != nil {
 		return nil, err
 	}
-	if serr != nil {
-		return nil, serr
+	var out []Prepared
+	for _, r := range rows {
+		g, ok := ParseGID(string(r[0]))
+		if !ok {
+			continue // not the proxy's, or an earlier release's format
+		}
+		secs, _ := strconv.ParseFloat(string(r[1]), 64)
+		out = append(out, Prepared{GID: g, Age: time.Duration(secs * float64(time.Second))})
 	}
-	return gids, nil
+	return out, nil
 }
 
-// Finish ends a prepared transaction. One that does not exist (42704:
-// another proxy, or an earlier pass, finished it) is done.
-func (ps *preparedStore) Finish(ctx context.Context, gid string, commit bool) error {
+func (ps *preparedStore) Status(ctx context.Context, xid uint64) (XactStatus, error) {
+	rows, serr, err := ps.query(ctx, fmt.Sprintf("SELECT pg_xact_status('%d'::xid8)", xid))
+	if err == nil && serr != nil {
+		err = serr
+	}
+	if err != nil {
+		return XactUnknown, err
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return XactUnknown, fmt.Errorf("pg_xact_status returned %d rows", len(rows))
+	}
+	switch string(rows[0][0]) {
+	case "committed":
+		return XactCommitted, nil
+	case "aborted":
+		return XactAborted, nil
+	case "in progress":
+		return XactInProgress, nil
+	}
+	return XactUnknown, nil
+}
+
+// Finish ends a prepared transaction; found is false when it does not
+// exist (42704: another proxy, or an earlier pass, finished it).
+func (ps *preparedStore) Finish(ctx context.Context, gid string, commit bool) (bool, error) {
 	verb := "ROLLBACK PREPARED "
 	if commit {
 		verb = "COMMIT PREPARED "
 	}
 	_, serr, err := ps.query(ctx, verb+wire.QuoteLiteral(gid))
-	if err != nil {
-		return err
+	switch {
+	case err != nil:
+		return false, err
+	case serr != nil && serr.Code == wire.UndefinedObject:
+		return false, nil
+	case serr != nil:
+		return false, serr
 	}
-	if serr != nil && serr.Code != wire.UndefinedObject {
-		return serr
-	}
-	return nil
+	return true, nil
 }

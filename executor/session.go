@@ -281,22 +281,48 @@ func (s *Session) internal(i int, sql string, report func([]byte)) (status byte,
 	if err := srv.Flush(); err != nil {
 		return 0, nil, s.lost(i, err)
 	}
-	status, serr, err = readToReady(srv, report)
+	status, serr, err = readToReady(srv, report, nil)
 	if err != nil {
 		return 0, serr, s.lost(i, err)
 	}
 	return status, serr, nil
 }
 
+// internalValue is Internal for a Query whose first row's first column
+// the caller wants (as text).
+func (s *Session) internalValue(i int, sql string) (value string, status byte, serr *wire.Error, err error) {
+	if s.Ready != nil {
+		if err := s.Ready(i); err != nil {
+			return "", 0, nil, s.lost(i, err)
+		}
+	}
+	srv := s.shards[i].server
+	srv.W.Write(wire.AppendQuery(nil, sql))
+	if err := srv.Flush(); err != nil {
+		return "", 0, nil, s.lost(i, err)
+	}
+	got := false
+	status, serr, err = readToReady(srv, s.Report, func(body []byte) {
+		if cols, _ := SplitRow(body, nil); !got && len(cols) > 0 && cols[0] != nil {
+			value, got = string(cols[0]), true
+		}
+	})
+	if err != nil {
+		return "", 0, serr, s.lost(i, err)
+	}
+	return value, status, serr, nil
+}
+
 // ReadToReady discards a server's answers up to ReadyForQuery, keeping the
 // first error; ParameterStatus updates the server's record.
 func ReadToReady(srv *pool.Server) (status byte, serr *wire.Error, err error) {
-	return readToReady(srv, nil)
+	return readToReady(srv, nil, nil)
 }
 
 // readToReady is ReadToReady that hands ParameterStatus and
-// NotificationResponse messages to report, when not nil.
-func readToReady(srv *pool.Server, report func([]byte)) (status byte, serr *wire.Error, err error) {
+// NotificationResponse messages to report, and DataRow bodies to row,
+// when not nil.
+func readToReady(srv *pool.Server, report func([]byte), row func([]byte)) (status byte, serr *wire.Error, err error) {
 	for {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
@@ -319,6 +345,10 @@ func readToReady(srv *pool.Server, report func([]byte)) (status byte, serr *wire
 		case 'A':
 			if report != nil {
 				report(raw)
+			}
+		case 'D':
+			if row != nil {
+				row(body)
 			}
 		case 'Z':
 			if len(body) == 1 {

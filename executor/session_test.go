@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +91,11 @@ func (b *backend) query(q string) {
 		}
 	case strings.HasPrefix(up, "BEGIN"):
 		b.status = 'T'
+	case strings.HasPrefix(q, "SELECT pg_current_xact_id(); "):
+		b.out.Write(wire.AppendRowDescription(nil, []wire.Field{{Name: "pg_current_xact_id", OID: 5069, Size: 8}}))
+		b.out.Write(wire.AppendDataRow(nil, [][]byte{[]byte("742")}))
+		b.out.Write(wire.AppendCommandComplete(nil, "SELECT 1"))
+		b.status = 'I'
 	case q == "SELECT rows":
 		b.out.Write(wire.AppendRowDescription(nil, []wire.Field{{Name: "v", OID: wire.OIDText, Size: -1}}))
 		for _, v := range []string{"a", "b"} {
@@ -142,9 +146,7 @@ func (backendConn) SetWriteDeadline(t time.Time) error { return nil }
 func testSession(t *testing.T, n int) (*Session, []*backend) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir := t.TempDir()
-	coord := NewCoordinator(func() string { return filepath.Join(dir, "2pc.log") }, "test", log)
-	t.Cleanup(func() { coord.Close() })
+	coord := NewCoordinator("test", log)
 	var ids atomic.Uint64
 	var pools []*pool.Pool
 	var backends []*backend
@@ -223,19 +225,23 @@ func TestSessionCommitTwoPhase(t *testing.T) {
 	if err != nil || tag != "COMMIT" || len(committed) != 2 {
 		t.Fatalf("End: %q %v %v", tag, committed, err)
 	}
+	// Shard 0 coordinates: it prepares first, with its xid, and its
+	// COMMIT PREPARED is the commit point; shard 1's GID names that xid.
+	tag0 := CoordTag("127.0.0.1", 1, "")
+	coordGID := fmt.Sprintf("sg:test-1:0:%08x:0:0", tag0)
+	want := [][]string{
+		{"SELECT pg_current_xact_id(); PREPARE TRANSACTION '" + coordGID + "'", "COMMIT PREPARED '" + coordGID + "'"},
+		{fmt.Sprintf("PREPARE TRANSACTION 'sg:test-1:0:%08x:742:1'", tag0), fmt.Sprintf("COMMIT PREPARED 'sg:test-1:0:%08x:742:1'", tag0)},
+	}
 	for i, be := range b {
 		q := be.sent()
 		last2 := q[len(q)-2:]
-		if !strings.HasPrefix(last2[0], "PREPARE TRANSACTION 'sg:test-1:") || !strings.HasPrefix(last2[1], "COMMIT PREPARED 'sg:test-1:") {
-			t.Errorf("shard %d got %q, want PREPARE TRANSACTION then COMMIT PREPARED", i, last2)
+		if fmt.Sprint(last2) != fmt.Sprint(want[i]) {
+			t.Errorf("shard %d got %q, want %q", i, last2, want[i])
 		}
 	}
 	if strings.Join(stages, ",") != "prepared,decided" {
 		t.Errorf("stages %v", stages)
-	}
-	dlog, err := s.coord.Log()
-	if err != nil || dlog.Committed("test-1") {
-		t.Fatalf("the decision of a finished transaction is still open (%v)", err)
 	}
 	if s.Status() != 'I' || s.InTxOn(0) || s.InTxOn(1) {
 		t.Fatalf("after COMMIT: status %c, joined %v", s.Status(), s.Joined())
@@ -253,14 +259,11 @@ func TestSessionPrepareFailureRollsBack(t *testing.T) {
 		t.Fatalf("End: %v, want the shard's error", err)
 	}
 	q0 := b[0].sent()
-	if !strings.HasPrefix(q0[len(q0)-1], "ROLLBACK PREPARED 'sg:test-1:0'") {
-		t.Errorf("shard 0 got %q, want its prepared transaction rolled back", q0)
+	if want := fmt.Sprintf("ROLLBACK PREPARED 'sg:test-1:0:%08x:0:0'", CoordTag("127.0.0.1", 1, "")); q0[len(q0)-1] != want {
+		t.Errorf("shard 0 got %q, want its prepared transaction rolled back (%s)", q0, want)
 	}
 	if q1 := b[1].sent(); q1[len(q1)-1] != "ROLLBACK" {
 		t.Errorf("shard 1 got %q, want ROLLBACK", q1)
-	}
-	if dlog, _ := s.coord.Log(); dlog.Committed("test-1") {
-		t.Error("a decision was logged for a transaction that failed to prepare")
 	}
 }
 
@@ -339,7 +342,11 @@ func TestSessionExecuteImplicitWrite(t *testing.T) {
 	}
 	for i, be := range b {
 		q := be.sent()
-		if len(q) != 4 || q[0] != "BEGIN\n;" || q[1] != "UPDATE t" || !strings.HasPrefix(q[2], "PREPARE TRANSACTION") || !strings.HasPrefix(q[3], "COMMIT PREPARED") {
+		prepare := "PREPARE TRANSACTION"
+		if i == 0 {
+			prepare = "SELECT pg_current_xact_id(); PREPARE TRANSACTION" // the coordinator
+		}
+		if len(q) != 4 || q[0] != "BEGIN\n;" || q[1] != "UPDATE t" || !strings.HasPrefix(q[2], prepare) || !strings.HasPrefix(q[3], "COMMIT PREPARED") {
 			t.Errorf("shard %d got %q, want BEGIN, the write, and two-phase commit", i, q)
 		}
 	}

@@ -1,201 +1,241 @@
 package executor
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"hash/fnv"
+	"strconv"
 	"strings"
-	"sync"
+	"time"
 )
 
 // Two-phase commit across shards.
 //
-// A transaction that wrote on more than one shard commits in two phases:
-// PREPARE TRANSACTION '<gid>' on every shard it touched, then — once every
-// PREPARE succeeded — the decision is appended to the DecisionLog and
-// fsynced, and only then COMMIT PREPARED runs on each shard. A crash
-// before the decision leaves prepared transactions without a decision:
-// recovery rolls them back. A crash after it leaves a decision: recovery
-// commits them. Either way pg_prepared_xacts ends empty.
+// A transaction that wrote on more than one shard commits in two phases.
+// One of its shards, the first it touched in shard order, is the
+// coordinator: its own COMMIT PREPARED is the transaction's commit point,
+// so the decision is stored by PostgreSQL itself, next to the data, where
+// any proxy can read it and no proxy's disk can lose it. In order:
 //
-// GIDs are "sg:<txid>:<shard>"; txid is unique per proxy process start
-// (a random prefix plus a counter).
+//  1. On the coordinator, in one round trip: `SELECT pg_current_xact_id();
+//     PREPARE TRANSACTION '<gid>'`. The xid names the coordinator's
+//     transaction in its commit log (pg_xact) from now on.
+//  2. PREPARE TRANSACTION on every other shard, whose GIDs carry the
+//     coordinator's shard, identity and xid.
+//  3. COMMIT PREPARED on the coordinator: the transaction is committed.
+//  4. COMMIT PREPARED on the other shards.
+//
+// Whoever finds a prepared participant later — the proxy that ran the
+// transaction, another proxy, or one restarted after a crash (Resolve) —
+// asks the coordinator's server for the status of that xid
+// (pg_xact_status): committed means commit the participant, aborted means
+// roll it back. While the xid is still in progress the coordinator's
+// transaction is prepared and undecided; once it has been so for longer
+// than the in-doubt timeout, the resolver decides it by rolling the
+// coordinator back. That is safe against the proxy that ran it still
+// being alive (slow, or stopped with SIGSTOP): COMMIT PREPARED and
+// ROLLBACK PREPARED of one GID exclude each other in PostgreSQL, so
+// exactly one of the two proxies decides, and the loser learns it (its
+// COMMIT PREPARED finds nothing: SQLSTATE 42704). Because the coordinator
+// prepares first, a prepared participant always has a coordinator that is
+// prepared or decided.
+//
+// GIDs are "sg:<txid>:<coord>:<tag>:<xid>:<shard>": txid is unique across
+// proxies and restarts (a random 64-bit prefix per process and a counter),
+// coord the coordinator's shard index, tag a hash of the coordinator's
+// server and database (so that a GID read after a topology change never
+// asks the wrong server), xid the coordinator's xid (0 in the
+// coordinator's own GID), shard the participant's index.
 
-// GID returns the prepared-transaction id of txid on shard.
-func GID(txid string, shard int) string { return fmt.Sprintf("sg:%s:%d", txid, shard) }
+// GID is a prepared-transaction identifier made by the proxy.
+type GID struct {
+	TxID  string
+	Coord int    // the coordinator's shard
+	Tag   uint32 // CoordTag of the coordinator's target
+	XID   uint64 // the coordinator's xid; 0 in the coordinator's own GID
+	Shard int
+}
 
-// ParseGID splits a GID made by GID; ok is false for foreign GIDs.
-func ParseGID(gid string) (txid string, shard int, ok bool) {
-	rest, found := strings.CutPrefix(gid, "sg:")
+// String is the GID as PREPARE TRANSACTION receives it.
+func (g GID) String() string {
+	return fmt.Sprintf("sg:%s:%d:%08x:%d:%d", g.TxID, g.Coord, g.Tag, g.XID, g.Shard)
+}
+
+// ParseGID reads a GID made by GID.String; ok is false for any other
+// (another application's, or an earlier format's).
+func ParseGID(s string) (g GID, ok bool) {
+	rest, found := strings.CutPrefix(s, "sg:")
 	if !found {
-		return "", 0, false
+		return GID{}, false
 	}
-	i := strings.LastIndexByte(rest, ':')
-	if i <= 0 {
-		return "", 0, false
+	f := strings.Split(rest, ":")
+	if len(f) != 5 || f[0] == "" {
+		return GID{}, false
 	}
-	if _, err := fmt.Sscanf(rest[i+1:], "%d", &shard); err != nil {
-		return "", 0, false
+	coord, err1 := strconv.Atoi(f[1])
+	tag, err2 := strconv.ParseUint(f[2], 16, 32)
+	xid, err3 := strconv.ParseUint(f[3], 10, 64)
+	shard, err4 := strconv.Atoi(f[4])
+	if err := errors.Join(err1, err2, err3, err4); err != nil || coord < 0 || shard < 0 {
+		return GID{}, false
 	}
-	return rest[:i], shard, true
+	return GID{TxID: f[0], Coord: coord, Tag: uint32(tag), XID: xid, Shard: shard}, true
 }
 
-// DecisionLog is the durable record of commit decisions.
-type DecisionLog struct {
-	path string
-
-	mu        sync.Mutex // guards the following
-	f         *os.File
-	committed map[string]bool // decided and not yet finished
+// CoordTag identifies a shard's server and database in GIDs.
+func CoordTag(host string, port int, database string) uint32 {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s\x00%d\x00%s", host, port, database)
+	return h.Sum32()
 }
 
-// OpenDecisionLog opens (creating) the log at path and loads the decisions
-// that were not marked done.
-func OpenDecisionLog(path string) (*DecisionLog, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("2pc log: %w", err)
+// XactStatus is what pg_xact_status says of a coordinator's xid.
+type XactStatus int
+
+const (
+	XactUnknown    XactStatus = iota // NULL: too old, or from another server
+	XactInProgress                   // prepared (or still running)
+	XactCommitted
+	XactAborted
+)
+
+func (x XactStatus) String() string {
+	switch x {
+	case XactUnknown:
+		return "unknown"
+	case XactInProgress:
+		return "in progress"
+	case XactCommitted:
+		return "committed"
+	case XactAborted:
+		return "aborted"
 	}
-	l := &DecisionLog{path: path, f: f, committed: map[string]bool{}}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		kind, txid, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue // a torn last line: the decision was never acknowledged
-		}
-		switch kind {
-		case "C":
-			l.committed[txid] = true
-		case "D":
-			delete(l.committed, txid)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("2pc log: read %s: %w", path, err)
-	}
-	return l, nil
+	return "XactStatus(" + strconv.Itoa(int(x)) + ")"
 }
 
-// Commit durably records that txid commits.
-func (l *DecisionLog) Commit(txid string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, err := l.f.WriteString("C " + txid + "\n"); err != nil {
-		return fmt.Errorf("2pc log: write: %w", err)
-	}
-	if err := l.f.Sync(); err != nil {
-		return fmt.Errorf("2pc log: fsync: %w", err)
-	}
-	l.committed[txid] = true
-	return nil
+// Prepared is a prepared transaction of the proxy's on a shard.
+type Prepared struct {
+	GID GID
+	Age time.Duration // since PREPARE TRANSACTION
 }
 
-// Done records that every shard of txid finished; recovery forgets it.
-func (l *DecisionLog) Done(txid string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.f.WriteString("D " + txid + "\n")
-	delete(l.committed, txid)
+// TwoPhaseShard is what resolving needs of one shard (over a connection
+// of the caller's).
+type TwoPhaseShard interface {
+	// Tag is the shard's CoordTag.
+	Tag() uint32
+	// Prepared lists the proxy's prepared transactions in the shard's
+	// database.
+	Prepared(ctx context.Context) ([]Prepared, error)
+	// Status is pg_xact_status of xid on the shard.
+	Status(ctx context.Context, xid uint64) (XactStatus, error)
+	// Finish runs COMMIT PREPARED (commit) or ROLLBACK PREPARED; found is
+	// false when the GID was not prepared (42704: someone finished it).
+	Finish(ctx context.Context, gid string, commit bool) (found bool, err error)
 }
 
-// Committed reports whether a decision to commit txid is on record.
-func (l *DecisionLog) Committed(txid string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.committed[txid]
+// InDoubt is a prepared transaction a pass of Resolve left alone or could
+// not finish.
+type InDoubt struct {
+	Shard  int
+	GID    GID
+	Age    time.Duration
+	Status string // what is known of its outcome, or why it was left
 }
 
-// Compact rewrites the log with only the open decisions.
-func (l *DecisionLog) Compact() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	tmp := l.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("2pc log: compact: %w", err)
-	}
-	for txid := range l.committed {
-		fmt.Fprintf(f, "C %s\n", txid)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("2pc log: compact: %w", err)
-	}
-	f.Close()
-	if err := os.Rename(tmp, l.path); err != nil {
-		return fmt.Errorf("2pc log: compact: %w", err)
-	}
-	nf, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("2pc log: reopen: %w", err)
-	}
-	l.f.Close()
-	l.f = nf
-	return nil
+// ResolveResult is what a pass of Resolve did.
+type ResolveResult struct {
+	Committed, RolledBack int
+	InDoubt               []InDoubt
 }
 
-// Close closes the log file.
-func (l *DecisionLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.f.Close()
-}
-
-// PreparedStore is one shard's view of prepared transactions, implemented
-// over a server connection by the caller.
-type PreparedStore interface {
-	// Prepared lists the GIDs prepared in this shard's database.
-	Prepared(ctx context.Context) ([]string, error)
-	// Finish runs COMMIT PREPARED (commit) or ROLLBACK PREPARED.
-	Finish(ctx context.Context, gid string, commit bool) error
-}
-
-// Recover resolves every in-doubt transaction of this proxy's GID format
-// on the given shards: committed where the log holds a decision, rolled
-// back otherwise. It returns how many it committed and rolled back.
-func Recover(ctx context.Context, log *DecisionLog, shards []PreparedStore) (committed, rolledBack int, err error) {
+// Resolve finishes the proxy's prepared transactions on shards (the
+// shards of one database, in its shard order): participants as their
+// coordinator decided, and coordinators undecided for longer than
+// timeout by rolling them back. Transactions of a coordinator these
+// shards do not include (a GID from another topology) are left in doubt.
+func Resolve(ctx context.Context, shards []TwoPhaseShard, timeout time.Duration) (ResolveResult, error) {
+	var res ResolveResult
 	var errs []error
+	lists := make([][]Prepared, len(shards))
 	for i, s := range shards {
-		gids, err := s.Prepared(ctx)
+		l, err := s.Prepared(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
-			continue
 		}
-		for _, gid := range gids {
-			txid, _, ok := ParseGID(gid)
-			if !ok {
-				continue
-			}
-			commit := log.Committed(txid)
-			if err := s.Finish(ctx, gid, commit); err != nil {
-				errs = append(errs, fmt.Errorf("shard %d: %s: %w", i, gid, err))
-				continue
-			}
-			if commit {
-				committed++
-			} else {
-				rolledBack++
+		lists[i] = l
+	}
+	// Coordinators first: a participant's decision may be the rollback of
+	// its coordinator.
+	for pass := range 2 {
+		for i, l := range lists {
+			for _, p := range l {
+				if (p.GID.XID == 0) != (pass == 0) {
+					continue
+				}
+				if err := resolveOne(ctx, shards, i, p, timeout, &res); err != nil {
+					errs = append(errs, fmt.Errorf("shard %d: %s: %w", i, p.GID, err))
+				}
 			}
 		}
 	}
-	if len(errs) == 0 {
-		// Every shard answered: decisions with no prepared transaction
-		// left anywhere are finished.
-		log.mu.Lock()
-		var done []string
-		for txid := range log.committed {
-			done = append(done, txid)
-		}
-		log.mu.Unlock()
-		for _, txid := range done {
-			log.Done(txid)
-		}
-		if err := log.Compact(); err != nil {
-			errs = append(errs, err)
-		}
+	return res, errors.Join(errs...)
+}
+
+// resolveOne finishes prepared transaction p of shard i if its outcome is
+// known (or, for an old undecided coordinator, decides it).
+func resolveOne(ctx context.Context, shards []TwoPhaseShard, i int, p Prepared, timeout time.Duration, res *ResolveResult) error {
+	g := p.GID
+	doubt := func(why string) {
+		res.InDoubt = append(res.InDoubt, InDoubt{Shard: i, GID: g, Age: p.Age, Status: why})
 	}
-	return committed, rolledBack, errors.Join(errs...)
+	if g.Shard != i || g.Coord >= len(shards) || shards[g.Coord].Tag() != g.Tag {
+		doubt("its coordinator is not a shard of this database")
+		return nil
+	}
+	if g.XID == 0 {
+		// The coordinator itself, still prepared: undecided.
+		if p.Age < timeout {
+			doubt("undecided (in progress)")
+			return nil
+		}
+		return finish(ctx, shards[i], g, false, res)
+	}
+	coord := shards[g.Coord]
+	st, err := coord.Status(ctx, g.XID)
+	if err != nil {
+		doubt("coordinator unreachable")
+		return err
+	}
+	if st == XactInProgress {
+		// The coordinator is prepared and undecided (it prepared before
+		// this participant): the coordinator pass above rolls it back once
+		// it is old enough; until then, wait.
+		doubt("undecided (coordinator prepared)")
+		return nil
+	}
+	switch st {
+	case XactCommitted:
+		return finish(ctx, shards[i], g, true, res)
+	case XactAborted:
+		return finish(ctx, shards[i], g, false, res)
+	}
+	doubt("the coordinator no longer knows its xid " + strconv.FormatUint(g.XID, 10))
+	return nil
+}
+
+func finish(ctx context.Context, s TwoPhaseShard, g GID, commit bool, res *ResolveResult) error {
+	found, err := s.Finish(ctx, g.String(), commit)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		// Finished by someone else meanwhile.
+	case commit:
+		res.Committed++
+	default:
+		res.RolledBack++
+	}
+	return nil
 }

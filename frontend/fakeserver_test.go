@@ -110,6 +110,12 @@ func (f *fakeServer) ready() {
 
 // complete answers a finished statement and applies its effects.
 func (f *fakeServer) complete(text string, extended bool) {
+	if rest, ok := strings.CutPrefix(text, "SELECT pg_current_xact_id(); "); ok {
+		// A two-phase coordinator's PREPARE, after its xid.
+		f.send('D', []byte{0, 1, 0, 0, 0, 2}, []byte("42"))
+		f.send('C', []byte("SELECT 1\x00"))
+		text = rest
+	}
 	switch {
 	case strings.Contains(text, "execfail"):
 		f.fail(wire.DivisionByZero, extended)

@@ -188,7 +188,6 @@ func newShardedClient(t testing.TB, dir string, conn net.Conn) (run shardedRun, 
 		for _, p := range pools {
 			p.Close()
 		}
-		l.coord.Close()
 	}
 }
 

@@ -66,7 +66,9 @@ type Listener struct {
 
 	ids    *executor.IDGenerator // shardgate.unique_id()
 	routes routeStats            // statements of sharded databases by route
-	coord  *executor.Coordinator // two-phase commit: transaction ids, decision log
+	coord  *executor.Coordinator // two-phase commit: transaction ids
+	// inDoubt is what the last two-phase resolver pass left (twophase.go).
+	inDoubt atomic.Pointer[[]InDoubt]
 
 	nextID     atomic.Uint64
 	clientsNum atomic.Int64
@@ -81,7 +83,7 @@ type Listener struct {
 // NewListener returns a Listener serving st.
 func NewListener(st *State, log *slog.Logger) *Listener {
 	l := &Listener{log: log, clients: map[uint32]*client{}, ids: executor.NewIDGenerator(st.Config.NodeID)}
-	l.coord = executor.NewCoordinator(l.twoPCPath, fmt.Sprintf("%08x", randUint32()), log)
+	l.coord = executor.NewCoordinator(fmt.Sprintf("%08x%08x", randUint32(), randUint32()), log)
 	l.coord.Knobs.AtStage = func(stage string) {
 		if f := l.TwoPhaseHookForTest; f != nil {
 			f(stage)

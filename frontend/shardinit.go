@@ -1,9 +1,7 @@
 package frontend
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
@@ -64,33 +62,3 @@ func (c *client) abandonShards() {
 }
 
 var errClientGone = fmt.Errorf("client went away")
-
-func (l *Listener) twoPCPath() string {
-	if p := l.State().Config.TwoPhaseCommitLog; p != "" {
-		return p
-	}
-	return filepath.Join(".", "shardgate-2pc.log")
-}
-
-// RecoverTwoPhase resolves prepared transactions left by an earlier run
-// (crash between PREPARE TRANSACTION and COMMIT PREPARED) on every shard
-// of every sharded database: commit where the decision log says so, roll
-// back otherwise. It runs before the proxy accepts clients.
-func (l *Listener) RecoverTwoPhase(ctx context.Context) error {
-	st := l.State()
-	var pools []*pool.Pool
-	for di := range st.Config.Databases {
-		db := &st.Config.Databases[di]
-		if len(db.Shards) < 2 {
-			continue
-		}
-		u := st.Config.FirstUserFor(db.Name)
-		if u == nil {
-			continue
-		}
-		for i := range db.Shards {
-			pools = append(pools, st.Pools.Get(db, u, i))
-		}
-	}
-	return l.coord.Recover(ctx, pools)
-}

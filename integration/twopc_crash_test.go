@@ -84,26 +84,16 @@ func startProxyProcess(t testing.TB, bin, configPath, addr string, flags ...stri
 	return p
 }
 
-// TestTwoPhaseCrash kills the proxy (SIGKILL) in the middle of a
-// two-phase commit and checks that a restart resolves every prepared
-// transaction: committed after the decision was logged, rolled back
-// before.
-func TestTwoPhaseCrash(t *testing.T) {
-	bin := buildCrashProxy(t)
-	for _, tc := range []struct {
-		stage      string
-		wantCommit bool
-	}{{"prepared", false}, {"decided", true}} {
-		t.Run(tc.stage, func(t *testing.T) {
-			e := newShardedEnv(t, 2)
-			ctx := context.Background()
-			dir := t.TempDir()
-			port := freePort(t)
-			addr := fmt.Sprintf("127.0.0.1:%d", port)
-			cfg := fmt.Sprintf(`listen: %s
+// twoPhaseConfig is the config of a proxy process on addr in front of
+// e's shards, whose resolver rolls back undecided transactions after
+// timeout.
+func twoPhaseConfig(t *testing.T, e *shardedEnv, addr, timeout string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`listen: %s
+pool: { mode: transaction, size: 8, checkout_timeout: 10s }
+limits: { in_doubt_timeout: %s }
 users:
   - { name: app, password: %s, server_user: %s, server_password: %s }
-two_phase_commit_log: %s/2pc.log
 databases:
   - name: app
     shards:
@@ -111,21 +101,57 @@ databases:
       - { host: %s, port: %d, database: shard1 }
     sharded_tables:
       - { table: accounts, column: id, type: bigint }
-`, addr, appPassword, e.cl.User, e.cl.Password, dir, e.cl.Host, e.cl.Port, e.cl.Host, e.cl.Port)
-			path := filepath.Join(dir, "shardgate.yaml")
-			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-				t.Fatal(err)
-			}
+`, addr, timeout, appPassword, e.cl.User, e.cl.Password, e.cl.Host, e.cl.Port, e.cl.Host, e.cl.Port)
+	path := filepath.Join(t.TempDir(), "shardgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// preparedCount counts the prepared transactions on e's shards.
+func preparedCount(e *shardedEnv) int {
+	n := 0
+	for _, d := range e.direct {
+		var k int
+		d.QueryRow(context.Background(), "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&k)
+		n += k
+	}
+	return n
+}
+
+// twoShardKeys returns two keys on different shards of two.
+func twoShardKeys(t *testing.T) (a, b int64) {
+	a, b = 1, 2
+	for shardOf(t, b, 2) == shardOf(t, a, 2) {
+		b++
+	}
+	return a, b
+}
+
+// TestTwoPhaseCrash kills the proxy (SIGKILL) in the middle of a
+// two-phase commit and checks that a restart resolves every prepared
+// transaction: committed once the coordinating shard committed, rolled
+// back (after the in-doubt timeout) before.
+func TestTwoPhaseCrash(t *testing.T) {
+	bin := buildCrashProxy(t)
+	for _, tc := range []struct {
+		stage      string
+		wantCommit bool
+		prepared   int // prepared transactions the crash leaves
+	}{{"prepared", false, 2}, {"decided", true, 1}} {
+		t.Run(tc.stage, func(t *testing.T) {
+			e := newShardedEnv(t, 2)
+			ctx := context.Background()
+			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			path := twoPhaseConfig(t, e, addr, "1s")
 			p := startProxyProcess(t, bin, path, addr, "-crash-2pc", tc.stage)
 			url := fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, addr)
 			conn, err := pgx.Connect(ctx, url)
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, b := int64(1), int64(2)
-			for shardOf(t, b, 2) == shardOf(t, a, 2) {
-				b++
-			}
+			a, b := twoShardKeys(t)
 			mustExec(t, conn, "BEGIN")
 			mustExec(t, conn, "INSERT INTO accounts (id, email) VALUES ($1, 'a')", a)
 			mustExec(t, conn, "INSERT INTO accounts (id, email) VALUES ($1, 'b')", b)
@@ -137,20 +163,11 @@ databases:
 			case <-time.After(10 * time.Second):
 				t.Fatalf("proxy did not die\n%s", p.log.String())
 			}
-			prepared := func() int {
-				n := 0
-				for _, d := range e.direct {
-					var k int
-					d.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&k)
-					n += k
-				}
-				return n
-			}
-			if n := prepared(); n != 2 {
-				t.Fatalf("%d prepared transactions after the crash, want 2", n)
+			if n := preparedCount(e); n != tc.prepared {
+				t.Fatalf("%d prepared transactions after the crash, want %d", n, tc.prepared)
 			}
 			startProxyProcess(t, bin, path, addr)
-			eventually(t, 10*time.Second, "recovery to resolve prepared transactions", func() bool { return prepared() == 0 })
+			eventually(t, 15*time.Second, "recovery to resolve prepared transactions", func() bool { return preparedCount(e) == 0 })
 			c2 := connect(t, url)
 			var n int
 			if err := c2.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id IN ($1, $2)", a, b).Scan(&n); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -51,10 +50,9 @@ func demo(ctx context.Context, listen string, log *slog.Logger) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := &config.Config{
-		Listen:            listen,
-		TwoPhaseCommitLog: filepath.Join(dir, "2pc.log"),
-		ShutdownTimeout:   10 * time.Second,
-		Admin:             config.Admin{Database: "admin", User: "admin", Password: "admin"},
+		Listen:          listen,
+		ShutdownTimeout: 10 * time.Second,
+		Admin:           config.Admin{Database: "admin", User: "admin", Password: "admin"},
 		Pool: config.Pool{Mode: config.PoolTransaction, Size: 10, CheckoutTimeout: 5 * time.Second,
 			IdleTimeout: time.Minute, ServerLifetime: time.Hour, ConnectTimeout: 5 * time.Second},
 		Limits:   config.Limits{MaxClientConn: 1000, ClientLoginTimeout: time.Minute, MaxMessageSize: 1 << 30},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/shardgate/shardgate/admin"
@@ -51,9 +52,22 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	}
 	l := frontend.NewListener(st, log)
 	l.TwoPhaseHookForTest = opts.KnobsForTest.TwoPhase
-	if err := l.RecoverTwoPhase(ctx); err != nil {
-		log.Error("two-phase commit recovery is incomplete; it runs again at the next start", "err", err)
+	if cfg.TwoPhaseCommitLog != "" {
+		log.Warn("two_phase_commit_log is no longer used: multi-shard commit decisions live on the shards", "file", cfg.TwoPhaseCommitLog)
 	}
+	if _, err := l.ResolveTwoPhase(ctx); err != nil {
+		log.Error("two-phase commit recovery is incomplete; the resolver retries in the background", "err", err)
+	}
+	var resolver sync.WaitGroup
+	resolver.Add(1)
+	go func() {
+		defer resolver.Done()
+		l.RunTwoPhaseResolver(ctx)
+	}()
+	defer func() {
+		shutdown() // ends the resolver
+		resolver.Wait()
+	}()
 	m := metrics.New(l)
 	reloadFn := func() error { return reload(l, m, log) }
 	view := AdminView(l)
