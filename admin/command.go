@@ -49,6 +49,8 @@ func init() {
 			columns: configColumns, tag: "SHOW", run: (*Handler).showConfig},
 		{words: []string{"SHOW", "VERSION"}, usage: "SHOW VERSION", help: "shardgate version",
 			columns: versionColumns, tag: "SHOW", run: (*Handler).showVersion},
+		{words: []string{"SHOW", "TRANSACTIONS"}, usage: "SHOW TRANSACTIONS", help: "multi-shard transactions left prepared at the two-phase resolver's last pass (age in microseconds)",
+			columns: inDoubtColumns, tag: "SHOW", run: (*Handler).showTransactions},
 		{words: []string{"SHOW", "LISTS"}, usage: "SHOW LISTS", help: "counts of databases, users, pools, clients, servers",
 			columns: listColumns, tag: "SHOW", run: (*Handler).showLists},
 		{words: []string{"SHOW", "HELP"}, usage: "SHOW HELP", help: "this list",

@@ -39,6 +39,21 @@ type Proxy interface {
 	// Kill closes client id at once (57P01), rolling back its transaction;
 	// it reports whether the client was connected.
 	Kill(id uint64) bool
+	// InDoubt lists the prepared multi-shard transactions that the last
+	// pass of the two-phase resolver left (undecided, or not finishable).
+	InDoubt() []InDoubt
+}
+
+// InDoubt is a prepared transaction of a multi-shard commit, as SHOW
+// TRANSACTIONS lists it.
+type InDoubt struct {
+	Database    string
+	Shard       int
+	GID         string
+	TxID        string
+	Coordinator int // the shard whose COMMIT PREPARED decides it
+	Age         time.Duration
+	State       string // what is known of its outcome, or why it was left
 }
 
 // Client is one client connection as SHOW CLIENTS lists it.

@@ -258,6 +258,24 @@ func (h *Handler) showLists(ctx context.Context, x *call) (*result, error) {
 
 var helpColumns = []column{text("command"), text("description")}
 
+var inDoubtColumns = []column{
+	text("database"), num("shard"), text("gid"), text("txid"), num("coordinator"), num("age"), text("state"),
+}
+
+// showTransactions lists what the two-phase resolver left at its last
+// pass, by database, shard and GID.
+func (h *Handler) showTransactions(ctx context.Context, x *call) (*result, error) {
+	ds := h.p.InDoubt()
+	slices.SortFunc(ds, func(a, b InDoubt) int {
+		return cmp.Or(cmp.Compare(a.Database, b.Database), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.GID, b.GID))
+	})
+	r := &result{}
+	for _, d := range ds {
+		r.add(d.Database, d.Shard, d.GID, d.TxID, d.Coordinator, d.Age, d.State)
+	}
+	return r, nil
+}
+
 func (h *Handler) showHelp(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
 	for _, s := range specs {

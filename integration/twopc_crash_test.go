@@ -90,6 +90,7 @@ func startProxyProcess(t testing.TB, bin, configPath, addr string, flags ...stri
 func twoPhaseConfig(t *testing.T, e *shardedEnv, addr, timeout string) string {
 	t.Helper()
 	cfg := fmt.Sprintf(`listen: %s
+admin: { user: admin, password: admin-secret }
 pool: { mode: transaction, size: 8, checkout_timeout: 10s }
 limits: { in_doubt_timeout: %s }
 users:

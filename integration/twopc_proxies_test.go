@@ -174,3 +174,54 @@ func TestTwoPhaseRestartsOfAnotherProxy(t *testing.T) {
 		t.Errorf("%d transfers moved money, %d were acknowledged", moved, onA.acked.Load())
 	}
 }
+
+// TestTwoPhaseShowTransactions: a transaction its proxy left prepared on
+// both shards (killed before the coordinator committed) is listed by
+// another proxy's SHOW TRANSACTIONS while the in-doubt timeout keeps it
+// undecided.
+func TestTwoPhaseShowTransactions(t *testing.T) {
+	crash, plain := buildCrashProxy(t), buildProxy(t)
+	e, a, b := newTransferEnv(t)
+	addrA := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	pa := startProxyProcess(t, crash, twoPhaseConfig(t, e, addrA, "1h"), addrA, "-crash-2pc", "prepared")
+	startProxyProcess(t, plain, twoPhaseConfig(t, e, addrB, "1h"), addrB)
+	if err := transfer(connect(t, fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, addrA)), a, b); err == nil {
+		t.Fatal("the transfer through A committed although A was to die in it")
+	}
+	<-pa.done
+	adm := connect(t, fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", addrB))
+	var got []string
+	eventually(t, 20*time.Second, "SHOW TRANSACTIONS to list A's transaction", func() bool {
+		rows, err := adm.Query(context.Background(), "SHOW TRANSACTIONS", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for rows.Next() {
+			v, _ := rows.Values()
+			got = append(got, fmt.Sprintf("%v shard %v coordinator %v: %v", v[0], v[1], v[4], v[6]))
+		}
+		return len(got) == 2
+	})
+	want := []string{"app shard 0 coordinator 0: undecided (in progress)", "app shard 1 coordinator 0: undecided (coordinator prepared)"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("SHOW TRANSACTIONS:\n%q\nwant\n%q", got, want)
+	}
+	// Finish it here: the timeout keeps every proxy from doing so.
+	for _, d := range e.direct {
+		var gids []string
+		rows, _ := d.Query(context.Background(), "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+		for rows.Next() {
+			var g string
+			rows.Scan(&g)
+			gids = append(gids, g)
+		}
+		for _, g := range gids {
+			mustExec(t, d, "ROLLBACK PREPARED '"+g+"'")
+		}
+	}
+	if n := preparedCount(e); n != 0 {
+		t.Fatalf("%d prepared transactions left", n)
+	}
+}

@@ -52,3 +52,12 @@ func (v adminView) Resume(db string) error                     { return v.l.Resu
 func (v adminView) SetMaintenance(db string, on bool) error    { return v.l.SetMaintenance(db, on) }
 func (v adminView) Reconfigure(cfg *config.Config) error       { return v.l.Reconfigure(cfg) }
 func (v adminView) Kill(id uint64) bool                        { return v.l.Kill(id) }
+
+func (v adminView) InDoubt() []admin.InDoubt {
+	var out []admin.InDoubt
+	for _, d := range v.l.LastInDoubt() {
+		out = append(out, admin.InDoubt{Database: d.Database, Shard: d.Shard, GID: d.GID.String(), TxID: d.GID.TxID,
+			Coordinator: d.GID.Coord, Age: d.Age, State: d.Status})
+	}
+	return out
+}
