@@ -232,6 +232,9 @@ func (c *client) refresh() error {
 		return err
 	}
 	if len(db.Shards) > 1 {
+		if c.movable() {
+			return errBecameSharded
+		}
 		return errResharded(db.Name)
 	}
 	p := st.Pools.Get(db, u, 0)

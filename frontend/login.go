@@ -106,7 +106,15 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	}
 	c.loggingIn = true
 	defer func() { c.loggingIn = false }()
-	if err := c.attach(ctx); err != nil {
+	err := c.attach(ctx)
+	if err == errBecameSharded {
+		// Resharded while the login waited at the gate: log in to the
+		// new shard set.
+		if err = c.becomeSharded(); err == nil {
+			err = c.attach(ctx)
+		}
+	}
+	if err != nil {
 		e, _ := wire.AsError(err)
 		if e == nil {
 			return err

@@ -93,7 +93,10 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		}
 	}
 	c.chooseRead(sql)
-	if err := c.attach(ctx); err != nil {
+	if err := c.attach(ctx); err == errBecameSharded {
+		c.queries.Add(^uint64(0)) // counted again
+		return c.simpleQuery(ctx, raw, body) // on the sharded path now
+	} else if err != nil {
 		return c.answerLocally(err, true)
 	}
 	if fail != nil {
@@ -147,6 +150,9 @@ func (c *client) functionCall(ctx context.Context, raw []byte) error {
 		return nil
 	}
 	if err := c.attach(ctx); err != nil {
+		if err == errBecameSharded {
+			err = errResharded(c.db.Name) // no sharded FunctionCall
+		}
 		return c.answerLocally(err, true)
 	}
 	c.pipe.set(pipeUnsynced, false) // as for a Query
@@ -214,7 +220,12 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 		return nil
 	}
 	c.chooseReadExt(typ, body)
-	if err := c.attach(ctx); err != nil {
+	if err := c.attach(ctx); err == errBecameSharded {
+		if err := c.becomeSharded(); err != nil {
+			return c.answerLocally(err, false)
+		}
+		return c.shardedExtended(ctx, typ, body)
+	} else if err != nil {
 		return c.answerLocally(err, false)
 	}
 	switch typ {

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/shardgate/shardgate/config"
@@ -12,15 +13,19 @@ import (
 // server between transactions and its session state (settings, prepared
 // statements) is the proxy's, so it carries on as a sharded session:
 // becomeSharded moves it before it starts its next transaction. A client
-// that was already past that point, waiting at the paused database's
-// gate, cannot change paths mid-message and ends with 57P01
-// (errResharded); session-pooled clients are ended at the cutover itself.
+// that was already past that point, waiting at the paused database's gate
+// with the first message of its transaction in hand (a Query, or the
+// first message of an extended batch), learns of the cutover when the gate
+// opens (errBecameSharded) and serves that message again on the sharded
+// path. Only a client that cannot move (session pooling; a FunctionCall)
+// ends with 57P01 (errResharded); session-pooled clients are ended at the
+// cutover itself.
 
 // becomeSharded makes a one-shard, transaction-pooled client that holds
 // nothing a sharded client when a reload made its database sharded. It
 // runs before a Query or the first message of an extended batch.
 func (c *client) becomeSharded() error {
-	if c.xs != nil || c.server != nil || c.mode != config.PoolTransaction || c.pipe.has(pipeUnsynced) || len(c.q) > 0 || c.tx != 'I' {
+	if !c.movable() {
 		return nil
 	}
 	st := c.l.State()
@@ -62,6 +67,16 @@ func parseBody(body []byte) (query, tail []byte, ok bool) {
 	}
 	query, _, ok = wire.CString(tail)
 	return query, tail, ok
+}
+
+// errBecameSharded tells the caller of attach that the client's database
+// became sharded while it waited at the gate, and that the client can
+// move (becomeSharded) and serve its message on the sharded path.
+var errBecameSharded = errors.New("the database became sharded")
+
+// movable reports whether becomeSharded can move the client now.
+func (c *client) movable() bool {
+	return c.xs == nil && c.server == nil && c.mode == config.PoolTransaction && !c.pipe.has(pipeUnsynced) && len(c.q) == 0 && c.tx == 'I'
 }
 
 // errResharded ends a one-shard client that meets its database sharded
