@@ -94,7 +94,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	}
 	c.chooseRead(sql)
 	if err := c.attach(ctx); err == errBecameSharded {
-		c.queries.Add(^uint64(0)) // counted again
+		c.queries.Add(^uint64(0))            // counted again
 		return c.simpleQuery(ctx, raw, body) // on the sharded path now
 	} else if err != nil {
 		return c.answerLocally(err, true)
