@@ -251,7 +251,7 @@ func (l *Listener) MetricsSample(ctx context.Context) metrics.Sample {
 	for _, db := range st.Config.Databases {
 		ds := l.DatabaseStatus(db.Name)
 		s.Databases = append(s.Databases, metrics.DatabaseSample{Name: db.Name,
-			Paused: ds.Paused, Maintenance: ds.Maintenance, Waiting: ds.Waiting})
+			Paused: ds.Paused, Maintenance: ds.Maintenance, Waiting: ds.Waiting, GateWait: &l.ctl.gate(db.Name).waited})
 	}
 	for _, h := range st.Pools.Health(ctx) {
 		s.Shards = append(s.Shards, metrics.ShardSample{Database: h.Database, Shard: h.Shard, Role: h.Role, Healthy: h.Healthy})

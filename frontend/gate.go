@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -53,11 +54,12 @@ type control struct {
 
 // dbGate is the gate of one database (or, as control.all, of all).
 type dbGate struct {
-	holders atomic.Int64  // clients admitted: checking a server out or holding one
-	waiting atomic.Int64  // clients blocked at the gate
-	paused  atomic.Bool   // written under control.mu
-	maint   atomic.Bool   // written under control.mu
-	wake    chan struct{} // closed when paused and maint are both cleared; nil while open
+	holders atomic.Int64      // clients admitted: checking a server out or holding one
+	waiting atomic.Int64      // clients blocked at the gate
+	paused  atomic.Bool       // written under control.mu
+	maint   atomic.Bool       // written under control.mu
+	wake    chan struct{}     // closed when paused and maint are both cleared; nil while open
+	waited  metrics.Histogram // time clients spent in waitGate
 }
 
 func (g *dbGate) closed() bool { return g.paused.Load() || g.maint.Load() }
@@ -198,6 +200,8 @@ func (c *client) release() {
 func (c *client) waitGate(ctx context.Context, g *dbGate) error {
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
+	start := time.Now()
+	defer func() { g.waited.Observe(time.Since(start)) }()
 	c.setState(ClientWaiting)
 	tick := time.NewTicker(gateCheckInterval)
 	defer tick.Stop()

@@ -96,4 +96,15 @@ func TestReshardCutoverPgbench(t *testing.T) {
 		t.Errorf("pgbench completed only %d transactions", done)
 	}
 	t.Logf("pgbench completed %d transactions across the cutover, all on the new shards", done)
+	// The clients' wait at the paused gate is in the metrics.
+	var waits uint64
+	for _, m := range scrapeMetrics(t, o)["shardgate_database_gate_wait_seconds"].GetMetric() {
+		if m.GetLabel()[0].GetValue() == "app" {
+			waits = m.GetHistogram().GetSampleCount()
+			t.Logf("gate waits: %d, %.3fs in all", waits, m.GetHistogram().GetSampleSum())
+		}
+	}
+	if waits == 0 {
+		t.Error("shardgate_database_gate_wait_seconds counts no wait of database app")
+	}
 }

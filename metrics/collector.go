@@ -65,6 +65,9 @@ type DatabaseSample struct {
 	Paused      bool
 	Maintenance bool
 	Waiting     int // clients waiting at the gate
+	// GateWait is how long clients waited at the closed gate (PAUSE, a
+	// resharding cutover, MAINTENANCE); nil when none ever did.
+	GateWait *Histogram
 }
 
 // ShardSample is the health of one shard server.
@@ -100,7 +103,7 @@ type collector struct {
 	clientsActive, clientsWaiting, serversActive, serversIdle, size, maxWait *prometheus.Desc
 	transactions, queries, checkouts, timeouts, connects, connectErrors      *prometheus.Desc
 	disconnects, errors, queryTime, xactTime, waitTime, bytesIn, bytesOut    *prometheus.Desc
-	clients, paused, maintenance, gateWaiting, shardUp, routed               *prometheus.Desc
+	clients, paused, maintenance, gateWaiting, gateWait, shardUp, routed     *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -132,6 +135,9 @@ func newCollector(src Source) *collector {
 		maintenance: prometheus.NewDesc("shardgate_database_maintenance", "1 while the database is in maintenance (admin MAINTENANCE ON).",
 			[]string{"database"}, nil),
 		gateWaiting: prometheus.NewDesc("shardgate_database_clients_waiting", "Clients waiting for a paused database or one in maintenance.",
+			[]string{"database"}, nil),
+		gateWait: prometheus.NewDesc("shardgate_database_gate_wait_seconds",
+			"How long clients waited for a paused database (PAUSE, a resharding cutover) or one in maintenance before their transaction went on.",
 			[]string{"database"}, nil),
 		routed: prometheus.NewDesc("shardgate_routed_statements_total",
 			"Statements of sharded databases by route: direct (one shard), multi (some shards), all (every shard).",
@@ -202,6 +208,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.paused, b2f(d.Paused), d.Name)
 		gauge(c.maintenance, b2f(d.Maintenance), d.Name)
 		gauge(c.gateWaiting, float64(d.Waiting), d.Name)
+		histogram(c.gateWait, d.GateWait, d.Name)
 	}
 	// A shard may have several replicas: they share labels, so the gauge
 	// counts the healthy servers of each role.
