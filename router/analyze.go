@@ -76,14 +76,14 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	switch {
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
-		a.query(sel, "")
+		sc := a.query(sel, "")
 		a.group()
 		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
 		if sel.IntoClause != nil {
 			p.write, p.ddl = true, true
 			a.materialize("SELECT INTO")
 		} else if len(a.groups) > 0 {
-			p.merge, p.mergeErr = buildMerge(sel, version)
+			p.merge, p.mergeErr = buildMerge(sel, version, a.topKey(sc))
 		}
 	case n.GetInsertStmt() != nil:
 		p.write = true
@@ -136,6 +136,19 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		p.pathDependent = true
 	}
 	return p, nil
+}
+
+// topKey returns a function that reports whether an expression is the
+// sharding key of a sharded table of scope sc, the top level of the
+// statement; nil when there is no such scope.
+func (a *analyzer) topKey(sc *scope) func(*pg_query.Node) bool {
+	if sc == nil {
+		return nil
+	}
+	return func(n *pg_query.Node) bool {
+		in := sc.keyColumn(n)
+		return in != nil && in.class == shardedTable && in.nested == "" && in.sc == sc
+	}
 }
 
 // tempRelation returns the temporary table, view or sequence that n

@@ -72,18 +72,39 @@ func (b *mergeBuilder) sortedGroups() {
 	b.sortRefs = append(append([]ref{}, b.groupRefs...), b.distinctRef)
 }
 
-// shardOrder returns the shards' GROUP BY addition and ORDER BY for a
-// query with DISTINCT aggregates: the DISTINCT value, and the positions of
-// the group key and the value in their select list.
-func (b *mergeBuilder) shardOrder() (group *pg_query.Node, order []*pg_query.Node) {
-	for _, r := range b.sortRefs {
-		pos := r.i + 1
+// shardOrder returns what shards add to GROUP BY and their ORDER BY when
+// they group more finely than the query: the DISTINCT value, the
+// separators of string_agg and the ORDER BY keys of collecting aggregates
+// (by position: they are hidden columns), and the positions of the group
+// key and those values in their select list, in Merge.SortedBy's order.
+func (b *mergeBuilder) shardOrder() (group, order []*pg_query.Node) {
+	pos := func(r ref) *pg_query.Node {
+		p := r.i + 1
 		if r.kind == 'h' {
-			pos += len(b.targets)
+			p += len(b.targets)
 		}
-		order = append(order, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: &pg_query.SortBy{
-			Node: pg_query.MakeAConstIntNode(int64(pos), -1), SortbyDir: pg_query.SortByDir_SORTBY_DEFAULT, SortbyNulls: pg_query.SortByNulls_SORTBY_NULLS_DEFAULT,
-		}}})
+		return pg_query.MakeAConstIntNode(int64(p), -1)
 	}
-	return proto.Clone(b.distinctArg).(*pg_query.Node), order
+	if b.distinctArg != nil {
+		group = append(group, proto.Clone(b.distinctArg).(*pg_query.Node))
+	}
+	for _, g := range b.subgroups {
+		group = append(group, proto.Clone(g).(*pg_query.Node))
+	}
+	for i, r := range b.sortRefs {
+		s := &pg_query.SortBy{Node: pos(r), SortbyDir: pg_query.SortByDir_SORTBY_DEFAULT, SortbyNulls: pg_query.SortByNulls_SORTBY_NULLS_DEFAULT}
+		if i < len(b.sortDirs) && i >= len(b.groupRefs) {
+			group = append(group, pos(r))
+			if k := b.sortDirs[i]; k.Desc {
+				s.SortbyDir = pg_query.SortByDir_SORTBY_DESC
+				if !k.NullsFirst {
+					s.SortbyNulls = pg_query.SortByNulls_SORTBY_NULLS_LAST
+				}
+			} else if k.NullsFirst {
+				s.SortbyNulls = pg_query.SortByNulls_SORTBY_NULLS_FIRST
+			}
+		}
+		order = append(order, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: s}})
+	}
+	return group, order
 }

@@ -94,10 +94,9 @@ var mergeCases = []mergeCase{
 			Rewritten: "SELECT count(*), country AS __shardgate_1 FROM accounts GROUP BY country"}},
 
 	{name: "window function", sql: "SELECT id, row_number() OVER (ORDER BY id) FROM accounts", msg: "window function row_number()"},
-	{name: "WINDOW clause", sql: "SELECT id, sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY country)", msg: "WINDOW"},
-	{name: "string_agg", sql: "SELECT string_agg(name, ',') FROM accounts", msg: "aggregate string_agg()"},
-	{name: "array_agg", sql: "SELECT country, array_agg(id) FROM accounts GROUP BY country", msg: "aggregate array_agg()"},
-	{name: "json_agg", sql: "SELECT json_agg(a) FROM accounts a", msg: "aggregate json_agg()"},
+	{name: "WINDOW clause", sql: "SELECT id, sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY country)", msg: "not partitioned by the sharding key"},
+	{name: "xmlagg", sql: "SELECT xmlagg(name::xml) FROM accounts", msg: "aggregate xmlagg()"},
+	{name: "json_object_agg", sql: "SELECT country, json_object_agg(id, name) FROM accounts GROUP BY country", msg: "aggregate json_object_agg()"},
 	{name: "JSON_ARRAYAGG", sql: "SELECT JSON_ARRAYAGG(id) FROM accounts", msg: "JSON_ARRAYAGG"},
 	{name: "stddev", sql: "SELECT stddev(balance) FROM accounts", msg: "aggregate stddev()"},
 	{name: "percentile", sql: "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY balance) FROM accounts", msg: "aggregate percentile_cont()"},

@@ -46,9 +46,9 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 		changed = changed || out.HavingClause != nil || out.SortClause != nil || out.DistinctClause != nil || out.LimitCount != nil || out.LimitOffset != nil
 		out.HavingClause, out.SortClause, out.DistinctClause = nil, nil, nil
 		out.LimitCount, out.LimitOffset, out.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
-		if b.distinctArg != nil {
+		if b.subgrouped() {
 			group, order := b.shardOrder()
-			out.GroupClause = append(out.GroupClause, group)
+			out.GroupClause = append(out.GroupClause, group...)
 			out.SortClause = order
 			changed = true
 		}
