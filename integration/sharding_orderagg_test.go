@@ -43,6 +43,9 @@ var orderAggScripts = []diffScript{
 		"SELECT string_agg(t, ',' ORDER BY t DESC NULLS LAST, ord DESC) AS by_text_desc, count(*) FROM oa",
 		"SELECT grp, string_agg(b, ',' ORDER BY ord) AS b1, string_agg(b, '\\x2c00'::bytea ORDER BY ord) AS b2, string_agg(b, NULL ORDER BY ord) AS b3 FROM oa GROUP BY grp ORDER BY 1",
 		"SELECT string_agg(b, '' ORDER BY ord) FROM oa WHERE ord > 100",
+		"SET bytea_output = escape",
+		"SELECT grp, string_agg(b, '\\x5c00'::bytea ORDER BY ord), string_agg(b || '\\x5c'::bytea, NULL ORDER BY ord) FROM oa GROUP BY grp ORDER BY 1",
+		"RESET bytea_output",
 		"SELECT ord, string_agg(t, ','), array_agg(t), json_agg(t), jsonb_agg(t) FROM oa GROUP BY ord ORDER BY ord LIMIT 9",
 		"DROP TABLE oa",
 	}},
@@ -187,6 +190,19 @@ var orderAggRaw = []string{
 	"SELECT array_agg(ord ORDER BY ord) FILTER (WHERE t IS NULL), array_agg(t ORDER BY ord) FILTER (WHERE false) FROM oa",
 }
 
+// orderAggParams are statements with parameters, run like orderAggRaw.
+var orderAggParams = []struct {
+	sql    string
+	params []string
+}{
+	{"SELECT grp, string_agg(t, $1 ORDER BY ord) FROM oa GROUP BY grp ORDER BY grp", []string{" / "}},
+	{"SELECT string_agg(b, $1::bytea ORDER BY ord DESC) FROM oa WHERE ord < $2", []string{`\x00ff`, "9"}},
+	{"SELECT grp, array_agg(t ORDER BY ord) FROM oa GROUP BY grp ORDER BY grp LIMIT $1 OFFSET $2", []string{"1", "1"}},
+	{"SELECT grp, count(*) FROM oa GROUP BY grp ORDER BY grp LIMIT $1", []string{"1"}},
+	{"SELECT grp, string_agg(t, ',' ORDER BY ord) FROM oa GROUP BY grp HAVING count(*) > $1 AND max(ord) < $2 ORDER BY grp", []string{"13", "40"}},
+	{"SELECT ord, row_number() OVER (PARTITION BY shard_key ORDER BY ord DESC) FROM oa ORDER BY ord LIMIT $1", []string{"5"}},
+}
+
 // TestOrderAggBytes compares the raw answers of orderAggRaw on the
 // reference database and through the proxy on two shards, in both result
 // formats.
@@ -205,13 +221,14 @@ func TestOrderAggBytes(t *testing.T) {
 			}
 		}
 	}
-	for _, sql := range orderAggRaw {
+	for _, q := range append(rawQueries(orderAggRaw), orderAggParams...) {
+		sql := q.sql
 		for _, format := range []int16{0, 1} {
-			want, err := rawResult(ctx, ref, sql, format)
+			want, err := rawResult(ctx, ref, sql, q.params, format)
 			if err != nil {
 				t.Fatalf("ref %s: %v", sql, err)
 			}
-			got, err := rawResult(ctx, two, sql, format)
+			got, err := rawResult(ctx, two, sql, q.params, format)
 			if err != nil {
 				t.Errorf("format %d %s: %v", format, sql, err)
 				continue
@@ -238,9 +255,23 @@ func pgConnect(t *testing.T, ctx context.Context, url string) *pgconn.PgConn {
 	return c
 }
 
-// rawResult runs sql with every result column in format and returns its
-// fields and rows as bytes.
-func rawResult(ctx context.Context, c *pgconn.PgConn, sql string, format int16) ([]byte, error) {
+func rawQueries(sqls []string) []struct {
+	sql    string
+	params []string
+} {
+	out := make([]struct {
+		sql    string
+		params []string
+	}, len(sqls))
+	for i, s := range sqls {
+		out[i].sql = s
+	}
+	return out
+}
+
+// rawResult runs sql with text parameters params and every result column
+// in format, and returns its fields and rows as bytes.
+func rawResult(ctx context.Context, c *pgconn.PgConn, sql string, params []string, format int16) ([]byte, error) {
 	sd, err := c.Prepare(ctx, "", sql, nil)
 	if err != nil {
 		return nil, err
@@ -249,7 +280,11 @@ func rawResult(ctx context.Context, c *pgconn.PgConn, sql string, format int16) 
 	for i := range formats {
 		formats[i] = format
 	}
-	res := c.ExecPrepared(ctx, "", nil, nil, formats).Read()
+	var args [][]byte
+	for _, p := range params {
+		args = append(args, []byte(p))
+	}
+	res := c.ExecPrepared(ctx, "", args, nil, formats).Read()
 	if res.Err != nil {
 		return nil, res.Err
 	}
