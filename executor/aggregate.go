@@ -293,7 +293,11 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 			}
 			continue
 		case AggArrayAgg:
-			if err := g.arrays[a.Col].add(v, m.cols[a.Col]); err != nil {
+			st := g.arrays[a.Col]
+			if st == nil {
+				return fmt.Errorf("merge: array_agg column %d has no state", a.Col)
+			}
+			if err := st.add(v, m.cols[a.Col]); err != nil {
 				return err
 			}
 			continue

@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -107,9 +108,11 @@ func byteaIn(v []byte, from, to int16, hex bool) ([]byte, error) {
 	return out, nil
 }
 
+var errMalformedBytea = errors.New("merge: malformed bytea")
+
 // byteaRaw decodes byteaout's text: hex after \x, or the escape form.
 func byteaRaw(v []byte) ([]byte, error) {
-	bad := fmt.Errorf("merge: malformed bytea %q", v)
+	bad := errMalformedBytea
 	if h, ok := bytes.CutPrefix(v, []byte(`\x`)); ok {
 		if len(h)%2 != 0 {
 			return nil, bad
@@ -215,6 +218,8 @@ func (st *arrayState) add(v []byte, col Column) error {
 	return nil
 }
 
+var errMalformedArray = errors.New("merge: malformed partial array")
+
 // arrayDelim is the element delimiter of an array type's text form: ';'
 // for box, ',' for every other built-in type.
 func arrayDelim(oid uint32) byte {
@@ -227,7 +232,7 @@ func arrayDelim(oid uint32) byte {
 // binaryPartial reads array_send's header: dimensions, has-nulls flag,
 // element type, then size and lower bound per dimension.
 func (st *arrayState) binaryPartial(v []byte) (n int, dims, lbs []int, body []byte, err error) {
-	bad := fmt.Errorf("merge: malformed partial array")
+	bad := errMalformedArray
 	if len(v) < 12 {
 		return 0, nil, nil, nil, bad
 	}
@@ -254,7 +259,7 @@ func (st *arrayState) binaryPartial(v []byte) (n int, dims, lbs []int, body []by
 // array's elements cannot begin with '{' unquoted, so "{{" starts an
 // array of arrays, whose dimensions the parser measures.
 func textPartial(v []byte) (n int, dims, lbs []int, body []byte, err error) {
-	bad := fmt.Errorf("merge: malformed partial array %q", v)
+	bad := errMalformedArray
 	s := v
 	var deco []int // lower bounds from the decoration
 	if len(s) > 0 && s[0] == '[' {
