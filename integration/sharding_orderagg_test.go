@@ -105,6 +105,8 @@ var orderAggScripts = []diffScript{
 		"SELECT ord, count(*) OVER (PARTITION BY oa.shard_key) FROM oa ORDER BY ord DESC LIMIT 4",
 		"SELECT ord, first_value(t) OVER (w ORDER BY ord ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM oa WINDOW w AS (PARTITION BY shard_key) ORDER BY ord LIMIT 6",
 		"SELECT ord FROM oa ORDER BY row_number() OVER (PARTITION BY shard_key ORDER BY ord DESC), ord LIMIT 7",
+		"SELECT shard_key, count(*), stddev(ord), string_agg(t, ',' ORDER BY ord), rank() OVER (PARTITION BY shard_key ORDER BY count(*)) FROM oa GROUP BY shard_key ORDER BY shard_key",
+		"SELECT shard_key, grp, count(*), sum(count(*)) OVER (PARTITION BY shard_key ORDER BY grp) FROM oa GROUP BY 1, grp HAVING count(*) > 1 ORDER BY 1, 2 LIMIT 10 OFFSET 2",
 		"DROP TABLE oa",
 	}},
 }
@@ -124,7 +126,8 @@ var orderAggRefusals = diffScript{
 		"SELECT ord, row_number() OVER (ORDER BY ord) FROM oa",
 		"SELECT ord, sum(ord) OVER (PARTITION BY grp) FROM oa",
 		"SELECT ord, sum(ord) OVER w FROM oa WINDOW w AS (PARTITION BY grp)",
-		"SELECT shard_key, count(*), row_number() OVER (PARTITION BY shard_key) FROM oa GROUP BY shard_key",
+		"SELECT grp, count(*), row_number() OVER (PARTITION BY grp) FROM oa GROUP BY grp, shard_key",
+		"SELECT sum(count(*)) OVER (PARTITION BY grp) FROM oa GROUP BY grp",
 		"DROP TABLE oa",
 	},
 	refusedOnTwo: map[int]string{
@@ -137,7 +140,8 @@ var orderAggRefusals = diffScript{
 		8:  refusal("window function row_number() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		9:  refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		10: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
-		11: refusal("window functions together with aggregates or GROUP BY are not supported across shards", hintWindowText),
+		11: refusal("window function row_number() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
+		12: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 	},
 }
 

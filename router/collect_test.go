@@ -91,8 +91,14 @@ var windowCases = []mergeCase{
 	{name: "key of a subquery", sql: "SELECT row_number() OVER (PARTITION BY s.id) FROM (SELECT id FROM accounts) s", msg: "cannot run across shards"},
 	{name: "NULL-extended key", sql: "SELECT row_number() OVER (PARTITION BY o.account_id) FROM accounts a LEFT JOIN orders o ON o.account_id = a.id", msg: "not partitioned by the sharding key"},
 	{name: "key of the outer side", sql: "SELECT row_number() OVER (PARTITION BY a.id) FROM accounts a LEFT JOIN orders o ON o.account_id = a.id"},
-	{name: "with GROUP BY", sql: "SELECT id, count(*), row_number() OVER (PARTITION BY id) FROM accounts GROUP BY id", msg: "window functions together with aggregates"},
-	{name: "over an aggregate", sql: "SELECT sum(count(*)) OVER (PARTITION BY id) FROM accounts GROUP BY id", msg: "window functions together with aggregates"},
+	{name: "GROUP BY the key: plain", sql: "SELECT id, stddev(balance), row_number() OVER (PARTITION BY id) FROM accounts GROUP BY id HAVING count(*) > 1"},
+	{name: "GROUP BY the key's position, ORDER BY an aggregate, LIMIT", sql: "SELECT a.id, country, sum(count(*)) OVER (PARTITION BY a.id ORDER BY country) FROM accounts a GROUP BY 1, 2 ORDER BY count(*) DESC LIMIT 2 OFFSET 1",
+		want: &Merge{OrderBy: []SortKey{{Column: -1, Desc: true, NullsFirst: true}}, Limit: c("2"), Offset: c("1"), HiddenColumns: 1,
+			Rewritten: "SELECT a.id, country, sum(count(*)) OVER (PARTITION BY a.id ORDER BY country), count(*) AS __shardgate_1 FROM accounts a GROUP BY 1, 2 ORDER BY count(*) DESC LIMIT 3"}},
+	{name: "GROUP BY the key, window without it", sql: "SELECT id, count(*), row_number() OVER (PARTITION BY country) FROM accounts GROUP BY id, country", msg: "not partitioned by the sharding key"},
+	{name: "GROUP BY without the key", sql: "SELECT country, count(*), row_number() OVER (PARTITION BY country) FROM accounts GROUP BY country", msg: "not partitioned by the sharding key"},
+	{name: "aggregates without GROUP BY", sql: "SELECT sum(count(*)) OVER (PARTITION BY id) FROM accounts", msg: "window functions over groups that do not hold the sharding key"},
+	{name: "GROUP BY an expression of the key", sql: "SELECT count(*), row_number() OVER (PARTITION BY id) FROM accounts GROUP BY id + 1", msg: "window functions over groups"},
 }
 
 func TestMergeWindows(t *testing.T) { testMerge(t, windowCases) }

@@ -70,6 +70,10 @@ type mergeBuilder struct {
 	// sharded table the query reads at its top level (window functions).
 	isKey   func(*pg_query.Node) bool
 	windows bool // the query calls window functions
+	// complete is set for a grouped query whose GROUP BY holds the
+	// sharding key and that calls window functions: each group is on one
+	// shard, so the query runs whole on each and merges as a plain one.
+	complete bool
 }
 
 // groupExpr is a GROUP BY expression and the column that holds it.
@@ -144,7 +148,7 @@ func (b *mergeBuilder) reject() error {
 	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
 		return rejectf("FETCH … WITH TIES")
 	}
-	var err error
+	var err, aggErr error // aggErr matters only when groups are merged
 	check := func(n *pg_query.Node) bool {
 		switch {
 		case err != nil:
@@ -160,7 +164,9 @@ func (b *mergeBuilder) reject() error {
 			err = rejectf("JSON_ARRAYAGG and JSON_OBJECTAGG")
 		case n.GetFuncCall() != nil && isAggregate(n.GetFuncCall()):
 			b.grouped = true
-			err = b.noteAgg(n.GetFuncCall())
+			if e := b.noteAgg(n.GetFuncCall()); e != nil && aggErr == nil {
+				aggErr = e
+			}
 			return false
 		}
 		return err == nil
@@ -173,12 +179,15 @@ func (b *mergeBuilder) reject() error {
 	if len(sel.GroupClause) > 0 || sel.HavingClause != nil {
 		b.grouped = true
 	}
+	if err == nil && b.windows && b.grouped {
+		err = b.completeGroups()
+	}
 	b.m.Grouped = b.grouped
+	if err == nil && b.grouped {
+		err = aggErr
+	}
 	if err == nil {
 		err = b.checkCollect()
-	}
-	if err == nil && b.windows && b.grouped {
-		err = unsupported(hintWindow, "window functions together with aggregates or GROUP BY are not supported across shards")
 	}
 	return err
 }
@@ -213,7 +222,9 @@ func (b *mergeBuilder) selectList() error {
 		}
 		t := mergeTarget{val: rt.Val, name: columnName(rt)}
 		distinct := false
-		if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
+		if b.complete {
+			// Every group is on one shard: the shards' rows are final.
+		} else if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
 			f, err := aggFunc(fc)
 			if err != nil {
 				return err
@@ -354,6 +365,9 @@ func (b *mergeBuilder) groupedRef(n *pg_query.Node) (r ref, ok bool, err error) 
 // grouping — comparisons of an aggregate or a group column with a constant
 // or parameter — and gives the Outer statement every other term.
 func (b *mergeBuilder) having() error {
+	if b.complete {
+		return nil // the shards apply it to their complete groups
+	}
 	for _, c := range conjuncts(b.sel.HavingClause) {
 		cond, r, ok, err := b.simpleCond(c)
 		if err != nil {

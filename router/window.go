@@ -12,7 +12,10 @@ import (
 // functions of its rows completely, and the rows combine as those of a
 // plain query (merged by ORDER BY, cut by LIMIT and OFFSET). Any other
 // window, or a window over grouped rows, needs rows of several shards and
-// is refused.
+// is refused — unless the query's GROUP BY holds the sharding key too:
+// then each group is on one shard, each shard's groups and windows are
+// complete, and the query runs whole on every shard (HAVING included) and
+// merges as a plain one.
 
 const hintWindow = "Partition every window by the sharding key (PARTITION BY key, …), or constrain the sharding key to one shard."
 
@@ -48,4 +51,34 @@ func (b *mergeBuilder) namedWindow(name string) *pg_query.WindowDef {
 		}
 	}
 	return nil
+}
+
+// completeGroups lets a grouped query with window functions run as a plain
+// one when its GROUP BY holds the sharding key, and refuses it otherwise.
+func (b *mergeBuilder) completeGroups() error {
+	if !b.groupedByKey() {
+		return unsupported(hintWindow, "window functions over groups that do not hold the sharding key are not supported across shards")
+	}
+	b.grouped, b.complete = false, true
+	b.distinctArg, b.collectOrder, b.subgroups = nil, nil, nil
+	return nil
+}
+
+// groupedByKey reports whether an item of GROUP BY is the sharding key: a
+// column, or the position of a select list item that is one.
+func (b *mergeBuilder) groupedByKey() bool {
+	if b.isKey == nil {
+		return false
+	}
+	for _, g := range b.sel.GroupClause {
+		if p, ok := b.position(g); ok && p >= 0 && p < len(b.sel.TargetList) {
+			if rt := b.sel.TargetList[p].GetResTarget(); rt != nil {
+				g = rt.Val
+			}
+		}
+		if b.isKey(g) {
+			return true
+		}
+	}
+	return false
 }
