@@ -63,6 +63,17 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 	return f, nil
 }
 
+// noteAgg checks an aggregate call and records what it needs.
+func (b *mergeBuilder) noteAgg(fc *pg_query.FuncCall) error {
+	if _, err := aggFunc(fc); err != nil {
+		return err
+	}
+	if _, err := b.noteDistinct(fc); err != nil {
+		return err
+	}
+	return b.noteCollect(fc)
+}
+
 // findAggregate returns an aggregate call inside an expression, outside
 // subqueries.
 func findAggregate(n *pg_query.Node) *pg_query.FuncCall {

@@ -192,17 +192,6 @@ func (b *mergeBuilder) reject() error {
 	return err
 }
 
-// noteAgg checks an aggregate call and records what it needs.
-func (b *mergeBuilder) noteAgg(fc *pg_query.FuncCall) error {
-	if _, err := aggFunc(fc); err != nil {
-		return err
-	}
-	if _, err := b.noteDistinct(fc); err != nil {
-		return err
-	}
-	return b.noteCollect(fc)
-}
-
 // selectList classifies the items of the select list.
 func (b *mergeBuilder) selectList() error {
 	for i, n := range b.sel.TargetList {
