@@ -152,8 +152,9 @@ func byteaRaw(v []byte) ([]byte, error) {
 // appendJSON appends a partial json_agg or jsonb_agg array v to the
 // group's cur: its elements after cur's, separated by ", " — and by
 // "\n " more before a json_agg element that is a non-null array or
-// composite (structured), as json_agg_transfn writes. jsonb's binary form
-// is a version byte, 1, then the text.
+// composite (structured), as json_agg_transfn writes; an empty partial
+// (json_agg_strict over only NULLs) adds nothing. jsonb's binary form is a
+// version byte, 1, then the text.
 func appendJSON(cur, v []byte, structured bool, col Column) ([]byte, error) {
 	head := 0
 	if col.OID == oidJSONB && col.Format == 1 {
@@ -163,6 +164,12 @@ func appendJSON(cur, v []byte, structured bool, col Column) ([]byte, error) {
 		return nil, fmt.Errorf("merge: malformed partial json array")
 	}
 	elems := v[head+1:]
+	switch {
+	case len(elems) == 1: // [] from json_agg_strict over only NULLs
+		return cur, nil
+	case len(cur) == head+2:
+		return append(cur[:head], v[head:]...), nil
+	}
 	cur = append(cur[:len(cur)-1], ", "...)
 	if structured && !bytes.HasPrefix(elems, []byte("null")) {
 		cur = append(cur, "\n "...)

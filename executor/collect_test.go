@@ -172,6 +172,10 @@ func TestJSONAgg(t *testing.T) {
 	if want := `[{"a":1}, 2, "x"]`; got[0][0] != want {
 		t.Errorf("json values: got %q, want %q", got[0][0], want)
 	}
+	got = run(t, spec, cols, [][]string{{"[]", "f"}}, [][]string{{"[1]", "f"}, {"[]", "f"}, {"[2]", "f"}})
+	if want := `[1, 2]`; got[0][0] != want {
+		t.Errorf("empty strict partials: got %q, want %q", got[0][0], want)
+	}
 	cols = []Column{{Name: "jsonb_agg", OID: oidJSONB, Format: 1}}
 	spec = Spec{Limit: -1, Aggs: []Agg{{Col: 0, Kind: AggJSONBAgg}}}
 	got = run(t, spec, cols, [][]string{{"\x01[1, {\"a\": [2]}]"}}, [][]string{{"NULL"}, {"\x01[null]"}})
