@@ -242,3 +242,18 @@ func TestSortedMergeDirections(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestCollectDistinct: array_agg(DISTINCT x), count(DISTINCT x) …
+// GROUP BY g, which shards run grouped by g and x and sorted by both:
+// each x of a group is appended once, in x order, NULL last.
+func TestCollectDistinct(t *testing.T) {
+	cols := []Column{{Name: "g", OID: oidText}, {Name: "array_agg", OID: 1007}, {Name: "count", OID: oidInt8}, {Name: "x", OID: oidInt4}}
+	spec := Spec{Limit: -1, GroupBy: []int{0}, Visible: 3, SortedBy: []SortKey{{Col: 0}, {Col: 3}},
+		Aggs: []Agg{{Col: 1, Kind: AggArrayAgg, Distinct: true}, {Col: 2, Kind: AggCount, Distinct: true}}}
+	a := [][]string{{"a", "{1}", "1", "1"}, {"a", "{3}", "1", "3"}, {"a", "{NULL}", "0", "NULL"}, {"b", "{2}", "1", "2"}}
+	b := [][]string{{"a", "{1}", "1", "1"}, {"a", "{2}", "1", "2"}, {"a", "{NULL}", "0", "NULL"}, {"b", "{2}", "1", "2"}}
+	got := run(t, spec, cols, a, b)
+	if want := [][]string{{"a", "{1,2,3,NULL}", "3"}, {"b", "{2}", "1"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

@@ -88,6 +88,11 @@ var orderAggScripts = []diffScript{
 		"SELECT shard_key, count(DISTINCT grp), length(string_agg(t, ',')) AS len, array_length(array_agg(ord), 1) AS n FROM oa GROUP BY shard_key ORDER BY 1",
 		"SELECT grp, array_agg(ord ORDER BY ord) FROM oa GROUP BY grp ORDER BY grp LIMIT 2 OFFSET 1",
 		"SELECT DISTINCT count(*) % 2 AS parity, min(ord) FROM oa GROUP BY grp ORDER BY 1, 2",
+		"SELECT string_agg(DISTINCT t, ','), array_agg(DISTINCT t ORDER BY t), count(DISTINCT t), json_agg(DISTINCT t), jsonb_agg(DISTINCT t) FROM oa",
+		"SELECT grp, array_agg(DISTINCT shard_key), count(DISTINCT shard_key), count(*) FROM oa GROUP BY grp ORDER BY grp",
+		"SELECT grp, array_agg(DISTINCT n) FROM oa GROUP BY grp ORDER BY grp",
+		"SELECT grp, string_agg(DISTINCT b, '\\x00'::bytea) FROM oa GROUP BY grp ORDER BY grp",
+		"SELECT array_agg(DISTINCT ord) FROM oa WHERE ord < 0",
 		"DROP TABLE oa",
 	}},
 	{name: "bit aggregates", stmts: []string{
@@ -117,8 +122,8 @@ var orderAggRefusals = diffScript{
 	name: "refused across shards",
 	stmts: []string{
 		orderAggTable, orderAggRows,
-		"SELECT string_agg(DISTINCT t, ',') FROM oa",
-		"SELECT array_agg(DISTINCT ord) FROM oa",
+		"SELECT array_agg(DISTINCT t) FILTER (WHERE ord > 3) FROM oa",
+		"SELECT array_agg(DISTINCT ord ORDER BY ord DESC) FROM oa",
 		"SELECT string_agg(t, ',' ORDER BY ord), array_agg(ord ORDER BY t) FROM oa",
 		"SELECT count(DISTINCT grp), array_agg(ord ORDER BY ord) FROM oa",
 		"SELECT json_object_agg(ord, t) FROM oa",
@@ -131,8 +136,8 @@ var orderAggRefusals = diffScript{
 		"DROP TABLE oa",
 	},
 	refusedOnTwo: map[int]string{
-		2:  refusal("string_agg(DISTINCT …) is not supported across shards", hintOneShardText),
-		3:  refusal("array_agg(DISTINCT …) is not supported across shards", hintOneShardText),
+		2:  refusal("array_agg(DISTINCT …) FILTER is not supported across shards", hintOneShardText),
+		3:  refusal("array_agg(DISTINCT … ORDER BY) in an order other than the value's ascending one is not supported across shards", hintOneShardText),
 		4:  refusal("aggregates with different ORDER BY is not supported across shards", hintOneShardText),
 		5:  refusal("DISTINCT aggregates together with an aggregate's ORDER BY is not supported across shards", hintOneShardText),
 		6:  refusal("aggregate json_object_agg() is not supported across shards", hintOneShardText),

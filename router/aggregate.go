@@ -55,8 +55,6 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 		return 0, rejectf("aggregate %s()", name)
 	case fc.AggWithinGroup:
 		return 0, rejectf("%s() WITHIN GROUP", name)
-	case collects(f) && fc.AggDistinct:
-		return 0, rejectf("%s(DISTINCT …)", name)
 	case collects(f) && len(fc.Args) != collectArgs(f):
 		return 0, rejectf("%s() of %d arguments", name, len(fc.Args))
 	}

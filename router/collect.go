@@ -52,8 +52,8 @@ func collectArgs(f AggFunc) int {
 // shards' grouping and order.
 func (b *mergeBuilder) noteCollect(fc *pg_query.FuncCall) error {
 	f, ok := mergeable[funcName(fc)]
-	if !ok || !collects(f) {
-		return nil
+	if !ok || !collects(f) || fc.AggDistinct {
+		return nil // DISTINCT: ordered by the value (distinct.go)
 	}
 	if f == AggStringAgg && len(fc.Args) == 2 && hasColumnRef(fc.Args[1]) && !b.hasSubgroup(fc.Args[1]) {
 		b.subgroups = append(b.subgroups, proto.Clone(fc.Args[1]).(*pg_query.Node))

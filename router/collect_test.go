@@ -45,8 +45,15 @@ var collectCases = []mergeCase{
 			Rewritten: "SELECT country, CASE WHEN false THEN array_length(array_agg(id ORDER BY id), 1) END AS array_length, " +
 				"array_agg(id ORDER BY id) AS __shardgate_1, id AS __shardgate_2 FROM accounts GROUP BY country, 4 ORDER BY 1, 4"}},
 
-	{name: "DISTINCT string_agg", sql: "SELECT string_agg(DISTINCT name, ',') FROM accounts", msg: "string_agg(DISTINCT …)"},
-	{name: "DISTINCT array_agg", sql: "SELECT array_agg(DISTINCT name) FROM accounts", msg: "array_agg(DISTINCT …)"},
+	{name: "DISTINCT array_agg and count, ORDER BY the value", sql: "SELECT country, array_agg(DISTINCT name ORDER BY name), count(DISTINCT name), string_agg(DISTINCT name, ';') FROM accounts GROUP BY 1",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, HiddenColumns: 2, SortedBy: []SortKey{{Column: 0}, {Column: -1}},
+			Aggregates: []Aggregate{{Column: 1, Func: AggArrayAgg, Distinct: true}, {Column: 2, Func: AggCount, Distinct: true}, {Column: 3, Func: AggStringAgg, Distinct: true, Sep: -2}},
+			Rewritten: "SELECT country, array_agg(DISTINCT name ORDER BY name), count(DISTINCT name), string_agg(DISTINCT name, ';'), " +
+				"CASE WHEN false THEN pg_catalog.string_agg(name, ';') ELSE ';' END AS __shardgate_1, name AS __shardgate_2 FROM accounts GROUP BY 1, name ORDER BY 1, 6"}},
+	{name: "DISTINCT with FILTER", sql: "SELECT array_agg(DISTINCT name) FILTER (WHERE id > 1) FROM accounts", msg: "array_agg(DISTINCT …) FILTER"},
+	{name: "DISTINCT ORDER BY DESC", sql: "SELECT array_agg(DISTINCT name ORDER BY name DESC) FROM accounts", msg: "in an order other than the value's ascending one"},
+	{name: "DISTINCT with a separator column", sql: "SELECT string_agg(DISTINCT name, country) FROM accounts", msg: "separator read from rows"},
+	{name: "DISTINCT of other values", sql: "SELECT array_agg(DISTINCT name), count(DISTINCT id) FROM accounts", msg: "DISTINCT aggregates of different values"},
 	{name: "different ORDER BY", sql: "SELECT array_agg(id ORDER BY id), array_agg(id ORDER BY id DESC) FROM accounts", msg: "aggregates with different ORDER BY"},
 	{name: "ORDER BY USING", sql: "SELECT array_agg(id ORDER BY id USING >) FROM accounts", msg: "USING"},
 	{name: "ordered with DISTINCT aggregate", sql: "SELECT count(DISTINCT name), array_agg(id ORDER BY id) FROM accounts", msg: "DISTINCT aggregates together"},

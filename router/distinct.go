@@ -28,8 +28,10 @@ func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 	if !fc.AggDistinct {
 		return nil, nil
 	}
-	switch mergeable[funcName(fc)] {
-	case AggCount, AggSum, AggAvg:
+	switch f := mergeable[funcName(fc)]; {
+	case collects(f):
+		return collectedDistinct(fc)
+	case f == AggCount, f == AggSum, f == AggAvg:
 	default:
 		return nil, nil
 	}
@@ -44,6 +46,32 @@ func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 	return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
 		Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: when}}},
 	}}}, nil
+}
+
+// collectedDistinct returns what a collecting aggregate with DISTINCT
+// dedupes: its value, which the merge of the shards' rows sorted by it
+// also orders, as PostgreSQL's sort for DISTINCT does: ascending, NULLs
+// last. Another ORDER BY, a separator read from rows (string_agg
+// dedupes the pair) and a FILTER (whose rejected rows would share the
+// NULL value with NULL values) are refused.
+func collectedDistinct(fc *pg_query.FuncCall) (*pg_query.Node, error) {
+	name := funcName(fc)
+	switch {
+	case len(fc.Args) != collectArgs(mergeable[name]):
+		return nil, rejectf("%s(DISTINCT …) of %d arguments", name, len(fc.Args))
+	case fc.AggFilter != nil:
+		return nil, rejectf("%s(DISTINCT …) FILTER", name)
+	case len(fc.Args) == 2 && hasColumnRef(fc.Args[1]):
+		return nil, rejectf("%s(DISTINCT …) with a separator read from rows", name)
+	}
+	for _, n := range fc.AggOrder {
+		s := n.GetSortBy()
+		if len(fc.AggOrder) > 1 || s == nil || !sameExpr(s.Node, fc.Args[0]) || s.SortbyDir == pg_query.SortByDir_SORTBY_DESC ||
+			s.SortbyDir == pg_query.SortByDir_SORTBY_USING || s.SortbyNulls == pg_query.SortByNulls_SORTBY_NULLS_FIRST {
+			return nil, rejectf("%s(DISTINCT … ORDER BY) in an order other than the value's ascending one", name)
+		}
+	}
+	return proto.Clone(fc.Args[0]).(*pg_query.Node), nil
 }
 
 // noteDistinct records the value a DISTINCT aggregate call dedupes and

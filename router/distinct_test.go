@@ -25,7 +25,7 @@ var distinctCases = []mergeCase{
 
 	{name: "different values", sql: "SELECT count(DISTINCT name), count(DISTINCT country) FROM accounts", msg: "DISTINCT aggregates of different values"},
 	{name: "different FILTERs", sql: "SELECT count(DISTINCT name), count(DISTINCT name) FILTER (WHERE active) FROM accounts", msg: "DISTINCT aggregates of different values"},
-	{name: "other aggregate", sql: "SELECT string_agg(DISTINCT name, ',') FROM accounts", msg: "string_agg(DISTINCT …)"},
+	{name: "other aggregate", sql: "SELECT json_object_agg(DISTINCT name, id) FROM accounts", msg: "aggregate json_object_agg()"},
 }
 
 func TestMergeDistinctAggregates(t *testing.T) { testMerge(t, distinctCases) }
