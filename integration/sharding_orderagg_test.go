@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -312,4 +313,31 @@ func rawResult(ctx context.Context, c *pgconn.PgConn, sql string, params []strin
 		out = append(out, '\n')
 	}
 	return append(out, res.CommandTag.String()...), nil
+}
+
+// TestOrderAggCollation: the ORDER BY of a collecting aggregate, its
+// DISTINCT value and the group key order text in the database's libc
+// collation (en_US.UTF-8) across shards as PostgreSQL does.
+func TestOrderAggCollation(t *testing.T) {
+	e := newCollationEnv(t)
+	ctx := context.Background()
+	pc := connect(t, e.p.AppURL("app"))
+	for i, name := range collationNames {
+		city := collationNames[(i*5)%len(collationNames)]
+		for _, c := range []*pgx.Conn{e.ref, pc} {
+			if _, err := c.Exec(ctx, "INSERT INTO people (id, name, city, c_name) VALUES ($1, $2, $3, $2)", int64(i+1), name, city); err != nil {
+				t.Fatalf("row %d: %v", i+1, err)
+			}
+		}
+	}
+	for _, q := range []string{
+		"SELECT string_agg(name, ',' ORDER BY name, id) FROM people",
+		"SELECT array_agg(name ORDER BY name DESC, id DESC), count(*) FROM people",
+		"SELECT string_agg(c_name, ',' ORDER BY c_name, id) FROM people",
+		"SELECT city, array_agg(id ORDER BY lower(name), id) FROM people GROUP BY city ORDER BY city",
+		"SELECT string_agg(DISTINCT name, '|'), count(DISTINCT name) FROM people",
+		"SELECT jsonb_agg(name ORDER BY name COLLATE \"C\", id) FROM people",
+	} {
+		sameUserTypes(t, e, pc, q)
+	}
 }
