@@ -74,9 +74,7 @@ func (m *Merger) finish(order []*group) ([]*group, error) {
 		if err := m.finishAvg(g); err != nil {
 			return nil, err
 		}
-		if err := m.finishArrays(g); err != nil {
-			return nil, err
-		}
+		m.finishArrays(g)
 		ok, err := m.having(g.cols)
 		if err != nil {
 			return nil, err

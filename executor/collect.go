@@ -45,12 +45,11 @@ func (m *Merger) initGroup(g *group) error {
 }
 
 // finishArrays writes each array_agg state of a group into its column.
-func (m *Merger) finishArrays(g *group) error {
+func (m *Merger) finishArrays(g *group) {
 	for col, st := range g.arrays {
 		g.cols[col] = st.value(m.cols[col])
 	}
 	g.arrays = nil
-	return nil
 }
 
 // appendString appends a partial string_agg value v, after its row's
@@ -182,8 +181,7 @@ func appendJSON(cur, v []byte, structured bool, col Column) ([]byte, error) {
 // dimension, whose other dimensions must agree, as accumArrayResultArr
 // requires of the arrays it stacks.
 type arrayState struct {
-	null bool // no partial yet
-	seen bool
+	seen bool // a partial was not NULL
 	// body is the elements: in text, each partial's text without its
 	// outer braces, joined by the delimiter; in binary, the element data.
 	body []byte
