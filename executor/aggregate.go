@@ -13,8 +13,9 @@ import (
 
 // group is one GROUP BY group (or DISTINCT row) being combined.
 type group struct {
-	cols [][]byte // the first row's values, owned copies; aggregates updated in place
-	avg  map[int]*avgState
+	cols   [][]byte // the first row's values, owned copies; aggregates updated in place
+	avg    map[int]*avgState
+	arrays map[int]*arrayState // array_agg columns being built (collect.go)
 }
 
 // aggregate reads every row, combines partial aggregates per group, and
@@ -42,6 +43,15 @@ func (m *Merger) aggregate(sources []Rows) error {
 	if err != nil {
 		return err
 	}
+	if len(order) == 0 && len(m.spec.GroupBy) == 0 && len(m.spec.Aggs) > 0 {
+		// Shards that group more finely than the query (by a separator)
+		// return no row for no rows; the aggregate still has one.
+		g, err := m.emptyGroup()
+		if err != nil {
+			return err
+		}
+		order = append(order, g)
+	}
 	if order, err = m.finish(order); err != nil {
 		return err
 	}
@@ -64,6 +74,7 @@ func (m *Merger) finish(order []*group) ([]*group, error) {
 		if err := m.finishAvg(g); err != nil {
 			return nil, err
 		}
+		m.finishArrays(g)
 		ok, err := m.having(g.cols)
 		if err != nil {
 			return nil, err
@@ -127,7 +138,7 @@ func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*gro
 				g = newGroup(cols)
 				groups[string(key)] = g
 				order = append(order, g)
-				if err := m.initAvg(g); err != nil {
+				if err := m.initGroup(g); err != nil {
 					return nil, err
 				}
 				continue
@@ -279,6 +290,15 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 				return err
 			}
 			continue
+		case AggArrayAgg:
+			st := g.arrays[a.Col]
+			if st == nil {
+				return fmt.Errorf("merge: array_agg column %d has no state", a.Col)
+			}
+			if err := st.add(v, m.cols[a.Col]); err != nil {
+				return err
+			}
+			continue
 		}
 		if v == nil {
 			continue
@@ -307,6 +327,12 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 				r = x || y
 			}
 			out = encodeBool(r, m.cols[a.Col].Format == 1)
+		case AggStringAgg:
+			out, err = m.appendString(cur, cols[a.SepCol], v, m.cols[a.Col], m.cols[a.SepCol])
+		case AggJSONAgg, AggJSONBAgg:
+			out, err = appendJSON(cur, v, a.Kind == AggJSONAgg && boolValue(cols[a.StructCol]), m.cols[a.Col])
+		case AggBitAnd, AggBitOr, AggBitXor:
+			out, err = bitOp(a.Kind, cur, v, m.cols[a.Col])
 		default:
 			err = fmt.Errorf("merge: aggregate %v not supported", a.Kind)
 		}

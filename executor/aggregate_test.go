@@ -51,7 +51,7 @@ func TestGroupedDistinct(t *testing.T) {
 func TestDistinctAggregates(t *testing.T) {
 	cols := []Column{{Name: "g", OID: oidText}, {Name: "count", OID: oidInt8}, {Name: "sum", OID: oidInt8},
 		{Name: "count", OID: oidInt8}, {Name: "x", OID: oidInt4}}
-	spec := Spec{Limit: -1, GroupBy: []int{0}, SortedBy: []int{0, 4}, Visible: 4, Aggs: []Agg{
+	spec := Spec{Limit: -1, GroupBy: []int{0}, SortedBy: []SortKey{{Col: 0}, {Col: 4}}, Visible: 4, Aggs: []Agg{
 		{Col: 1, Kind: AggCount, Distinct: true}, {Col: 2, Kind: AggSum, Distinct: true}, {Col: 3, Kind: AggCount}}}
 	a := [][]string{{"a", "1", "1", "2", "1"}, {"a", "1", "5", "1", "5"}, {"a", "0", "NULL", "3", "NULL"}, {"b", "1", "2", "1", "2"}}
 	b := [][]string{{"a", "1", "1", "4", "1"}, {"a", "1", "7", "1", "7"}, {"c", "1", "3", "1", "3"}, {"NULL", "1", "4", "2", "4"}}
@@ -67,7 +67,7 @@ func TestDistinctAggregates(t *testing.T) {
 // by the DISTINCT value return none.
 func TestDistinctAggregatesNoRows(t *testing.T) {
 	cols := []Column{{Name: "count", OID: oidInt8}, {Name: "sum", OID: oidInt8}, {Name: "avg", OID: oidInt8}, {Name: "c", OID: oidInt8}, {Name: "x", OID: oidInt4}}
-	spec := Spec{Limit: -1, SortedBy: []int{4}, Visible: 3, Aggs: []Agg{
+	spec := Spec{Limit: -1, SortedBy: []SortKey{{Col: 4}}, Visible: 3, Aggs: []Agg{
 		{Col: 0, Kind: AggCount, Distinct: true}, {Col: 1, Kind: AggSum, Distinct: true}, {Col: 2, Kind: AggAvg, SumCol: 2, CountCol: 3, Distinct: true}}}
 	if got := run(t, spec, cols, nil, nil); !reflect.DeepEqual(got, [][]string{{"0", "NULL", "NULL"}}) {
 		t.Errorf("got %v", got)

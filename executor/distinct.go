@@ -17,16 +17,23 @@ import (
 
 // collectSorted reads every shard's sorted rows into groups, in order.
 func (m *Merger) collectSorted(sources []Rows) ([]*group, error) {
-	keys := m.spec.SortedBy
-	for _, c := range keys {
-		if c < 0 || c >= len(m.cols) {
-			return nil, fmt.Errorf("merge: column %d out of range", c)
+	keys := make([]int, len(m.spec.SortedBy))
+	for i, k := range m.spec.SortedBy {
+		if k.Col < 0 || k.Col >= len(m.cols) {
+			return nil, fmt.Errorf("merge: column %d out of range", k.Col)
 		}
+		keys[i] = k.Col
 	}
 	if err := m.buildComparators(keys); err != nil {
 		return nil, err
 	}
-	value := keys[len(keys)-1]
+	// The DISTINCT value, when aggregates are DISTINCT, is the last key.
+	value := -1
+	for _, a := range m.spec.Aggs {
+		if a.Distinct {
+			value = keys[len(keys)-1]
+		}
+	}
 	h := &sortedHeap{m: m}
 	for i, src := range sources {
 		c := &cursor{src: src, idx: i}
@@ -54,17 +61,21 @@ func (m *Merger) collectSorted(sources []Rows) ([]*group, error) {
 		if !same {
 			g = newGroup(c.cols)
 			order = append(order, g)
-			if err := m.initAvg(g); err != nil {
+			if err := m.initGroup(g); err != nil {
 				return nil, err
 			}
-			last = g.cols[value]
+			if value >= 0 {
+				last = g.cols[value]
+			}
 		} else {
-			seen, err := m.sameValue(value, last, c.cols[value])
-			if err != nil {
-				return nil, err
-			}
-			if !seen {
-				last = copyValue(c.cols[value])
+			seen := false
+			if value >= 0 {
+				if seen, err = m.sameValue(value, last, c.cols[value]); err != nil {
+					return nil, err
+				}
+				if !seen {
+					last = copyValue(c.cols[value])
+				}
 			}
 			if err := m.combine(g, c.cols, !seen); err != nil {
 				return nil, err
@@ -146,12 +157,11 @@ func (m *Merger) emptyGroup() (*group, error) {
 			g.cols[a.Col] = []byte("0")
 		}
 	}
-	return g, m.initAvg(g)
+	return g, m.initGroup(g)
 }
 
-// sortedHeap merges the shards' rows in Spec.SortedBy order: ascending,
-// NULLs last, as the shards' ORDER BY sorts them; ties go to the lower
-// shard.
+// sortedHeap merges the shards' rows in Spec.SortedBy order, as the
+// shards' ORDER BY sorts them; ties go to the lower shard.
 type sortedHeap struct {
 	m   *Merger
 	cur []*cursor
@@ -161,23 +171,12 @@ type sortedHeap struct {
 func (h *sortedHeap) Len() int { return len(h.cur) }
 func (h *sortedHeap) Less(i, j int) bool {
 	a, b := h.cur[i], h.cur[j]
-	for _, col := range h.m.spec.SortedBy {
-		x, y := a.cols[col], b.cols[col]
-		switch {
-		case x == nil && y == nil:
-			continue
-		case x == nil:
-			return false
-		case y == nil:
-			return true
-		}
-		c, err := h.m.cmp[col](x, y)
-		if err != nil && h.err == nil {
-			h.err = err
-		}
-		if c != 0 {
-			return c < 0
-		}
+	c, err := h.m.compareBy(h.m.spec.SortedBy, a.cols, b.cols)
+	if err != nil && h.err == nil {
+		h.err = err
+	}
+	if c != 0 {
+		return c < 0
 	}
 	return a.idx < b.idx
 }

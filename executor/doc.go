@@ -91,7 +91,13 @@
 //   - DISTINCT aggregates (count(DISTINCT x)): shards group by x too and
 //     sort by the group key then x; a k-way merge of their streams folds
 //     each x of a group once (distinct.go; memory: one row per shard, one
-//     entry per group, never a set of values).
+//     entry per group, never a set of values);
+//   - collecting aggregates (string_agg, array_agg, json_agg, jsonb_agg):
+//     each shard's partial result is appended to its group's, shard after
+//     shard, or — with ORDER BY y in the aggregate — in the order of a
+//     k-way merge of the shards' rows sorted by the group key then y
+//     (collect.go; memory: one row per shard, each group's result);
+//     bit_and, bit_or and bit_xor combine with their operator (bitagg.go).
 //
 // Values are ordered like PostgreSQL orders them, in text and binary
 // formats: integers, floats (NaN above Infinity), numeric (exact decimals),

@@ -21,17 +21,29 @@ type SortKey struct {
 type AggKind uint8
 
 const (
-	AggCount   AggKind = iota + 1 // sum of counts
-	AggSum                        // sum of sums
-	AggMin                        // least
-	AggMax                        // greatest
-	AggBoolAnd                    // AND
-	AggBoolOr                     // OR
-	AggAvg                        // sum(SumCol) / sum(CountCol), in the column's own type
+	AggCount     AggKind = iota + 1 // sum of counts
+	AggSum                          // sum of sums
+	AggMin                          // least
+	AggMax                          // greatest
+	AggBoolAnd                      // AND
+	AggBoolOr                       // OR
+	AggAvg                          // sum(SumCol) / sum(CountCol), in the column's own type
+	AggStringAgg                    // partial strings joined, each after its row's separator (SepCol)
+	AggArrayAgg                     // partial arrays concatenated along the first dimension
+	AggJSONAgg                      // partial json arrays concatenated (StructCol: x is an array or composite)
+	AggJSONBAgg                     // partial jsonb arrays concatenated
+	AggBitAnd                       // bitwise AND of integers or equal-length bit strings
+	AggBitOr                        // bitwise OR
+	AggBitXor                       // bitwise XOR
 )
 
 func (k AggKind) String() string {
-	return [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg"}[k]
+	names := [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg",
+		"string_agg", "array_agg", "json_agg", "jsonb_agg", "bit_and", "bit_or", "bit_xor"}
+	if int(k) >= len(names) {
+		return "AggKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return names[k]
 }
 
 // Agg combines one output column across shards.
@@ -42,6 +54,11 @@ type Agg struct {
 	CountCol int // AggAvg: hidden column holding count(x)
 	// Distinct folds once per DISTINCT value of a group (Spec.SortedBy).
 	Distinct bool
+	SepCol   int // AggStringAgg: hidden column of the row's separator
+	// StructCol is, for AggJSONAgg, the hidden boolean column that says
+	// whether x is an array or a composite (json_agg writes "\n " before
+	// such elements after the first).
+	StructCol int
 }
 
 // Spec says how rows from several shards become one result.
@@ -73,9 +90,11 @@ type Spec struct {
 	// Outer computes the expressions over aggregates of a grouped query
 	// (outer.go).
 	Outer *Outer
-	// SortedBy, for DISTINCT aggregates, is the order of each shard's
-	// rows: the GroupBy columns then the DISTINCT value (distinct.go).
-	SortedBy []int
+	// SortedBy, for DISTINCT aggregates and for collecting aggregates
+	// with ORDER BY, is the order of each shard's rows: the GroupBy
+	// columns then the DISTINCT value (distinct.go) or the aggregates'
+	// ORDER BY keys (collect.go).
+	SortedBy []SortKey
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -335,7 +354,12 @@ func (m *Merger) concat(sources []Rows) error {
 
 // compareRows orders two rows by the spec's ORDER BY.
 func (m *Merger) compareRows(a, b [][]byte) (int, error) {
-	for _, k := range m.spec.OrderBy {
+	return m.compareBy(m.spec.OrderBy, a, b)
+}
+
+// compareBy orders two rows by keys.
+func (m *Merger) compareBy(keys []SortKey, a, b [][]byte) (int, error) {
+	for _, k := range keys {
 		x, y := a[k.Col], b[k.Col]
 		var c int
 		switch {

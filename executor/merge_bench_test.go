@@ -162,3 +162,24 @@ func BenchmarkMergeAggregate(b *testing.B) {
 		benchMerge(b, executor.Spec{Aggs: total, Limit: -1}, cols, in, 1)
 	})
 }
+
+// BenchmarkMergeCollect is SELECT g, string_agg(t, ',' ORDER BY y),
+// array_agg(y ORDER BY y) … GROUP BY g over 4 shards × 1000 rows in 10
+// groups: each shard row is one (g, y) with its partials, sorted by g
+// then y, and the k-way merge appends each partial to its group's.
+func BenchmarkMergeCollect(b *testing.B) {
+	const shards, perShard, groups = 4, 1000, 10
+	cols := []executor.Column{{Name: "g", OID: benchOIDText}, {Name: "string_agg", OID: benchOIDText},
+		{Name: "array_agg", OID: 1007}, {Name: "sep", OID: benchOIDText}, {Name: "y", OID: 23}}
+	in := make([][][]byte, shards)
+	per := shards * perShard / groups
+	for i := range shards * perShard {
+		g, y := i/per, i%per
+		in[y%shards] = append(in[y%shards], benchBody([]byte("group-"+strconv.Itoa(g)), []byte("value-"+strconv.Itoa(i)),
+			[]byte("{"+strconv.Itoa(y)+"}"), []byte(","), benchTextInt(y)))
+	}
+	spec := executor.Spec{GroupBy: []int{0}, Visible: 3, Limit: -1,
+		SortedBy: []executor.SortKey{{Col: 0}, {Col: 4}},
+		Aggs:     []executor.Agg{{Col: 1, Kind: executor.AggStringAgg, SepCol: 3}, {Col: 2, Kind: executor.AggArrayAgg}}}
+	benchMerge(b, spec, cols, in, groups)
+}

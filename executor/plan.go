@@ -161,12 +161,12 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			return spec, err
 		}
 	}
-	for _, c := range m.SortedBy {
-		col, err := idx(c)
+	for _, k := range m.SortedBy {
+		col, err := idx(k.Column)
 		if err != nil {
 			return spec, err
 		}
-		spec.SortedBy = append(spec.SortedBy, col)
+		spec.SortedBy = append(spec.SortedBy, SortKey{Col: col, Desc: k.Desc, NullsFirst: k.NullsFirst})
 	}
 	return spec, nil
 }
@@ -206,6 +206,26 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 		if agg.CountCol, err = idx(a.Count); err != nil {
 			return Agg{}, err
 		}
+	case router.AggStringAgg:
+		agg.Kind = AggStringAgg
+		if agg.SepCol, err = idx(a.Sep); err != nil {
+			return Agg{}, err
+		}
+	case router.AggArrayAgg:
+		agg.Kind = AggArrayAgg
+	case router.AggJSONAgg:
+		agg.Kind = AggJSONAgg
+		if agg.StructCol, err = idx(a.Structured); err != nil {
+			return Agg{}, err
+		}
+	case router.AggJSONBAgg:
+		agg.Kind = AggJSONBAgg
+	case router.AggBitAnd:
+		agg.Kind = AggBitAnd
+	case router.AggBitOr:
+		agg.Kind = AggBitOr
+	case router.AggBitXor:
+		agg.Kind = AggBitXor
 	default:
 		return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
 	}

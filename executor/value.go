@@ -43,6 +43,8 @@ const (
 	oidTimetz      = 1266
 	oidBit         = 1560
 	oidVarbit      = 1562
+	oidJSON        = 114
+	oidJSONB       = 3802
 )
 
 // compareFunc orders two non-NULL values of one column.

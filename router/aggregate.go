@@ -15,6 +15,9 @@ import (
 var mergeable = map[string]AggFunc{
 	"count": AggCount, "sum": AggSum, "min": AggMin, "max": AggMax, "avg": AggAvg,
 	"bool_and": AggBoolAnd, "every": AggBoolAnd, "bool_or": AggBoolOr,
+	"bit_and": AggBitAnd, "bit_or": AggBitOr, "bit_xor": AggBitXor,
+	"string_agg": AggStringAgg, "array_agg": AggArrayAgg, "json_agg": AggJSONAgg, "json_agg_strict": AggJSONAgg,
+	"jsonb_agg": AggJSONBAgg, "jsonb_agg_strict": AggJSONBAgg,
 }
 
 // aggregates are PostgreSQL's other built-in aggregates: across shards they
@@ -22,10 +25,9 @@ var mergeable = map[string]AggFunc{
 var aggregates = map[string]bool{}
 
 func init() {
-	for _, name := range strings.Fields(`array_agg string_agg json_agg json_agg_strict jsonb_agg jsonb_agg_strict
-		json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
+	for _, name := range strings.Fields(`json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
 		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
-		xmlagg bit_and bit_or bit_xor range_agg range_intersect_agg any_value corr covar_pop covar_samp
+		xmlagg range_agg range_intersect_agg any_value corr covar_pop covar_samp
 		regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
 		stddev stddev_pop stddev_samp variance var_pop var_samp mode percentile_cont percentile_disc
 		rank dense_rank percent_rank cume_dist`) {
@@ -53,8 +55,21 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 		return 0, rejectf("aggregate %s()", name)
 	case fc.AggWithinGroup:
 		return 0, rejectf("%s() WITHIN GROUP", name)
+	case collects(f) && len(fc.Args) != collectArgs(f):
+		return 0, rejectf("%s() of %d arguments", name, len(fc.Args))
 	}
 	return f, nil
+}
+
+// noteAgg checks an aggregate call and records what it needs.
+func (b *mergeBuilder) noteAgg(fc *pg_query.FuncCall) error {
+	if _, err := aggFunc(fc); err != nil {
+		return err
+	}
+	if _, err := b.noteDistinct(fc); err != nil {
+		return err
+	}
+	return b.noteCollect(fc)
 }
 
 // findAggregate returns an aggregate call inside an expression, outside
@@ -99,6 +114,10 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if agg == AggAvg {
 		count = b.hide(countOf(f))
 	}
-	b.aggs = append(b.aggs, mergeAgg{at, count, agg, distinct})
+	a, err := b.newAgg(f, at, count, agg, distinct)
+	if err != nil {
+		return ref{}, err
+	}
+	b.aggs = append(b.aggs, a)
 	return at, nil
 }

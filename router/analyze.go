@@ -76,14 +76,14 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	switch {
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
-		a.query(sel, "")
+		sc := a.query(sel, "")
 		a.group()
 		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
 		if sel.IntoClause != nil {
 			p.write, p.ddl = true, true
 			a.materialize("SELECT INTO")
 		} else if len(a.groups) > 0 {
-			p.merge, p.mergeErr = buildMerge(sel, version)
+			p.merge, p.mergeErr = buildMerge(sel, version, a.topKey(sc, sel))
 		}
 	case n.GetInsertStmt() != nil:
 		p.write = true
@@ -136,6 +136,48 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 		p.pathDependent = true
 	}
 	return p, nil
+}
+
+// topKey returns a function that reports whether an expression is the
+// sharding key of a sharded table of scope sc, the top level of the
+// statement, that no outer join extends with NULLs (the rows an outer join
+// adds carry a NULL key on every shard); nil when there is no such scope.
+func (a *analyzer) topKey(sc *scope, sel *pg_query.SelectStmt) func(*pg_query.Node) bool {
+	if sc == nil {
+		return nil
+	}
+	nullable := map[*pg_query.RangeVar]bool{}
+	for _, n := range sel.FromClause {
+		nullableTables(n, false, nullable)
+	}
+	return func(n *pg_query.Node) bool {
+		in := sc.keyColumn(n)
+		return in != nil && in.class == shardedTable && in.nested == "" && in.sc == sc && !nullable[in.rv]
+	}
+}
+
+// nullableTables adds to set the tables of a FROM item that an outer join
+// may extend with NULLs (nullable: the item is on such a side).
+func nullableTables(n *pg_query.Node, nullable bool, set map[*pg_query.RangeVar]bool) {
+	switch {
+	case n.GetRangeVar() != nil:
+		if nullable {
+			set[n.GetRangeVar()] = true
+		}
+	case n.GetJoinExpr() != nil:
+		j := n.GetJoinExpr()
+		l, r := nullable, nullable
+		switch j.Jointype {
+		case pg_query.JoinType_JOIN_LEFT:
+			r = true
+		case pg_query.JoinType_JOIN_RIGHT:
+			l = true
+		case pg_query.JoinType_JOIN_FULL:
+			l, r = true, true
+		}
+		nullableTables(j.Larg, l, set)
+		nullableTables(j.Rarg, r, set)
+	}
 }
 
 // tempRelation returns the temporary table, view or sequence that n

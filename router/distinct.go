@@ -28,8 +28,10 @@ func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 	if !fc.AggDistinct {
 		return nil, nil
 	}
-	switch mergeable[funcName(fc)] {
-	case AggCount, AggSum, AggAvg:
+	switch f := mergeable[funcName(fc)]; {
+	case collects(f):
+		return collectedDistinct(fc)
+	case f == AggCount, f == AggSum, f == AggAvg:
 	default:
 		return nil, nil
 	}
@@ -44,6 +46,32 @@ func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 	return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
 		Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: when}}},
 	}}}, nil
+}
+
+// collectedDistinct returns what a collecting aggregate with DISTINCT
+// dedupes: its value, which the merge of the shards' rows sorted by it
+// also orders, as PostgreSQL's sort for DISTINCT does: ascending, NULLs
+// last. Another ORDER BY, a separator read from rows (string_agg
+// dedupes the pair) and a FILTER (whose rejected rows would share the
+// NULL value with NULL values) are refused.
+func collectedDistinct(fc *pg_query.FuncCall) (*pg_query.Node, error) {
+	name := funcName(fc)
+	switch {
+	case len(fc.Args) != collectArgs(mergeable[name]):
+		return nil, rejectf("%s(DISTINCT …) of %d arguments", name, len(fc.Args))
+	case fc.AggFilter != nil:
+		return nil, rejectf("%s(DISTINCT …) FILTER", name)
+	case len(fc.Args) == 2 && hasColumnRef(fc.Args[1]):
+		return nil, rejectf("%s(DISTINCT …) with a separator read from rows", name)
+	}
+	for _, n := range fc.AggOrder {
+		s := n.GetSortBy()
+		if len(fc.AggOrder) > 1 || s == nil || !sameExpr(s.Node, fc.Args[0]) || s.SortbyDir == pg_query.SortByDir_SORTBY_DESC ||
+			s.SortbyDir == pg_query.SortByDir_SORTBY_USING || s.SortbyNulls == pg_query.SortByNulls_SORTBY_NULLS_FIRST {
+			return nil, rejectf("%s(DISTINCT … ORDER BY) in an order other than the value's ascending one", name)
+		}
+	}
+	return proto.Clone(fc.Args[0]).(*pg_query.Node), nil
 }
 
 // noteDistinct records the value a DISTINCT aggregate call dedupes and
@@ -72,18 +100,39 @@ func (b *mergeBuilder) sortedGroups() {
 	b.sortRefs = append(append([]ref{}, b.groupRefs...), b.distinctRef)
 }
 
-// shardOrder returns the shards' GROUP BY addition and ORDER BY for a
-// query with DISTINCT aggregates: the DISTINCT value, and the positions of
-// the group key and the value in their select list.
-func (b *mergeBuilder) shardOrder() (group *pg_query.Node, order []*pg_query.Node) {
-	for _, r := range b.sortRefs {
-		pos := r.i + 1
+// shardOrder returns what shards add to GROUP BY and their ORDER BY when
+// they group more finely than the query: the DISTINCT value, the
+// separators of string_agg and the ORDER BY keys of collecting aggregates
+// (by position: they are hidden columns), and the positions of the group
+// key and those values in their select list, in Merge.SortedBy's order.
+func (b *mergeBuilder) shardOrder() (group, order []*pg_query.Node) {
+	pos := func(r ref) *pg_query.Node {
+		p := r.i + 1
 		if r.kind == 'h' {
-			pos += len(b.targets)
+			p += len(b.targets)
 		}
-		order = append(order, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: &pg_query.SortBy{
-			Node: pg_query.MakeAConstIntNode(int64(pos), -1), SortbyDir: pg_query.SortByDir_SORTBY_DEFAULT, SortbyNulls: pg_query.SortByNulls_SORTBY_NULLS_DEFAULT,
-		}}})
+		return pg_query.MakeAConstIntNode(int64(p), -1)
 	}
-	return proto.Clone(b.distinctArg).(*pg_query.Node), order
+	if b.distinctArg != nil {
+		group = append(group, proto.Clone(b.distinctArg).(*pg_query.Node))
+	}
+	for _, g := range b.subgroups {
+		group = append(group, proto.Clone(g).(*pg_query.Node))
+	}
+	for i, r := range b.sortRefs {
+		s := &pg_query.SortBy{Node: pos(r), SortbyDir: pg_query.SortByDir_SORTBY_DEFAULT, SortbyNulls: pg_query.SortByNulls_SORTBY_NULLS_DEFAULT}
+		if i < len(b.sortDirs) && i >= len(b.groupRefs) {
+			group = append(group, pos(r))
+			if k := b.sortDirs[i]; k.Desc {
+				s.SortbyDir = pg_query.SortByDir_SORTBY_DESC
+				if !k.NullsFirst {
+					s.SortbyNulls = pg_query.SortByNulls_SORTBY_NULLS_LAST
+				}
+			} else if k.NullsFirst {
+				s.SortbyNulls = pg_query.SortByNulls_SORTBY_NULLS_FIRST
+			}
+		}
+		order = append(order, &pg_query.Node{Node: &pg_query.Node_SortBy{SortBy: s}})
+	}
+	return group, order
 }

@@ -8,8 +8,10 @@ import (
 // arbitrary parameters in both formats and with hints: neither may panic,
 // and every error must be a *wire.Error a client can be sent.
 func FuzzAnalyze(f *testing.F) {
-	for _, tc := range mergeCases {
-		f.Add(tc.sql, []byte("3"), false)
+	for _, cases := range [][]mergeCase{mergeCases, collectCases, windowCases} {
+		for _, tc := range cases {
+			f.Add(tc.sql, []byte("3"), false)
+		}
 	}
 	for _, sql := range []string{
 		"SELECT * FROM accounts WHERE id = $1",

@@ -272,7 +272,7 @@ func (a *analyzer) copy(p *part, cs *pg_query.CopyStmt) {
 			a.query(sel, "")
 			a.group()
 			if len(a.groups) > 0 {
-				if m, err := buildMerge(sel, a.version); m != nil || err != nil {
+				if m, err := buildMerge(sel, a.version, nil); m != nil || err != nil {
 					p.fanout = unsupported(hintOneShard, "COPY of a query whose rows must be merged across shards (ORDER BY, LIMIT, aggregates, DISTINCT)")
 				}
 			}

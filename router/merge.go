@@ -31,6 +31,9 @@ type mergeAgg struct {
 	at, count ref
 	f         AggFunc
 	distinct  bool
+	// sep is string_agg's separator column, structured json_agg's
+	// argument kind (collect.go).
+	sep, structured ref
 }
 
 // mergeBuilder builds the Merge of one SELECT.
@@ -58,6 +61,19 @@ type mergeBuilder struct {
 	distinctArg *pg_query.Node
 	distinctRef ref
 	sortRefs    []ref
+	sortDirs    []SortKey // the direction of each of sortRefs
+	// collectOrder is the ORDER BY of the collecting aggregates,
+	// subgroups the separators shards group by (collect.go).
+	collectOrder []*pg_query.Node
+	subgroups    []*pg_query.Node
+	// isKey reports whether an expression is the sharding key of a
+	// sharded table the query reads at its top level (window functions).
+	isKey   func(*pg_query.Node) bool
+	windows bool // the query calls window functions
+	// complete is set for a grouped query whose GROUP BY holds the
+	// sharding key and that calls window functions: each group is on one
+	// shard, so the query runs whole on each and merges as a plain one.
+	complete bool
 }
 
 // groupExpr is a GROUP BY expression and the column that holds it.
@@ -69,11 +85,14 @@ type groupExpr struct {
 // buildMerge returns how to combine the answers of several shards to sel,
 // nil when they are simply concatenated, or a 0A000 error naming what
 // cannot be combined correctly.
-func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+//
+// isKey reports whether an expression is the sharding key of a sharded
+// table the query reads at its top level; nil refuses window functions.
+func buildMerge(sel *pg_query.SelectStmt, version int32, isKey func(*pg_query.Node) bool) (*Merge, error) {
 	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
 		return nil, nil // set operations over sharded tables need one shard anyway
 	}
-	b := &mergeBuilder{sel: sel, star: -1, slots: map[int]bool{}}
+	b := &mergeBuilder{sel: sel, star: -1, slots: map[int]bool{}, isKey: isKey}
 	if err := b.reject(); err != nil {
 		return nil, err
 	}
@@ -91,11 +110,17 @@ func buildMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		return nil, nil
 	}
 	b.sortedGroups()
+	b.sortedCollect()
 	b.columns()
 	for _, a := range b.aggs {
 		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
-		if a.f == AggAvg {
+		switch a.f {
+		case AggAvg:
 			agg.Count = b.column(a.count)
+		case AggStringAgg:
+			agg.Sep = b.column(a.sep)
+		case AggJSONAgg:
+			agg.Structured = b.column(a.structured)
 		}
 		m.Aggregates = append(m.Aggregates, agg)
 	}
@@ -120,19 +145,17 @@ func rejectf(format string, args ...any) error {
 // functions, grouping sets, non-mergeable aggregates, WITH TIES.
 func (b *mergeBuilder) reject() error {
 	sel := b.sel
-	if len(sel.WindowClause) > 0 {
-		return rejectf("WINDOW")
-	}
 	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
 		return rejectf("FETCH … WITH TIES")
 	}
-	var err error
+	var err, aggErr error // aggErr matters only when groups are merged
 	check := func(n *pg_query.Node) bool {
 		switch {
 		case err != nil:
 			return false
 		case n.GetFuncCall() != nil && n.GetFuncCall().Over != nil:
-			err = rejectf("window function %s()", funcName(n.GetFuncCall()))
+			b.windows = true
+			err = b.checkWindow(n.GetFuncCall())
 		case n.GetGroupingSet() != nil:
 			err = rejectf("GROUPING SETS, ROLLUP and CUBE")
 		case n.GetGroupingFunc() != nil:
@@ -141,8 +164,8 @@ func (b *mergeBuilder) reject() error {
 			err = rejectf("JSON_ARRAYAGG and JSON_OBJECTAGG")
 		case n.GetFuncCall() != nil && isAggregate(n.GetFuncCall()):
 			b.grouped = true
-			if _, err = aggFunc(n.GetFuncCall()); err == nil {
-				_, err = b.noteDistinct(n.GetFuncCall())
+			if e := b.noteAgg(n.GetFuncCall()); e != nil && aggErr == nil {
+				aggErr = e
 			}
 			return false
 		}
@@ -156,7 +179,16 @@ func (b *mergeBuilder) reject() error {
 	if len(sel.GroupClause) > 0 || sel.HavingClause != nil {
 		b.grouped = true
 	}
+	if err == nil && b.windows && b.grouped {
+		err = b.completeGroups()
+	}
 	b.m.Grouped = b.grouped
+	if err == nil && b.grouped {
+		err = aggErr
+	}
+	if err == nil {
+		err = b.checkCollect()
+	}
 	return err
 }
 
@@ -179,7 +211,9 @@ func (b *mergeBuilder) selectList() error {
 		}
 		t := mergeTarget{val: rt.Val, name: columnName(rt)}
 		distinct := false
-		if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
+		if b.complete {
+			// Every group is on one shard: the shards' rows are final.
+		} else if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
 			f, err := aggFunc(fc)
 			if err != nil {
 				return err
@@ -188,7 +222,7 @@ func (b *mergeBuilder) selectList() error {
 			if distinct, err = b.noteDistinct(fc); err != nil {
 				return err
 			}
-		} else if findAggregate(rt.Val) != nil || b.distinctArg != nil && len(b.sel.GroupClause) == 0 {
+		} else if findAggregate(rt.Val) != nil || b.subgrouped() && len(b.sel.GroupClause) == 0 {
 			// Without GROUP BY, shards of a query with DISTINCT
 			// aggregates may return no row: the proxy computes the
 			// other items of its one row itself.
@@ -201,7 +235,11 @@ func (b *mergeBuilder) selectList() error {
 			if t.agg == AggAvg {
 				count = b.hide(countOf(rt.Val.GetFuncCall()))
 			}
-			b.aggs = append(b.aggs, mergeAgg{at, count, t.agg, distinct})
+			a, err := b.newAgg(rt.Val.GetFuncCall(), at, count, t.agg, distinct)
+			if err != nil {
+				return err
+			}
+			b.aggs = append(b.aggs, a)
 		}
 	}
 	return nil
@@ -316,6 +354,9 @@ func (b *mergeBuilder) groupedRef(n *pg_query.Node) (r ref, ok bool, err error) 
 // grouping — comparisons of an aggregate or a group column with a constant
 // or parameter — and gives the Outer statement every other term.
 func (b *mergeBuilder) having() error {
+	if b.complete {
+		return nil // the shards apply it to their complete groups
+	}
 	for _, c := range conjuncts(b.sel.HavingClause) {
 		cond, r, ok, err := b.simpleCond(c)
 		if err != nil {
@@ -416,17 +457,22 @@ func (b *mergeBuilder) orderBy() error {
 			return err
 		}
 		b.orderRefs = append(b.orderRefs, r)
-		k := SortKey{Desc: s.SortbyDir == pg_query.SortByDir_SORTBY_DESC}
-		switch s.SortbyNulls {
-		case pg_query.SortByNulls_SORTBY_NULLS_FIRST:
-			k.NullsFirst = true
-		case pg_query.SortByNulls_SORTBY_NULLS_LAST:
-		default:
-			k.NullsFirst = k.Desc
-		}
-		b.m.OrderBy = append(b.m.OrderBy, k)
+		b.m.OrderBy = append(b.m.OrderBy, sortKey(s))
 	}
 	return nil
+}
+
+// sortKey is the direction of an ORDER BY item.
+func sortKey(s *pg_query.SortBy) SortKey {
+	k := SortKey{Desc: s.SortbyDir == pg_query.SortByDir_SORTBY_DESC}
+	switch s.SortbyNulls {
+	case pg_query.SortByNulls_SORTBY_NULLS_FIRST:
+		k.NullsFirst = true
+	case pg_query.SortByNulls_SORTBY_NULLS_LAST:
+	default:
+		k.NullsFirst = k.Desc
+	}
+	return k
 }
 
 // sortRef resolves an ORDER BY or DISTINCT ON item as PostgreSQL does: a
@@ -522,8 +568,12 @@ func (b *mergeBuilder) columns() {
 	for _, r := range b.distinctRefs {
 		b.m.DistinctOn = append(b.m.DistinctOn, b.column(r))
 	}
-	for _, r := range b.sortRefs {
-		b.m.SortedBy = append(b.m.SortedBy, b.column(r))
+	for i, r := range b.sortRefs {
+		k := SortKey{Column: b.column(r)}
+		if i < len(b.sortDirs) {
+			k.Desc, k.NullsFirst = b.sortDirs[i].Desc, b.sortDirs[i].NullsFirst
+		}
+		b.m.SortedBy = append(b.m.SortedBy, k)
 	}
 }
 

@@ -166,12 +166,16 @@ type Merge struct {
 	// Having are conditions ANDed together, evaluated by the executor after
 	// grouping; shards receive the query without HAVING.
 	Having []Cond
-	// SortedBy, set when aggregates are DISTINCT, is the order of the
-	// shards' rows: the GroupBy columns then the DISTINCT value, ascending,
-	// NULLs last. Shards group by the value as well; the executor merges
-	// their sorted rows and folds each Distinct aggregate once per value
-	// of a group (distinct.go).
-	SortedBy []Column
+	// SortedBy, set when aggregates are DISTINCT or an aggregate collects
+	// its values in an ORDER BY (string_agg(x, ',' ORDER BY y)), is the
+	// order of the shards' rows: the GroupBy columns ascending, NULLs
+	// last, then the DISTINCT value (ascending, NULLs last) or the
+	// collecting aggregates' ORDER BY keys in their own directions.
+	// Shards group by the value or the keys as well; the executor merges
+	// their sorted rows, folds each Distinct aggregate once per value of a
+	// group (distinct.go) and appends each row's partial collection to its
+	// group's (collect.go).
+	SortedBy []SortKey
 	// Outer, when set, computes what shards cannot: the select list items
 	// that are expressions over aggregates, the ORDER BY keys that are, and
 	// the HAVING terms that Having cannot express.
@@ -245,6 +249,24 @@ const (
 	AggBoolAnd
 	// AggBoolOr is bool_or: true if any shard says true.
 	AggBoolOr
+	// AggStringAgg is string_agg(x, sep): the partial strings are joined,
+	// each preceded by its row's separator (Aggregate.Sep) but the first.
+	AggStringAgg
+	// AggArrayAgg is array_agg(x): the partial arrays are concatenated
+	// along their first dimension.
+	AggArrayAgg
+	// AggJSONAgg is json_agg(x) and json_agg_strict(x): the partial
+	// arrays are concatenated with ", ", and "\n " before a non-null
+	// element when x is an array or a composite (Aggregate.Structured).
+	AggJSONAgg
+	// AggJSONBAgg is jsonb_agg(x) and jsonb_agg_strict(x): the partial
+	// arrays are concatenated with ", ".
+	AggJSONBAgg
+	// AggBitAnd, AggBitOr and AggBitXor are bit_and, bit_or and bit_xor
+	// of integers or bit strings: the partials combine with the operator.
+	AggBitAnd
+	AggBitOr
+	AggBitXor
 )
 
 // String returns the SQL name of the aggregate.
@@ -264,6 +286,20 @@ func (f AggFunc) String() string {
 		return "bool_and"
 	case AggBoolOr:
 		return "bool_or"
+	case AggStringAgg:
+		return "string_agg"
+	case AggArrayAgg:
+		return "array_agg"
+	case AggJSONAgg:
+		return "json_agg"
+	case AggJSONBAgg:
+		return "jsonb_agg"
+	case AggBitAnd:
+		return "bit_and"
+	case AggBitOr:
+		return "bit_or"
+	case AggBitXor:
+		return "bit_xor"
 	}
 	return "AggFunc(" + strconv.Itoa(int(f)) + ")"
 }
@@ -276,6 +312,13 @@ type Aggregate struct {
 	// Distinct is count, sum or avg(DISTINCT x): combined once per x
 	// (Merge.SortedBy).
 	Distinct bool
+	// Sep is, for AggStringAgg, the hidden column of the separator that
+	// precedes every value of the row's partial string.
+	Sep Column
+	// Structured is, for AggJSONAgg, the hidden boolean column that says
+	// whether x is an array or a composite, which json_agg sets apart
+	// with a newline.
+	Structured Column
 }
 
 // Cond is a HAVING condition: Column Op Value.

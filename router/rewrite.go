@@ -44,11 +44,12 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 	switch {
 	case b.grouped:
 		changed = changed || out.HavingClause != nil || out.SortClause != nil || out.DistinctClause != nil || out.LimitCount != nil || out.LimitOffset != nil
-		out.HavingClause, out.SortClause, out.DistinctClause = nil, nil, nil
+		kept := keptParams(out)
+		out.HavingClause, out.SortClause, out.DistinctClause = kept, nil, nil
 		out.LimitCount, out.LimitOffset, out.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
-		if b.distinctArg != nil {
+		if b.subgrouped() {
 			group, order := b.shardOrder()
-			out.GroupClause = append(out.GroupClause, group)
+			out.GroupClause = append(out.GroupClause, group...)
 			out.SortClause = order
 			changed = true
 		}
@@ -67,6 +68,40 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 		return "", fmt.Errorf("router: rewrite for shards: %w", err)
 	}
 	return sql, nil
+}
+
+// keptParams returns the HAVING that shards of a grouped query get in
+// place of the HAVING, LIMIT and OFFSET the proxy applies: none, or,
+// when those hold parameters, a condition that is always true but names
+// each parameter where the client's statement did, so that the shards'
+// statement has the client's parameters, typed as PostgreSQL infers them
+// there (a LIMIT's as bigint): (CASE WHEN false THEN … END) IS NULL.
+func keptParams(sel *pg_query.SelectStmt) *pg_query.Node {
+	var terms []*pg_query.Node
+	if sel.HavingClause != nil && hasParam(sel.HavingClause) {
+		terms = append(terms, sel.HavingClause)
+	}
+	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {
+		if n != nil && hasParam(n) {
+			terms = append(terms, &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+				Arg:      n,
+				TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+			}}})
+		}
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	var conds []*pg_query.Node
+	for _, t := range terms {
+		conds = append(conds, &pg_query.Node{Node: &pg_query.Node_NullTest{NullTest: &pg_query.NullTest{
+			Arg: placeholder(t), Nulltesttype: pg_query.NullTestType_IS_NULL,
+		}}})
+	}
+	if len(conds) == 1 {
+		return conds[0]
+	}
+	return pg_query.MakeBoolExprNode(pg_query.BoolExprType_AND_EXPR, conds, -1)
 }
 
 // placeholder is what shards return in place of an expression over
