@@ -160,6 +160,7 @@ func testReshardKillDuringCopy(t *testing.T, bin, stalledName string) {
 	}
 
 	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	k.src = reconnected(t, ctx, k.src)
 	k.checkResult(t, ctx)
 }
 

@@ -94,6 +94,7 @@ INSERT INTO accounts SELECT i, i % 7 FROM generate_series(1, 3000) i`)
 			}
 			slotsLeft := func() (slots, pubs int) {
 				t.Helper()
+				src = reconnected(t, ctx, src) // each cutover fences the source
 				err := src.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'sg_app_to_app_new%'),
 					(SELECT count(*) FROM pg_publication WHERE pubname LIKE 'sg_app_to_app_new%')`).Scan(&slots, &pubs)
 				if err != nil {

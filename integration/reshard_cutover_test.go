@@ -172,6 +172,7 @@ func TestReshardCutover(t *testing.T) {
 		}
 	}
 
+	src = reconnected(t, ctx, src) // the cutover fenced the source
 	var slots int
 	if err := src.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots").Scan(&slots); err != nil {
 		t.Fatal(err)
@@ -217,10 +218,17 @@ CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL);
 INSERT INTO accounts SELECT i, 0, 'initial' FROM generate_series(1, 2000) i;
 INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i`)
 
+	o := startOperated(t, cutoverYAML(c))
+	return c, o, src
+}
+
+// cutoverYAML is the configuration of startCutoverEnv's proxy: database
+// app on app_0, app_new on app_new_0 and app_new_1.
+func cutoverYAML(c *pgtest.Cluster) string {
 	shard := func(name string) string {
 		return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, name)
 	}
-	yamlText := fmt.Sprintf(`listen: 127.0.0.1:0
+	return fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
 pool: { mode: transaction, size: 10, checkout_timeout: 5s }
 limits: { client_login_timeout: 5s }
@@ -236,8 +244,6 @@ databases:
     sharded_tables: [{ table: accounts, column: id, type: bigint }]
     omni_tables: [countries]
 `, appPassword, c.User, c.Password, shard("app_0"), shard("app_new_0"), shard("app_new_1"))
-	o := startOperated(t, yamlText)
-	return c, o, src
 }
 
 // cutoverWriter inserts and updates accounts through the proxy, one
@@ -428,6 +434,7 @@ func TestReshardResume(t *testing.T) {
 	if n != 2100 || sum != 700 {
 		t.Errorf("new shards: %d accounts with balance sum %d, want 2100 and 700", n, sum)
 	}
+	src = reconnected(t, ctx, src) // the cutover fenced the source
 	if n := countSlots(t, ctx, src); n != 0 {
 		t.Errorf("%d slots left on the source", n)
 	}
@@ -665,6 +672,7 @@ func TestReshardCutoverAbort(t *testing.T) {
 	if err := connect(t, o.AppURL("app")).QueryRow(ctx, "SELECT sum(balance) FROM accounts WHERE id IN (1, 2)", pgx.QueryExecModeSimpleProtocol).Scan(&sum); err != nil || sum != 11 {
 		t.Errorf("through the proxy after the cutover: sum %d, %v; want 11", sum, err)
 	}
+	src = reconnected(t, ctx, src) // the cutover fenced the source
 	if n := countSlots(t, ctx, src); n != 0 {
 		t.Errorf("after CUTOVER: %d slots", n)
 	}

@@ -90,6 +90,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 5000) i`)
 	<-writerDone
 	// After the writer stopped, the task catches up and cuts over.
 	waitOnlyTaskDone(t, adm, 90*time.Second, "the task to finish")
+	src = reconnected(t, ctx, src) // the cutover fenced the source
 	var wantN, wantSum int64
 	if err := src.QueryRow(ctx, "SELECT count(*), sum(balance) FROM accounts").Scan(&wantN, &wantSum); err != nil {
 		t.Fatal(err)

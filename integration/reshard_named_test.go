@@ -89,6 +89,7 @@ CREATE PUBLICATION accounts_pub FOR TABLE accounts`)
 	if _, err := adminPgx(adm, "CUTOVER "+id); err != nil {
 		t.Fatalf("CUTOVER: %v", err)
 	}
+	src = reconnected(t, ctx, src) // the cutover fenced the source
 	if n := countSlots(t, ctx, src); n != 0 {
 		t.Errorf("%d slots left on the source after the cutover", n)
 	}

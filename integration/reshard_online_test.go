@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestReshardCutoverPgbench runs pgbench through the proxy in transaction
@@ -107,4 +109,98 @@ func TestReshardCutoverPgbench(t *testing.T) {
 	if waits == 0 {
 		t.Error("shardgate_database_gate_wait_seconds counts no wait of database app")
 	}
+}
+
+// TestReshardFencesOtherProxies: proxy B serves the same database as
+// proxy A but is not told of A's RESHARD. B's clients keep writing
+// through the cutover: every write B acknowledged is on the new shards
+// (what B wrote before the fence was streamed), and once the source is
+// fenced B's writes fail — none commits on the old shard.
+func TestReshardFencesOtherProxies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, a, _ := startCutoverEnv(t, ctx)
+	b := startProxy(t, cutoverYAML(c))
+	adm := connect(t, a.AdminURL())
+	var mu sync.Mutex
+	var acked []int64
+	failed := 0
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var conn *pgx.Conn
+		for id := int64(5_000_000); ; id++ {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if conn == nil || conn.IsClosed() {
+				var err error
+				if conn, err = pgx.Connect(ctx, b.AppURL("app")); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+					time.Sleep(10 * time.Millisecond) // B's shard refuses: try again
+					continue
+				}
+			}
+			_, err := conn.Exec(ctx, "INSERT INTO accounts VALUES ($1, 0, 'b')", pgx.QueryExecModeSimpleProtocol, id)
+			mu.Lock()
+			if err == nil {
+				acked = append(acked, id)
+			} else {
+				failed++
+			}
+			mu.Unlock()
+		}
+	}()
+	eventually(t, 10*time.Second, "B's first writes", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 20 })
+	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	mu.Lock()
+	failedAtCutover := failed
+	mu.Unlock()
+	eventually(t, 10*time.Second, "B's writes to fail after the cutover", func() bool { mu.Lock(); defer mu.Unlock(); return failed > failedAtCutover+5 })
+	close(quit)
+	wg.Wait()
+	var onNew int64
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		var n int64
+		if err := reshardConnect(t, ctx, c.DSN(db)).QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = ANY($1)", acked).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		onNew += n
+	}
+	if onNew != int64(len(acked)) {
+		t.Fatalf("B acknowledged %d writes, %d of them are on the new shards: writes lost at the cutover", len(acked), onNew)
+	}
+	// Nor did anything commit on the old shard that the new ones lack (a
+	// write whose acknowledgement was lost is on both).
+	var oldIDs []int64
+	rows, err := reshardConnect(t, ctx, c.DSN("app_0")).Query(ctx, "SELECT id FROM accounts WHERE id >= 5000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		rows.Scan(&id)
+		oldIDs = append(oldIDs, id)
+	}
+	var both int64
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		var n int64
+		if err := reshardConnect(t, ctx, c.DSN(db)).QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = ANY($1)", oldIDs).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		both += n
+	}
+	if both != int64(len(oldIDs)) {
+		t.Fatalf("%d of B's writes committed on the old shard only", int64(len(oldIDs))-both)
+	}
+	t.Logf("B: %d writes acknowledged, all on the new shards; %d refused", len(acked), failed)
 }

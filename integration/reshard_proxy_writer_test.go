@@ -176,7 +176,9 @@ func checkAfterCutover(t *testing.T, ctx context.Context, o *operated, srcs, dst
 		}
 		return n
 	}
-	for s, conn := range srcs {
+	for s := range srcs {
+		srcs[s] = reconnected(t, ctx, srcs[s]) // the cutover fenced the source
+		conn := srcs[s]
 		if n := count(conn, "SELECT count(*) FROM accounts WHERE id = ANY($1)", after); n != 0 {
 			t.Errorf("source shard %d has %d of the %d accounts inserted after the cutover", s, n, len(after))
 		}

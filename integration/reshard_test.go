@@ -443,6 +443,13 @@ func reshardConnect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 	return conn
 }
 
+// reconnected is a new connection like conn: a cutover fences its source
+// shards (replication/fence.go), which ends every session on them.
+func reconnected(t *testing.T, ctx context.Context, conn *pgx.Conn) *pgx.Conn {
+	t.Helper()
+	return reshardConnect(t, ctx, conn.Config().ConnString())
+}
+
 func reshardExec(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string) {
 	t.Helper()
 	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {

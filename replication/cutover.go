@@ -47,7 +47,13 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		t.mu.Unlock()
 		return pause
 	}
+	fenced := false
 	abort := func(err error, stopped bool) error {
+		if fenced {
+			if ferr := t.Task.Unfence(context.WithoutCancel(ctx)); ferr != nil {
+				err = errors.Join(err, ferr)
+			}
+		}
 		if t.cutoverFrom != nil { // the file names the source's shards again
 			if perr := t.recordSource(ctx, nil); perr != nil {
 				err = errors.Join(err, perr)
@@ -62,6 +68,12 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	log.Info("cutover: pausing", "database", t.Source)
 	if err := g.Pause(cctx, t.Source); err != nil {
 		return abort(fmt.Errorf("pause %q: %w", t.Source, err), false)
+	}
+	// Before the last catch-up: whatever another proxy wrote to the
+	// source before the fence is streamed, and nothing after it commits.
+	fenced = true
+	if err := t.Task.Fence(cctx); err != nil {
+		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
 	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
 		return abort(err, false)

@@ -145,6 +145,14 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 				// started again, as before.
 				continue
 			default:
+				// The proxy may have died between the fence of a cutover
+				// and its switch: the source serves the database again.
+				user, password := Credentials(cfg, r.source)
+				if probe, perr := New(src, dst, user, password, m.log); perr == nil {
+					if ferr := probe.Unfence(ctx); ferr != nil {
+						m.log.Warn("lifting the fence of an interrupted cutover", "task", r.name, "err", ferr)
+					}
+				}
 				t, err = m.start(kind, r.source, r.dest, r.names, false)
 				if err == nil {
 					m.log.Info("task resumed", "id", t.ID, "kind", kind.String(), "source", r.source, "destination", r.dest)

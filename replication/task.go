@@ -222,7 +222,10 @@ func (t *Task) dsn(db *config.Database, i int, replication bool) string {
 		Host:   net.JoinHostPort(sh.Host, strconv.Itoa(port)),
 		Path:   "/" + name,
 	}
-	q := url.Values{"sslmode": {"prefer"}, "application_name": {"shardgate-reshard"}}
+	// The task writes on a fenced source (fence.go) too: dropping its
+	// publication and slot.
+	q := url.Values{"sslmode": {"prefer"}, "application_name": {taskAppName},
+		"options": {"--default_transaction_read_only=off"}}
 	if replication {
 		q.Set("replication", "database")
 	}

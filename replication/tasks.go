@@ -295,6 +295,14 @@ func (m *Manager) Stop(ctx context.Context, id int) (*Managed, error) {
 	t.setPhase(PhaseDrop)
 	err := t.Task.Drop(ctx)
 	t.mu.Lock()
+	cutOver := t.state == TaskDone || t.cutoverFrom != nil
+	t.mu.Unlock()
+	if !cutOver {
+		// The source serves the database still: lift a fence an
+		// interrupted cutover left.
+		err = errors.Join(err, t.Task.Unfence(ctx))
+	}
+	t.mu.Lock()
 	if t.state != TaskDone {
 		t.state = TaskStopped
 		if err != nil {

@@ -1,0 +1,131 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/config"
+)
+
+// Fencing the source of a cutover.
+//
+// Another proxy in front of the same source database may not learn of a
+// cutover in time (it was down, partitioned, or stopped), and would go on
+// writing to the source shards, where nobody reads any more: lost writes.
+// So, once this proxy has paused the source and before the final
+// catch-up, the cutover fences every source shard that is not also a
+// destination: new sessions of the source database are read-only
+// (ALTER DATABASE … SET default_transaction_read_only = on) and every
+// client session open on it is terminated, except the task's own
+// (application_name shardgate-reshard). From then on a write there fails
+// (25006) or its connection is gone (57P01) — it never commits — and
+// every write that committed before is caught up before the switch. An
+// aborted cutover lifts the fence; after a completed one the source stays
+// fenced (docs/resharding.md says how to lift it).
+//
+// The fence stops applications and proxies that do not work against it:
+// a session may still SET default_transaction_read_only = off or BEGIN
+// READ WRITE, and a superuser's sessions are not refused.
+
+// taskAppName is the application_name of the task's own connections.
+const taskAppName = "shardgate-reshard"
+
+// fencedSources returns the source shards a cutover fences: those whose
+// database is not also a destination shard's.
+func (t *Task) fencedSources() []int {
+	var out []int
+	for s := range t.src.Shards {
+		if !sameDatabase(t.src, s, t.dst) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sameDatabase reports whether shard s of db is the database of a shard of
+// other.
+func sameDatabase(db *config.Database, s int, other *config.Database) bool {
+	a := shardTarget(db, s)
+	for d := range other.Shards {
+		if shardTarget(other, d) == a {
+			return true
+		}
+	}
+	return false
+}
+
+// shardTarget is the server and database of shard i of db.
+func shardTarget(db *config.Database, i int) string {
+	sh := &db.Shards[i]
+	name := sh.Database
+	if name == "" {
+		name = db.Name
+	}
+	port := sh.Port
+	if port == 0 {
+		port = 5432
+	}
+	return fmt.Sprintf("%s:%d/%s", sh.Host, port, name)
+}
+
+// Fence makes the source shards refuse writes (see above).
+func (t *Task) Fence(ctx context.Context) error {
+	var errs []error
+	for _, s := range t.fencedSources() {
+		if err := t.fenceShard(ctx, s, true); err != nil {
+			errs = append(errs, fmt.Errorf("fence %s: %w", shardDesc("source", t.src, s), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Unfence lifts Fence: after an aborted cutover, and when a task that has
+// not cut over resumes or stops (the proxy may have died between the fence
+// and the switch).
+func (t *Task) Unfence(ctx context.Context) error {
+	var errs []error
+	for _, s := range t.fencedSources() {
+		if err := t.fenceShard(ctx, s, false); err != nil {
+			errs = append(errs, fmt.Errorf("unfence %s: %w", shardDesc("source", t.src, s), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *Task) fenceShard(ctx context.Context, s int, on bool) error {
+	conn, err := t.connectSource(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	db := pgx.Identifier{shardDatabase(t.src, s)}.Sanitize()
+	if !on {
+		// Only a fenced database is touched (ALTER needs its owner).
+		var fenced bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+			WHERE d.datname = current_database() AND s.setrole = 0 AND 'default_transaction_read_only=on' = ANY (s.setconfig))`).Scan(&fenced); err != nil || !fenced {
+			return err
+		}
+		_, err := conn.Exec(ctx, "ALTER DATABASE "+db+" RESET default_transaction_read_only")
+		return err
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+db+" SET default_transaction_read_only = on"); err != nil {
+		return err
+	}
+	// Sessions opened before the ALTER keep their setting: end them.
+	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+		AND application_name <> $1`, taskAppName)
+	return err
+}
+
+// shardDatabase is the database name of shard i of db.
+func shardDatabase(db *config.Database, i int) string {
+	if name := db.Shards[i].Database; name != "" {
+		return name
+	}
+	return db.Name
+}
