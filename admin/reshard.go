@@ -53,27 +53,19 @@ func (g Gate) Pause(ctx context.Context, db string) error { return g.L.Pause(ctx
 func (g Gate) Resume(db string) error                     { return g.L.Resume(db) }
 func (g Gate) Install(cfg *config.Config) error           { return g.L.Reconfigure(cfg) }
 
-// Disconnect ends the session-pooled sessions of db's clients and waits (up
-// to 5s) until they are gone, so that none passes the gate after the
-// cutover's Resume. Transaction-pooled clients hold no server between
-// transactions and become sharded sessions by themselves.
-func (g Gate) Disconnect(db string) {
-	killed := map[uint64]bool{}
-	for _, c := range g.L.Clients() {
-		if c.Database == db && c.Session && g.L.Kill(c.ID) {
-			killed[c.ID] = true
+// ServerPIDs lists the backend pids of the proxy's server connections to
+// shard of db.
+func (g Gate) ServerPIDs(db string, shard int) []uint32 {
+	var out []uint32
+	for _, p := range g.L.Pools().Pools() {
+		if p.Key.Database != db || p.Key.Shard != shard {
+			continue
+		}
+		for _, s := range p.Servers() {
+			out = append(out, s.PID)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		left := false
-		for _, c := range g.L.Clients() {
-			left = left || killed[c.ID]
-		}
-		if !left {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return out
 }
 
 // tasks returns the handler's task manager, creating it on first use.

@@ -244,6 +244,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	if (c.mode == config.PoolTransaction || c.xs != nil) && c.server != nil {
 		c.detach()
 	}
+	c.leaveGateIdle()
 	c.setState(ClientIdle)
 	return c.loop(ctx)
 }
@@ -252,7 +253,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 // the server's session settings to the client's.
 func (c *client) attach(ctx context.Context) error {
 	if c.server != nil {
-		return nil
+		return c.enterGateHolding(ctx)
 	}
 	c.setState(ClientWaiting)
 	s, err := c.checkout(ctx)

@@ -291,3 +291,50 @@ func (c *client) countError(sqlstate string) {
 		c.pool.Stats.Errors.Add(sqlstate)
 	}
 }
+
+// Session-pooled clients and the gate. A session-pooled client of a
+// one-shard database keeps its server between transactions, but it holds
+// the gate only while a transaction (or a batch) is open: it leaves the
+// gate when its server reports the session idle (leaveGateIdle), and
+// passes it again, waiting while it is closed, before its next statement
+// (enterGateHolding). So PAUSE, and a resharding cutover, drain a
+// database whose session-pooled clients are idle, and such a client meets
+// a cutover at its next transaction boundary, where it can move to the new
+// shards (becomeSharded).
+
+// leaveGateIdle releases the gate of a session-pooled one-shard client
+// whose session is idle.
+func (c *client) leaveGateIdle() {
+	if c.mode == config.PoolSession && c.xs == nil && c.server != nil && c.tx == 'I' &&
+		len(c.q) == 0 && !c.pipe.has(pipeUnsynced) && !c.loggingIn {
+		c.release()
+	}
+}
+
+// enterGateHolding admits a session-pooled one-shard client that holds
+// its server, before its next transaction. When a cutover made the
+// database sharded meanwhile, the client moves (errBecameSharded) or, if
+// its session cannot move, ends (errResharded).
+func (c *client) enterGateHolding(ctx context.Context) error {
+	if c.mode != config.PoolSession || c.xs != nil || c.adm.gate != nil {
+		return nil
+	}
+	c.setState(ClientWaiting)
+	err := c.admit(ctx)
+	c.setState(ClientActive)
+	if err != nil {
+		return err
+	}
+	st := c.l.State()
+	if st == c.st {
+		return nil
+	}
+	if db := st.Config.Database(c.db.Name); db != nil && len(db.Shards) > 1 {
+		c.release() // the sharded path admits itself
+		if c.movable() {
+			return errBecameSharded
+		}
+		return errResharded(db.Name)
+	}
+	return nil
+}

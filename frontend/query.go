@@ -371,6 +371,7 @@ func (c *client) endRoundTrip() error {
 		// A NOTIFY that arrived while the proxy settled the session.
 		return c.flushClient()
 	}
+	c.leaveGateIdle()
 	return nil
 }
 

@@ -3,8 +3,12 @@ package frontend
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
+	"strings"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -35,6 +39,13 @@ func (c *client) becomeSharded() error {
 	if db := st.Config.Database(c.db.Name); db == nil || len(db.Shards) < 2 {
 		return nil // refresh handles it at checkout
 	}
+	var kept map[string]*sStmt
+	if c.mode == config.PoolSession {
+		var err error
+		if kept, err = c.leaveSessionServer(); err != nil {
+			return err
+		}
+	}
 	if err := c.refreshShards(); err != nil {
 		return err
 	}
@@ -43,6 +54,7 @@ func (c *client) becomeSharded() error {
 	if c.sstmts == nil {
 		c.sstmts = map[string]*sStmt{}
 	}
+	maps.Copy(c.sstmts, kept)
 	for name, s := range c.stmts {
 		if len(s.parse) > 5 {
 			if q, _, ok := parseBody(s.parse[5:]); ok {
@@ -69,14 +81,91 @@ func parseBody(body []byte) (query, tail []byte, ok bool) {
 	return query, tail, ok
 }
 
+// leaveSessionServer takes what a session-pooled client's session holds
+// on its one server — its settings (read back, as for a transaction the
+// proxy does not follow: readBack) and its protocol-level prepared
+// statements (pg_prepared_statements) — and closes that server, so that
+// the session goes on over the shards. A session holding what cannot move
+// (temporary objects, advisory locks, WITH HOLD cursors, LISTEN, SQL-level
+// prepared statements: probe) ends with 57P01 instead.
+func (c *client) leaveSessionServer() (map[string]*sStmt, error) {
+	s := c.server
+	pinned, err := c.probe(s)
+	if err == nil && pinned {
+		err = &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
+			Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", c.db.Name)}
+	}
+	if err == nil {
+		err = c.readBack(s)
+	}
+	var stmts map[string]*sStmt
+	if err == nil {
+		stmts, err = c.serverStatements(s)
+	}
+	s.Broken = true // the old shard's connection: closed, never pooled again
+	c.detach()
+	if err != nil {
+		if _, ok := wire.AsError(err); !ok {
+			err = wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
+		}
+		return nil, err
+	}
+	return stmts, nil
+}
+
+// serverStatements returns the protocol-level prepared statements of s's
+// session as the sharded path's statements.
+func (c *client) serverStatements(s *pool.Server) (map[string]*sStmt, error) {
+	rows, err := idleQuery(s, "SELECT name, statement, pg_catalog.array_to_string(parameter_types::pg_catalog.oid[], ',') "+
+		"FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql", c.toClient)
+	if err != nil {
+		return nil, fmt.Errorf("reading the session's prepared statements: %w", err)
+	}
+	out := map[string]*sStmt{}
+	for _, r := range rows {
+		if len(r) != 3 || r[0] == nil || r[1] == nil {
+			continue
+		}
+		var oids []uint32
+		for f := range strings.SplitSeq(string(r[2]), ",") {
+			if f == "" {
+				continue
+			}
+			oid, err := strconv.ParseUint(f, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("prepared statement %q: parameter type %q", r[0], f)
+			}
+			oids = append(oids, uint32(oid))
+		}
+		tail := append(append([]byte{}, r[1]...), 0)
+		tail = wire.AppendInt16(tail, int16(len(oids)))
+		for _, oid := range oids {
+			tail = wire.AppendInt32(tail, int32(oid))
+		}
+		out[string(r[0])] = &sStmt{sql: string(r[1]), st: c.l.stmts.get(tail), query: append([]byte{}, r[1]...)}
+	}
+	return out, nil
+}
+
 // errBecameSharded tells the caller of attach that the client's database
 // became sharded while it waited at the gate, and that the client can
 // move (becomeSharded) and serve its message on the sharded path.
 var errBecameSharded = errors.New("the database became sharded")
 
-// movable reports whether becomeSharded can move the client now.
+// movable reports whether becomeSharded can move the client now: at a
+// transaction boundary, holding no server (transaction pooling) or only
+// its session's (session pooling).
 func (c *client) movable() bool {
-	return c.xs == nil && c.server == nil && c.mode == config.PoolTransaction && !c.pipe.has(pipeUnsynced) && len(c.q) == 0 && c.tx == 'I'
+	if c.xs != nil || c.pipe.has(pipeUnsynced) || len(c.q) > 0 || c.tx != 'I' {
+		return false
+	}
+	switch c.mode {
+	case config.PoolTransaction:
+		return c.server == nil
+	case config.PoolSession:
+		return c.server != nil
+	}
+	return false
 }
 
 // errResharded ends a one-shard client that meets its database sharded

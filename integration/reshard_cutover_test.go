@@ -203,6 +203,11 @@ func TestReshardCutover(t *testing.T) {
 // shard, with accounts and countries filled) and app_new_0/1 (empty), and
 // an operated proxy whose config file has app (one shard) and app_new (two).
 func startCutoverEnv(t *testing.T, ctx context.Context) (*pgtest.Cluster, *operated, *pgx.Conn) {
+	return startCutoverEnvMode(t, ctx, "transaction")
+}
+
+// startCutoverEnvMode is startCutoverEnv with pool mode mode.
+func startCutoverEnvMode(t *testing.T, ctx context.Context, mode string) (*pgtest.Cluster, *operated, *pgx.Conn) {
 	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
 	}})
@@ -218,19 +223,22 @@ CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL);
 INSERT INTO accounts SELECT i, 0, 'initial' FROM generate_series(1, 2000) i;
 INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i`)
 
-	o := startOperated(t, cutoverYAML(c))
+	o := startOperated(t, cutoverYAMLMode(c, mode))
 	return c, o, src
 }
 
 // cutoverYAML is the configuration of startCutoverEnv's proxy: database
-// app on app_0, app_new on app_new_0 and app_new_1.
-func cutoverYAML(c *pgtest.Cluster) string {
+// app on app_0, app_new on app_new_0 and app_new_1, transaction pooling.
+func cutoverYAML(c *pgtest.Cluster) string { return cutoverYAMLMode(c, "transaction") }
+
+// cutoverYAMLMode is cutoverYAML in pool mode mode.
+func cutoverYAMLMode(c *pgtest.Cluster, mode string) string {
 	shard := func(name string) string {
 		return fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, name)
 	}
 	return fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
-pool: { mode: transaction, size: 10, checkout_timeout: 5s }
+pool: { mode: %s, size: 10, checkout_timeout: 5s }
 limits: { client_login_timeout: 5s }
 users:
   - { name: app, password: %s, server_user: %s, server_password: %s }
@@ -243,7 +251,7 @@ databases:
     shards: [%s, %s]
     sharded_tables: [{ table: accounts, column: id, type: bigint }]
     omni_tables: [countries]
-`, appPassword, c.User, c.Password, shard("app_0"), shard("app_new_0"), shard("app_new_1"))
+`, mode, appPassword, c.User, c.Password, shard("app_0"), shard("app_new_0"), shard("app_new_1"))
 }
 
 // cutoverWriter inserts and updates accounts through the proxy, one

@@ -204,3 +204,86 @@ func TestReshardFencesOtherProxies(t *testing.T) {
 	}
 	t.Logf("B: %d writes acknowledged, all on the new shards; %d refused", len(acked), failed)
 }
+
+// TestReshardCutoverSessionMode: session-pooled clients of a one-shard
+// database move to the new shards at their next transaction boundary
+// after a cutover, with their settings and prepared statements: pgbench
+// (simple and prepared protocol) runs across the cutover without an
+// error, an idle session keeps its SET and its prepared statement, and a
+// session holding a temporary table — which cannot move — ends with
+// 57P01 at its next statement.
+func TestReshardCutoverSessionMode(t *testing.T) {
+	pgbench := need(t, "pgbench")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, o, _ := startCutoverEnvMode(t, ctx, "session")
+	adm := connect(t, o.AdminURL())
+	idle := connect(t, o.AppURL("app"))
+	mustExec(t, idle, "SET statement_timeout = '12345ms'")
+	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
+		t.Fatal(err)
+	}
+	pinned := connect(t, o.AppURL("app"))
+	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
+	script := filepath.Join(t.TempDir(), "update.sql")
+	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		stdout, stderr string
+		code           int
+	}
+	modes := []string{"simple", "prepared"}
+	runs := make([]run, len(modes))
+	var wg sync.WaitGroup
+	for i, mode := range modes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, errOut, code := runShardPgbench(t, o.proxy, pgbench, 90*time.Second,
+				"-n", "-c", "2", "-j", "1", "-T", "12", "-R", "60", "-M", mode, "-f", script)
+			runs[i] = run{out, errOut, code}
+		}()
+	}
+	time.Sleep(time.Second) // pgbench is under way
+	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	wg.Wait()
+	var done int64
+	for i, r := range runs {
+		res, err := parseShardPgbench(r.stdout, 1)
+		if r.code != 0 || err != nil || res.failed != 0 {
+			t.Errorf("pgbench -M %s: exit %d, %v, %d failed\nstdout:\n%s\nstderr:\n%s", modes[i], r.code, err, res.failed, r.stdout, r.stderr)
+		}
+		done += res.done
+	}
+	// The idle session moved with its setting and its statement.
+	var timeout string
+	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
+		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
+	}
+	for _, id := range []int64{1, 2, 3} {
+		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
+			t.Errorf("the session's prepared statement after the cutover: %v", err)
+		}
+	}
+	var bumped int64
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		var s int64
+		if err := reshardConnect(t, ctx, c.DSN(db)).QueryRow(ctx, "SELECT coalesce(sum(balance), 0) FROM accounts").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		bumped += s
+	}
+	if bumped != done+3000 {
+		t.Errorf("the new shards hold %d of balance, want %d (pgbench) + 3000", bumped, done)
+	}
+	// The session with a temporary table cannot move.
+	var x int
+	err := pinned.QueryRow(ctx, "SELECT count(*) FROM scratch").Scan(&x)
+	if pe := pgErr(err); pe == nil || pe.Code != "57P01" || pe.Severity != "FATAL" {
+		t.Errorf("the session with a temporary table after the cutover: %v, want FATAL 57P01", err)
+	}
+}

@@ -72,7 +72,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	// Before the last catch-up: whatever another proxy wrote to the
 	// source before the fence is streamed, and nothing after it commits.
 	fenced = true
-	if err := t.Task.Fence(cctx); err != nil {
+	if err := t.Task.Fence(cctx, func(s int) []uint32 { return g.ServerPIDs(t.Source, s) }); err != nil {
 		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
 	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
@@ -90,12 +90,6 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	next, backup, err := t.switchConfig(ctx, old, start)
 	if err != nil {
 		return abort(err, true)
-	}
-	if len(old.Database(t.Source).Shards) < 2 && len(next.Database(t.Source).Shards) >= 2 {
-		// Session-pooled one-shard sessions would keep using shard 0
-		// only: end them, so that clients reconnect as sharded sessions
-		// (transaction-pooled ones switch by themselves).
-		g.Disconnect(t.Source)
 	}
 	rerr := g.Resume(t.Source)
 	pause := record()

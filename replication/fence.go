@@ -20,7 +20,9 @@ import (
 // destination: new sessions of the source database are read-only
 // (ALTER DATABASE … SET default_transaction_read_only = on) and every
 // client session open on it is terminated, except the task's own
-// (application_name shardgate-reshard). From then on a write there fails
+// (application_name shardgate-reshard) and this proxy's server
+// connections (paused at its gate; after the switch they move their
+// sessions to the new shards or close). From then on a write there fails
 // (25006) or its connection is gone (57P01) — it never commits — and
 // every write that committed before is caught up before the switch. An
 // aborted cutover lifts the fence; after a completed one the source stays
@@ -71,11 +73,12 @@ func shardTarget(db *config.Database, i int) string {
 	return fmt.Sprintf("%s:%d/%s", sh.Host, port, name)
 }
 
-// Fence makes the source shards refuse writes (see above).
-func (t *Task) Fence(ctx context.Context) error {
+// Fence makes the source shards refuse writes (see above); spare(s) are
+// the backend pids on source shard s that keep their sessions.
+func (t *Task) Fence(ctx context.Context, spare func(s int) []uint32) error {
 	var errs []error
 	for _, s := range t.fencedSources() {
-		if err := t.fenceShard(ctx, s, true); err != nil {
+		if err := t.fenceShard(ctx, s, true, spare(s)); err != nil {
 			errs = append(errs, fmt.Errorf("fence %s: %w", shardDesc("source", t.src, s), err))
 		}
 	}
@@ -88,14 +91,14 @@ func (t *Task) Fence(ctx context.Context) error {
 func (t *Task) Unfence(ctx context.Context) error {
 	var errs []error
 	for _, s := range t.fencedSources() {
-		if err := t.fenceShard(ctx, s, false); err != nil {
+		if err := t.fenceShard(ctx, s, false, nil); err != nil {
 			errs = append(errs, fmt.Errorf("unfence %s: %w", shardDesc("source", t.src, s), err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (t *Task) fenceShard(ctx context.Context, s int, on bool) error {
+func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) error {
 	conn, err := t.connectSource(ctx, s)
 	if err != nil {
 		return err
@@ -116,9 +119,13 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool) error {
 		return err
 	}
 	// Sessions opened before the ALTER keep their setting: end them.
+	pids := make([]int64, len(spare))
+	for k, p := range spare {
+		pids[k] = int64(p)
+	}
 	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-		AND application_name <> $1`, taskAppName)
+		AND application_name <> $1 AND pid <> ALL ($2::int8[])`, taskAppName, pids)
 	return err
 }
 

@@ -29,9 +29,10 @@ type Gate interface {
 	Resume(db string) error
 	// Install makes cfg the running configuration.
 	Install(cfg *config.Config) error
-	// Disconnect ends the session-pooled sessions of db's clients (used when db goes from
-	// one shard to several: a one-shard session would keep using shard 0).
-	Disconnect(db string)
+	// ServerPIDs lists the backend pids of this proxy's server connections
+	// to shard of db: the cutover's fence spares them (its own sessions,
+	// paused, move or close by themselves).
+	ServerPIDs(db string, shard int) []uint32
 }
 
 // Manager runs resharding tasks in the background. Its zero value is not
