@@ -64,10 +64,9 @@ func runPqScript(t testing.TB, url string, prepared bool, stmts []string, betwee
 	var out []stmtResult
 	for _, q := range stmts {
 		var r stmtResult
-		bad := false
+		var bad bool
 		err := conn.Raw(func(dc any) error {
-			r = pqStmt(dc, prepared, q)
-			bad = r.Err == "non-PostgreSQL error: "+driver.ErrBadConn.Error()
+			r, bad = pqStmt(dc, prepared, q)
 			return nil
 		})
 		if err != nil {
@@ -85,11 +84,11 @@ func runPqScript(t testing.TB, url string, prepared bool, stmts []string, betwee
 	return out
 }
 
-// pqStmt runs q on lib/pq's driver connection dc.
-func pqStmt(dc any, prepared bool, q string) stmtResult {
+// pqStmt runs q on lib/pq's driver connection dc; bad reports that lib/pq
+// gave the connection up.
+func pqStmt(dc any, prepared bool, q string) (r stmtResult, bad bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var r stmtResult
 	var rows driver.Rows
 	var err error
 	if prepared {
@@ -112,7 +111,7 @@ func pqStmt(dc any, prepared bool, q string) stmtResult {
 		r.Tag = ""
 		r.Err = pqErrKey(err)
 	}
-	return r
+	return r, errors.Is(err, driver.ErrBadConn)
 }
 
 // pqRead reads every result set of rows into r.
