@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,45 @@ func psqlErr(lines []string) string {
 		return diffErr(m[1], m[2], msg, strings.TrimSuffix(detail, "\n"), strings.TrimSuffix(hint, "\n"))
 	}
 	return ""
+}
+
+// TestDiffPsqlParse: psql's output splits into one result a statement,
+// and its errors read as the other runners report them.
+func TestDiffPsqlParse(t *testing.T) {
+	out := strings.Join([]string{
+		"a|b", "1|NULL", "(1 row)",
+		psqlMarker + " 00000 1",
+		"ERROR:  42P01: relation \"nosuch\" does not exist",
+		"LINE 1: select * from nosuch",
+		"                      ^",
+		"LOCATION:  parserOpenTable, parse_relation.c:1392",
+		psqlMarker + " 42P01 0",
+		"ERROR:  P0001: two",
+		"lines",
+		"DETAIL:  d",
+		"HINT:  h",
+		"CONTEXT:  PL/pgSQL function inline_code_block line 1 at RAISE",
+		psqlMarker + " P0001 0",
+		"BEGIN",
+		psqlMarker + " 00000 0",
+		"",
+	}, "\n")
+	want := []stmtResult{
+		{Tag: "SQLSTATE 00000 ROW_COUNT 1", Rows: []string{"a|b", "1|NULL", "(1 row)"}},
+		{Tag: "SQLSTATE 42P01 ROW_COUNT 0", Err: diffErr("ERROR", "42P01", `relation "nosuch" does not exist`, "", "")},
+		{Tag: "SQLSTATE P0001 ROW_COUNT 0", Err: diffErr("ERROR", "P0001", "two\nlines", "d", "h")},
+		{Tag: "SQLSTATE 00000 ROW_COUNT 0", Rows: []string{"BEGIN"}},
+	}
+	got := parsePsql(out)
+	if len(got) != len(want) {
+		t.Fatalf("%d results, want %d: %v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i].Tag != want[i].Tag || got[i].Err != want[i].Err {
+			t.Errorf("result %d: tag %q error %s, want tag %q error %s", i, got[i].Tag, got[i].Err, want[i].Tag, want[i].Err)
+		}
+		if want[i].Rows != nil && !slices.Equal(got[i].Rows, want[i].Rows) {
+			t.Errorf("result %d: rows %q, want %q", i, got[i].Rows, want[i].Rows)
+		}
+	}
 }
