@@ -126,7 +126,17 @@ var diffScripts = []diffScript{
 		"RESET log_statement",
 		"SELECT current_setting('log_statement')",
 	}},
-	{name: "small errors", stmts: []string{
+	// Runners that Parse and Describe before they Bind get PostgreSQL's
+	// 42P01 on every database: the proxy sends such a Parse to a shard
+	// as it is.
+	{name: "small errors", knownDiffs: []knownDiff{{
+		stmt: 2, dbs: []string{"two", "three"},
+		runners: []string{"simple protocol", "exec", "row-limited Execute", "lib/pq", "psql", "psycopg2",
+			"node-postgres simple", "node-postgres extended", "node-postgres named", "node-postgres cursor",
+			"pgjdbc prepareThreshold=5", "pgjdbc prepareThreshold=1", "pgjdbc fetch size 1"},
+		why: "a sharded database answers 0A000 \"cannot tell whether table no_such_table is sharded by column shard_key: the proxy " +
+			"does not know its columns\" where PostgreSQL answers 42P01 \"relation \\\"no_such_table\\\" does not exist\"",
+	}}, stmts: []string{
 		"SELECT 1/0",
 		"SELECT 1",
 		"SELECT * FROM no_such_table",
@@ -138,7 +148,11 @@ var diffScripts = []diffScript{
 		"SELECT 'abc'::int",
 		"SHOW work_mem",
 	}},
-	{name: "errors larger than 32 KiB", stmts: []string{
+	// lib/pq takes an ErrorResponse longer than libpq's MAX_ERRLEN (30000
+	// bytes) for the plain-text error of a server that could not start a
+	// backend, and reads the rest of the connection out of step (directly
+	// as through the proxy; the prepared path then waits forever).
+	{name: "errors larger than 32 KiB", skipRunners: []string{"lib/pq"}, stmts: []string{
 		"SET work_mem = '7MB'",
 		"/* shard: 0 */ DO $$BEGIN RAISE EXCEPTION '%', repeat('x', 100000); END$$",
 		"SELECT r(1)",
@@ -173,7 +187,9 @@ var diffScripts = []diffScript{
 		"PREPARE p2 AS SELECT 2",
 		"EXECUTE p2",
 		"DEALLOCATE ALL",
-		"SELECT count(*) FROM pg_prepared_statements WHERE name NOT LIKE 'stmtcache%' AND name !~ '^sgq?_[0-9]+$'",
+		// SQL-level statements only: a driver's protocol-level ones
+		// have proxy-wide names on a sharded database (notProxyNamed).
+		"SELECT count(*) FROM pg_prepared_statements WHERE from_sql AND name !~ '^sgq?_[0-9]+$'",
 	}},
 	{name: "rows on one shard", stmts: []string{
 		"SELECT id, email FROM accounts WHERE id = 3",
@@ -197,5 +213,6 @@ const tempRefusal = `ERROR 0A000 "temporary tables are not supported on sharded 
 // PostgreSQL, in both pool modes, on one shard and on two.
 func TestDiffScripts(t *testing.T) {
 	checkGoroutines(t)
-	diffAll(t, newDiffEnv(t), diffScripts)
+	seen := diffAll(t, newDiffEnv(t), diffScripts)
+	diffExpectKnown(t, seen, "proxy-made errors without LOCATION", "pgjdbc fetch size refused")
 }
