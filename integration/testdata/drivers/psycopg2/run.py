@@ -49,7 +49,12 @@ def err_fields(e):
 
 
 def cell(v):
-    return "NULL" if v is None else repr(v)
+    if v is None:
+        return "NULL"
+    if isinstance(v, memoryview):
+        # bytea: the repr of a memoryview is its address
+        return "bytea:" + v.tobytes().hex()
+    return repr(v)
 
 
 def field(c):
