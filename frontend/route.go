@@ -162,12 +162,23 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 // one the client already holds (no extra server, same transaction), else
 // a random one.
 func (c *client) pickOf(shards []int) int {
+	// A shard whose server holds a suspended portal (a driver fetching in
+	// chunks, which reads the catalog between chunks: pgjdbc's
+	// ResultSetMetaData) is left alone while another will do: running
+	// anything there would end the portal.
+	busy := func(i int) bool { return c.ext[i].portal != nil || c.stream != nil && c.stream.usesShard(i) }
 	for _, i := range shards {
-		if c.xs.Server(i) != nil {
+		if c.xs.Server(i) != nil && !busy(i) {
 			return i
 		}
 	}
-	return shards[pickShard(len(shards))]
+	k := pickShard(len(shards))
+	for n := range len(shards) {
+		if i := shards[(k+n)%len(shards)]; !busy(i) {
+			return i
+		}
+	}
+	return shards[k]
 }
 
 // transactionPlan classifies transaction control.

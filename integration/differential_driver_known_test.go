@@ -39,18 +39,6 @@ var diffKnownClasses = []diffKnownClass{
 			"42P05 for a SQL PREPARE of a name in use) " +
 			"has no routine, file and line fields, which PostgreSQL sends and psql prints with VERBOSITY verbose as LOCATION",
 	},
-	{
-		name:    "pgjdbc fetch size refused",
-		runners: []string{"pgjdbc fetch size 1"},
-		dbs:     []string{"two", "three"},
-		match: func(got, want stmtResult) bool {
-			return strings.Contains(got.Err, `0A000 "fetching the rest of portal`) && !strings.Contains(want.Err, "0A000")
-		},
-		stop: true,
-		why: "a single-shard query that pgjdbc runs with a fetch size (BEGIN, then Bind to a named portal and Execute with a " +
-			"row limit, then Execute again after Sync) is refused at the second Execute: \"fetching the rest of portal … is not " +
-			"supported on sharded databases after other statements ran on its shard\"",
-	},
 }
 
 // diffKnownClassOf returns the known class of the difference between got
