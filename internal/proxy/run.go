@@ -77,10 +77,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
 	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
 	l.Admin = AdminHandler(ah)
+	var resumed sync.WaitGroup
+	resumed.Add(1)
 	go func() {
+		defer resumed.Done()
 		if _, err := ah.Tasks.Resume(ctx); err != nil {
 			log.Error("resuming resharding tasks", "err", err)
 		}
+	}()
+	// Before Tasks.Close (deferred above, so run after): no task starts
+	// once Close has stopped the running ones.
+	defer func() {
+		shutdown()
+		resumed.Wait()
 	}()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
