@@ -131,6 +131,7 @@ type Managed struct {
 	// a restart finishes the drop (persist.go). A task started with it set
 	// only drops.
 	cutoverFrom *config.Database
+	lease       *lease // nil for schema syncs, which need none (lease.go)
 
 	mu       sync.Mutex
 	state    TaskState
@@ -182,6 +183,22 @@ func (t *Managed) setPhase(p Phase) {
 // run works through the phases of the task.
 func (t *Managed) run(ctx context.Context) {
 	defer close(t.done)
+	if t.lease != nil {
+		defer func() {
+			t.mu.Lock()
+			stopping := t.stopping
+			t.mu.Unlock()
+			if !stopping { // Stop releases it once it dropped the task
+				t.lease.release()
+			}
+		}()
+		kctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go t.lease.keep(kctx, t.Task, func(err error) {
+			t.Task.log.Error("task lease lost to another proxy, which resumes the task: stopping it here", "id", t.ID, "err", err)
+			t.cancel()
+		})
+	}
 	t.persist(ctx, TaskRunning, nil)
 	var err error
 	if t.cutoverFrom != nil {

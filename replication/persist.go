@@ -118,6 +118,9 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 			continue
 		}
 		for _, r := range recs {
+			if m.runsLocally(r.name) {
+				continue
+			}
 			src, dst := cfg.Database(r.source), cfg.Database(r.dest)
 			if src == nil || dst == nil {
 				errs = append(errs, fmt.Errorf("task %s (%s → %s): a database is no longer configured", r.name, r.source, r.dest))
@@ -145,18 +148,13 @@ func (m *Manager) Resume(ctx context.Context) ([]*Managed, error) {
 				// started again, as before.
 				continue
 			default:
-				// The proxy may have died between the fence of a cutover
-				// and its switch: the source serves the database again.
-				user, password := Credentials(cfg, r.source)
-				if probe, perr := New(src, dst, user, password, m.log); perr == nil {
-					if ferr := probe.Unfence(ctx); ferr != nil {
-						m.log.Warn("lifting the fence of an interrupted cutover", "task", r.name, "err", ferr)
-					}
-				}
 				t, err = m.start(kind, r.source, r.dest, r.names, false)
 				if err == nil {
 					m.log.Info("task resumed", "id", t.ID, "kind", kind.String(), "source", r.source, "destination", r.dest)
 				}
+			}
+			if errors.Is(err, errLeaseHeld) {
+				continue // another proxy runs it
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("task %s: %w", r.name, err))

@@ -185,25 +185,75 @@ func (m *Manager) start(kind TaskKind, src, dst string, names Names, check bool)
 // launch registers task and runs it in the background; with cutoverFrom
 // set, it only finishes a cutover (finishCutover).
 func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom *config.Database) (*Managed, error) {
+	if err := m.checkNotRunning(src, dst, task); err != nil {
+		return nil, err
+	}
+	var l *lease
+	if kind != KindSchemaSync {
+		lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		l, err = task.acquireLease(lctx)
+		if err == nil && cutoverFrom == nil {
+			// Whoever ran the task may have died between the fence of a
+			// cutover and its switch: the source serves the database
+			// still (only the lease's holder may lift the fence).
+			if ferr := task.Unfence(lctx); ferr != nil {
+				m.log.Warn("lifting the fence of an interrupted cutover", "task", task.Name, "err", ferr)
+			}
+		}
+		lcancel()
+		if err != nil {
+			return nil, err
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, t := range m.tasks {
-		if t.Task.Name == task.Name && t.Info().State == TaskRunning {
-			if n := t.Task.Names(); n != task.Names() {
-				return nil, fmt.Errorf("task %d already runs from %q to %q with %s", t.ID, src, dst, n)
-			}
-			return nil, fmt.Errorf("task %d already runs from %q to %q", t.ID, src, dst)
+	if err := m.checkNotRunningLocked(src, dst, task); err != nil {
+		if l != nil {
+			l.release()
 		}
+		return nil, err
 	}
 	task.knobs = m.KnobsForTest
 	m.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Managed{ID: m.nextID, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
-		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom}
+		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom, lease: l}
 	m.tasks = append(m.tasks, t)
 	m.log.Info("task started", "id", t.ID, "kind", kind.String(), "source", src, "destination", dst, "task", task.Name)
 	go t.run(ctx)
 	return t, nil
+}
+
+// checkNotRunning fails when this proxy runs task already.
+func (m *Manager) checkNotRunning(src, dst string, task *Task) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checkNotRunningLocked(src, dst, task)
+}
+
+func (m *Manager) checkNotRunningLocked(src, dst string, task *Task) error {
+	for _, t := range m.tasks {
+		if t.Task.Name == task.Name && t.Info().State == TaskRunning {
+			if n := t.Task.Names(); n != task.Names() {
+				return fmt.Errorf("task %d already runs from %q to %q with %s", t.ID, src, dst, n)
+			}
+			return fmt.Errorf("task %d already runs from %q to %q", t.ID, src, dst)
+		}
+	}
+	return nil
+}
+
+// runsLocally reports whether this proxy runs the task named name.
+func (m *Manager) runsLocally(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.tasks {
+		if t.Task.Name == name && t.Info().State == TaskRunning {
+			return true
+		}
+	}
+	return false
 }
 
 // Credentials returns the server user and password a task on database db
@@ -288,6 +338,9 @@ func (m *Manager) Stop(ctx context.Context, id int) (*Managed, error) {
 	select {
 	case <-t.done:
 	case <-ctx.Done():
+		if t.lease != nil {
+			go func() { <-t.done; t.lease.release() }()
+		}
 		return t, ctx.Err()
 	}
 	if t.Kind == KindSchemaSync {
@@ -295,6 +348,11 @@ func (m *Manager) Stop(ctx context.Context, id int) (*Managed, error) {
 	}
 	t.setPhase(PhaseDrop)
 	err := t.Task.Drop(ctx)
+	if t.lease != nil {
+		// Held until the record is gone, so that no other proxy resumes
+		// the task meanwhile.
+		defer t.lease.release()
+	}
 	t.mu.Lock()
 	cutOver := t.state == TaskDone || t.cutoverFrom != nil
 	t.mu.Unlock()

@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		if _, err := ah.Tasks.Resume(ctx); err != nil {
 			log.Error("resuming resharding tasks", "err", err)
 		}
+		ah.Tasks.Watch(ctx) // tasks whose proxy stops later
 	}()
 	// Before Tasks.Close (deferred above, so run after): no task starts
 	// once Close has stopped the running ones.

@@ -1,0 +1,128 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Task leases: one proxy runs a task at a time, and another takes it over
+// when that proxy dies.
+//
+// Proxies in front of the same databases all see a task's record
+// (shardgate_reshard.tasks on destination shard 0: persist.go). The proxy
+// that runs a task holds its lease: a session-level advisory lock, keyed
+// by the task's name, on a connection of its own to destination shard 0,
+// for as long as the task runs. PostgreSQL releases the lock when that
+// session ends — the proxy stopped, crashed or lost the shard — and every
+// proxy's Manager tries, every leaseRetry, to take the lease of each
+// recorded running task it does not run (Watch): the first to get it
+// resumes the task where its record says. A proxy that loses its lease's
+// session takes it again as soon as it can (keep) — the task itself retries
+// through a destination restart — and stops the task if another proxy got
+// it first, so that two proxies do not run one task for longer than that;
+// the stream's slot and the destinations' replication origins refuse a
+// second runner anyway.
+
+// leaseRetry is how often Watch looks for tasks without a runner, and
+// how often a runner checks that it still holds its lease.
+const leaseRetry = 2 * time.Second
+
+// errLeaseHeld is Start's error for a task another proxy runs.
+var errLeaseHeld = errors.New("another proxy runs this task")
+
+// lease is a held task lease.
+type lease struct {
+	once sync.Once
+	mu   sync.Mutex // guards conn, replaced when keep takes the lease again
+	conn *pgx.Conn
+}
+
+// acquireLease takes the lease of task, or returns errLeaseHeld.
+func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
+	conn, err := t.connectDest(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1)::bigint)", "shardgate-task:"+t.Name).Scan(&got); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("task lease: %w", err)
+	}
+	if !got {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("task %s: %w", t.Name, errLeaseHeld)
+	}
+	return &lease{conn: conn}, nil
+}
+
+// keep checks the lease of t every leaseRetry until ctx ends. When its
+// session is gone it takes the lease again; lost is called (once) when
+// another proxy holds it by then.
+func (l *lease) keep(ctx context.Context, t *Task, lost func(error)) {
+	tick := time.NewTicker(leaseRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		l.mu.Lock()
+		conn := l.conn
+		l.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, leaseRetry)
+		err := conn.Ping(pctx)
+		if err != nil && ctx.Err() == nil {
+			conn.Close(context.WithoutCancel(pctx))
+			var again *lease
+			if again, err = t.acquireLease(pctx); err == nil {
+				l.mu.Lock()
+				l.conn = again.conn
+				l.mu.Unlock()
+			}
+		}
+		cancel()
+		if errors.Is(err, errLeaseHeld) {
+			lost(err)
+			return
+		}
+	}
+}
+
+// release gives the lease up (closing its session releases the lock).
+func (l *lease) release() {
+	l.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.conn.Close(ctx)
+	})
+}
+
+// Watch resumes, every leaseRetry until ctx ends, the recorded running
+// tasks whose lease is free: tasks of a proxy that died. It returns when
+// ctx ends.
+func (m *Manager) Watch(ctx context.Context) {
+	tick := time.NewTicker(leaseRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		started, err := m.Resume(ctx)
+		for _, t := range started {
+			m.log.Info("took over a task whose proxy stopped", "id", t.ID, "task", t.Task.Name)
+		}
+		if err != nil && ctx.Err() == nil {
+			m.log.Debug("looking for tasks to take over", "err", err)
+		}
+	}
+}
