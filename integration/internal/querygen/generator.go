@@ -1,0 +1,303 @@
+package querygen
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// Case is one generated query.
+type Case struct {
+	// SQL is a SELECT over the schema.
+	SQL string
+	// Ordered: its ORDER BY orders its rows totally (every output column,
+	// equal values spelled alike), so rows compare in order; otherwise a
+	// comparison sorts them first.
+	Ordered bool
+	// MayRefuse names the construct for which a proxy may answer 0A000
+	// by design (docs/routing.md "What is refused"), or is "".
+	MayRefuse string
+}
+
+// Generator generates queries over the schema. Query(i) depends only on
+// Seed, Gaps and i, so any one query replays without the others.
+type Generator struct {
+	Seed uint64
+	// Gaps enables constructs that knownGaps excludes, by name.
+	Gaps []string
+}
+
+// Query returns the i-th query of the generator's sequence.
+func (g Generator) Query(i int) Case {
+	b := &builder{rng: rand.New(rand.NewPCG(g.Seed, uint64(i))), gaps: g.Gaps}
+	return b.query()
+}
+
+// builder builds one query.
+type builder struct {
+	rng  *rand.Rand
+	gaps []string
+	// cols are the columns of the FROM's tables; keyAliases the aliases of
+	// its sharded tables.
+	cols       []colRef
+	keyAliases []string
+	// distinctArg is the argument of the query's DISTINCT aggregates, and
+	// distinctFilter their FILTER clause.
+	distinctArg    *expr
+	distinctFilter string
+	mayRefuse      string
+	ordered        bool
+}
+
+// item is an output column.
+type item struct {
+	e     expr
+	alias string
+}
+
+// allowed reports whether construct gap, which knownGaps excludes, is
+// enabled; constructs knownGaps does not list always are.
+func (b *builder) allowed(gap string) bool {
+	if _, known := knownGaps[gap]; !known {
+		return true
+	}
+	return slices.Contains(b.gaps, gap)
+}
+
+// refusable marks the query as one a proxy may refuse, for reason.
+func (b *builder) refusable(reason string) {
+	if b.mayRefuse == "" {
+		b.mayRefuse = reason
+	}
+}
+
+func (b *builder) query() Case {
+	from := b.from()
+	var sql string
+	switch n := b.rng.IntN(100); {
+	case n < 35:
+		sql = b.plain(from)
+	case n < 80:
+		sql = b.grouped(from)
+	case n < 90:
+		sql = b.distinct(from)
+	default:
+		sql = b.distinctOn(from)
+	}
+	return Case{SQL: sql, Ordered: b.ordered, MayRefuse: b.mayRefuse}
+}
+
+// from picks the FROM clause and fills b.cols.
+func (b *builder) from() string {
+	items, events, lookup := tableNamed("items"), tableNamed("events"), tableNamed("lookup")
+	var ts []*table
+	var sql string
+	switch n := b.rng.IntN(100); {
+	case n < 62:
+		ts, sql = []*table{items}, "items a"
+	case n < 72:
+		ts, sql = []*table{items, lookup}, "items a JOIN lookup l ON l.code = a.i2"
+	case n < 77:
+		ts, sql = []*table{items, lookup}, "items a LEFT JOIN lookup l ON l.code = a.i2"
+	case n < 88:
+		ts, sql = []*table{items, events}, "items a JOIN events e ON e.shard_key = a.shard_key"
+	case n < 96:
+		ts, sql = []*table{events}, "events e"
+	default:
+		ts, sql = []*table{lookup}, "lookup l"
+	}
+	for _, t := range ts {
+		if t.name != "lookup" {
+			b.keyAliases = append(b.keyAliases, t.alias)
+		}
+		for i := range t.cols {
+			b.cols = append(b.cols, colRef{t: t, c: &t.cols[i]})
+		}
+	}
+	return sql
+}
+
+// selectList renders items, aliased where they have one.
+func selectList(items []item) string {
+	parts := make([]string, len(items))
+	for i, it := range items {
+		parts[i] = it.e.sql
+		if it.alias != "" {
+			parts[i] += " AS " + it.alias
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// outputs draws n items with gen, a third of them aliased.
+func (b *builder) outputs(n int, gen func() expr) []item {
+	items := make([]item, n)
+	for i := range items {
+		items[i].e = gen()
+		if b.rng.IntN(3) == 0 {
+			items[i].alias = fmt.Sprintf("c%d", i+1)
+		}
+	}
+	return items
+}
+
+// plain is a SELECT of row expressions, ordered or not.
+func (b *builder) plain(from string) string {
+	items := b.outputs(1+b.rng.IntN(5), b.anyExpr)
+	extra := ""
+	if b.rng.IntN(100) < 3 {
+		// Each shard would count only its own rows.
+		extra = ", count(*) OVER () AS total"
+		b.refusable("window functions")
+	}
+	sql := "SELECT " + selectList(items) + extra + " FROM " + from + b.where()
+	return sql + b.orderLimit(items, false)
+}
+
+// grouped is a SELECT with aggregates, GROUP BY or both.
+func (b *builder) grouped(from string) string {
+	var keys []item
+	for range b.rng.IntN(3) {
+		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
+			keys = append(keys, item{e: e})
+		}
+	}
+	aggs := b.outputs(b.rng.IntN(4), b.aggOutput)
+	if len(keys) == 0 && len(aggs) == 0 {
+		aggs = b.outputs(1, b.aggOutput)
+	}
+	// Most keys are also output columns, in random places.
+	var items []item
+	var hidden []item
+	for _, k := range keys {
+		if b.rng.IntN(100) < 80 {
+			items = append(items, k)
+		} else {
+			hidden = append(hidden, k)
+		}
+	}
+	items = append(items, aggs...)
+	b.rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+	if len(items) == 0 {
+		items = b.outputs(1, b.aggregate)
+	}
+	b.refusableAggregates(items)
+	sql := "SELECT "
+	if b.rng.IntN(100) < 8 {
+		sql += "DISTINCT "
+		items = nonVariant(items)
+		if len(items) == 0 {
+			items = []item{{e: expr{sql: "count(*)", fam: famInt, agg: true}}}
+		}
+	}
+	sql += selectList(items) + " FROM " + from + b.where()
+	sql += b.groupBy(items, hidden)
+	if b.rng.IntN(100) < 35 {
+		sql += " HAVING " + b.havingTerm()
+		if b.rng.IntN(100) < 25 {
+			sql += pick(b, " AND ", " OR ") + b.havingTerm()
+		}
+	}
+	return sql + b.orderLimit(items, strings.HasPrefix(sql, "SELECT DISTINCT"))
+}
+
+// nonVariant drops the items whose equal values may be spelled
+// differently: DISTINCT would show either spelling.
+func nonVariant(items []item) []item {
+	var out []item
+	for _, it := range items {
+		if !it.e.variant {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// refusableAggregates adds, to a few grouped queries, an aggregate the
+// proxy cannot combine, and marks the query.
+func (b *builder) refusableAggregates(items []item) {
+	if b.rng.IntN(100) >= 3 || len(items) == 0 {
+		return
+	}
+	i := b.rng.IntN(len(items))
+	if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famInt }); ok {
+		items[i].e = expr{sql: "stddev(" + e.sql + ")", fam: famNumeric, variant: true, agg: true}
+		b.refusable("stddev")
+	}
+}
+
+// groupBy is the GROUP BY of keys (the non-aggregate items) and hidden,
+// by expression or by position.
+func (b *builder) groupBy(items, hidden []item) string {
+	var parts []string
+	for i, it := range items {
+		if it.e.agg {
+			continue
+		}
+		if b.rng.IntN(3) == 0 {
+			parts = append(parts, fmt.Sprint(i+1))
+		} else {
+			parts = append(parts, it.e.sql)
+		}
+	}
+	for _, it := range hidden {
+		parts = append(parts, it.e.sql)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	b.rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	return " GROUP BY " + strings.Join(parts, ", ")
+}
+
+// distinct is a SELECT DISTINCT of row expressions.
+func (b *builder) distinct(from string) string {
+	items := b.outputs(1+b.rng.IntN(3), func() expr {
+		e, ok := b.exprWhere(func(e expr) bool { return !e.variant })
+		if !ok {
+			return expr{sql: "1", fam: famInt}
+		}
+		return e
+	})
+	sql := "SELECT DISTINCT " + selectList(items) + " FROM " + from + b.where()
+	return sql + b.orderLimit(items, true)
+}
+
+// distinctOn is a SELECT DISTINCT ON, whose ORDER BY picks the row of
+// each key: it always orders totally.
+func (b *builder) distinctOn(from string) string {
+	keys := b.outputs(1+b.rng.IntN(2), func() expr {
+		e, ok := b.exprWhere(func(e expr) bool { return !e.variant })
+		if !ok {
+			return expr{sql: "1", fam: famInt}
+		}
+		return e
+	})
+	rest := b.outputs(1+b.rng.IntN(3), b.anyExpr)
+	if b.rng.IntN(100) < 4 {
+		rest[0].e = expr{sql: "count(*)", fam: famInt, agg: true}
+		b.refusable("DISTINCT ON with aggregates")
+	}
+	for i := range rest {
+		if rest[i].alias != "" {
+			rest[i].alias = fmt.Sprintf("r%d", i+1)
+		}
+	}
+	on := make([]string, len(keys))
+	for i, k := range keys {
+		on[i] = k.e.sql
+	}
+	items := append(append([]item{}, keys...), rest...)
+	sql := "SELECT DISTINCT ON (" + strings.Join(on, ", ") + ") " + selectList(items) + " FROM " + from + b.where()
+	if rest[0].e.agg {
+		sql += " GROUP BY " + strings.Join(on, ", ")
+		for _, it := range rest[1:] {
+			sql += ", " + it.e.sql
+		}
+	}
+	order := b.orderTerms(keys, 0, false)
+	order = append(order, b.orderTerms(rest, len(keys), false)...)
+	b.ordered = true
+	return sql + " ORDER BY " + strings.Join(order, ", ") + b.limit(true)
+}

@@ -1,0 +1,82 @@
+package querygen
+
+import (
+	"fmt"
+	"strings"
+)
+
+// orderLimit is the ORDER BY and LIMIT of a query whose output columns
+// are items: a total order (with LIMIT and OFFSET now and then), a
+// partial one, or none. distinct (SELECT DISTINCT) allows ORDER BY only
+// output columns.
+func (b *builder) orderLimit(items []item, distinct bool) string {
+	switch n := b.rng.IntN(100); {
+	case n < 50:
+		b.ordered = true
+		return " ORDER BY " + strings.Join(b.orderTerms(items, 0, distinct), ", ") + b.limit(false)
+	case n < 65:
+		// A partial order: the comparison sorts the rows, which checks
+		// that the proxy accepts the query and returns its rows.
+		i := b.rng.IntN(len(items))
+		return " ORDER BY " + b.orderTerm(items[i], i+1)
+	}
+	return ""
+}
+
+// orderTerms orders by every item, in a random order, each as its
+// position (offset+index+1), its alias or its expression. A variant item
+// (equal values spelled differently) is followed by its text, so that
+// equal rows are equal byte for byte; distinct queries have none.
+func (b *builder) orderTerms(items []item, offset int, distinct bool) []string {
+	idx := b.rng.Perm(len(items))
+	var terms []string
+	for _, i := range idx {
+		terms = append(terms, b.orderTerm(items[i], offset+i+1))
+		if items[i].e.variant && !distinct {
+			terms = append(terms, "("+items[i].e.sql+")::text"+b.direction())
+		}
+	}
+	return terms
+}
+
+// orderTerm is one ORDER BY term for it, at select-list position pos.
+func (b *builder) orderTerm(it item, pos int) string {
+	ref := it.e.sql
+	switch n := b.rng.IntN(100); {
+	case n < 35:
+		ref = fmt.Sprint(pos)
+	case n < 60 && it.alias != "":
+		ref = it.alias
+	}
+	return ref + b.direction()
+}
+
+// direction is ASC, DESC or nothing, and now and then NULLS FIRST or
+// LAST.
+func (b *builder) direction() string {
+	d := pick(b, "", " ASC", " DESC")
+	if b.rng.IntN(100) < 30 {
+		d += pick(b, " NULLS FIRST", " NULLS LAST")
+	}
+	return d
+}
+
+// limit is a LIMIT and OFFSET clause, or "" (always one when must).
+func (b *builder) limit(must bool) string {
+	if !must && b.rng.IntN(100) < 55 {
+		return ""
+	}
+	if must && b.rng.IntN(100) < 50 {
+		return ""
+	}
+	n := pick(b, 0, 1, 3, 10, 50)
+	switch b.rng.IntN(5) {
+	case 0:
+		return fmt.Sprintf(" OFFSET %d", pick(b, 1, 5, 40))
+	case 1:
+		return fmt.Sprintf(" LIMIT %d OFFSET %d", n, pick(b, 0, 1, 5))
+	case 2:
+		return fmt.Sprintf(" FETCH FIRST %d ROWS ONLY", max(n, 1))
+	}
+	return fmt.Sprintf(" LIMIT %d", n)
+}
