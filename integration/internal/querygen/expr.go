@@ -127,6 +127,9 @@ func (b *builder) aggregate() expr {
 			return expr{sql: "avg(" + e.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
 		}
 	case n < 70:
+		if !b.allowed(gapSumInterval) {
+			break
+		}
 		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famInterval }); ok {
 			return expr{sql: "sum(" + e.sql + ")" + filter, fam: famInterval, variant: true, agg: true}
 		}
@@ -207,7 +210,7 @@ func (b *builder) spread() expr {
 
 // havingTerm is a condition of HAVING.
 func (b *builder) havingTerm() string {
-	switch b.rng.IntN(6) {
+	switch b.rng.IntN(7) {
 	case 0:
 		return fmt.Sprintf("count(*) > %d", b.rng.IntN(6))
 	case 1:
@@ -217,8 +220,16 @@ func (b *builder) havingTerm() string {
 			return fmt.Sprintf("sum(%s) %s %s", e.sql, pick(b, ">", "<", ">=", "<>"), pick(b, "0", "2", "-1", "2.5", "'3'"))
 		}
 	case 3:
-		if e, ok := b.exprWhere(func(e expr) bool { return e.minMaxable() }); ok {
+		if e, ok := b.exprWhere(b.havingComparable); ok {
 			return fmt.Sprintf("%s(%s) %s %s", pick(b, "min", "max"), e.sql, pick(b, "<", ">", "=", "<>"), b.constantFor(e))
+		}
+	case 5:
+		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famBool }); ok {
+			spellings := []string{"'t'", "'f'"}
+			if b.allowed(gapHavingBool) {
+				spellings = append(spellings, "true", "false", "'true'", "'yes'", "'on'", "'1'", "'no'", "'off'", "'0'")
+			}
+			return fmt.Sprintf("%s(%s) %s %s", pick(b, "bool_or", "bool_and"), e.sql, pick(b, "=", "<>"), pick(b, spellings...))
 		}
 	case 4:
 		return fmt.Sprintf("count(*) > 1 OR count(%s) = 0", b.anyExpr().sql)
@@ -227,6 +238,21 @@ func (b *builder) havingTerm() string {
 		return fmt.Sprintf("sum(%s) > 2 * count(*)", e.sql)
 	}
 	return "count(*) > 0"
+}
+
+// havingComparable reports whether min and max of e can be compared
+// with a constant in HAVING, known gaps aside.
+func (b *builder) havingComparable(e expr) bool {
+	if !e.minMaxable() {
+		return false
+	}
+	switch e.fam {
+	case famInt, famNumeric, famFloat, famText:
+		return true
+	case famTimestamp:
+		return b.allowed(gapHavingBinary) && b.allowed(gapHavingDateLiteral)
+	}
+	return b.allowed(gapHavingBinary)
 }
 
 // constantFor is a constant to compare e with: a value of its column when

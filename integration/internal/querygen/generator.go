@@ -136,10 +136,19 @@ func (b *builder) outputs(n int, gen func() expr) []item {
 	for i := range items {
 		items[i].e = gen()
 		if b.rng.IntN(3) == 0 {
-			items[i].alias = fmt.Sprintf("c%d", i+1)
+			items[i].alias = fmt.Sprintf("%s%d", b.aliasPrefix(), i+1)
 		}
 	}
 	return items
+}
+
+// aliasPrefix starts the names of output columns: c, as clients often
+// name them, unless gapProbeAlias excludes it.
+func (b *builder) aliasPrefix() string {
+	if b.allowed(gapProbeAlias) {
+		return "c"
+	}
+	return "o"
 }
 
 // plain is a SELECT of row expressions, ordered or not.
@@ -152,7 +161,7 @@ func (b *builder) plain(from string) string {
 		b.refusable("window functions")
 	}
 	sql := "SELECT " + selectList(items) + extra + " FROM " + from + b.where()
-	return sql + b.orderLimit(items, false)
+	return sql + b.orderLimit(items, orderPlain)
 }
 
 // grouped is a SELECT with aggregates, GROUP BY or both.
@@ -199,7 +208,11 @@ func (b *builder) grouped(from string) string {
 			sql += pick(b, " AND ", " OR ") + b.havingTerm()
 		}
 	}
-	return sql + b.orderLimit(items, strings.HasPrefix(sql, "SELECT DISTINCT"))
+	kind := orderGrouped
+	if strings.HasPrefix(sql, "SELECT DISTINCT") {
+		kind = orderDistinct
+	}
+	return sql + b.orderLimit(items, kind)
 }
 
 // nonVariant drops the items whose equal values may be spelled
@@ -261,7 +274,7 @@ func (b *builder) distinct(from string) string {
 		return e
 	})
 	sql := "SELECT DISTINCT " + selectList(items) + " FROM " + from + b.where()
-	return sql + b.orderLimit(items, true)
+	return sql + b.orderLimit(items, orderDistinct)
 }
 
 // distinctOn is a SELECT DISTINCT ON, whose ORDER BY picks the row of

@@ -7,13 +7,17 @@ import (
 
 // orderLimit is the ORDER BY and LIMIT of a query whose output columns
 // are items: a total order (with LIMIT and OFFSET now and then), a
-// partial one, or none. distinct (SELECT DISTINCT) allows ORDER BY only
-// output columns.
-func (b *builder) orderLimit(items []item, distinct bool) string {
+// partial one, or none.
+func (b *builder) orderLimit(items []item, k orderKind) string {
+	distinct := k == orderDistinct
 	switch n := b.rng.IntN(100); {
 	case n < 50:
 		b.ordered = true
-		return " ORDER BY " + strings.Join(b.orderTerms(items, 0, distinct), ", ") + b.limit(false)
+		terms := b.orderTerms(items, 0, distinct)
+		if hidden := b.hiddenOrder(k); hidden != "" {
+			terms = append([]string{hidden}, terms...)
+		}
+		return " ORDER BY " + strings.Join(terms, ", ") + b.limit(false)
 	case n < 65:
 		// A partial order: the comparison sorts the rows, which checks
 		// that the proxy accepts the query and returns its rows.
@@ -21,6 +25,28 @@ func (b *builder) orderLimit(items []item, distinct bool) string {
 		return " ORDER BY " + b.orderTerm(items[i], i+1)
 	}
 	return ""
+}
+
+// orderKind is what a query's ORDER BY may name besides its output
+// columns.
+type orderKind int
+
+const (
+	orderPlain    orderKind = iota // any row expression
+	orderGrouped                   // any aggregate
+	orderDistinct                  // output columns only (SELECT DISTINCT)
+)
+
+// hiddenOrder is, now and then, a first ORDER BY term that is no output
+// column: the proxy sorts by a hidden column and strips it.
+func (b *builder) hiddenOrder(k orderKind) string {
+	if k == orderDistinct || b.rng.IntN(100) >= 30 {
+		return ""
+	}
+	if k == orderGrouped {
+		return b.aggOutput().sql + b.direction()
+	}
+	return b.anyExpr().sql + b.direction()
 }
 
 // orderTerms orders by every item, in a random order, each as its

@@ -1,0 +1,343 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/integration/internal/querygen"
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
+
+// The random differential test runs queries of querygen over its schema
+// and rows on one PostgreSQL database and through the proxy on two and
+// three shards, and requires the same answer: field names, type OIDs,
+// sizes, type modifiers and formats, the rows' bytes, the command tag and
+// the error (SQLSTATE, message, detail). Each query runs with the simple
+// protocol (text) and the extended one with binary results. See
+// querygen's package comment for the environment variables.
+
+// rndModes are the protocols each query runs in: text rows, and binary
+// rows of a prepared statement.
+var rndModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement}
+
+// rndMaxFailures bounds the failures one run reports.
+const rndMaxFailures = 25
+
+// rndEnv is the reference database and the proxy's databases "two" and
+// "three", each sharded by shard_key, holding querygen's rows.
+type rndEnv struct {
+	cl    *pgtest.Cluster
+	ref   string            // URL of the reference database
+	proxy map[string]string // URL of each proxy database
+	// userTypes names the types the schema created (the enum), by OID in
+	// any database of the cluster: OIDs are unique in a cluster, and the
+	// same type has another OID in each database.
+	userTypes map[uint32]string
+}
+
+// rndShards are the shard databases of each proxy database.
+var rndShards = map[string][]string{
+	"two":   {"rnd2_0", "rnd2_1"},
+	"three": {"rnd3_0", "rnd3_1", "rnd3_2"},
+}
+
+func newRndEnv(t *testing.T, seed uint64) *rndEnv {
+	t.Helper()
+	pgtest.RequireLocale(t, "en_US.UTF-8")
+	cl := cluster(t)
+	ctx := context.Background()
+	dbs := []string{"rnd_ref"}
+	for _, db := range []string{"two", "three"} {
+		dbs = append(dbs, rndShards[db]...)
+	}
+	for _, db := range dbs {
+		if err := cl.Exec(ctx, "postgres", "CREATE DATABASE "+db+" TEMPLATE template0 ENCODING 'UTF8' LOCALE 'en_US.UTF-8'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Exec(ctx, db, querygen.Schema()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var yaml strings.Builder
+	fmt.Fprintf(&yaml, `listen: 127.0.0.1:0
+admin: { user: admin, password: admin-secret }
+pool: { mode: transaction, size: 4, checkout_timeout: 5s }
+two_phase_commit_log: %s/2pc.log
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+`, t.TempDir(), appPassword, cl.User, cl.Password)
+	for _, db := range []string{"two", "three"} {
+		var shards []string
+		for _, s := range rndShards[db] {
+			shards = append(shards, shardYAML(cl, s))
+		}
+		fmt.Fprintf(&yaml, `  - name: %s
+    shards: [%s]
+    sharded_tables:
+      - { table: items, column: shard_key, type: bigint }
+      - { table: events, column: shard_key, type: bigint }
+    omni_tables: [lookup]
+`, db, strings.Join(shards, ", "))
+	}
+	p := startProxy(t, yaml.String())
+	e := &rndEnv{cl: cl, ref: cl.DSN("rnd_ref"), proxy: map[string]string{"two": p.AppURL("two"), "three": p.AppURL("three")}}
+	e.load(t, seed)
+	e.userTypes = map[uint32]string{}
+	for _, db := range dbs {
+		conn := connect(t, cl.DSN(db))
+		rows, err := conn.Query(ctx, "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid >= 16384")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var oid uint32
+			var name string
+			if err := rows.Scan(&oid, &name); err != nil {
+				t.Fatal(err)
+			}
+			e.userTypes[oid] = name
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(ctx)
+	}
+	return e
+}
+
+// rndOID matches the type OID of a field in an answer.
+var rndOID = regexp.MustCompile(`oid=([0-9]+)`)
+
+// ask is the answer to sql on conn in mode, with the OIDs of the
+// schema's own types replaced by their names.
+func (e *rndEnv) ask(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) answer {
+	a := ask(conn, mode, sql)
+	for i, f := range a.Fields {
+		a.Fields[i] = rndOID.ReplaceAllStringFunc(f, func(m string) string {
+			oid, err := strconv.ParseUint(m[len("oid="):], 10, 32)
+			if name, ok := e.userTypes[uint32(oid)]; ok && err == nil {
+				return "type=" + name
+			}
+			return m
+		})
+	}
+	return a
+}
+
+// load inserts querygen's rows directly into the reference database and
+// through the proxy into the sharded ones, then checks that each shard
+// holds exactly the rows of its keys.
+func (e *rndEnv) load(t *testing.T, seed uint64) {
+	t.Helper()
+	ctx := context.Background()
+	stmts := querygen.Data(seed)
+	if err := e.cl.Exec(ctx, "rnd_ref", strings.Join(stmts, ";\n")); err != nil {
+		t.Fatal(err)
+	}
+	for db, url := range e.proxy {
+		conn := connectConfig(t, url, pgx.QueryExecModeSimpleProtocol, nil)
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				t.Fatalf("%s: %v\n%s", db, err, abbrev(s, 200))
+			}
+		}
+		conn.Close(ctx)
+	}
+	ref := connect(t, e.ref)
+	for _, table := range []string{"items", "events", "lookup"} {
+		want := value(t, ref, simple, "SELECT count(*) FROM "+table)
+		for db := range e.proxy {
+			e.checkPlacement(t, db, table, want)
+		}
+	}
+}
+
+// checkPlacement requires that the shards of db hold want rows of table
+// in all (each row of lookup on every shard), each sharded row on the
+// shard of its key (NULL on shard 0).
+func (e *rndEnv) checkPlacement(t *testing.T, db, table, want string) {
+	t.Helper()
+	shards := rndShards[db]
+	total := 0
+	for i, s := range shards {
+		conn := connect(t, e.cl.DSN(s))
+		if table == "lookup" {
+			if got := value(t, conn, simple, "SELECT count(*) FROM lookup"); got != want {
+				t.Fatalf("%s: omni table lookup holds %s rows, want %s", s, got, want)
+			}
+			continue
+		}
+		rows, err := conn.Query(context.Background(), "SELECT shard_key FROM "+table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k *int64
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			if k != nil && hashShard(*k, len(shards)) != i || k == nil && i != 0 {
+				t.Fatalf("%s.%s holds a row of key %v, which belongs elsewhere", s, table, k)
+			}
+			total++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(context.Background())
+	}
+	if table != "lookup" && strconv.Itoa(total) != want {
+		t.Fatalf("%s: the shards hold %d rows of %s, want %s", db, total, table, want)
+	}
+}
+
+// rndSettings are the test's knobs, from the environment.
+type rndSettings struct {
+	seed    uint64
+	queries int
+	only    int // -1: all
+	gaps    []string
+}
+
+func rndSettingsFromEnv(t *testing.T) rndSettings {
+	t.Helper()
+	s := rndSettings{seed: uint64(time.Now().UnixNano()), queries: 150, only: -1}
+	num := func(name string, set func(uint64)) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s=%q: %v", name, v, err)
+			}
+			set(n)
+		}
+	}
+	num("RANDOM_DIFF_SEED", func(n uint64) { s.seed = n })
+	num("RANDOM_DIFF_QUERIES", func(n uint64) { s.queries = int(n) })
+	num("RANDOM_DIFF_ONLY", func(n uint64) { s.only = int(n) })
+	if v := os.Getenv("RANDOM_DIFF_GAPS"); v != "" {
+		s.gaps = strings.Split(v, ",")
+		known := querygen.KnownGaps()
+		for _, g := range s.gaps {
+			if _, ok := known[g]; !ok {
+				t.Fatalf("RANDOM_DIFF_GAPS: %q is not a known gap (%v)", g, known)
+			}
+		}
+	}
+	return s
+}
+
+// TestRndDifferential runs querygen's queries on the reference database
+// and through the proxy on two and three shards, in the simple and the
+// extended protocol, and requires the same answers. A query the proxy
+// refuses with 0A000 passes only when the generator marked it as one the
+// proxy may refuse by design.
+func TestRndDifferential(t *testing.T) {
+	checkGoroutines(t)
+	s := rndSettingsFromEnv(t)
+	t.Logf("seed %d, %d queries (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.seed)
+	e := newRndEnv(t, s.seed)
+	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}}
+	defer r.close()
+	g := querygen.Generator{Seed: s.seed, Gaps: s.gaps}
+	start := time.Now()
+	for i := range s.queries {
+		if s.only >= 0 && i != s.only {
+			continue
+		}
+		if r.failures >= rndMaxFailures {
+			t.Errorf("stopped after %d failures", r.failures)
+			break
+		}
+		r.check(e, i, g.Query(i))
+	}
+	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d answers refused as allowed (of 4 per query), %d answers an error on PostgreSQL, %d failures",
+		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.refused, r.errors, r.failures)
+}
+
+// rndRun is the state of one TestRndDifferential run.
+type rndRun struct {
+	t     *testing.T
+	s     rndSettings
+	conns map[string]*pgx.Conn // by URL and mode
+	// counts for the summary
+	ran, ordered, refused, errors, failures int
+}
+
+// conn returns the run's connection to url in mode, connecting again
+// when the last one closed.
+func (r *rndRun) conn(url string, mode pgx.QueryExecMode) *pgx.Conn {
+	key := url + " " + mode.String()
+	if c := r.conns[key]; c != nil && !c.IsClosed() {
+		return c
+	}
+	c, err := tryConnect(url, mode, nil)
+	if err != nil {
+		r.t.Fatalf("connect %s: %v", url, err)
+	}
+	r.conns[key] = c
+	return c
+}
+
+func (r *rndRun) close() {
+	for _, c := range r.conns {
+		c.Close(context.Background())
+	}
+}
+
+// check runs query i in every mode on the reference and both proxy
+// databases and reports each difference.
+func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
+	r.ran++
+	if c.Ordered {
+		r.ordered++
+	}
+	for _, mode := range rndModes {
+		want := e.ask(r.conn(e.ref, mode), mode, c.SQL)
+		if want.Err != "" {
+			r.errors++
+		}
+		for _, db := range []string{"two", "three"} {
+			got := e.ask(r.conn(e.proxy[db], mode), mode, c.SQL)
+			if strings.HasPrefix(got.Err, "ERROR 0A000") && !strings.HasPrefix(want.Err, "ERROR 0A000") {
+				if c.MayRefuse != "" {
+					r.refused++
+					continue
+				}
+				r.fail(i, c, mode, db, "an unexpected refusal", got, want)
+				continue
+			}
+			if !c.Ordered {
+				slices.Sort(got.Rows)
+				slices.Sort(want.Rows)
+			}
+			if got.String() != want.String() {
+				r.fail(i, c, mode, db, "a different answer", got, want)
+			}
+		}
+	}
+}
+
+func (r *rndRun) fail(i int, c querygen.Case, mode pgx.QueryExecMode, db, what string, got, want answer) {
+	r.t.Helper()
+	r.failures++
+	r.t.Errorf("seed %d query %d [%s, %s shards]: %s\n%s\n got  %s\n want %s\n replay: RANDOM_DIFF_SEED=%d RANDOM_DIFF_ONLY=%d go test -count=1 -run TestRndDifferential ./integration/",
+		r.s.seed, i, mode, db, what, c.SQL, rndShort(got), rndShort(want), r.s.seed, i)
+}
+
+// rndShort is an answer for a failure message, long row lists shortened.
+func rndShort(a answer) string {
+	const n = 12
+	if len(a.Rows) > n {
+		a.Rows = append(a.Rows[:n:n], fmt.Sprintf("… %d rows in all", len(a.Rows)))
+	}
+	return a.String()
+}
