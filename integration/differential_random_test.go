@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -245,7 +246,7 @@ func TestRndDifferential(t *testing.T) {
 	s := rndSettingsFromEnv(t)
 	t.Logf("seed %d, %d queries (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.seed)
 	e := newRndEnv(t, s.seed)
-	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}}
+	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}, refused: map[string]int{}}
 	defer r.close()
 	g := querygen.Generator{Seed: s.seed, Gaps: s.gaps}
 	start := time.Now()
@@ -259,8 +260,11 @@ func TestRndDifferential(t *testing.T) {
 		}
 		r.check(e, i, g.Query(i))
 	}
-	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d answers refused as allowed (of 4 per query), %d answers an error on PostgreSQL, %d failures",
-		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.refused, r.errors, r.failures)
+	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d answers an error on PostgreSQL, %d failures",
+		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.errors, r.failures)
+	for _, k := range slices.Sorted(maps.Keys(r.refused)) {
+		t.Logf("refused as allowed, %d of %d answers: %s", r.refused[k], 4*r.ran, k)
+	}
 }
 
 // rndRun is the state of one TestRndDifferential run.
@@ -268,8 +272,10 @@ type rndRun struct {
 	t     *testing.T
 	s     rndSettings
 	conns map[string]*pgx.Conn // by URL and mode
-	// counts for the summary
-	ran, ordered, refused, errors, failures int
+	// counts for the summary; refused counts the answers refused as
+	// allowed by the generator's reason and the proxy's error
+	ran, ordered, errors, failures int
+	refused                        map[string]int
 }
 
 // conn returns the run's connection to url in mode, connecting again
@@ -309,7 +315,8 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 			got := e.ask(r.conn(e.proxy[db], mode), mode, c.SQL)
 			if strings.HasPrefix(got.Err, "ERROR 0A000") && !strings.HasPrefix(want.Err, "ERROR 0A000") {
 				if c.MayRefuse != "" {
-					r.refused++
+					msg, _, _ := strings.Cut(got.Err, " detail ")
+					r.refused[c.MayRefuse+" → "+msg]++
 					continue
 				}
 				r.fail(i, c, mode, db, "an unexpected refusal", got, want)

@@ -187,6 +187,9 @@ func (b *builder) aggOutput() expr {
 			expr{sql: "(" + a.sql + "::numeric + count(*))", fam: famNumeric, variant: a.variant, agg: true},
 			expr{sql: "count(*)::int", fam: famInt, agg: true},
 			expr{sql: "CASE WHEN " + a.sql + " > 2 THEN 'many' ELSE 'few' END", fam: famText, agg: true},
+			// Division by zero when a group has no non-NULL value: an
+			// error PostgreSQL raises whatever the order of the rows.
+			b.division(a),
 			b.spread())
 	case famText:
 		return expr{sql: "(" + a.sql + " || '!')", fam: famText, agg: true}
@@ -196,6 +199,14 @@ func (b *builder) aggOutput() expr {
 			expr{sql: "(" + a.sql + " OR count(*) > 3)", fam: famBool, agg: true})
 	}
 	return expr{sql: "CASE WHEN count(*) > 1 THEN " + a.sql + " END", fam: a.fam, variant: a.variant, agg: true}
+}
+
+// division is a divided by a count that is 0 in groups without a
+// non-NULL value: division by zero, an error PostgreSQL raises whatever
+// the order of the rows (but not under LIMIT 0, see gapLimitZeroError).
+func (b *builder) division(a expr) expr {
+	b.mayFail = true
+	return expr{sql: "(" + a.sql + " / count(" + b.anyExpr().sql + "))", fam: famNumeric, variant: true, agg: true}
 }
 
 // spread is max(x) - min(x) over an integer or numeric expression, in
@@ -208,21 +219,24 @@ func (b *builder) spread() expr {
 	return expr{sql: fmt.Sprintf("(max(%s)::numeric - min(%s))", e.sql, e.sql), fam: famNumeric, agg: true}
 }
 
-// havingTerm is a condition of HAVING.
-func (b *builder) havingTerm() string {
-	switch b.rng.IntN(7) {
+// havingTerm is a condition of HAVING, over aggregates or the query's
+// grouping keys.
+func (b *builder) havingTerm(keys []item) string {
+	switch b.rng.IntN(10) {
 	case 0:
 		return fmt.Sprintf("count(*) > %d", b.rng.IntN(6))
 	case 1:
 		return fmt.Sprintf("count(*) >= %d AND count(%s) > 0", b.rng.IntN(4), b.anyExpr().sql)
 	case 2:
 		if e, ok := b.exprWhere(func(e expr) bool { return e.summable() && !e.variant }); ok {
-			return fmt.Sprintf("sum(%s) %s %s", e.sql, pick(b, ">", "<", ">=", "<>"), pick(b, "0", "2", "-1", "2.5", "'3'"))
+			return fmt.Sprintf("%s(%s) %s %s", pick(b, "sum", "avg"), e.sql, pick(b, ">", "<", ">=", "<>"), pick(b, "0", "2", "-1", "2.5", "'3'"))
 		}
 	case 3:
 		if e, ok := b.exprWhere(b.havingComparable); ok {
 			return fmt.Sprintf("%s(%s) %s %s", pick(b, "min", "max"), e.sql, pick(b, "<", ">", "=", "<>"), b.constantFor(e))
 		}
+	case 4:
+		return fmt.Sprintf("count(*) > 1 OR count(%s) = 0", b.anyExpr().sql)
 	case 5:
 		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famBool }); ok {
 			spellings := []string{"'t'", "'f'"}
@@ -231,8 +245,20 @@ func (b *builder) havingTerm() string {
 			}
 			return fmt.Sprintf("%s(%s) %s %s", pick(b, "bool_or", "bool_and"), e.sql, pick(b, "=", "<>"), pick(b, spellings...))
 		}
-	case 4:
-		return fmt.Sprintf("count(*) > 1 OR count(%s) = 0", b.anyExpr().sql)
+	case 6, 7:
+		// A grouping key compared with a constant: the proxy evaluates it.
+		var ks []item
+		for _, k := range keys {
+			if b.havingComparable(k.e) {
+				ks = append(ks, k)
+			}
+		}
+		if len(ks) > 0 {
+			k := pick(b, ks...)
+			return fmt.Sprintf("%s %s %s", k.e.sql, pick(b, "<", ">", "=", "<>", "<=", ">="), b.constantFor(k.e))
+		}
+	case 8:
+		return pick(b, "count(*) > '2'::int", "NOT (count(*) > 2)", "count(*) BETWEEN 2 AND 6", "count(*) IN (1, 3)")
 	}
 	if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famInt }); ok {
 		return fmt.Sprintf("sum(%s) > 2 * count(*)", e.sql)
@@ -331,6 +357,9 @@ func (b *builder) where() string {
 	if len(b.keyAliases) > 0 && b.rng.IntN(100) < 35 {
 		terms = append(terms, b.keyPredicate(pick(b, b.keyAliases...)))
 	}
+	if len(b.keyAliases) > 0 && b.rng.IntN(100) < 8 {
+		terms = append(terms, b.subquery(pick(b, b.keyAliases...)))
+	}
 	if b.rng.IntN(100) < 50 {
 		terms = append(terms, b.predicate())
 		if b.rng.IntN(100) < 30 {
@@ -341,7 +370,42 @@ func (b *builder) where() string {
 		return ""
 	}
 	if len(terms) > 1 && b.rng.IntN(100) < 20 {
+		for _, t := range terms {
+			if strings.Contains(t, " IN (SELECT ") {
+				b.refusable("IN (subquery) in an OR: docs/routing.md reads it as a term of WHERE only")
+			}
+		}
 		return " WHERE (" + strings.Join(terms, " OR ") + ")"
 	}
 	return " WHERE " + strings.Join(terms, " AND ")
+}
+
+// subquery is a WHERE term with a subquery the proxy runs on each shard:
+// over a table co-located with alias's (correlated on the sharding key,
+// or IN on it), or over the omni table.
+func (b *builder) subquery(alias string) string {
+	other, o := "events", "e2"
+	cond := "e2.grp > 1"
+	if alias != "a" {
+		other, o, cond = "items", "a2", "a2.b"
+	}
+	switch b.rng.IntN(4) {
+	case 0:
+		return fmt.Sprintf("EXISTS (SELECT 1 FROM %s %s WHERE %s.shard_key = %s.shard_key AND %s)", other, o, o, alias, cond)
+	case 1:
+		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s %s WHERE %s.shard_key = %s.shard_key)", other, o, o, alias)
+	case 2:
+		return fmt.Sprintf("%s.shard_key IN (SELECT %s.shard_key FROM %s %s WHERE %s)", alias, o, other, o, cond)
+	}
+	return fmt.Sprintf("%s.shard_key %% 7 IN (SELECT l2.code FROM lookup l2)", alias)
+}
+
+// scalarSubquery is a select-list item: a correlated count over the
+// table co-located with alias's.
+func scalarSubquery(alias string) expr {
+	other, o := "events", "e2"
+	if alias != "a" {
+		other, o = "items", "a2"
+	}
+	return expr{sql: fmt.Sprintf("(SELECT count(*) FROM %s %s WHERE %s.shard_key = %s.shard_key)", other, o, o, alias), fam: famInt}
 }

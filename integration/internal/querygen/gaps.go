@@ -26,7 +26,9 @@ const (
 	// not supported across shards"; the text protocol answers it.
 	gapHavingBinary = "having-binary"
 	// gapHavingDateLiteral: a timestamp aggregate compared in HAVING with
-	// a date-only literal fails in the text protocol:
+	// a literal PostgreSQL reads but the proxy does not (a date only for
+	// a timestamp, no offset for a timestamptz) fails in the text
+	// protocol:
 	// SELECT count(*) FROM items HAVING max(ts) > '2000-01-01' → XX000
 	// "merge: cannot compare "2000-01-01": not an ISO timestamp";
 	// PostgreSQL reads the literal as midnight.
@@ -39,6 +41,13 @@ const (
 	// returns one, both the opposite of PostgreSQL; with binary results
 	// 'yes' is read as false (executor convertConst).
 	gapHavingBool = "having-bool"
+	// gapLimitZeroError: PostgreSQL never runs the plan under LIMIT 0,
+	// so an expression over aggregates that fails (division by zero)
+	// fails through the proxy only: SELECT sum(i4) / count(tx) FROM items
+	// GROUP BY i2 ORDER BY 1 LIMIT 0 returns no rows on PostgreSQL (and
+	// the RowDescription in the extended protocol), 22012 through the
+	// proxy, which computes every group's expression.
+	gapLimitZeroError = "limit0-error"
 )
 
 // knownGaps describes each gap the generator leaves out.
@@ -47,6 +56,7 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
+	gapLimitZeroError:    "a failing expression over aggregates under LIMIT 0 fails through the proxy only",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",
 }
 

@@ -48,6 +48,12 @@ type builder struct {
 	distinctFilter string
 	mayRefuse      string
 	ordered        bool
+	// mayFail: the query may fail with an error PostgreSQL raises
+	// whatever the order of the rows.
+	mayFail bool
+	// outputOrder: ORDER BY must name output columns as they are
+	// (DISTINCT, DISTINCT ON).
+	outputOrder bool
 }
 
 // item is an output column.
@@ -154,6 +160,9 @@ func (b *builder) aliasPrefix() string {
 // plain is a SELECT of row expressions, ordered or not.
 func (b *builder) plain(from string) string {
 	items := b.outputs(1+b.rng.IntN(5), b.anyExpr)
+	if len(b.keyAliases) > 0 && b.rng.IntN(100) < 6 {
+		items[0].e = scalarSubquery(pick(b, b.keyAliases...))
+	}
 	extra := ""
 	if b.rng.IntN(100) < 3 {
 		// Each shard would count only its own rows.
@@ -201,16 +210,21 @@ func (b *builder) grouped(from string) string {
 		}
 	}
 	sql += selectList(items) + " FROM " + from + b.where()
-	sql += b.groupBy(items, hidden)
+	group := b.groupBy(items, hidden)
+	if group != "" && b.rng.IntN(100) < 3 {
+		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
+		b.refusable("ROLLUP")
+	}
+	sql += group
 	if b.rng.IntN(100) < 35 {
-		sql += " HAVING " + b.havingTerm()
+		sql += " HAVING " + b.havingTerm(append(keys, hidden...))
 		if b.rng.IntN(100) < 25 {
-			sql += pick(b, " AND ", " OR ") + b.havingTerm()
+			sql += pick(b, " AND ", " OR ") + b.havingTerm(append(keys, hidden...))
 		}
 	}
 	kind := orderGrouped
 	if strings.HasPrefix(sql, "SELECT DISTINCT") {
-		kind = orderDistinct
+		kind, b.outputOrder = orderDistinct, true
 	}
 	return sql + b.orderLimit(items, kind)
 }
@@ -273,6 +287,7 @@ func (b *builder) distinct(from string) string {
 		}
 		return e
 	})
+	b.outputOrder = true
 	sql := "SELECT DISTINCT " + selectList(items) + " FROM " + from + b.where()
 	return sql + b.orderLimit(items, orderDistinct)
 }
@@ -287,6 +302,9 @@ func (b *builder) distinctOn(from string) string {
 		}
 		return e
 	})
+	// PostgreSQL drops a repeated ORDER BY key, and then finds that it
+	// no longer starts with the DISTINCT ON keys.
+	keys = slices.CompactFunc(keys, func(x, y item) bool { return x.e.sql == y.e.sql })
 	rest := b.outputs(1+b.rng.IntN(3), b.anyExpr)
 	if b.rng.IntN(100) < 4 {
 		rest[0].e = expr{sql: "count(*)", fam: famInt, agg: true}
@@ -309,6 +327,7 @@ func (b *builder) distinctOn(from string) string {
 			sql += ", " + it.e.sql
 		}
 	}
+	b.outputOrder = true
 	order := b.orderTerms(keys, 0, false)
 	order = append(order, b.orderTerms(rest, len(keys), false)...)
 	b.ordered = true

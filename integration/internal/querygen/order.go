@@ -73,6 +73,10 @@ func (b *builder) orderTerm(it item, pos int) string {
 		ref = fmt.Sprint(pos)
 	case n < 60 && it.alias != "":
 		ref = it.alias
+	case n < 62 && it.e.fam == famText && !it.e.agg && !b.outputOrder:
+		// Only the database's collation, C and POSIX are merged.
+		b.refusable(`a named collation (COLLATE "en_US")`)
+		ref = "(" + it.e.sql + `) COLLATE "en_US"`
 	}
 	return ref + b.direction()
 }
@@ -96,7 +100,15 @@ func (b *builder) limit(must bool) string {
 		return ""
 	}
 	n := pick(b, 0, 1, 3, 10, 50)
-	switch b.rng.IntN(5) {
+	if n == 0 && b.mayFail && !b.allowed(gapLimitZeroError) {
+		n = 1
+	}
+	switch b.rng.IntN(12) {
+	case 11:
+		b.refusable("FETCH … WITH TIES")
+		return fmt.Sprintf(" FETCH FIRST %d ROWS WITH TIES", max(n, 1))
+	case 10:
+		return pick(b, " LIMIT ALL", " LIMIT NULL", " OFFSET 0", " LIMIT 3 OFFSET 0")
 	case 0:
 		return fmt.Sprintf(" OFFSET %d", pick(b, 1, 5, 40))
 	case 1:
