@@ -178,6 +178,9 @@ func (b *builder) aggOutput() expr {
 	if b.rng.IntN(100) < 65 {
 		return b.aggregate()
 	}
+	if len(b.groupKeys) > 0 && b.rng.IntN(100) < 25 {
+		return b.keyOverAggregate(pick(b, b.groupKeys...).e)
+	}
 	a := b.aggregate()
 	switch a.fam {
 	case famInt, famNumeric:
@@ -199,6 +202,25 @@ func (b *builder) aggOutput() expr {
 			expr{sql: "(" + a.sql + " OR count(*) > 3)", fam: famBool, agg: true})
 	}
 	return expr{sql: "CASE WHEN count(*) > 1 THEN " + a.sql + " END", fam: a.fam, variant: a.variant, agg: true}
+}
+
+// keyOverAggregate is an expression over an aggregate and grouping key
+// k, which the proxy computes with the key as a hidden column.
+func (b *builder) keyOverAggregate(k expr) expr {
+	n := b.rng.IntN(4)
+	switch {
+	case n == 0 && k.fam == famInt:
+		return expr{sql: "(" + k.sql + "::numeric + count(*))", fam: famNumeric, agg: true}
+	case n == 1 && k.fam == famText:
+		return expr{sql: "(" + k.sql + " || count(*))", fam: famText, agg: true}
+	case n == 2:
+		return expr{sql: fmt.Sprintf("CASE WHEN count(*) > %d THEN %s END", b.rng.IntN(4), k.sql), fam: k.fam, variant: k.variant, agg: true}
+	}
+	m, ok := b.exprWhere(expr.minMaxable)
+	if !ok {
+		m = k
+	}
+	return expr{sql: "(coalesce(" + k.sql + "::text, '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
 }
 
 // division is a divided by a count that is 0 in groups without a

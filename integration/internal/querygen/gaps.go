@@ -48,6 +48,15 @@ const (
 	// the RowDescription in the extended protocol), 22012 through the
 	// proxy, which computes every group's expression.
 	gapLimitZeroError = "limit0-error"
+	// gapHavingFailure: the proxy computes an expression over aggregates
+	// for groups that a HAVING term it leaves to a shard (OR, arithmetic
+	// over aggregates: not a plain comparison with a constant) drops, so
+	// the expression's error surfaces: SELECT count(*) / count(m) FROM
+	// items WHERE false HAVING count(*) > 2 * count(*) → 22012 division
+	// by zero through the proxy, no row on PostgreSQL (docs/routing.md:
+	// "unless HAVING drops that group first"). Without the gap, a query
+	// that may fail has no HAVING.
+	gapHavingFailure = "having-failure"
 )
 
 // knownGaps describes each gap the generator leaves out.
@@ -56,6 +65,7 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
+	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",
 	gapLimitZeroError:    "a failing expression over aggregates under LIMIT 0 fails through the proxy only",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",
 }

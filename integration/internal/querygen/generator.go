@@ -48,6 +48,9 @@ type builder struct {
 	distinctFilter string
 	mayRefuse      string
 	ordered        bool
+	// groupKeys are the grouping keys of a grouped query, which
+	// expressions over aggregates may read.
+	groupKeys []item
 	// mayFail: the query may fail with an error PostgreSQL raises
 	// whatever the order of the rows.
 	mayFail bool
@@ -181,6 +184,7 @@ func (b *builder) grouped(from string) string {
 			keys = append(keys, item{e: e})
 		}
 	}
+	b.groupKeys = keys
 	aggs := b.outputs(b.rng.IntN(4), b.aggOutput)
 	if len(keys) == 0 && len(aggs) == 0 {
 		aggs = b.outputs(1, b.aggOutput)
@@ -216,7 +220,7 @@ func (b *builder) grouped(from string) string {
 		b.refusable("ROLLUP")
 	}
 	sql += group
-	if b.rng.IntN(100) < 35 {
+	if b.rng.IntN(100) < 35 && (!b.mayFail || b.allowed(gapHavingFailure)) {
 		sql += " HAVING " + b.havingTerm(append(keys, hidden...))
 		if b.rng.IntN(100) < 25 {
 			sql += pick(b, " AND ", " OR ") + b.havingTerm(append(keys, hidden...))

@@ -54,7 +54,7 @@ func TestQueriesCoverConstructs(t *testing.T) {
 	g := Generator{Seed: 1}
 	var all strings.Builder
 	ordered, refusable := 0, 0
-	const n = 500
+	const n = 1500
 	for i := range n {
 		c := g.Query(i)
 		all.WriteString(c.SQL + "\n")
