@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
@@ -207,6 +208,21 @@ type rndSettings struct {
 	queries int
 	only    int // -1: all
 	gaps    []string
+	// session holds the startup parameters of every connection, drawn
+	// from the seed: settings that change how values are written as
+	// text, which the proxy must read in any of their values.
+	session map[string]string
+}
+
+// rndSession draws the session settings of seed.
+func rndSession(seed uint64) map[string]string {
+	rng := rand.New(rand.NewPCG(seed, 0x5e551))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	return map[string]string{
+		"TimeZone":           pick("UTC", "America/St_Johns", "Asia/Kathmandu", "Pacific/Chatham"),
+		"IntervalStyle":      pick("postgres", "postgres_verbose", "iso_8601", "sql_standard"),
+		"extra_float_digits": pick("1", "0", "3"),
+	}
 }
 
 func rndSettingsFromEnv(t *testing.T) rndSettings {
@@ -233,6 +249,7 @@ func rndSettingsFromEnv(t *testing.T) rndSettings {
 			}
 		}
 	}
+	s.session = rndSession(s.seed)
 	return s
 }
 
@@ -244,7 +261,7 @@ func rndSettingsFromEnv(t *testing.T) rndSettings {
 func TestRndDifferential(t *testing.T) {
 	checkGoroutines(t)
 	s := rndSettingsFromEnv(t)
-	t.Logf("seed %d, %d queries (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.seed)
+	t.Logf("seed %d, %d queries, session %v (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.session, s.seed)
 	e := newRndEnv(t, s.seed)
 	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}, refused: map[string]int{}}
 	defer r.close()
@@ -285,7 +302,7 @@ func (r *rndRun) conn(url string, mode pgx.QueryExecMode) *pgx.Conn {
 	if c := r.conns[key]; c != nil && !c.IsClosed() {
 		return c
 	}
-	c, err := tryConnect(url, mode, nil)
+	c, err := tryConnect(url, mode, r.s.session)
 	if err != nil {
 		r.t.Fatalf("connect %s: %v", url, err)
 	}
