@@ -123,6 +123,13 @@ var rndOID = regexp.MustCompile(`oid=([0-9]+)`)
 // schema's own types replaced by their names.
 func (e *rndEnv) ask(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) answer {
 	a := ask(conn, mode, sql)
+	e.nameTypes(&a)
+	return a
+}
+
+// nameTypes replaces the OIDs of the schema's own types in a by their
+// names.
+func (e *rndEnv) nameTypes(a *answer) {
 	for i, f := range a.Fields {
 		a.Fields[i] = rndOID.ReplaceAllStringFunc(f, func(m string) string {
 			oid, err := strconv.ParseUint(m[len("oid="):], 10, 32)
@@ -132,7 +139,6 @@ func (e *rndEnv) ask(conn *pgx.Conn, mode pgx.QueryExecMode, sql string) answer 
 			return m
 		})
 	}
-	return a
 }
 
 // load inserts querygen's rows directly into the reference database and
@@ -316,6 +322,60 @@ func (r *rndRun) close() {
 	}
 }
 
+// rndRunner is one way of running a query: a protocol, with the query's
+// constants as literals or as Bind parameters.
+type rndRunner struct {
+	mode   pgx.QueryExecMode
+	params bool
+}
+
+func (rr rndRunner) String() string {
+	if rr.params {
+		return rr.mode.String() + " with parameters"
+	}
+	return rr.mode.String()
+}
+
+// runners are the ways check runs c.
+func runners(c querygen.Case) []rndRunner {
+	var out []rndRunner
+	for _, m := range rndModes {
+		out = append(out, rndRunner{mode: m})
+	}
+	if c.ParamSQL != "" {
+		out = append(out, rndRunner{mode: pgx.QueryExecModeCacheStatement, params: true})
+	}
+	return out
+}
+
+// run is the answer to c on conn, as rr runs it.
+func (e *rndEnv) run(conn *pgx.Conn, rr rndRunner, c querygen.Case) answer {
+	if !rr.params {
+		return e.ask(conn, rr.mode, c.SQL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var a answer
+	rows, err := conn.Query(ctx, c.ParamSQL, append([]any{rr.mode}, c.Params...)...)
+	if err == nil {
+		for _, f := range rows.FieldDescriptions() {
+			a.Fields = append(a.Fields, fieldKey(f))
+		}
+		for rows.Next() {
+			a.Rows = append(a.Rows, rawRow(rows.RawValues()))
+		}
+		rows.Close()
+		err = rows.Err()
+		a.Tag = rows.CommandTag().String()
+	}
+	if err != nil {
+		a.Err, a.Tag, a.Fields, a.Rows = pgErrKey(err), "", nil, nil
+	}
+	a.Tx = conn.PgConn().TxStatus()
+	e.nameTypes(&a)
+	return a
+}
+
 // check runs query i in every mode on the reference and both proxy
 // databases and reports each difference.
 func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
@@ -323,20 +383,21 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 	if c.Ordered {
 		r.ordered++
 	}
-	for _, mode := range rndModes {
-		want := e.ask(r.conn(e.ref, mode), mode, c.SQL)
+	for _, rr := range runners(c) {
+		mode := rr.mode
+		want := e.run(r.conn(e.ref, mode), rr, c)
 		if want.Err != "" {
 			r.errors++
 		}
 		for _, db := range []string{"two", "three"} {
-			got := e.ask(r.conn(e.proxy[db], mode), mode, c.SQL)
+			got := e.run(r.conn(e.proxy[db], mode), rr, c)
 			if strings.HasPrefix(got.Err, "ERROR 0A000") && !strings.HasPrefix(want.Err, "ERROR 0A000") {
 				if c.MayRefuse != "" {
 					msg, _, _ := strings.Cut(got.Err, " detail ")
 					r.refused[c.MayRefuse+" → "+msg]++
 					continue
 				}
-				r.fail(i, c, mode, db, "an unexpected refusal", got, want)
+				r.fail(i, c, rr, db, "an unexpected refusal", got, want)
 				continue
 			}
 			if !c.Ordered {
@@ -344,17 +405,21 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 				slices.Sort(want.Rows)
 			}
 			if got.String() != want.String() {
-				r.fail(i, c, mode, db, "a different answer", got, want)
+				r.fail(i, c, rr, db, "a different answer", got, want)
 			}
 		}
 	}
 }
 
-func (r *rndRun) fail(i int, c querygen.Case, mode pgx.QueryExecMode, db, what string, got, want answer) {
+func (r *rndRun) fail(i int, c querygen.Case, rr rndRunner, db, what string, got, want answer) {
 	r.t.Helper()
 	r.failures++
+	sql := c.SQL
+	if rr.params {
+		sql = fmt.Sprintf("%s\n parameters %v", c.ParamSQL, c.Params)
+	}
 	r.t.Errorf("seed %d query %d [%s, %s shards]: %s\n%s\n got  %s\n want %s\n replay: RANDOM_DIFF_SEED=%d RANDOM_DIFF_ONLY=%d go test -count=1 -run TestRndDifferential ./integration/",
-		r.s.seed, i, mode, db, what, c.SQL, rndShort(got), rndShort(want), r.s.seed, i)
+		r.s.seed, i, rr, db, what, sql, rndShort(got), rndShort(want), r.s.seed, i)
 }
 
 // rndShort is an answer for a failure message, long row lists shortened.

@@ -2,6 +2,7 @@ package querygen
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -210,7 +211,7 @@ func (b *builder) keyOverAggregate(k expr) expr {
 	n := b.rng.IntN(4)
 	switch {
 	case n == 0 && k.fam == famInt:
-		return expr{sql: "(" + k.sql + "::numeric + count(*))", fam: famNumeric, agg: true}
+		return expr{sql: "((" + k.sql + ")::numeric + count(*))", fam: famNumeric, agg: true}
 	case n == 1 && k.fam == famText:
 		return expr{sql: "(" + k.sql + " || count(*))", fam: famText, agg: true}
 	case n == 2:
@@ -220,7 +221,7 @@ func (b *builder) keyOverAggregate(k expr) expr {
 	if !ok {
 		m = k
 	}
-	return expr{sql: "(coalesce(" + k.sql + "::text, '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
+	return expr{sql: "(coalesce((" + k.sql + ")::text, '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
 }
 
 // division is a divided by a count that is 0 in groups without a
@@ -246,7 +247,7 @@ func (b *builder) spread() expr {
 func (b *builder) havingTerm(keys []item) string {
 	switch b.rng.IntN(10) {
 	case 0:
-		return fmt.Sprintf("count(*) > %d", b.rng.IntN(6))
+		return "count(*) > " + b.clauseParam(int64(b.rng.IntN(6)), false)
 	case 1:
 		return fmt.Sprintf("count(*) >= %d AND count(%s) > 0", b.rng.IntN(4), b.anyExpr().sql)
 	case 2:
@@ -352,7 +353,11 @@ func (b *builder) predicate() string {
 // keyPredicate constrains a sharding key: terms the proxy routes by, and
 // some it reads as no constraint.
 func (b *builder) keyPredicate(alias string) string {
-	k := func() string { return pick(b, shardKeys...) }
+	key := func() int64 {
+		n, _ := strconv.ParseInt(pick(b, shardKeys...), 10, 64) // shardKeys are decimal int64s
+		return n
+	}
+	k := func() string { return b.bindableInt(key()) }
 	col := alias + ".shard_key"
 	switch b.rng.IntN(8) {
 	case 0:
@@ -360,17 +365,20 @@ func (b *builder) keyPredicate(alias string) string {
 	case 1:
 		return fmt.Sprintf("%s IN (%s, %s, %s)", col, k(), k(), k())
 	case 2:
-		return fmt.Sprintf("%s = ANY('{%s,%s}')", col, k(), k())
+		x, y := key(), key()
+		return fmt.Sprintf("%s = ANY(%s)", col, b.bindable(fmt.Sprintf("'{%d,%d}'", x, y), []int64{x, y}))
 	case 3:
-		return fmt.Sprintf("(%s = %s OR %s = '%s')", col, k(), col, k())
+		return fmt.Sprintf("(%s = %s OR %s = '%d')", col, k(), col, key())
 	case 4:
 		return col + " IS NULL"
 	case 5:
 		return fmt.Sprintf("%s > %s", col, k())
 	case 6:
-		return fmt.Sprintf("%s = '%s'::bigint", col, k())
+		x := key()
+		return fmt.Sprintf("%s = %s::bigint", col, b.bindable(fmt.Sprintf("'%d'", x), x))
 	}
-	return fmt.Sprintf("%s = ANY(ARRAY[%s, %s])", col, k(), k())
+	// Literals only: PostgreSQL cannot type ARRAY[$1, $2] from its use.
+	return fmt.Sprintf("%s = ANY(ARRAY[%d, %d])", col, key(), key())
 }
 
 // where is a WHERE clause, or "".

@@ -57,6 +57,14 @@ const (
 	// "unless HAVING drops that group first"). Without the gap, a query
 	// that may fail has no HAVING.
 	gapHavingFailure = "having-failure"
+	// gapParamMerged: a parameter in the LIMIT, OFFSET or HAVING of a
+	// query whose shards get neither (aggregates, GROUP BY, DISTINCT),
+	// or in an OFFSET without LIMIT, breaks the statement: SELECT DISTINCT m FROM items ORDER BY 1
+	// LIMIT $1 → 08P01 "bind message supplies 1 parameters, but prepared
+	// statement "sg_38" requires 0" (the proxy removes the clause from
+	// the shards' statement but binds every parameter). Without the gap,
+	// such constants are literals.
+	gapParamMerged = "param-merged"
 )
 
 // knownGaps describes each gap the generator leaves out.
@@ -65,6 +73,7 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
+	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped or DISTINCT query: 08P01 from the shard",
 	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",
 	gapLimitZeroError:    "a failing expression over aggregates under LIMIT 0 fails through the proxy only",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",

@@ -15,6 +15,11 @@ type Case struct {
 	// equal values spelled alike), so rows compare in order; otherwise a
 	// comparison sorts them first.
 	Ordered bool
+	// ParamSQL is SQL with some of its constants (sharding keys, LIMIT
+	// and OFFSET, HAVING counts) as parameters $1, $2, … of values
+	// Params, for the extended protocol; "" when SQL has none.
+	ParamSQL string
+	Params   []any
 	// MayRefuse names the construct for which a proxy may answer 0A000
 	// by design (docs/routing.md "What is refused"), or is "".
 	MayRefuse string
@@ -48,6 +53,11 @@ type builder struct {
 	distinctFilter string
 	mayRefuse      string
 	ordered        bool
+	// merged: the proxy combines the shards' groups or distinct rows
+	// and applies LIMIT, OFFSET and HAVING itself.
+	merged bool
+	// params are the constants of the query that ParamSQL binds.
+	params []param
 	// groupKeys are the grouping keys of a grouped query, which
 	// expressions over aggregates may read.
 	groupKeys []item
@@ -94,7 +104,9 @@ func (b *builder) query() Case {
 	default:
 		sql = b.distinctOn(from)
 	}
-	return Case{SQL: sql, Ordered: b.ordered, MayRefuse: b.mayRefuse}
+	c := Case{Ordered: b.ordered, MayRefuse: b.mayRefuse}
+	c.SQL, c.ParamSQL, c.Params = b.render(sql)
+	return c
 }
 
 // from picks the FROM clause and fills b.cols.
@@ -178,6 +190,7 @@ func (b *builder) plain(from string) string {
 
 // grouped is a SELECT with aggregates, GROUP BY or both.
 func (b *builder) grouped(from string) string {
+	b.merged = true
 	var keys []item
 	for range b.rng.IntN(3) {
 		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
@@ -214,7 +227,7 @@ func (b *builder) grouped(from string) string {
 		}
 	}
 	sql += selectList(items) + " FROM " + from + b.where()
-	group := b.groupBy(items, hidden)
+	group := b.groupBy(items, keys)
 	if group != "" && b.rng.IntN(100) < 3 {
 		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
 		b.refusable("ROLLUP")
@@ -258,22 +271,19 @@ func (b *builder) refusableAggregates(items []item) {
 	}
 }
 
-// groupBy is the GROUP BY of keys (the non-aggregate items) and hidden,
-// by expression or by position.
-func (b *builder) groupBy(items, hidden []item) string {
+// groupBy is the GROUP BY of keys, each by its position among items
+// when it is one of them (a third of the time) or by its expression.
+func (b *builder) groupBy(items, keys []item) string {
 	var parts []string
-	for i, it := range items {
-		if it.e.agg {
-			continue
+	for _, k := range keys {
+		part := k.e.sql
+		for i, it := range items {
+			if it.e.sql == k.e.sql && b.rng.IntN(3) == 0 {
+				part = fmt.Sprint(i + 1)
+				break
+			}
 		}
-		if b.rng.IntN(3) == 0 {
-			parts = append(parts, fmt.Sprint(i+1))
-		} else {
-			parts = append(parts, it.e.sql)
-		}
-	}
-	for _, it := range hidden {
-		parts = append(parts, it.e.sql)
+		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
 		return ""
@@ -284,6 +294,7 @@ func (b *builder) groupBy(items, hidden []item) string {
 
 // distinct is a SELECT DISTINCT of row expressions.
 func (b *builder) distinct(from string) string {
+	b.merged = true
 	items := b.outputs(1+b.rng.IntN(3), func() expr {
 		e, ok := b.exprWhere(func(e expr) bool { return !e.variant })
 		if !ok {

@@ -99,7 +99,7 @@ func (b *builder) limit(must bool) string {
 	if must && b.rng.IntN(100) < 50 {
 		return ""
 	}
-	n := pick(b, 0, 1, 3, 10, 50)
+	n := pick[int64](b, 0, 1, 3, 10, 50)
 	if n == 0 && b.mayFail && !b.allowed(gapLimitZeroError) {
 		n = 1
 	}
@@ -110,11 +110,13 @@ func (b *builder) limit(must bool) string {
 	case 10:
 		return pick(b, " LIMIT ALL", " LIMIT NULL", " OFFSET 0", " LIMIT 3 OFFSET 0")
 	case 0:
-		return fmt.Sprintf(" OFFSET %d", pick(b, 1, 5, 40))
+		// The shards get no LIMIT: the proxy drops the OFFSET from their
+		// statement.
+		return " OFFSET " + b.clauseParam(pick[int64](b, 1, 5, 40), true)
 	case 1:
-		return fmt.Sprintf(" LIMIT %d OFFSET %d", n, pick(b, 0, 1, 5))
+		return " LIMIT " + b.clauseParam(n, false) + " OFFSET " + b.clauseParam(pick[int64](b, 0, 1, 5), false)
 	case 2:
-		return fmt.Sprintf(" FETCH FIRST %d ROWS ONLY", max(n, 1))
+		return " FETCH FIRST " + b.clauseParam(max(n, 1), false) + " ROWS ONLY"
 	}
-	return fmt.Sprintf(" LIMIT %d", n)
+	return " LIMIT " + b.clauseParam(n, false)
 }

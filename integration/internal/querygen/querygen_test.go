@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestSameSeedSameQueries(t *testing.T) {
 		first = append(first, g.Query(i))
 	}
 	for i := 199; i >= 0; i-- {
-		if got := g.Query(i); got != first[i] {
+		if got := g.Query(i); !reflect.DeepEqual(got, first[i]) {
 			t.Fatalf("query %d: %+v, then %+v", i, first[i], got)
 		}
 	}
@@ -113,6 +114,16 @@ func TestQueriesRunOnPostgreSQL(t *testing.T) {
 		}
 		if err != nil && !acceptedError(err) {
 			t.Errorf("seed %d query %d: %v\n%s", seed, i, err, c.SQL)
+		}
+		if c.ParamSQL != "" {
+			rows, perr := conn.Query(ctx, c.ParamSQL, c.Params...)
+			if perr == nil {
+				rows.Close()
+				perr = rows.Err()
+			}
+			if (perr == nil) != (err == nil) || perr != nil && !acceptedError(perr) {
+				t.Errorf("seed %d query %d with parameters %v: %v (%v without)\n%s", seed, i, c.Params, perr, err, c.ParamSQL)
+			}
 		}
 		if count == 0 {
 			empty++
