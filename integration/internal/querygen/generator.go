@@ -121,8 +121,12 @@ func (b *builder) from() string {
 		ts, sql = []*table{items, lookup}, "items a JOIN lookup l ON l.code = a.i2"
 	case n < 77:
 		ts, sql = []*table{items, lookup}, "items a LEFT JOIN lookup l ON l.code = a.i2"
-	case n < 88:
+	case n < 83:
 		ts, sql = []*table{items, events}, "items a JOIN events e ON e.shard_key = a.shard_key"
+	case n < 86:
+		ts, sql = []*table{items, events}, "items a LEFT JOIN events e ON e.shard_key = a.shard_key"
+	case n < 88:
+		ts, sql = []*table{items, events}, "items a JOIN events e USING (shard_key)"
 	case n < 96:
 		ts, sql = []*table{events}, "events e"
 	default:

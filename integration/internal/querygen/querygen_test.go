@@ -72,7 +72,7 @@ func TestQueriesCoverConstructs(t *testing.T) {
 		"FILTER (WHERE", "coalesce(sum(", "round(", "count(*)::int", "CASE WHEN", "::numeric - min(",
 		"GROUP BY", "HAVING", "SELECT DISTINCT ", "SELECT DISTINCT ON (", "ORDER BY", " DESC", "NULLS FIRST",
 		"NULLS LAST", "LIMIT", "OFFSET", "FETCH FIRST", "a.shard_key = ", "a.shard_key IN (", "= ANY(",
-		" IS NULL", " IN (", "JOIN lookup", "LEFT JOIN", "JOIN events", "FROM events", "FROM lookup",
+		" IS NULL", " IN (", "JOIN lookup", "LEFT JOIN", "JOIN events", "USING (shard_key)", "FROM events", "FROM lookup",
 		" AS o", `COLLATE "C"`, "bool_or(",
 	} {
 		if !strings.Contains(text, want) {
