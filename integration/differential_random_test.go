@@ -424,8 +424,12 @@ func (r *rndRun) fail(i int, c querygen.Case, rr rndRunner, db, what string, got
 	if rr.params {
 		sql = fmt.Sprintf("%s\n parameters %v", c.ParamSQL, c.Params)
 	}
-	r.t.Errorf("seed %d query %d [%s, %s shards]: %s\n%s\n got  %s\n want %s\n replay: RANDOM_DIFF_SEED=%d RANDOM_DIFF_ONLY=%d go test -count=1 -run TestRndDifferential ./integration/",
-		r.s.seed, i, rr, db, what, sql, rndShort(got), rndShort(want), r.s.seed, i)
+	replay := fmt.Sprintf("RANDOM_DIFF_SEED=%d RANDOM_DIFF_ONLY=%d", r.s.seed, i)
+	if len(r.s.gaps) > 0 {
+		replay += " RANDOM_DIFF_GAPS=" + strings.Join(r.s.gaps, ",")
+	}
+	r.t.Errorf("seed %d query %d [%s, %s shards]: %s\n%s\n got  %s\n want %s\n replay: %s go test -count=1 -run TestRndDifferential ./integration/",
+		r.s.seed, i, rr, db, what, sql, rndShort(got), rndShort(want), replay)
 }
 
 // rndShort is an answer for a failure message, long row lists shortened.
