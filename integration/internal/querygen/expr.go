@@ -226,7 +226,7 @@ func (b *builder) keyOverAggregate(k expr) expr {
 
 // division is a divided by a count that is 0 in groups without a
 // non-NULL value: division by zero, an error PostgreSQL raises whatever
-// the order of the rows (but not under LIMIT 0, see gapLimitZeroError).
+// the order of the rows, though not always under a LIMIT (see limit).
 func (b *builder) division(a expr) expr {
 	b.mayFail = true
 	return expr{sql: "(" + a.sql + " / count(" + b.anyExpr().sql + "))", fam: famNumeric, variant: true, agg: true}

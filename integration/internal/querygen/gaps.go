@@ -1,5 +1,7 @@
 package querygen
 
+import "maps"
+
 // The constructs the generator leaves out because the proxy answers them
 // differently from PostgreSQL today (issue 11). Generator.Gaps, or
 // RANDOM_DIFF_GAPS in the differential test, puts one back, which
@@ -41,13 +43,6 @@ const (
 	// returns one, both the opposite of PostgreSQL; with binary results
 	// 'yes' is read as false (executor convertConst).
 	gapHavingBool = "having-bool"
-	// gapLimitZeroError: PostgreSQL never runs the plan under LIMIT 0,
-	// so an expression over aggregates that fails (division by zero)
-	// fails through the proxy only: SELECT sum(i4) / count(tx) FROM items
-	// GROUP BY i2 ORDER BY 1 LIMIT 0 returns no rows on PostgreSQL (and
-	// the RowDescription in the extended protocol), 22012 through the
-	// proxy, which computes every group's expression.
-	gapLimitZeroError = "limit0-error"
 	// gapHavingFailure: the proxy computes an expression over aggregates
 	// for groups that a HAVING term it leaves to a shard (OR, arithmetic
 	// over aggregates: not a plain comparison with a constant) drops, so
@@ -58,12 +53,13 @@ const (
 	// that may fail has no HAVING.
 	gapHavingFailure = "having-failure"
 	// gapParamMerged: a parameter in the LIMIT, OFFSET or HAVING of a
-	// query whose shards get neither (aggregates, GROUP BY, DISTINCT),
-	// or in an OFFSET without LIMIT, breaks the statement: SELECT DISTINCT m FROM items ORDER BY 1
-	// LIMIT $1 → 08P01 "bind message supplies 1 parameters, but prepared
-	// statement "sg_38" requires 0" (the proxy removes the clause from
-	// the shards' statement but binds every parameter). Without the gap,
-	// such constants are literals.
+	// query whose shards get none of them (aggregates, GROUP BY), or in
+	// an OFFSET without LIMIT, breaks the statement: SELECT i2, count(*)
+	// FROM items GROUP BY i2 HAVING count(*) > $1, or SELECT f8 FROM
+	// items ORDER BY f8 OFFSET $1 → 08P01 "bind message supplies 1
+	// parameters, but prepared statement "sg_10" requires 0" (the proxy
+	// drops the clause from the shards' statement but binds every
+	// parameter). Without the gap, such constants are literals.
 	gapParamMerged = "param-merged"
 )
 
@@ -73,18 +69,11 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
-	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped or DISTINCT query: 08P01 from the shard",
+	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped query, or in OFFSET alone: 08P01 from the shard",
 	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",
-	gapLimitZeroError:    "a failing expression over aggregates under LIMIT 0 fails through the proxy only",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",
 }
 
 // KnownGaps returns the names of the constructs knownGaps excludes, with
 // why.
-func KnownGaps() map[string]string {
-	out := make(map[string]string, len(knownGaps))
-	for k, v := range knownGaps {
-		out[k] = v
-	}
-	return out
-}
+func KnownGaps() map[string]string { return maps.Clone(knownGaps) }

@@ -53,8 +53,8 @@ type builder struct {
 	distinctFilter string
 	mayRefuse      string
 	ordered        bool
-	// merged: the proxy combines the shards' groups or distinct rows
-	// and applies LIMIT, OFFSET and HAVING itself.
+	// merged: the proxy combines the shards' groups and applies LIMIT,
+	// OFFSET and HAVING itself.
 	merged bool
 	// params are the constants of the query that ParamSQL binds.
 	params []param
@@ -298,7 +298,6 @@ func (b *builder) groupBy(items, keys []item) string {
 
 // distinct is a SELECT DISTINCT of row expressions.
 func (b *builder) distinct(from string) string {
-	b.merged = true
 	items := b.outputs(1+b.rng.IntN(3), func() expr {
 		e, ok := b.exprWhere(func(e expr) bool { return !e.variant })
 		if !ok {

@@ -50,8 +50,8 @@ func (b *builder) render(sql string) (plain, withParams string, args []any) {
 }
 
 // clauseParam is bindableInt for a constant of LIMIT, OFFSET or HAVING.
-// The proxy does not send those clauses to the shards of a grouped or
-// DISTINCT query, nor an OFFSET without LIMIT (dropped), and then binds
+// The proxy does not send those clauses to the shards of a grouped
+// query, nor an OFFSET without LIMIT (dropped), and then binds
 // a parameter the shards' statement lacks: such constants are literals,
 // unless gapParamMerged is enabled.
 func (b *builder) clauseParam(n int64, dropped bool) string {
