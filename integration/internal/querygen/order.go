@@ -44,7 +44,9 @@ func (b *builder) hiddenOrder(k orderKind) string {
 		return ""
 	}
 	if k == orderGrouped {
-		return b.aggOutput().sql + b.direction()
+		// Not aggOutput: a failing expression here would meet the HAVING
+		// and LIMIT chosen before it.
+		return b.aggregate().sql + b.direction()
 	}
 	return b.anyExpr().sql + b.direction()
 }
