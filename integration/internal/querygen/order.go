@@ -44,8 +44,8 @@ func (b *builder) hiddenOrder(k orderKind) string {
 		return ""
 	}
 	if k == orderGrouped {
-		// Not aggOutput: a failing expression here would meet the HAVING
-		// and LIMIT chosen before it.
+		// Not aggOutput: a failing expression here would meet a HAVING
+		// chosen before it (gapHavingFailure).
 		return b.aggregate().sql + b.direction()
 	}
 	return b.anyExpr().sql + b.direction()
