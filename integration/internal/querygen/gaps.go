@@ -61,6 +61,14 @@ const (
 	// drops the clause from the shards' statement but binds every
 	// parameter). Without the gap, such constants are literals.
 	gapParamMerged = "param-merged"
+	// gapHavingCollateKey: PostgreSQL does not match a COLLATE grouping
+	// key in HAVING with the GROUP BY's and raises 42803; the proxy,
+	// which does not send HAVING to the shards, answers rows:
+	// SELECT count(*) FROM items GROUP BY (vc COLLATE "C") HAVING
+	// (vc COLLATE "C") = 'b' → one row through the proxy, 42803 "column
+	// "a.vc" must appear in the GROUP BY clause or be used in an
+	// aggregate function" on PostgreSQL (vc is varchar(12)).
+	gapHavingCollateKey = "having-collate-key"
 )
 
 // knownGaps describes each gap the generator leaves out.
@@ -69,6 +77,7 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
+	gapHavingCollateKey:  "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
 	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped query, or in OFFSET alone: 08P01 from the shard",
 	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",
