@@ -22,11 +22,16 @@
 // the text of values that compare equal though spelled differently
 // (numeric 1.0 and 1.00, interval '1 day' and '24:00:00') as a tie-break;
 // such values never reach min, max, GROUP BY or DISTINCT, and floats are
-// never summed. Case.Ordered says whether rows compare in order;
-// Case.MayRefuse names the construct of the few queries that a proxy
-// refuses by design (docs/routing.md "What is refused"). knownGaps lists
-// the constructs the generator leaves out because the proxy answers them
-// differently today; Generator.Gaps puts them back.
+// never summed; a query that may fail (division by zero in an expression
+// over aggregates) has no LIMIT, since PostgreSQL stops computing at its
+// limit. Case.Ordered says whether rows compare in order; Case.ParamSQL
+// and Case.Params are the query with some constants (sharding keys,
+// LIMIT, OFFSET, HAVING counts) as Bind parameters; Case.MayRefuse names
+// the construct of the few queries that a proxy refuses by design
+// (docs/routing.md "What is refused"). knownGaps (gaps.go) lists the
+// constructs the generator leaves out because the proxy answers them
+// differently today, each with a minimal query; Generator.Gaps puts them
+// back.
 //
 // # Usage
 //
@@ -38,8 +43,13 @@
 //	RANDOM_DIFF_SEED=7 RANDOM_DIFF_ONLY=123 go test -count=1 -run 'TestRnd' ./integration/
 //	RANDOM_DIFF_GAPS=name,… go test -count=1 -run 'TestRnd' ./integration/
 //
-// The seed is random unless RANDOM_DIFF_SEED sets it, and always logged; a
-// failure prints the command that replays just its query. This package's
-// own tests check that a seed gives the same queries and that PostgreSQL
-// runs them (QUERYGEN_SEED, QUERYGEN_QUERIES).
+// The seed is random unless RANDOM_DIFF_SEED sets it, and always logged;
+// it also draws the session's TimeZone, IntervalStyle and
+// extra_float_digits. A failure prints the command that replays just its
+// query. A soak over many seeds:
+//
+//	for s in $(seq 1 20); do RANDOM_DIFF_SEED=$s RANDOM_DIFF_QUERIES=1000 go test -count=1 -run 'TestRndDifferential$' ./integration/ || break; done
+//
+// This package's own tests check that a seed gives the same queries and
+// that PostgreSQL runs them (QUERYGEN_SEED, QUERYGEN_QUERIES).
 package querygen
