@@ -183,3 +183,33 @@ func envUint(t *testing.T, name string, def uint64) uint64 {
 	}
 	return v
 }
+
+// TestGapsSwitch: a known gap's construct appears only when Gaps enables
+// it, so that the differential test passes without it and reproduces the
+// difference with it.
+func TestGapsSwitch(t *testing.T) {
+	gaps := map[string]func(Case) bool{
+		gapProbeAlias:  func(c Case) bool { return strings.Contains(c.SQL, " AS c1") },
+		gapSumInterval: func(c Case) bool { return strings.Contains(c.SQL, "sum(a.iv)") },
+		gapHavingBool:  func(c Case) bool { return strings.Contains(c.SQL, ") = true") || strings.Contains(c.SQL, ") <> true") },
+		gapParamMerged: func(c Case) bool {
+			return c.MayRefuse == "" && strings.Contains(c.ParamSQL, "GROUP BY") && strings.Contains(c.ParamSQL, "LIMIT $")
+		},
+	}
+	for gap, shows := range gaps {
+		t.Run(gap, func(t *testing.T) {
+			without, with := 0, 0
+			for i := range 3000 {
+				if shows(Generator{Seed: 3}.Query(i)) {
+					without++
+				}
+				if shows(Generator{Seed: 3, Gaps: []string{gap}}.Query(i)) {
+					with++
+				}
+			}
+			if without != 0 || with == 0 {
+				t.Errorf("%d of 3000 queries show it without the gap, %d with it", without, with)
+			}
+		})
+	}
+}
