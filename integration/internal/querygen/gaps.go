@@ -20,9 +20,10 @@ const (
 	// type OID 1186 across shards"; docs/routing.md lists sum as combined
 	// and does not refuse it.
 	gapSumInterval = "sum-interval"
-	// gapHavingBinary: a HAVING term comparing an aggregate of a date,
-	// time, inet, enum or array with a constant is refused when the
-	// client asks for binary results (executor convertConst):
+	// gapHavingBinary: a HAVING term comparing an aggregate of a type
+	// other than integers, floats, numeric, bool and text (date,
+	// timestamp, timestamptz, inet seen) with a constant is refused when
+	// the client asks for binary results (executor convertConst):
 	// SELECT count(*) FROM items HAVING min(d) > '2000-01-01' (extended
 	// protocol) → 0A000 "HAVING on a binary column of type OID 1082 is
 	// not supported across shards"; the text protocol answers it.
@@ -75,7 +76,7 @@ const (
 var knownGaps = map[string]string{
 	gapProbeAlias:        "client column aliases c<N> break the proxy's collation probe (0A000)",
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
-	gapHavingBinary:      "HAVING on date/time/inet/enum/array aggregates is refused with binary results (0A000)",
+	gapHavingBinary:      "HAVING on date/time/inet/… aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
 	gapHavingCollateKey:  "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
 	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped query, or in OFFSET alone: 08P01 from the shard",
