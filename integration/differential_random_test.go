@@ -25,7 +25,8 @@ import (
 // the error (SQLSTATE, message, detail). Each query runs with the simple
 // protocol (text) and the extended one with binary results, and once
 // more with some of its constants as Bind parameters when the generator
-// made some; every connection has the session settings the seed draws.
+// made some; every connection has the session settings the seed draws,
+// and one query in eight runs in a transaction block.
 // See querygen's package comment for the environment variables.
 
 // rndModes are the protocols each query runs in: text rows, and binary
@@ -289,8 +290,8 @@ func TestRndDifferential(t *testing.T) {
 		}
 		r.check(e, i, g.Query(i))
 	}
-	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d answers an error on PostgreSQL, %d failures",
-		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.errors, r.failures)
+	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d in a transaction block, %d answers an error on PostgreSQL, %d failures",
+		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.inBlock, r.errors, r.failures)
 	for _, k := range slices.Sorted(maps.Keys(r.refused)) {
 		t.Logf("refused as allowed, %d answers: %s", r.refused[k], k)
 	}
@@ -303,8 +304,8 @@ type rndRun struct {
 	conns map[string]*pgx.Conn // by URL and mode
 	// counts for the summary; refused counts the answers refused as
 	// allowed by the generator's reason and the proxy's error
-	ran, ordered, errors, failures int
-	refused                        map[string]int
+	ran, ordered, inBlock, errors, failures int
+	refused                                 map[string]int
 }
 
 // conn returns the run's connection to url in mode, connecting again
@@ -389,14 +390,18 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 	if c.Ordered {
 		r.ordered++
 	}
+	begin := rndBegin(r.s.seed, i)
+	if begin != "" {
+		r.inBlock++
+	}
 	for _, rr := range rndRunners(c) {
 		mode := rr.mode
-		want := e.run(r.conn(e.ref, mode), rr, c)
+		want := r.inTx(r.conn(e.ref, mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) })
 		if want.Err != "" {
 			r.errors++
 		}
 		for _, db := range []string{"two", "three"} {
-			got := e.run(r.conn(e.proxy[db], mode), rr, c)
+			got := r.inTx(r.conn(e.proxy[db], mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) })
 			if strings.HasPrefix(got.Err, "ERROR 0A000") && !strings.HasPrefix(want.Err, "ERROR 0A000") {
 				if c.MayRefuse != "" {
 					msg, _, _ := strings.Cut(got.Err, " detail ")
@@ -417,6 +422,34 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 	}
 }
 
+// rndBegin is how query i of seed runs: outside a transaction block
+// (""), or, one time in eight, after a BEGIN of a random kind, so that
+// the proxy opens its transaction on the shards the query reads.
+func rndBegin(seed uint64, i int) string {
+	rng := rand.New(rand.NewPCG(seed, uint64(i)^0xbe91))
+	if rng.IntN(8) != 0 {
+		return ""
+	}
+	return []string{"BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ", "BEGIN READ ONLY", "START TRANSACTION ISOLATION LEVEL SERIALIZABLE"}[rng.IntN(4)]
+}
+
+// inTx runs f on conn, inside a transaction block opened with begin
+// unless begin is "", and rolls the block back.
+func (r *rndRun) inTx(conn *pgx.Conn, begin string, f func(*pgx.Conn) answer) answer {
+	if begin == "" {
+		return f(conn)
+	}
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, begin); err != nil {
+		r.t.Fatalf("%s: %v", begin, err)
+	}
+	a := f(conn)
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		r.t.Fatalf("ROLLBACK: %v", err)
+	}
+	return a
+}
+
 func (r *rndRun) fail(i int, c querygen.Case, rr rndRunner, db, what string, got, want answer) {
 	r.t.Helper()
 	r.failures++
@@ -427,6 +460,9 @@ func (r *rndRun) fail(i int, c querygen.Case, rr rndRunner, db, what string, got
 	replay := fmt.Sprintf("RANDOM_DIFF_SEED=%d RANDOM_DIFF_ONLY=%d", r.s.seed, i)
 	if len(r.s.gaps) > 0 {
 		replay += " RANDOM_DIFF_GAPS=" + strings.Join(r.s.gaps, ",")
+	}
+	if begin := rndBegin(r.s.seed, i); begin != "" {
+		sql = begin + ";\n" + sql
 	}
 	r.t.Errorf("seed %d query %d [%s, %s shards]: %s\n%s\n got  %s\n want %s\n replay: %s go test -count=1 -run TestRndDifferential ./integration/",
 		r.s.seed, i, rr, db, what, sql, rndShort(got), rndShort(want), replay)
