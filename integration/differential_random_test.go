@@ -54,7 +54,9 @@ var rndShards = map[string][]string{
 	"three": {"rnd3_0", "rnd3_1", "rnd3_2"},
 }
 
-func newRndEnv(t *testing.T, seed uint64) *rndEnv {
+// newRndEnv starts the cluster and a proxy in pool mode poolMode, and
+// loads the rows of seed.
+func newRndEnv(t *testing.T, seed uint64, poolMode string) *rndEnv {
 	t.Helper()
 	pgtest.RequireLocale(t, "en_US.UTF-8")
 	cl := cluster(t)
@@ -74,12 +76,12 @@ func newRndEnv(t *testing.T, seed uint64) *rndEnv {
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, `listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
-pool: { mode: transaction, size: 4, checkout_timeout: 5s }
+pool: { mode: %s, size: 4, checkout_timeout: 5s }
 two_phase_commit_log: %s/2pc.log
 users:
   - { name: app, password: %s, server_user: %s, server_password: %s }
 databases:
-`, t.TempDir(), appPassword, cl.User, cl.Password)
+`, poolMode, t.TempDir(), appPassword, cl.User, cl.Password)
 	for _, db := range []string{"two", "three"} {
 		var shards []string
 		for _, s := range rndShards[db] {
@@ -217,6 +219,8 @@ type rndSettings struct {
 	queries int
 	only    int // -1: all
 	gaps    []string
+	// poolMode is the proxy's pool mode, drawn from the seed.
+	poolMode string
 	// session holds the startup parameters of every connection, drawn
 	// from the seed: settings that change how values are written as
 	// text, which the proxy must read in any of their values.
@@ -259,6 +263,7 @@ func rndSettingsFromEnv(t *testing.T) rndSettings {
 		}
 	}
 	s.session = rndSession(s.seed)
+	s.poolMode = []string{"transaction", "session"}[s.seed%2]
 	return s
 }
 
@@ -270,8 +275,8 @@ func rndSettingsFromEnv(t *testing.T) rndSettings {
 func TestRndDifferential(t *testing.T) {
 	checkGoroutines(t)
 	s := rndSettingsFromEnv(t)
-	t.Logf("seed %d, %d queries, session %v (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.session, s.seed)
-	e := newRndEnv(t, s.seed)
+	t.Logf("seed %d, %d queries, %s pooling, session %v (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.poolMode, s.session, s.seed)
+	e := newRndEnv(t, s.seed, s.poolMode)
 	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}, refused: map[string]int{}}
 	defer r.close()
 	g := querygen.Generator{Seed: s.seed, Gaps: s.gaps}
