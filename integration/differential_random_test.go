@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/integration/internal/querygen"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
@@ -23,9 +25,10 @@ import (
 // three shards, and requires the same answer: field names, type OIDs,
 // sizes, type modifiers and formats, the rows' bytes, the command tag and
 // the error (SQLSTATE, message, detail). Each query runs with the simple
-// protocol (text) and the extended one with binary results, and once
-// more with some of its constants as Bind parameters when the generator
-// made some; every connection has the session settings the seed draws,
+// protocol (text), the extended one with binary results, and as JDBC
+// with a fetch size runs it (Execute with a row limit), and once more
+// with some of its constants as Bind parameters when the generator made
+// some; every connection has the session settings the seed draws,
 // and one query in eight runs in a transaction block.
 // See querygen's package comment for the environment variables.
 
@@ -99,22 +102,19 @@ databases:
 	e := &rndEnv{cl: cl, ref: cl.DSN("rnd_ref"), proxy: map[string]string{"two": p.AppURL("two"), "three": p.AppURL("three")}}
 	e.load(t, seed)
 	e.userTypes = map[uint32]string{}
+	type userType struct {
+		OID  uint32
+		Name string
+	}
 	for _, db := range dbs {
 		conn := connect(t, cl.DSN(db))
-		rows, err := conn.Query(ctx, "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid >= 16384")
+		rows, _ := conn.Query(ctx, "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid >= 16384")
+		types, err := pgx.CollectRows(rows, pgx.RowToStructByPos[userType])
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var oid uint32
-			var name string
-			if err := rows.Scan(&oid, &name); err != nil {
-				t.Fatal(err)
-			}
-			e.userTypes[oid] = name
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
+		for _, ut := range types {
+			e.userTypes[ut.OID] = ut.Name
 		}
 		conn.Close(ctx)
 	}
@@ -189,24 +189,17 @@ func (e *rndEnv) checkPlacement(t *testing.T, db, table, want string) {
 			}
 			continue
 		}
-		rows, err := conn.Query(context.Background(), "SELECT shard_key FROM "+table)
+		rows, _ := conn.Query(context.Background(), "SELECT shard_key FROM "+table)
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[*int64])
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var k *int64
-			if err := rows.Scan(&k); err != nil {
-				t.Fatal(err)
-			}
+		for _, k := range keys {
 			if k != nil && hashShard(*k, len(shards)) != i || k == nil && i != 0 {
 				t.Fatalf("%s.%s holds a row of key %v, which belongs elsewhere", s, table, k)
 			}
-			total++
 		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		conn.Close(context.Background())
+		total += len(keys)
 	}
 	if table != "lookup" && strconv.Itoa(total) != want {
 		t.Fatalf("%s: the shards hold %d rows of %s, want %s", db, total, table, want)
@@ -277,7 +270,7 @@ func TestRndDifferential(t *testing.T) {
 	s := rndSettingsFromEnv(t)
 	t.Logf("seed %d, %d queries, %s pooling, session %v (RANDOM_DIFF_SEED=%d replays them)", s.seed, s.queries, s.poolMode, s.session, s.seed)
 	e := newRndEnv(t, s.seed, s.poolMode)
-	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}, refused: map[string]int{}}
+	r := &rndRun{t: t, s: s, conns: map[string]*pgx.Conn{}, wires: map[string]*pgconn.HijackedConn{}, refused: map[string]int{}}
 	defer r.close()
 	g := querygen.Generator{Seed: s.seed, Gaps: s.gaps}
 	start := time.Now()
@@ -295,8 +288,8 @@ func TestRndDifferential(t *testing.T) {
 		}
 		r.check(e, i, g.Query(i))
 	}
-	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d in a transaction block, %d answers an error on PostgreSQL, %d failures",
-		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.inBlock, r.errors, r.failures)
+	t.Logf("seed %d: %d queries in %s: %d ordered totally, %d in a transaction block, %d row-limited, %d answers an error on PostgreSQL, %d failures",
+		s.seed, r.ran, time.Since(start).Round(time.Millisecond), r.ordered, r.inBlock, r.fetched, r.errors, r.failures)
 	for _, k := range slices.Sorted(maps.Keys(r.refused)) {
 		t.Logf("refused as allowed, %d answers: %s", r.refused[k], k)
 	}
@@ -306,11 +299,12 @@ func TestRndDifferential(t *testing.T) {
 type rndRun struct {
 	t     *testing.T
 	s     rndSettings
-	conns map[string]*pgx.Conn // by URL and mode
+	conns map[string]*pgx.Conn            // by URL and mode
+	wires map[string]*pgconn.HijackedConn // by URL
 	// counts for the summary; refused counts the answers refused as
 	// allowed by the generator's reason and the proxy's error
-	ran, ordered, inBlock, errors, failures int
-	refused                                 map[string]int
+	ran, ordered, inBlock, fetched, errors, failures int
+	refused                                          map[string]int
 }
 
 // conn returns the run's connection to url in mode, connecting again
@@ -332,6 +326,9 @@ func (r *rndRun) close() {
 	for _, c := range r.conns {
 		c.Close(context.Background())
 	}
+	for _, hc := range r.wires {
+		hc.Conn.Close()
+	}
 }
 
 // rndRunner is one way of running a query: a protocol, with the query's
@@ -339,10 +336,19 @@ func (r *rndRun) close() {
 type rndRunner struct {
 	mode   pgx.QueryExecMode
 	params bool
+	// fetch: as JDBC with a fetch size runs it, Execute with a row limit
+	// (rndFetchSize) repeated while the portal is suspended.
+	fetch bool
 }
 
+// rndFetchSize is the row limit of the row-limited runner's Executes.
+const rndFetchSize = 7
+
 func (rr rndRunner) String() string {
-	if rr.params {
+	switch {
+	case rr.fetch:
+		return fmt.Sprintf("row-limited Execute (%d)", rndFetchSize)
+	case rr.params:
 		return rr.mode.String() + " with parameters"
 	}
 	return rr.mode.String()
@@ -357,7 +363,114 @@ func rndRunners(c querygen.Case) []rndRunner {
 	if c.ParamSQL != "" {
 		out = append(out, rndRunner{mode: pgx.QueryExecModeCacheStatement, params: true})
 	}
-	return out
+	return append(out, rndRunner{fetch: true})
+}
+
+// fetchable reports whether the row-limited runner runs c: not when the
+// proxy may compare text across shards (querygen.GapFetchTextOrder),
+// unless that gap is enabled.
+func (s rndSettings) fetchable(c querygen.Case) bool {
+	return !c.SortsText || slices.Contains(s.gaps, querygen.GapFetchTextOrder)
+}
+
+// answer is the answer to c on url as rr runs it, in a transaction block
+// opened by begin unless begin is "" (the row-limited runner runs only
+// outside one, and only queries s.fetchable: else ok is false).
+func (r *rndRun) answer(e *rndEnv, url string, rr rndRunner, begin string, c querygen.Case) (a answer, ok bool) {
+	if !rr.fetch {
+		return r.inTx(r.conn(url, rr.mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) }), true
+	}
+	if begin != "" || !r.s.fetchable(c) {
+		return a, false
+	}
+	if url == e.ref {
+		r.fetched++
+	}
+	hc := r.wire(url)
+	a, err := rndFetch(hc, c.SQL)
+	if err != nil {
+		hc.Conn.Close()
+		delete(r.wires, url)
+		a.Err = "connection: " + err.Error()
+	}
+	e.nameTypes(&a)
+	return a, true
+}
+
+// wire returns the run's raw protocol connection to url.
+func (r *rndRun) wire(url string) *pgconn.HijackedConn {
+	if hc := r.wires[url]; hc != nil {
+		return hc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	maps.Copy(cfg.RuntimeParams, r.s.session)
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		r.t.Fatalf("connect %s: %v", url, err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.wires[url] = hc
+	return hc
+}
+
+// rndFetch runs sql on hc with the unnamed statement and portal, text
+// results, Describe of the portal and Executes of rndFetchSize rows, then
+// Sync, and reads the answer up to ReadyForQuery. The tag is the last
+// Execute's, as the client sees it.
+func rndFetch(hc *pgconn.HijackedConn, sql string) (answer, error) {
+	var a answer
+	fe := hc.Frontend
+	send := func(msgs ...pgproto3.FrontendMessage) error {
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		return fe.Flush()
+	}
+	exec := &pgproto3.Execute{MaxRows: rndFetchSize}
+	if err := send(&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, exec, &pgproto3.Flush{}); err != nil {
+		return a, err
+	}
+	hc.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	defer hc.Conn.SetReadDeadline(time.Time{})
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			return a, err
+		}
+		switch m := m.(type) {
+		case *pgproto3.RowDescription:
+			for _, f := range m.Fields {
+				a.Fields = append(a.Fields, fieldKey(pgconn.FieldDescription{Name: string(f.Name), TableOID: f.TableOID,
+					TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+					TypeModifier: f.TypeModifier, Format: f.Format}))
+			}
+		case *pgproto3.DataRow:
+			a.Rows = append(a.Rows, rawRow(m.Values))
+		case *pgproto3.PortalSuspended:
+			err = send(exec, &pgproto3.Flush{})
+		case *pgproto3.CommandComplete:
+			a.Tag = string(m.CommandTag)
+			err = send(&pgproto3.Sync{})
+		case *pgproto3.ErrorResponse:
+			a.Err = fmt.Sprintf("%s %s %q detail %q hint %q", m.Severity, m.Code, m.Message, m.Detail, m.Hint)
+			a.Fields, a.Rows, a.Tag = nil, nil, ""
+			err = send(&pgproto3.Sync{})
+		case *pgproto3.ReadyForQuery:
+			a.Tx = m.TxStatus
+			return a, nil
+		}
+		if err != nil {
+			return a, err
+		}
+	}
 }
 
 // run is the answer to c on conn, as rr runs it.
@@ -400,13 +513,15 @@ func (r *rndRun) check(e *rndEnv, i int, c querygen.Case) {
 		r.inBlock++
 	}
 	for _, rr := range rndRunners(c) {
-		mode := rr.mode
-		want := r.inTx(r.conn(e.ref, mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) })
+		want, ok := r.answer(e, e.ref, rr, begin, c)
+		if !ok {
+			continue
+		}
 		if want.Err != "" {
 			r.errors++
 		}
 		for _, db := range []string{"two", "three"} {
-			got := r.inTx(r.conn(e.proxy[db], mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) })
+			got, _ := r.answer(e, e.proxy[db], rr, begin, c)
 			if strings.HasPrefix(got.Err, "ERROR 0A000") && !strings.HasPrefix(want.Err, "ERROR 0A000") {
 				if c.MayRefuse != "" {
 					msg, _, _ := strings.Cut(got.Err, " detail ")
@@ -475,9 +590,8 @@ func (r *rndRun) fail(i int, c querygen.Case, rr rndRunner, db, what string, got
 
 // rndShort is an answer for a failure message, long row lists shortened.
 func rndShort(a answer) string {
-	const n = 12
-	if len(a.Rows) > n {
-		a.Rows = append(a.Rows[:n:n], fmt.Sprintf("… %d rows in all", len(a.Rows)))
+	if len(a.Rows) > 12 {
+		a.Rows = append(a.Rows[:12:12], fmt.Sprintf("… %d rows in all", len(a.Rows)))
 	}
 	return a.String()
 }

@@ -136,6 +136,7 @@ func (b *builder) aggregate() expr {
 		}
 	case n < 90:
 		if e, ok := b.exprWhere(expr.minMaxable); ok {
+			b.compares(e)
 			e.sql = pick(b, "min(", "max(", "max(DISTINCT ") + e.sql + ")" + filter
 			e.agg = true
 			return e
@@ -167,6 +168,7 @@ func (b *builder) distinctAggregate(filter string) expr {
 	} else {
 		filter = b.distinctFilter
 	}
+	b.compares(*arg)
 	if arg.summable() && !arg.variant && b.rng.IntN(2) == 0 {
 		return expr{sql: pick(b, "sum", "avg") + "(DISTINCT " + arg.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
 	}
@@ -221,6 +223,7 @@ func (b *builder) keyOverAggregate(k expr) expr {
 	if !ok {
 		m = k
 	}
+	b.compares(m)
 	return expr{sql: "(coalesce((" + k.sql + ")::text, '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
 }
 
@@ -256,6 +259,7 @@ func (b *builder) havingTerm(keys []item) string {
 		}
 	case 3:
 		if e, ok := b.exprWhere(b.havingComparable); ok {
+			b.compares(e)
 			return fmt.Sprintf("%s(%s) %s %s", pick(b, "min", "max"), e.sql, pick(b, "<", ">", "=", "<>"), b.constantFor(e))
 		}
 	case 4:
@@ -281,6 +285,7 @@ func (b *builder) havingTerm(keys []item) string {
 		}
 		if len(ks) > 0 {
 			k := pick(b, ks...)
+			b.compares(k.e)
 			return fmt.Sprintf("%s %s %s", k.e.sql, pick(b, "<", ">", "=", "<>", "<=", ">="), b.constantFor(k.e))
 		}
 	case 8:

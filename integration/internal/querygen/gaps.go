@@ -70,6 +70,17 @@ const (
 	// "a.vc" must appear in the GROUP BY clause or be used in an
 	// aggregate function" on PostgreSQL (vc is varchar(12)).
 	gapHavingCollateKey = "having-collate-key"
+	// GapFetchTextOrder: with Execute and a row limit (a JDBC fetch
+	// size), a cross-shard query that compares text or enum values is
+	// refused, as if the proxy had no catalog: Parse "SELECT tx FROM
+	// items ORDER BY tx LIMIT 3", Bind, Execute (max rows 7), Sync →
+	// 0A000 "cannot order text column "tx" across shards in collation
+	// "en_US.UTF-8"", hint "without the shards' catalog the proxy
+	// compares text in byte order only"; an enum: "cannot order column
+	// "m" of type OID … across shards". Execute without a row limit
+	// answers. Without the gap, the differential test's row-limited
+	// runner skips queries with Case.SortsText.
+	GapFetchTextOrder = "fetch-text-order"
 )
 
 // knownGaps describes each gap the generator leaves out.
@@ -78,6 +89,7 @@ var knownGaps = map[string]string{
 	gapSumInterval:       "sum(interval) across shards is refused (0A000)",
 	gapHavingBinary:      "HAVING on date/time/inet/… aggregates is refused with binary results (0A000)",
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
+	GapFetchTextOrder:    "row-limited Execute refuses cross-shard text and enum ordering (0A000)",
 	gapHavingCollateKey:  "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
 	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped query, or in OFFSET alone: 08P01 from the shard",
 	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",

@@ -20,6 +20,11 @@ type Case struct {
 	// Params, for the extended protocol; "" when SQL has none.
 	ParamSQL string
 	Params   []any
+	// SortsText: the proxy may compare text, enum or text[] values of the
+	// query across shards (ORDER BY, min and max, GROUP BY, DISTINCT,
+	// HAVING), which it does in the database's collation only when it
+	// can read the shards' catalog (see GapFetchTextOrder).
+	SortsText bool
 	// MayRefuse names the construct for which a proxy may answer 0A000
 	// by design (docs/routing.md "What is refused"), or is "".
 	MayRefuse string
@@ -64,6 +69,8 @@ type builder struct {
 	// mayFail: the query may fail with an error PostgreSQL raises
 	// whatever the order of the rows.
 	mayFail bool
+	// sortsText: see Case.SortsText.
+	sortsText bool
 	// outputOrder: ORDER BY must name output columns as they are
 	// (DISTINCT, DISTINCT ON).
 	outputOrder bool
@@ -104,7 +111,7 @@ func (b *builder) query() Case {
 	default:
 		sql = b.distinctOn(from)
 	}
-	c := Case{Ordered: b.ordered, MayRefuse: b.mayRefuse}
+	c := Case{Ordered: b.ordered, SortsText: b.sortsText, MayRefuse: b.mayRefuse}
 	c.SQL, c.ParamSQL, c.Params = b.render(sql)
 	return c
 }
@@ -231,6 +238,14 @@ func (b *builder) grouped(from string) string {
 		}
 	}
 	sql += selectList(items) + " FROM " + from + b.where()
+	for _, k := range keys {
+		b.compares(k.e)
+	}
+	if strings.HasPrefix(sql, "SELECT DISTINCT") {
+		for _, it := range items {
+			b.compares(it.e)
+		}
+	}
 	group := b.groupBy(items, keys)
 	if group != "" && b.rng.IntN(100) < 3 {
 		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
@@ -248,6 +263,14 @@ func (b *builder) grouped(from string) string {
 		kind, b.outputOrder = orderDistinct, true
 	}
 	return sql + b.orderLimit(items, kind)
+}
+
+// compares records that the proxy may compare values of e across shards.
+func (b *builder) compares(e expr) {
+	switch e.fam {
+	case famText, famEnum, famTextArray:
+		b.sortsText = true
+	}
 }
 
 // nonVariant drops the items whose equal values may be spelled
@@ -306,6 +329,9 @@ func (b *builder) distinct(from string) string {
 		return e
 	})
 	b.outputOrder = true
+	for _, it := range items {
+		b.compares(it.e)
+	}
 	sql := "SELECT DISTINCT " + selectList(items) + " FROM " + from + b.where()
 	return sql + b.orderLimit(items, orderDistinct)
 }

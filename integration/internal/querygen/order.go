@@ -43,12 +43,14 @@ func (b *builder) hiddenOrder(k orderKind) string {
 	if k == orderDistinct || b.rng.IntN(100) >= 30 {
 		return ""
 	}
+	e := b.anyExpr()
 	if k == orderGrouped {
 		// Not aggOutput: a failing expression here would meet a HAVING
 		// chosen before it (gapHavingFailure).
-		return b.aggregate().sql + b.direction()
+		e = b.aggregate()
 	}
-	return b.anyExpr().sql + b.direction()
+	b.compares(e)
+	return e.sql + b.direction()
 }
 
 // orderTerms orders by every item, in a random order, each as its
@@ -61,6 +63,7 @@ func (b *builder) orderTerms(items []item, offset int, distinct bool) []string {
 	for _, i := range idx {
 		terms = append(terms, b.orderTerm(items[i], offset+i+1))
 		if items[i].e.variant && !distinct {
+			b.sortsText = true
 			terms = append(terms, "("+items[i].e.sql+")::text"+b.direction())
 		}
 	}
@@ -69,6 +72,7 @@ func (b *builder) orderTerms(items []item, offset int, distinct bool) []string {
 
 // orderTerm is one ORDER BY term for it, at select-list position pos.
 func (b *builder) orderTerm(it item, pos int) string {
+	b.compares(it.e)
 	ref := it.e.sql
 	switch n := b.rng.IntN(100); {
 	case n < 35:
