@@ -36,7 +36,10 @@
 // # Usage
 //
 // The differential test integration.TestRndDifferential runs the queries
-// on a reference database and through the proxy on two and three shards:
+// on a reference database and through the proxy on two and three shards,
+// in the simple protocol, the extended one with binary results, with Bind
+// parameters, and with row-limited Executes (a JDBC fetch size), one in
+// eight inside a transaction block:
 //
 //	go test -count=1 -run 'TestRnd' ./integration/
 //	RANDOM_DIFF_SEED=7 RANDOM_DIFF_QUERIES=2000 go test -count=1 -run 'TestRnd' ./integration/
@@ -44,8 +47,8 @@
 //	RANDOM_DIFF_GAPS=name,… go test -count=1 -run 'TestRnd' ./integration/
 //
 // The seed is random unless RANDOM_DIFF_SEED sets it, and always logged;
-// it also draws the session's TimeZone, IntervalStyle and
-// extra_float_digits. A failure prints the command that replays just its
+// it also draws the proxy's pool mode and the session's TimeZone,
+// IntervalStyle and extra_float_digits. A failure prints the command that replays just its
 // query. A soak over many seeds:
 //
 //	for s in $(seq 1 20); do RANDOM_DIFF_SEED=$s RANDOM_DIFF_QUERIES=1000 go test -count=1 -run 'TestRndDifferential$' ./integration/ || break; done
