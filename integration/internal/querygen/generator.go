@@ -206,21 +206,54 @@ func (b *builder) grouped(from string) string {
 	for range b.rng.IntN(3) {
 		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
 			keys = append(keys, item{e: e})
+			b.compares(e)
 		}
 	}
 	b.groupKeys = keys
+	items := b.groupedItems(keys)
+	distinct := b.rng.IntN(100) < 8
+	sql := "SELECT "
+	if distinct {
+		sql += "DISTINCT "
+		if items = nonVariant(items); len(items) == 0 {
+			items = []item{{e: expr{sql: "count(*)", fam: famInt, agg: true}}}
+		}
+		for _, it := range items {
+			b.compares(it.e)
+		}
+	}
+	sql += selectList(items) + " FROM " + from + b.where()
+	group := b.groupBy(items, keys)
+	if group != "" && b.rng.IntN(100) < 3 {
+		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
+		b.refusable("ROLLUP")
+	}
+	sql += group
+	if b.rng.IntN(100) < 35 && (!b.mayFail || b.allowed(gapHavingFailure)) {
+		sql += " HAVING " + b.havingTerm(keys)
+		if b.rng.IntN(100) < 25 {
+			sql += pick(b, " AND ", " OR ") + b.havingTerm(keys)
+		}
+	}
+	if distinct {
+		b.outputOrder = true
+		return sql + b.orderLimit(items, orderDistinct)
+	}
+	return sql + b.orderLimit(items, orderGrouped)
+}
+
+// groupedItems are the output columns of a grouped query: most of its
+// grouping keys and some aggregates or expressions over them, in a
+// random order.
+func (b *builder) groupedItems(keys []item) []item {
 	aggs := b.outputs(b.rng.IntN(4), b.aggOutput)
 	if len(keys) == 0 && len(aggs) == 0 {
 		aggs = b.outputs(1, b.aggOutput)
 	}
-	// Most keys are also output columns, in random places.
 	var items []item
-	var hidden []item
 	for _, k := range keys {
 		if b.rng.IntN(100) < 80 {
 			items = append(items, k)
-		} else {
-			hidden = append(hidden, k)
 		}
 	}
 	items = append(items, aggs...)
@@ -229,40 +262,7 @@ func (b *builder) grouped(from string) string {
 		items = b.outputs(1, b.aggregate)
 	}
 	b.refusableAggregates(items)
-	sql := "SELECT "
-	if b.rng.IntN(100) < 8 {
-		sql += "DISTINCT "
-		items = nonVariant(items)
-		if len(items) == 0 {
-			items = []item{{e: expr{sql: "count(*)", fam: famInt, agg: true}}}
-		}
-	}
-	sql += selectList(items) + " FROM " + from + b.where()
-	for _, k := range keys {
-		b.compares(k.e)
-	}
-	if strings.HasPrefix(sql, "SELECT DISTINCT") {
-		for _, it := range items {
-			b.compares(it.e)
-		}
-	}
-	group := b.groupBy(items, keys)
-	if group != "" && b.rng.IntN(100) < 3 {
-		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
-		b.refusable("ROLLUP")
-	}
-	sql += group
-	if b.rng.IntN(100) < 35 && (!b.mayFail || b.allowed(gapHavingFailure)) {
-		sql += " HAVING " + b.havingTerm(append(keys, hidden...))
-		if b.rng.IntN(100) < 25 {
-			sql += pick(b, " AND ", " OR ") + b.havingTerm(append(keys, hidden...))
-		}
-	}
-	kind := orderGrouped
-	if strings.HasPrefix(sql, "SELECT DISTINCT") {
-		kind, b.outputOrder = orderDistinct, true
-	}
-	return sql + b.orderLimit(items, kind)
+	return items
 }
 
 // compares records that the proxy may compare values of e across shards.
