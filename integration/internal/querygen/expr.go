@@ -250,7 +250,7 @@ func (b *builder) spread() expr {
 func (b *builder) havingTerm(keys []item) string {
 	switch b.rng.IntN(10) {
 	case 0:
-		return "count(*) > " + b.clauseParam(int64(b.rng.IntN(6)), false)
+		return "count(*) > " + b.clauseParam(int64(b.rng.IntN(6)), true)
 	case 1:
 		return fmt.Sprintf("count(*) >= %d AND count(%s) > 0", b.rng.IntN(4), b.anyExpr().sql)
 	case 2:

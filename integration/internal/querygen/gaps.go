@@ -53,15 +53,16 @@ const (
 	// "unless HAVING drops that group first"). Without the gap, a query
 	// that may fail has no HAVING.
 	gapHavingFailure = "having-failure"
-	// gapParamMerged: a parameter in the LIMIT, OFFSET or HAVING of a
-	// query whose shards get none of them (aggregates, GROUP BY), or in
-	// an OFFSET without LIMIT, breaks the statement: SELECT i2, count(*)
-	// FROM items GROUP BY i2 HAVING count(*) > $1, or SELECT f8 FROM
-	// items ORDER BY f8 OFFSET $1 → 08P01 "bind message supplies 1
-	// parameters, but prepared statement "sg_10" requires 0" (the proxy
-	// drops the clause from the shards' statement but binds every
-	// parameter). Without the gap, such constants are literals.
-	gapParamMerged = "param-merged"
+	// gapParamClause: two clauses break with a Bind parameter. An
+	// OFFSET without LIMIT: SELECT f8 FROM items ORDER BY f8 OFFSET $1 →
+	// 08P01 "bind message supplies 1 parameters, but prepared statement
+	// "sg_10" requires 0" (the shards' statement drops the OFFSET, the
+	// Bind keeps the parameter). A HAVING comparison with a parameter the
+	// client sends in binary, as pgx does for an int64: SELECT note FROM
+	// events GROUP BY 1 HAVING count(*) > $1 → XX000 "merge:
+	// strconv.ParseInt: parsing "\x00…\x05": invalid syntax". Without
+	// the gap, such constants are literals.
+	gapParamClause = "param-clause"
 	// gapHavingCollateKey: PostgreSQL does not match a COLLATE grouping
 	// key in HAVING with the GROUP BY's and raises 42803; the proxy,
 	// which does not send HAVING to the shards, answers rows:
@@ -91,7 +92,7 @@ var knownGaps = map[string]string{
 	gapHavingDateLiteral: "HAVING max(timestamp) > 'date-only literal' fails with XX000",
 	GapFetchTextOrder:    "row-limited Execute refuses cross-shard text and enum ordering (0A000)",
 	gapHavingCollateKey:  "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
-	gapParamMerged:       "a parameter in LIMIT/OFFSET/HAVING of a grouped query, or in OFFSET alone: 08P01 from the shard",
+	gapParamClause:       "a parameter in OFFSET without LIMIT (08P01) or in a HAVING comparison, binary (XX000)",
 	gapHavingFailure:     "an expression over aggregates fails for groups a shard-computed HAVING term drops",
 	gapHavingBool:        "HAVING bool_or(b) = true (or <> true, = 'yes', …) filters groups wrongly: a wrong answer",
 }

@@ -58,9 +58,6 @@ type builder struct {
 	distinctFilter string
 	mayRefuse      string
 	ordered        bool
-	// merged: the proxy combines the shards' groups and applies LIMIT,
-	// OFFSET and HAVING itself.
-	merged bool
 	// params are the constants of the query that ParamSQL binds.
 	params []param
 	// groupKeys are the grouping keys of a grouped query, which
@@ -201,7 +198,6 @@ func (b *builder) plain(from string) string {
 
 // grouped is a SELECT with aggregates, GROUP BY or both.
 func (b *builder) grouped(from string) string {
-	b.merged = true
 	var keys []item
 	for range b.rng.IntN(3) {
 		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
@@ -230,10 +226,15 @@ func (b *builder) grouped(from string) string {
 	}
 	sql += group
 	if b.rng.IntN(100) < 35 && (!b.mayFail || b.allowed(gapHavingFailure)) {
-		sql += " HAVING " + b.havingTerm(keys)
+		having := b.havingTerm(keys)
 		if b.rng.IntN(100) < 25 {
-			sql += pick(b, " AND ", " OR ") + b.havingTerm(keys)
+			op := pick(b, " AND ", " OR ")
+			having += op + b.havingTerm(keys)
+			if op == " OR " && paramToken.MatchString(having) {
+				b.refusable("a parameter in a HAVING term other than a comparison")
+			}
 		}
+		sql += " HAVING " + having
 	}
 	if distinct {
 		b.outputOrder = true

@@ -49,13 +49,11 @@ func (b *builder) render(sql string) (plain, withParams string, args []any) {
 	return plain, withParams, args
 }
 
-// clauseParam is bindableInt for a constant of LIMIT, OFFSET or HAVING.
-// The proxy does not send those clauses to the shards of a grouped
-// query, nor an OFFSET without LIMIT (dropped), and then binds
-// a parameter the shards' statement lacks: such constants are literals,
-// unless gapParamMerged is enabled.
-func (b *builder) clauseParam(n int64, dropped bool) string {
-	if (b.merged || dropped) && !b.allowed(gapParamMerged) {
+// clauseParam is bindableInt for a constant of LIMIT, OFFSET or HAVING;
+// gapped (an OFFSET without LIMIT, a HAVING constant) ones are literals
+// unless gapParamClause is enabled.
+func (b *builder) clauseParam(n int64, gapped bool) string {
+	if gapped && !b.allowed(gapParamClause) {
 		return strconv.FormatInt(n, 10)
 	}
 	return b.bindableInt(n)

@@ -192,8 +192,8 @@ func TestGapsSwitch(t *testing.T) {
 		gapProbeAlias:  func(c Case) bool { return strings.Contains(c.SQL, " AS c1") },
 		gapSumInterval: func(c Case) bool { return strings.Contains(c.SQL, "sum(a.iv)") },
 		gapHavingBool:  func(c Case) bool { return strings.Contains(c.SQL, ") = true") || strings.Contains(c.SQL, ") <> true") },
-		gapParamMerged: func(c Case) bool {
-			return c.MayRefuse == "" && strings.Contains(c.ParamSQL, "GROUP BY") && strings.Contains(c.ParamSQL, "LIMIT $")
+		gapParamClause: func(c Case) bool {
+			return c.MayRefuse == "" && strings.Contains(c.ParamSQL, "HAVING count(*) > $")
 		},
 	}
 	for gap, shows := range gaps {
