@@ -53,3 +53,14 @@ isolation-soak:
 		ISOLATION_SEED=$$s $(GO) test -count=1 -run 'TestIsolationRandomized$$' ./integration >/dev/null || \
 			{ echo "isolation-soak: seed $$s failed; replay with ISOLATION_SEED=$$s"; exit 1; }; \
 	done; echo "isolation-soak: $${ISOLATION_SEEDS:-50} seeds passed"
+
+# The random differential test with many seeds (RANDOM_DIFF_SEEDS, default
+# 20) of RANDOM_DIFF_QUERIES queries each (default 1000); make test runs it
+# once with a random seed. A failure prints its seed and query;
+# RANDOM_DIFF_SEED=<seed> RANDOM_DIFF_ONLY=<query> replays it.
+.PHONY: random-diff-soak
+random-diff-soak:
+	@for s in $$(seq 1 $${RANDOM_DIFF_SEEDS:-20}); do \
+		RANDOM_DIFF_SEED=$$s RANDOM_DIFF_QUERIES=$${RANDOM_DIFF_QUERIES:-1000} $(GO) test -count=1 -run 'TestRndDifferential$$' ./integration >/dev/null || \
+			{ echo "random-diff-soak: seed $$s failed; replay with RANDOM_DIFF_SEED=$$s $(GO) test -count=1 -v -run 'TestRndDifferential$$' ./integration"; exit 1; }; \
+	done; echo "random-diff-soak: $${RANDOM_DIFF_SEEDS:-20} seeds passed"
