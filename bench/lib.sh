@@ -69,10 +69,14 @@ bench_cleanup() {
 	return "$rc"
 }
 
-# free_port prints the first port from $1 upwards that nothing listens on.
+# free_port prints the first port from $1 upwards that no TCP socket uses.
+# Not only listeners: a client's socket in TIME-WAIT on that port (as its
+# ephemeral port; the defaults 55432 and 57432 are inside Linux's ephemeral
+# range) makes a listener's bind fail with EADDRINUSE, SO_REUSEADDR or not,
+# when the client did not set SO_REUSEADDR.
 free_port() {
 	local p=$1
-	while [ -n "$(ss -Hltn "sport = :$p")" ]; do p=$((p + 1)); done
+	while [ -n "$(ss -Htan "sport = :$p")" ]; do p=$((p + 1)); done
 	echo "$p"
 }
 

@@ -11,6 +11,12 @@
 #                 every statement passes through
 #   s2_0, s2_1    accounts split by hash, proxy database "routed" (2 shards)
 #   s4_0 … s4_3   accounts and big split by hash, proxy database "fan" (4 shards)
+#   pass_en, s4en_0 … s4en_3
+#                 big again, in databases whose collation is the libc locale
+#                 BENCH_LIBC_LOCALE: proxy databases "pass_en" and "fan_en"
+#
+# The cluster is initdb'd with --locale=C, so pass and fan order text
+# bytewise; the script checks lc_collate of every database.
 #
 # Rows are loaded directly into each shard database, placed by PostgreSQL's own
 # hash partitioning (satisfies_hash_partition on a PARTITION BY HASH (bigint)
@@ -29,10 +35,17 @@
 # 3. Memory: the proxy's peak RSS (VmHWM, reset through /proc/PID/clear_refs
 #    before each scan) while psql reads `SELECT * FROM big` and `SELECT * FROM
 #    big ORDER BY id` through "pass" and "fan", against its RSS before. psql's
-#    output is checked (row count, id sum, order) by awk.
+#    output is checked (row count, id sum, order) by awk. Then, each on a
+#    freshly started proxy, the merging statements of merge_statements:
+#    count(DISTINCT …) plain and grouped, string_agg(… ORDER BY id) with one
+#    large result and with 100000 small groups, and ORDER BY a text column,
+#    through pass and fan and (the ones that compare text) through pass_en
+#    and fan_en: the proxy's peak RSS against its RSS before, wall time, its
+#    CPU time, and the answer's md5, which must equal the pass-through one.
+#    A 0A000 refusal through a 4-shard database is recorded, not fatal.
 #
 # Prints a table and writes it as Markdown (BENCH_OUT) with every single run
-# in a .tsv beside it.
+# in a .tsv beside it, and part 3's merges in a .memory.tsv.
 #
 # Environment:
 #   BENCH_SECONDS         seconds per pgbench run (default 10)
@@ -43,6 +56,9 @@
 #   BENCH_FANOUT_MODES    part 2 modes (default "extended")
 #   BENCH_ROWS            accounts rows (default 200000)
 #   BENCH_BIG_ROWS        big rows (default 1000000)
+#   BENCH_BIG_TAGS        distinct values of big.tag (default 100000)
+#   BENCH_LIBC_LOCALE     the libc locale of pass_en and fan_en's shards
+#                         (default en_US.UTF-8; empty: C collation only)
 #   BENCH_POOL_SIZE       server connections per pool, i.e. per shard (default 20)
 #   BENCH_OUT             Markdown output (default bench/results/sharding.md)
 #   GOMAXPROCS            passed to shardgate as usual
@@ -67,6 +83,8 @@ BENCH_FANOUT_CLIENTS=${BENCH_FANOUT_CLIENTS:-4}
 BENCH_FANOUT_MODES=${BENCH_FANOUT_MODES:-extended}
 BENCH_ROWS=${BENCH_ROWS:-200000}
 BENCH_BIG_ROWS=${BENCH_BIG_ROWS:-1000000}
+BENCH_BIG_TAGS=${BENCH_BIG_TAGS:-100000}
+BENCH_LIBC_LOCALE=${BENCH_LIBC_LOCALE-en_US.UTF-8}
 BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/results/sharding.md}
 case $BENCH_OUT in /*) ;; *) BENCH_OUT=$PWD/$BENCH_OUT ;; esac
 BENCH_DB=pass # wait_sql connects to it
@@ -100,22 +118,29 @@ EOF
 		{ cat "$BENCH_TMP/postgres.log" >&2; die "PostgreSQL did not start"; }
 }
 
-# load_db DB MODULUS REMAINDER WITH_BIG creates accounts (and big) in DB with
+# load_db DB MODULUS REMAINDER TABLES [LOCALE] creates DB (in LOCALE, else
+# the cluster's C) with TABLES ("accounts big", "accounts" or "big") holding
 # the rows PARTITION BY HASH (id) … MODULUS/REMAINDER would hold (all rows
 # for modulus 1).
 load_db() {
-	local db=$1 mod=$2 rem=$3 big=$4 where=""
-	psql_direct -d postgres -c "CREATE DATABASE $db" >/dev/null || die "createdb $db failed"
+	local db=$1 mod=$2 rem=$3 tables=$4 locale=${5:-} where="" create
+	create="CREATE DATABASE $db"
+	[ -n "$locale" ] && create="$create TEMPLATE template0 LOCALE '$locale'"
+	psql_direct -d postgres -c "$create" >/dev/null || die "createdb $db failed"
 	[ "$mod" -gt 1 ] && where="WHERE satisfies_hash_partition('hp'::regclass, $mod, $rem, g)"
 	{
 		echo "CREATE TABLE hp (id bigint) PARTITION BY HASH (id);"
-		echo "CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL, filler text);"
-		# balance: 50000 values, 4 accounts each, so the LIMIT's tie-break on id matters.
-		echo "INSERT INTO accounts SELECT g, (g * 7919) % 50000, repeat('x', 84)
-			FROM generate_series(1::bigint, $BENCH_ROWS) g $where;"
-		if [ "$big" = 1 ]; then
-			echo "CREATE TABLE big (id bigint PRIMARY KEY, payload text NOT NULL);"
-			echo "INSERT INTO big SELECT g, md5(g::text) || md5((g + 1)::text)
+		if [[ " $tables " == *" accounts "* ]]; then
+			echo "CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL, filler text);"
+			# balance: 50000 values, 4 accounts each, so the LIMIT's tie-break on id matters.
+			echo "INSERT INTO accounts SELECT g, (g * 7919) % 50000, repeat('x', 84)
+				FROM generate_series(1::bigint, $BENCH_ROWS) g $where;"
+		fi
+		if [[ " $tables " == *" big "* ]]; then
+			# payload is unique; tag has BENCH_BIG_TAGS values, each on
+			# several shards, for DISTINCT merges that must drop duplicates.
+			echo "CREATE TABLE big (id bigint PRIMARY KEY, payload text NOT NULL, tag text NOT NULL);"
+			echo "INSERT INTO big SELECT g, md5(g::text) || md5((g + 1)::text), md5((g % $BENCH_BIG_TAGS)::text)
 				FROM generate_series(1::bigint, $BENCH_BIG_ROWS) g $where;"
 		fi
 		echo "DROP TABLE hp;"
@@ -123,24 +148,55 @@ load_db() {
 	} | psql_direct -d "$db" >"$BENCH_TMP/load-$db.log" 2>&1 || { cat "$BENCH_TMP/load-$db.log" >&2; die "loading $db failed"; }
 }
 
+# count_rows TABLE DB… prints the sum of TABLE's row counts in the DBs.
+count_rows() {
+	local t=$1 n=0 c db
+	shift
+	for db in "$@"; do
+		c=$(psql_direct -d "$db" -At -c "SELECT count(*) FROM $t") || die "counting $t in $db failed"
+		n=$((n + c))
+	done
+	echo "$n"
+}
+
 load_all() {
 	log "loading: pass (accounts $BENCH_ROWS, big $BENCH_BIG_ROWS rows), s2_0..1 (accounts), s4_0..3 (accounts, big), placed by satisfies_hash_partition"
-	load_db pass 1 0 1
+	load_db pass 1 0 "accounts big"
 	local i
-	for i in 0 1; do load_db "s2_$i" 2 "$i" 0; done
-	for i in 0 1 2 3; do load_db "s4_$i" 4 "$i" 1; done
-	# Every row is somewhere exactly once.
-	local n2=0 n4=0 nb=0 c
-	for i in 0 1; do
-		c=$(psql_direct -d "s2_$i" -At -c "SELECT count(*) FROM accounts") && n2=$((n2 + c))
-	done
-	for i in 0 1 2 3; do
-		c=$(psql_direct -d "s4_$i" -At -c "SELECT count(*) FROM accounts") && n4=$((n4 + c))
-		c=$(psql_direct -d "s4_$i" -At -c "SELECT count(*) FROM big") && nb=$((nb + c))
-	done
-	if [ "$n2" -ne "$BENCH_ROWS" ] || [ "$n4" -ne "$BENCH_ROWS" ] || [ "$nb" -ne "$BENCH_BIG_ROWS" ]; then
-		die "shards hold $n2 / $n4 accounts and $nb big rows, want $BENCH_ROWS and $BENCH_BIG_ROWS"
+	for i in 0 1; do load_db "s2_$i" 2 "$i" accounts; done
+	for i in 0 1 2 3; do load_db "s4_$i" 4 "$i" "accounts big"; done
+	if [ -n "$BENCH_LIBC_LOCALE" ]; then
+		log "loading big into pass_en and s4en_0..3 (locale $BENCH_LIBC_LOCALE)"
+		load_db pass_en 1 0 big "$BENCH_LIBC_LOCALE"
+		for i in 0 1 2 3; do load_db "s4en_$i" 4 "$i" big "$BENCH_LIBC_LOCALE"; done
 	fi
+	# Every row is somewhere exactly once.
+	local n2 n4 nb nbe=$BENCH_BIG_ROWS
+	n2=$(count_rows accounts s2_0 s2_1)
+	n4=$(count_rows accounts s4_0 s4_1 s4_2 s4_3)
+	nb=$(count_rows big s4_0 s4_1 s4_2 s4_3)
+	[ -n "$BENCH_LIBC_LOCALE" ] && nbe=$(count_rows big s4en_0 s4en_1 s4en_2 s4en_3)
+	if [ "$n2" -ne "$BENCH_ROWS" ] || [ "$n4" -ne "$BENCH_ROWS" ] || [ "$nb" -ne "$BENCH_BIG_ROWS" ] || [ "$nbe" -ne "$BENCH_BIG_ROWS" ]; then
+		die "shards hold $n2 / $n4 accounts and $nb / $nbe big rows, want $BENCH_ROWS and $BENCH_BIG_ROWS"
+	fi
+	check_collations
+}
+
+# check_collations: pass and the s4_ shards order text bytewise (C), pass_en
+# and the s4en_ shards in the libc locale; the report says which.
+check_collations() {
+	local db c
+	for db in pass s4_0 s4_1 s4_2 s4_3; do
+		c=$(psql_direct -d "$db" -At -c "SHOW lc_collate") || die "SHOW lc_collate in $db failed"
+		[ "$c" = C ] || die "$db has lc_collate $c, want C"
+	done
+	COLLATE_C=$c
+	[ -n "$BENCH_LIBC_LOCALE" ] || return 0
+	for db in pass_en s4en_0 s4en_1 s4en_2 s4en_3; do
+		c=$(psql_direct -d "$db" -At -c "SHOW lc_collate") || die "SHOW lc_collate in $db failed"
+		[ "$c" = "$BENCH_LIBC_LOCALE" ] || die "$db has lc_collate $c, want $BENCH_LIBC_LOCALE"
+	done
+	COLLATE_LIBC="$c, provider $(psql_direct -d pass_en -At -c "SELECT datlocprovider FROM pg_database WHERE datname = 'pass_en'" | sed 's/^c$/libc/;s/^i$/icu/'), version $(psql_direct -d pass_en -At -c "SELECT pg_database_collation_actual_version(oid) FROM pg_database WHERE datname = 'pass_en'")"
 }
 
 start_shardgate_sharded() {
@@ -160,7 +216,6 @@ start_shardgate_sharded() {
 # is a database on the same PostgreSQL server
 listen: 127.0.0.1:$PORT_SHARDGATE
 auth_type: trust
-two_phase_commit_log: $BENCH_TMP/2pc.log
 pool:
   mode: transaction
   size: $BENCH_POOL_SIZE
@@ -187,6 +242,21 @@ databases:
       - { table: accounts, column: id, type: bigint }
       - { table: big, column: id, type: bigint }
 EOF
+	if [ -n "$BENCH_LIBC_LOCALE" ]; then
+		cat >>"$BENCH_TMP/shardgate.yaml" <<EOF
+  - name: pass_en
+    shards:
+      - { $h, database: pass_en }
+  - name: fan_en
+    shards:
+      - { $h, database: s4en_0 }
+      - { $h, database: s4en_1 }
+      - { $h, database: s4en_2 }
+      - { $h, database: s4en_3 }
+    sharded_tables:
+      - { table: big, column: id, type: bigint }
+EOF
+	fi
 	"$BENCH_TMP/proxy" check-config "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/check-config.log" 2>&1 ||
 		{ cat "$BENCH_TMP/check-config.log" >&2; die "generated shardgate config is invalid"; }
 	SHARDGATE_VERSION=${SHARDGATE_VERSION:-$(cd "$REPO_DIR" && git describe --always --dirty 2>/dev/null || echo unknown)}
@@ -252,6 +322,7 @@ sg_pgbench() {
 us_per_txn() { awk -v t="$1" -v n="$2" -v hz="$TICK" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }'; }
 median() { sort -g | awk '{v[NR] = $1} END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 kib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; } # KiB → MiB
+norm() { tr '[:upper:]' '[:lower:]' | tr -d '_.-'; } # en_US.UTF-8 and en_US.utf8 → enusutf8
 status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 
 # scan DB ORDERED: reads every row of big through the proxy with psql and
@@ -278,6 +349,108 @@ scan() {
 	SCAN_HWM=$hwm
 }
 
+# restart_shardgate stops the proxy, keeps its log in shardgate-all.log and
+# starts a fresh one.
+restart_shardgate() {
+	stop_pid "$PID_SHARDGATE"
+	cat "$BENCH_TMP/shardgate.log" >>"$BENCH_TMP/shardgate-all.log"
+	start_shardgate_sharded
+}
+
+# merge_statements prints part 3's merging statements, one a line:
+# COLLATIONS|ORDERED|WANT|SQL. COLLATIONS: "c" runs it through pass and fan,
+# "libc" through pass_en and fan_en as well (the ones that compare text).
+# ORDERED is 1 when the statement fixes the order of its rows (else both
+# answers are sorted before they are compared); WANT, when set, is the only
+# right answer.
+merge_statements() {
+	local tags=$((BENCH_BIG_ROWS < BENCH_BIG_TAGS ? BENCH_BIG_ROWS : BENCH_BIG_TAGS))
+	cat <<EOF
+c libc|1|$BENCH_BIG_ROWS|SELECT count(DISTINCT payload) FROM big
+c libc|1|$tags|SELECT count(DISTINCT tag) FROM big
+c libc|0||SELECT id % 1000 AS g, count(DISTINCT payload) FROM big GROUP BY 1
+c libc|0||SELECT id % 1000 AS g, count(DISTINCT tag) FROM big GROUP BY 1
+c|1||SELECT string_agg(payload, ',' ORDER BY id) FROM big WHERE id <= 200000
+c|0||SELECT id % 100000 AS g, string_agg(payload, ',' ORDER BY id) FROM big GROUP BY 1
+c libc|1||SELECT payload FROM big ORDER BY payload
+EOF
+}
+
+# run_merge DB SQL ORDERED: on a freshly started proxy (an earlier
+# statement's heap, kept by the Go runtime, would otherwise absorb this
+# one's), after one warm-up query through DB, psql writes SQL's answer
+# through DB to a file. Sets M_SECS (wall), M_CPU (the proxy's CPU seconds),
+# M_RSS0, M_HWM, M_ROWS, M_BYTES and M_MD5 (of the answer, sorted unless
+# ORDERED), or M_REFUSED when the proxy answers 0A000. Any other error is
+# fatal, and so is any error through a pass-through database.
+run_merge() {
+	local db=$1 q=$2 ordered=$3 out=$BENCH_TMP/merge.out err=$BENCH_TMP/merge.err t0 t1 c0 c1 rc=0
+	restart_shardgate
+	psql_proxy -d "$db" -At -c "SELECT count(*) FROM big" >/dev/null || die "SELECT count(*) FROM big through $db failed"
+	M_RSS0=$(status_kb "$PID_SHARDGATE" VmRSS)
+	echo 5 >"/proc/$PID_SHARDGATE/clear_refs" || die "cannot reset the peak RSS of pid $PID_SHARDGATE (/proc/PID/clear_refs)"
+	c0=$(proc_cpu_ticks "$PID_SHARDGATE")
+	t0=$(date +%s.%N)
+	psql_proxy -d "$db" -At -v VERBOSITY=verbose -c "$q" >"$out" 2>"$err" || rc=$?
+	t1=$(date +%s.%N)
+	c1=$(proc_cpu_ticks "$PID_SHARDGATE")
+	M_HWM=$(status_kb "$PID_SHARDGATE" VmHWM)
+	proxy_alive
+	M_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	M_CPU=$(awk -v t=$((c1 - c0)) -v hz="$TICK" 'BEGIN { printf "%.1f", t / hz }')
+	M_REFUSED="" M_ROWS=- M_BYTES=- M_MD5=-
+	if [ "$rc" -ne 0 ]; then
+		if [[ $db == fan* ]] && grep -q '^ERROR:  0A000:' "$err"; then
+			M_REFUSED=$(tr '\n\t' '  ' <"$err" | sed 's/  */ /g; s/ $//')
+			return 0
+		fi
+		cat "$err" >&2
+		die "$q through $db failed (psql exit $rc)"
+	fi
+	[ -s "$err" ] && { cat "$err" >&2; die "$q through $db: psql wrote to stderr"; }
+	M_ROWS=$(wc -l <"$out")
+	M_BYTES=$(stat -c %s "$out")
+	if [ "$ordered" = 1 ]; then
+		M_MD5=$(md5sum <"$out" | cut -c1-32)
+	else
+		M_MD5=$(LC_ALL=C sort "$out" | md5sum | cut -c1-32)
+	fi
+}
+
+# merges runs every merging statement through its pass-through and its
+# 4-shard database, checks that the answers are equal (and right, where the
+# right answer is known), and writes a line per run to MERGES.
+merges() {
+	local colls ordered want q coll pass fan db pass_md5
+	while IFS='|' read -r colls ordered want q <&3; do
+		for coll in $colls; do
+			case $coll in
+			c) pass=pass fan=fan ;;
+			libc) [ -n "$BENCH_LIBC_LOCALE" ] || continue; pass=pass_en fan=fan_en ;;
+			esac
+			for db in $pass $fan; do
+				run_merge "$db" "$q" "$ordered"
+				if [ -n "$M_REFUSED" ]; then
+					log "$q via $db: refused: $M_REFUSED"
+				else
+					log "$q via $db: ${M_SECS}s, $M_ROWS row(s), RSS before $(kib "$M_RSS0") MiB, peak $(kib "$M_HWM") MiB"
+				fi
+				if [ "$db" = "$pass" ]; then
+					pass_md5=$M_MD5
+					if [ -n "$want" ] && [ "$(cat "$BENCH_TMP/merge.out")" != "$want" ]; then
+						die "$q through $db answered $(head -c 100 "$BENCH_TMP/merge.out"), want $want"
+					fi
+				elif [ -z "$M_REFUSED" ] && [ "$M_MD5" != "$pass_md5" ]; then
+					head -c 300 "$BENCH_TMP/merge.out" >&2
+					die "$q through $db answers differently from $pass (md5 $M_MD5, $M_ROWS rows; $pass: $pass_md5)"
+				fi
+				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$q" "$coll" "$db" "$M_SECS" "$M_CPU" "$M_RSS0" "$M_HWM" \
+					"$M_ROWS" "$M_BYTES" "$M_MD5" "$(cut -d' ' -f1 /proc/loadavg)" "$M_REFUSED" >>"$MERGES"
+			done
+		done
+	done 3< <(merge_statements)
+}
+
 # ---------------------------------------------------------------------------
 
 [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1 && die "running as root needs a 'postgres' OS user (apt-get install -y postgresql creates it)"
@@ -285,6 +458,10 @@ find_pg_bin
 PGBENCH=${PGBENCH:-$PG_BIN/pgbench}
 [ -x "$PGBENCH" ] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
 [ -n "${SHARDGATE_BIN:-}" ] || command -v go >/dev/null || die "go not found"
+if [ -n "$BENCH_LIBC_LOCALE" ]; then
+	locale -a | norm | grep -qx "$(norm <<<"$BENCH_LIBC_LOCALE")" ||
+		die "locale $BENCH_LIBC_LOCALE is not installed (locale -a); set BENCH_LIBC_LOCALE to one that is, or to empty to measure the C collation only"
+fi
 BENCH_TMP=$(mktemp -d /tmp/shardgate-bench.XXXXXX)
 chmod 755 "$BENCH_TMP"
 chown postgres: "$BENCH_TMP" 2>/dev/null || true
@@ -355,6 +532,9 @@ for ordered in 0 1; do
 	done
 done
 RSS_END=$(status_kb "$PID_SHARDGATE" VmRSS)
+MERGES=$BENCH_TMP/merges.tsv
+printf 'statement\tcollation\tdb\tseconds\tproxy_cpu_seconds\trss_before_kb\tpeak_rss_kb\trows\tbytes\tmd5\tload1\trefused\n' >"$MERGES"
+merges
 # The proxy logs at warn level; a panic is fatal, anything else is reported.
 cat "$BENCH_TMP/shardgate.log" >>"$BENCH_TMP/shardgate-all.log"
 grep -q 'panic' "$BENCH_TMP/shardgate-all.log" && { cat "$BENCH_TMP/shardgate-all.log" >&2; die "shardgate panicked"; }
@@ -420,6 +600,25 @@ GO_VERSION=$(go env GOVERSION 2>/dev/null || echo unknown)
 		[ "$db" = fan ] && via="4 shards (fan)"
 		echo "| \`$q\` | $via | $secs | $(kib "$rss0") | $(kib "$hwm") | $(kib $((hwm - rss0))) | $l |"
 	done <"$SCANS"
+	echo
+	echo "## Proxy memory while it merges: DISTINCT aggregates, string_agg, ORDER BY text"
+	echo
+	echo "Collations (\`SHOW lc_collate\` in each database): pass, fan: $COLLATE_C; pass_en, fan_en: ${COLLATE_LIBC:-not measured (BENCH_LIBC_LOCALE empty)}."
+	echo "big.payload is unique; big.tag has $BENCH_BIG_TAGS values (md5 of id % $BENCH_BIG_TAGS), each on several shards."
+	echo "Each statement runs on a freshly started proxy, after one \`SELECT count(*) FROM big\` through the same database; the peak is reset as above, and psql writes the answer to a file."
+	echo "The 4-shard answer's md5 (over sorted lines when the statement leaves the order open) must equal the pass-through answer's, and counts must be the known ones."
+	echo
+	echo "| statement | collation | through | seconds | proxy CPU s | answer rows | answer MiB | RSS before (MiB) | peak RSS during (MiB) | peak − before (MiB) | load1 |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	while IFS=$'\t' read -r q coll db secs cpu rss0 hwm rows bytes _ l refused; do
+		via="1 shard ($db)"
+		[[ $db == fan* ]] && via="4 shards ($db)"
+		if [ -n "$refused" ]; then
+			echo "| \`$q\` | $coll | $via | **refused**: $refused | | | | | | | $l |"
+		else
+			echo "| \`$q\` | $coll | $via | $secs | $cpu | $rows | $(kib $((bytes / 1024))) | $(kib "$rss0") | $(kib "$hwm") | $(kib $((hwm - rss0))) | $l |"
+		fi
+	done < <(tail -n +2 "$MERGES")
 	if [ "$LOG_LINES" -gt 0 ]; then
 		echo
 		echo "The proxy's log (first 20 lines):"
@@ -433,7 +632,8 @@ GO_VERSION=$(go env GOVERSION 2>/dev/null || echo unknown)
 mkdir -p "$(dirname "$BENCH_OUT")"
 cp "$BENCH_TMP/report.md" "$BENCH_OUT"
 cp "$RAW_TMP" "$RAW"
+cp "$MERGES" "${BENCH_OUT%.md}.memory.tsv"
 echo
 cat "$BENCH_TMP/report.md"
 echo
-log "wrote $BENCH_OUT and $RAW"
+log "wrote $BENCH_OUT, $RAW and ${BENCH_OUT%.md}.memory.tsv"
