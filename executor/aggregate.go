@@ -235,10 +235,40 @@ func (m *Merger) having(cols [][]byte) (bool, error) {
 	return true, nil
 }
 
-// convertConst turns a text constant into the binary format of col.
+// checkHaving refuses a HAVING comparison the merge cannot make exactly as
+// PostgreSQL would: an integer constant compared with a column that is not
+// a number (PostgreSQL's operator would be another one, or none), or a
+// parameter compared with a column of a type whose input the merge does not
+// read (a bool parameter 'yes', a date for a timestamp). Numbers and text
+// compare as the column's type.
+func checkHaving(h Cond, col Column) error {
+	numeric := false
+	switch col.OID {
+	case oidInt2, oidInt4, oidInt8, oidFloat4, oidFloat8, oidNumeric:
+		numeric = true
+	case oidText, oidVarchar, oidBPChar, oidName:
+		if h.Param {
+			return nil
+		}
+	}
+	if numeric {
+		return nil
+	}
+	what := "an integer constant"
+	if h.Param {
+		what = "a parameter"
+	}
+	return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+		Message: fmt.Sprintf("HAVING compares a column of type OID %d with %s across shards", col.OID, what),
+		Hint:    "Write the constant as the column's type (HAVING max(d) > '2000-01-01'), which one shard evaluates; or route the query to one shard."}
+}
+
+// convertConst turns a HAVING value into col's format: a text constant
+// into binary, or a binary parameter (which has the column's type: the
+// shards type the parameter of max(x) > $1 as x's) into text.
 func convertConst(v []byte, col Column) ([]byte, error) {
 	if col.Format == 0 {
-		return v, nil // a binary parameter compared with a text column: not produced by the router
+		return binaryText(v, col)
 	}
 	s := string(v)
 	switch col.OID {
@@ -272,6 +302,46 @@ func convertConst(v []byte, col Column) ([]byte, error) {
 		return v, nil
 	}
 	return nil, wire.Errorf(wire.FeatureNotSupported, "HAVING on a binary column of type OID %d is not supported across shards", col.OID)
+}
+
+// binaryText is the text form of v, a number in col's type's binary
+// format.
+func binaryText(v []byte, col Column) ([]byte, error) {
+	bad := wire.Errorf(wire.InvalidBinaryRepresentation, "incorrect binary data format in bind parameter compared with a column of type OID %d", col.OID)
+	switch col.OID {
+	case oidInt2:
+		if len(v) != 2 {
+			return nil, bad
+		}
+		return strconv.AppendInt(nil, int64(int16(binary.BigEndian.Uint16(v))), 10), nil
+	case oidInt4:
+		if len(v) != 4 {
+			return nil, bad
+		}
+		return strconv.AppendInt(nil, int64(int32(binary.BigEndian.Uint32(v))), 10), nil
+	case oidInt8:
+		if len(v) != 8 {
+			return nil, bad
+		}
+		return strconv.AppendInt(nil, int64(binary.BigEndian.Uint64(v)), 10), nil
+	case oidFloat4:
+		if len(v) != 4 {
+			return nil, bad
+		}
+		return strconv.AppendFloat(nil, float64(math.Float32frombits(binary.BigEndian.Uint32(v))), 'g', -1, 32), nil
+	case oidFloat8:
+		if len(v) != 8 {
+			return nil, bad
+		}
+		return strconv.AppendFloat(nil, math.Float64frombits(binary.BigEndian.Uint64(v)), 'g', -1, 64), nil
+	case oidNumeric:
+		d, err := decodeBinaryNumeric(v)
+		if err != nil {
+			return nil, bad
+		}
+		return []byte(d.String()), nil
+	}
+	return nil, wire.Errorf(wire.FeatureNotSupported, "HAVING compares a column of type OID %d with a binary parameter across shards", col.OID)
 }
 
 // combine folds a row's partial aggregates into its group; with fresh

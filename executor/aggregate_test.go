@@ -3,6 +3,8 @@ package executor
 import (
 	"reflect"
 	"testing"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // TestAvgOrdersAsNumeric: avg(x), which shards return as an int8 sum(x)
@@ -77,5 +79,43 @@ func TestDistinctAggregatesNoRows(t *testing.T) {
 	got := run(t, spec, cols, [][]string{{"1", "1.0", "1.0", "1", "1.0"}}, [][]string{{"1", "1.00", "1.00", "1", "1.00"}, {"1", "2", "2", "1", "2"}})
 	if want := [][]string{{"2", "3.0", "1.5000000000000000"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestHavingValues: a HAVING comparison the merge makes itself reads its
+// value as the column's type — a binary parameter of a text result, in the
+// column's binary format — and refuses what it would read differently from
+// PostgreSQL.
+func TestHavingValues(t *testing.T) {
+	int8Text := Column{OID: oidInt8}
+	for _, tc := range []struct {
+		h    Cond
+		col  Column
+		want string // the value as the merge compares it, or the SQLSTATE
+	}{
+		{Cond{Value: []byte{0, 0, 0, 0, 0, 0, 0, 5}, Format: 1, Param: true}, int8Text, "5"},
+		{Cond{Value: []byte{0xff, 0xfe}, Format: 1, Param: true}, Column{OID: oidInt2}, "-2"},
+		{Cond{Value: []byte{0, 0, 0, 5}, Format: 1, Param: true}, int8Text, wire.InvalidBinaryRepresentation},
+		{Cond{Value: []byte("7"), Param: false}, Column{OID: oidInt4}, "7"},
+		{Cond{Value: []byte("7"), Param: false}, Column{OID: oidText}, wire.FeatureNotSupported},
+		{Cond{Value: []byte("abc"), Param: true}, Column{OID: oidText}, "abc"},
+		{Cond{Value: []byte("yes"), Param: true}, Column{OID: oidBool}, wire.FeatureNotSupported},
+		{Cond{Value: []byte("2000-01-01"), Param: true}, Column{OID: oidTimestamp}, wire.FeatureNotSupported},
+	} {
+		got := ""
+		err := checkHaving(tc.h, tc.col)
+		if err == nil && tc.h.Format != tc.col.Format {
+			var v []byte
+			v, err = convertConst(tc.h.Value, tc.col)
+			got = string(v)
+		} else if err == nil {
+			got = string(tc.h.Value)
+		}
+		if e, ok := wire.AsError(err); ok {
+			got = e.Code
+		}
+		if got != tc.want {
+			t.Errorf("%+v against OID %d: %q (%v), want %q", tc.h, tc.col.OID, got, err, tc.want)
+		}
 	}
 }

@@ -104,6 +104,7 @@ type Cond struct {
 	Op     string // =, <>, <, <=, >, >=
 	Value  []byte
 	Format int16
+	Param  bool // Value is a Bind parameter's; else an integer constant's text
 }
 
 // Rows is one shard's stream of DataRow bodies. Next returns nil, nil at
@@ -261,6 +262,9 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 		return nil, err
 	}
 	for i, h := range spec.Having {
+		if err := checkHaving(h, m.cols[h.Col]); err != nil {
+			return nil, err
+		}
 		if h.Value != nil && h.Format != m.cols[h.Col].Format {
 			v, err := convertConst(h.Value, m.cols[h.Col])
 			if err != nil {

@@ -143,7 +143,7 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			return spec, err
 		}
 		v, f := h.Value.Value(p.Params, p.Formats)
-		spec.Having = append(spec.Having, Cond{Col: col, Op: h.Op, Value: v, Format: f})
+		spec.Having = append(spec.Having, Cond{Col: col, Op: h.Op, Value: v, Format: f, Param: h.Value.Param != 0})
 	}
 	spec.Distinct = m.Distinct
 	for _, d := range m.DistinctOn {

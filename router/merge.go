@@ -407,12 +407,14 @@ func (b *mergeBuilder) simpleCond(c *pg_query.Node) (cond Cond, r ref, ok bool, 
 
 // condValue reads the value side of a HAVING condition the executor
 // compares as the column's type: a parameter (possibly cast, which only
-// declares its type), or an integer, string or boolean constant. A cast
-// constant ('2.5'::int is 3) or a decimal one (compared with an integer
-// column, 2.5 is numeric) is left to the Outer statement.
+// declares its type), or an integer constant. A string or boolean constant
+// means what the column's type reads it as ('yes' is true, '2000-01-01' a
+// midnight timestamp), a cast constant ('2.5'::int is 3) or a decimal one
+// (compared with an integer column, 2.5 is numeric) is typed by PostgreSQL:
+// all of them are left to the Outer statement.
 func condValue(n *pg_query.Node) (Expr, bool) {
 	if c := n.GetAConst(); c != nil {
-		if _, dec := c.Val.(*pg_query.A_Const_Fval); dec {
+		if _, isInt := c.Val.(*pg_query.A_Const_Ival); !isInt && !c.Isnull {
 			return Expr{}, false
 		}
 		return exprOf(n)

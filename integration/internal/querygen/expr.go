@@ -266,10 +266,7 @@ func (b *builder) havingTerm(keys []item) string {
 		return fmt.Sprintf("count(*) > 1 OR count(%s) = 0", b.anyExpr().sql)
 	case 5:
 		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famBool }); ok {
-			spellings := []string{"'t'", "'f'"}
-			if b.allowed(gapHavingBool) {
-				spellings = append(spellings, "true", "false", "'true'", "'yes'", "'on'", "'1'", "'no'", "'off'", "'0'")
-			}
+			spellings := []string{"'t'", "'f'", "true", "false", "'true'", "'yes'", "'on'", "'1'", "'no'", "'off'", "'0'"}
 			return fmt.Sprintf("%s(%s) %s %s", pick(b, "bool_or", "bool_and"), e.sql, pick(b, "=", "<>"), pick(b, spellings...))
 		}
 	case 6, 7:
@@ -298,18 +295,9 @@ func (b *builder) havingTerm(keys []item) string {
 }
 
 // havingComparable reports whether min and max of e can be compared
-// with a constant in HAVING, known gaps aside.
+// with a constant in HAVING.
 func (b *builder) havingComparable(e expr) bool {
-	if !e.minMaxable() {
-		return false
-	}
-	switch e.fam {
-	case famInt, famNumeric, famFloat, famText:
-		return true
-	case famTimestamp:
-		return b.allowed(gapHavingBinary) && b.allowed(gapHavingDateLiteral)
-	}
-	return b.allowed(gapHavingBinary)
+	return e.minMaxable()
 }
 
 // constantFor is a constant to compare e with: a value of its column when

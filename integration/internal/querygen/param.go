@@ -49,12 +49,7 @@ func (b *builder) render(sql string) (plain, withParams string, args []any) {
 	return plain, withParams, args
 }
 
-// clauseParam is bindableInt for a constant of LIMIT, OFFSET or HAVING;
-// gapped (an OFFSET without LIMIT, a HAVING constant) ones are literals
-// unless gapParamClause is enabled.
-func (b *builder) clauseParam(n int64, gapped bool) string {
-	if gapped && !b.allowed(gapParamClause) {
-		return strconv.FormatInt(n, 10)
-	}
+// clauseParam is bindableInt for a constant of LIMIT, OFFSET or HAVING.
+func (b *builder) clauseParam(n int64, _ bool) string {
 	return b.bindableInt(n)
 }
