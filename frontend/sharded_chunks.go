@@ -139,3 +139,8 @@ func withCount(tag string, n int) string {
 	}
 	return tag[:i+1] + strconv.Itoa(n)
 }
+
+// ColumnOrders implements executor.OrderSource, as clientSink does.
+func (r *rowRecorder) ColumnOrders(p *executor.Plan, cols []executor.Column, need []int) ([]executor.ColumnOrder, error) {
+	return r.c.columnOrders(p, cols, need)
+}

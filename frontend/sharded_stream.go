@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -241,3 +242,9 @@ func (c *client) dropStream() {
 
 // usesShard reports whether a paused stream reads shard i.
 func (st *portalStream) usesShard(i int) bool { return slices.Contains(st.shards, i) }
+
+// ColumnOrders implements executor.OrderSource, as clientSink does: a
+// streamed merge orders text and enums as the shards do.
+func (st *portalStream) ColumnOrders(p *executor.Plan, cols []executor.Column, need []int) ([]executor.ColumnOrder, error) {
+	return st.c.columnOrders(p, cols, need)
+}

@@ -366,21 +366,14 @@ func rndRunners(c querygen.Case) []rndRunner {
 	return append(out, rndRunner{fetch: true})
 }
 
-// fetchable reports whether the row-limited runner runs c: not when the
-// proxy may compare text across shards (querygen.GapFetchTextOrder),
-// unless that gap is enabled.
-func (s rndSettings) fetchable(c querygen.Case) bool {
-	return !c.SortsText || slices.Contains(s.gaps, querygen.GapFetchTextOrder)
-}
-
 // answer is the answer to c on url as rr runs it, in a transaction block
 // opened by begin unless begin is "" (the row-limited runner runs only
-// outside one, and only queries s.fetchable: else ok is false).
+// outside one: else ok is false).
 func (r *rndRun) answer(e *rndEnv, url string, rr rndRunner, begin string, c querygen.Case) (a answer, ok bool) {
 	if !rr.fetch {
 		return r.inTx(r.conn(url, rr.mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) }), true
 	}
-	if begin != "" || !r.s.fetchable(c) {
+	if begin != "" {
 		return a, false
 	}
 	if url == e.ref {

@@ -37,24 +37,12 @@ const (
 	// "a.vc" must appear in the GROUP BY clause or be used in an
 	// aggregate function" on PostgreSQL (vc is varchar(12)).
 	gapHavingCollateKey = "having-collate-key"
-	// GapFetchTextOrder: with Execute and a row limit (a JDBC fetch
-	// size), a cross-shard query that compares text or enum values is
-	// refused, as if the proxy had no catalog: Parse "SELECT tx FROM
-	// items ORDER BY tx LIMIT 3", Bind, Execute (max rows 7), Sync →
-	// 0A000 "cannot order text column "tx" across shards in collation
-	// "en_US.UTF-8"", hint "without the shards' catalog the proxy
-	// compares text in byte order only"; an enum: "cannot order column
-	// "m" of type OID … across shards". Execute without a row limit
-	// answers. Without the gap, the differential test's row-limited
-	// runner skips queries with Case.SortsText.
-	GapFetchTextOrder = "fetch-text-order"
 )
 
 // knownGaps describes each gap the generator leaves out.
 var knownGaps = map[string]string{
 	gapProbeAlias:       "client column aliases c<N> break the proxy's collation probe (0A000)",
 	gapSumInterval:      "sum(interval) across shards is refused (0A000)",
-	GapFetchTextOrder:   "row-limited Execute refuses cross-shard text and enum ordering (0A000)",
 	gapHavingCollateKey: "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
 	gapHavingFailure:    "an expression over aggregates fails for groups a shard-computed HAVING term drops",
 }

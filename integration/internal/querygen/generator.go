@@ -23,7 +23,7 @@ type Case struct {
 	// SortsText: the proxy may compare text, enum or text[] values of the
 	// query across shards (ORDER BY, min and max, GROUP BY, DISTINCT,
 	// HAVING), which it does in the database's collation only when it
-	// can read the shards' catalog (see GapFetchTextOrder).
+	// can read the shards' catalog (it used to refuse them in a row-limited Execute).
 	SortsText bool
 	// MayRefuse names the construct for which a proxy may answer 0A000
 	// by design (docs/routing.md "What is refused"), or is "".
