@@ -27,18 +27,21 @@ import (
 // for an expression, PostgreSQL's own answer — pg_collation_for over the
 // statement, planned with LIMIT 0 as the client's user with the client's
 // search_path and role. The C and POSIX collations compare bytes. The
-// database's default collation is followed when every server that
-// answered passes the checks of verdict: a libc locale (not ICU), the
-// UTF8 encoding, the same C library version as the proxy's (PostgreSQL's
-// pg_database_collation_actual_version against gnu_get_libc_version), the
-// locale present on the proxy's machine, and a probe sorted alike by the
-// server and the proxy. Any other collation is refused.
+// database's default collation, libc or ICU, and named libc and ICU
+// collations (collation_named.go) are followed when every server that
+// answered passes the checks of verdict: the provider, the UTF8 encoding,
+// the same collation library version as the proxy's (the C library's
+// against gnu_get_libc_version, or the ICU collator's for the locale),
+// the locale present on the proxy's machine, and a probe ranked alike by
+// the server and the proxy. Any other collation is refused. Text in a
+// nondeterministic collation is ordered, but not grouped by bytes
+// (checkEquality).
 //
 // Nothing per statement is cached: a column's collation may change with
 // ALTER TABLE on any path to the shards, and a merge must follow what the
 // shards do now. A verdict, which depends only on the server's software,
 // holds until a connection to that server newer than the verdict answers
-// (a server cannot change its C library without restarting).
+// (a server cannot change its C library or ICU without restarting).
 
 // catalogTimeout bounds one question to a catalog; a merge waits for it.
 const catalogTimeout = 5 * time.Second
