@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -111,8 +112,14 @@ func (c *client) checkEquality(p *executor.Plan, cols []executor.Column, need []
 	q := &orderQuestion{c: c, co: rp.cat.orders, p: p, cols: cols}
 	var some bool
 	err := q.onShard(ctx, p.Shards[0], func(conn *pgconn.PgConn) error {
-		res := conn.ExecParams(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_collation c
-                WHERE NOT coalesce((pg_catalog.to_jsonb(c) ->> 'collisdeterministic')::bool, true))`, nil, nil, nil, nil).Read()
+		// Nondeterministic collations (and collisdeterministic) came
+		// with PostgreSQL 12.
+		major, _, _ := strings.Cut(conn.ParameterStatus("server_version"), ".")
+		if n, err := strconv.Atoi(major); err == nil && n < 12 {
+			return nil
+		}
+		res := conn.ExecParams(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_collation WHERE NOT collisdeterministic)`,
+			nil, nil, nil, nil).Read()
 		if res.Err == nil && len(res.Rows) == 1 {
 			some = string(res.Rows[0][0]) == "t"
 		}
