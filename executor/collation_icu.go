@@ -68,10 +68,11 @@ const icuAvailable = true
 
 // icuCollator is an ICU collator opened for one locale string. Collators
 // are never closed: there are as many as distinct ICU locales the proxy
-// met. ICU's collation compare functions are const and may be called on
-// one collator from several threads (ICU User Guide, "Thread Safety":
-// const Collator methods are thread-safe); opening one is the expensive
-// part, so the process keeps one per locale.
+// met. Comparing does not change a collator (ucol_strcollUTF8 takes a
+// const UCollator, and ICU4C's const functions are safe to call from
+// several threads on one object, unlike ucol_setAttribute, which the
+// proxy never calls); opening one is the expensive part, so the process
+// keeps one per locale and shares it.
 type icuCollator struct {
 	locale  string
 	coll    *C.UCollator

@@ -4,8 +4,10 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -165,5 +167,40 @@ func BenchmarkICUCollation(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		t.compare(x, y)
+	}
+}
+
+// TestICUCollationShared compares on one collator from several goroutines
+// at once, as the merges of concurrent clients do: each gets the answers
+// one goroutine alone gets.
+func TestICUCollationShared(t *testing.T) {
+	c, err := ICUCollation("de-DE", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int, len(collationStrings))
+	for i := range collationStrings {
+		want[i], _ = c.Compare([]byte(collationStrings[i]), []byte(collationStrings[(i+1)%len(collationStrings)]))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			t := &textCompare{coll: c}
+			for range 200 {
+				for i := range collationStrings {
+					got, err := t.compare([]byte(collationStrings[i]), []byte(collationStrings[(i+1)%len(collationStrings)]))
+					if err != nil || got != want[i] {
+						errs <- fmt.Errorf("compare %q: %d, %v; want %d", collationStrings[i], got, err, want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
