@@ -106,10 +106,15 @@
 // IntervalStyle), arrays of these (value.go and the files it names). Text
 // and enums order as the database says: the merge asks its Sink, when it
 // is an OrderSource (order.go), for each column's Collation (collation.go:
-// byte order for C, strcoll_l with varstr_cmp's tie-break for a libc
-// locale) or enum labels; the frontend answers from the shards' catalogs
-// and refuses what it cannot prove. A type the merge cannot order exactly
-// is refused with 0A000, never ordered approximately.
+// byte order for C, strcoll_l for a libc locale, ucol_strcollUTF8 for an
+// ICU one through cgo (collation_icu.go; the noicu build tag leaves ICU
+// out), each with varstr_cmp's strcmp tie-break when deterministic) or
+// enum labels; the frontend answers from the shards' catalogs and refuses
+// what it cannot prove. GROUP BY, DISTINCT and DISTINCT ON key on bytes,
+// which for text is equality only in a deterministic collation: the merge
+// asks a Sink that is an EqualitySource (equality.go) before it groups
+// text. A type the merge cannot order exactly is refused with 0A000, never
+// ordered approximately.
 //
 // Hidden columns the router appended (ORDER BY or avg helpers not in the
 // select list) are stripped from RowDescription and every DataRow.

@@ -215,8 +215,9 @@ func appendDataRow(buf []byte, cols [][]byte, n int) []byte {
 type Merger struct {
 	spec    Spec
 	cols    []Column
-	cmp     []compareFunc  // per column, built on demand
-	sums    map[int]Column // AggAvg columns as the shards typed them (retypeAvg)
+	cmp     []compareFunc     // per column, built on demand
+	colls   map[int]Collation // the collations of the text columns in cmp
+	sums    map[int]Column    // AggAvg columns as the shards typed them (retypeAvg)
 	visible int
 	out     Sink
 	buf     []byte
@@ -259,6 +260,9 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 		}
 	}
 	if err := m.buildComparators(need); err != nil {
+		return nil, err
+	}
+	if err := m.checkEquality(); err != nil {
 		return nil, err
 	}
 	for i, h := range spec.Having {

@@ -113,6 +113,12 @@ func (m *Merger) buildComparators(need []int) error {
 			return err
 		}
 		m.cmp[col] = f
+		if NeedOf(m.cols[col].OID) == OrderCollation {
+			if m.colls == nil {
+				m.colls = map[int]Collation{}
+			}
+			m.colls[col] = orders[i].Collation
+		}
 	}
 	return nil
 }

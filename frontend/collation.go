@@ -27,18 +27,21 @@ import (
 // for an expression, PostgreSQL's own answer — pg_collation_for over the
 // statement, planned with LIMIT 0 as the client's user with the client's
 // search_path and role. The C and POSIX collations compare bytes. The
-// database's default collation is followed when every server that
-// answered passes the checks of verdict: a libc locale (not ICU), the
-// UTF8 encoding, the same C library version as the proxy's (PostgreSQL's
-// pg_database_collation_actual_version against gnu_get_libc_version), the
-// locale present on the proxy's machine, and a probe sorted alike by the
-// server and the proxy. Any other collation is refused.
+// database's default collation, libc or ICU, and named libc and ICU
+// collations (collation_named.go) are followed when every server that
+// answered passes the checks of verdict: the provider, the UTF8 encoding,
+// the same collation library version as the proxy's (the C library's
+// against gnu_get_libc_version, or the ICU collator's for the locale),
+// the locale present on the proxy's machine, and a probe ranked alike by
+// the server and the proxy. Any other collation is refused. Text in a
+// nondeterministic collation is ordered, but not grouped by bytes
+// (checkEquality).
 //
 // Nothing per statement is cached: a column's collation may change with
 // ALTER TABLE on any path to the shards, and a merge must follow what the
 // shards do now. A verdict, which depends only on the server's software,
 // holds until a connection to that server newer than the verdict answers
-// (a server cannot change its C library without restarting).
+// (a server cannot change its C library or ICU without restarting).
 
 // catalogTimeout bounds one question to a catalog; a merge waits for it.
 const catalogTimeout = 5 * time.Second
@@ -49,8 +52,10 @@ type collations struct {
 	reg  *pool.Registry
 	db   *config.Database
 	user *config.User // the catalog's user: the first one allowed on db
-	// libcVersion is executor.LibcVersion, replaced by tests.
+	// libcVersion is executor.LibcVersion and icuVersion
+	// Collation.ICUVersion, replaced by tests.
 	libcVersion func() string
+	icuVersion  func(executor.Collation) string
 
 	mu       sync.Mutex // guards the following
 	conns    map[catKey]*catConn
@@ -64,7 +69,7 @@ type catKey struct {
 }
 
 func newCollations(reg *pool.Registry, db *config.Database, u *config.User) *collations {
-	return &collations{reg: reg, db: db, user: u, libcVersion: executor.LibcVersion,
+	return &collations{reg: reg, db: db, user: u, libcVersion: executor.LibcVersion, icuVersion: executor.Collation.ICUVersion,
 		conns: map[catKey]*catConn{}, verdicts: map[string]*verdictSlot{}}
 }
 
@@ -194,14 +199,32 @@ type orderQuestion struct {
 
 	dflt    *executor.Collation // the database's default collation, once checked
 	dfltErr error
+	named   map[uint32]namedResult // named collations, once checked, by OID
 }
 
 // collInfo is a collation as pg_collation describes it.
 type collInfo struct {
-	oid      uint32 // 0: the column has none (an indeterminate collation)
-	name     string
-	provider string // c (libc), i (ICU), d (the database default)
-	collate  string // collcollate ("" for ICU)
+	oid           uint32 // 0: the column has none (an indeterminate collation)
+	schema, name  string
+	provider      string // c (libc), i (ICU), d (the database default)
+	locale        string // collcollate for libc; the ICU locale for ICU
+	deterministic bool   // collisdeterministic
+}
+
+// collColumns reads a collInfo (after its OID) from pg_collation c joined
+// with its namespace cn, on PostgreSQL 12 and later: the ICU locale is
+// colliculocale on PostgreSQL 15 and 16, colllocale from 17, collcollate
+// before 15; to_jsonb reads whichever the server has.
+const collColumns = `coalesce(cn.nspname, ''), coalesce(c.collname, ''), coalesce(c.collprovider::text, ''),
+       coalesce(CASE WHEN c.collprovider = 'i'
+                     THEN coalesce(pg_catalog.to_jsonb(c) ->> 'colliculocale', pg_catalog.to_jsonb(c) ->> 'colllocale', c.collcollate)
+                     ELSE c.collcollate END, ''),
+       coalesce((pg_catalog.to_jsonb(c) ->> 'collisdeterministic')::bool, true)`
+
+// collJoin joins a collation OID o with collColumns' c and cn.
+func collJoin(o string) string {
+	return `LEFT JOIN pg_catalog.pg_collation c ON c.oid = ` + o + `
+  LEFT JOIN pg_catalog.pg_namespace cn ON cn.oid = c.collnamespace`
 }
 
 // pgCollationDefault, C and POSIX are the collations every database has
@@ -242,16 +265,9 @@ func (q *orderQuestion) answer(ctx context.Context, need []int) ([]executor.Colu
 		}
 		return nil, orderRefusal(q.cols[need[first[0]]], err)
 	}
-	infos := make(map[int]collInfo, len(plain)+len(exprs))
-	if len(plain) > 0 {
-		if err := q.attCollations(ctx, need, plain, infos); err != nil {
-			return nil, orderRefusal(q.cols[need[plain[0]]], err)
-		}
-	}
-	if len(exprs) > 0 {
-		if err := q.exprCollations(ctx, need, exprs, infos); err != nil {
-			return nil, orderRefusal(q.cols[need[exprs[0]]], err)
-		}
+	infos, err := q.collInfos(ctx, need, plain, exprs, orderRefusal)
+	if err != nil {
+		return nil, err
 	}
 	for k := range need {
 		info, ok := infos[k]
@@ -267,6 +283,24 @@ func (q *orderQuestion) answer(ctx context.Context, need []int) ([]executor.Colu
 	return out, nil
 }
 
+// collInfos reads the collations of the columns need[plain] (table
+// columns) and need[exprs] (expressions), by index into need; refuse
+// makes the client's error of a failure.
+func (q *orderQuestion) collInfos(ctx context.Context, need, plain, exprs []int, refuse func(executor.Column, error) error) (map[int]collInfo, error) {
+	infos := make(map[int]collInfo, len(plain)+len(exprs))
+	if len(plain) > 0 {
+		if err := q.attCollations(ctx, need, plain, infos); err != nil {
+			return nil, refuse(q.cols[need[plain[0]]], err)
+		}
+	}
+	if len(exprs) > 0 {
+		if err := q.exprCollations(ctx, need, exprs, infos); err != nil {
+			return nil, refuse(q.cols[need[exprs[0]]], err)
+		}
+	}
+	return infos, nil
+}
+
 // collation maps a column's collation to the merge's.
 func (q *orderQuestion) collation(ctx context.Context, info collInfo) (executor.Collation, error) {
 	switch {
@@ -275,12 +309,10 @@ func (q *orderQuestion) collation(ctx context.Context, info collInfo) (executor.
 	case info.oid == pgCollationDefault:
 		return q.databaseCollation(ctx)
 	case info.oid == pgCollationC || info.oid == pgCollationPOSIX ||
-		info.provider == "c" && (info.collate == "C" || info.collate == "POSIX"):
+		info.provider == "c" && (info.locale == "C" || info.locale == "POSIX"):
 		return executor.Collation{}, nil // memcmp (varstr_cmp's lc_collate_is_c)
-	case info.provider == "i":
-		return executor.Collation{}, fmt.Errorf("its collation %q is an ICU collation, which the proxy cannot compare", info.name)
 	}
-	return executor.Collation{}, fmt.Errorf("its collation %q is not the database's default, C or POSIX", info.name)
+	return q.namedCollation(ctx, info)
 }
 
 // encodings checks that the text the merge compares is the servers' own
@@ -321,12 +353,12 @@ func (q *orderQuestion) attCollations(ctx context.Context, need, ks []int, infos
 		// A table under an ACCESS EXCLUSIVE lock may be being altered by
 		// an open transaction — the client's own, whose shards already
 		// sort by the new definition while this session sees the old.
-		res := conn.ExecParams(ctx, `SELECT a.attrelid, a.attnum, a.attcollation, coalesce(c.collname, ''),
-       coalesce(c.collprovider::text, ''), coalesce(c.collcollate, ''),
+		res := conn.ExecParams(ctx, `SELECT a.attrelid, a.attnum,
        EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
                 WHERE l.locktype = 'relation' AND l.relation = a.attrelid AND l.mode = 'AccessExclusiveLock'
-                  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()))
-  FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+                  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())),
+       a.attcollation, `+collColumns+`
+  FROM pg_catalog.pg_attribute a `+collJoin("a.attcollation")+`
  WHERE (a.attrelid, a.attnum) IN (SELECT * FROM unnest($1::pg_catalog.oid[], $2::pg_catalog.int2[]))`,
 			[][]byte{[]byte(rels + "}"), []byte(atts + "}")}, nil, nil, nil).Read()
 		if res.Err != nil {
@@ -335,10 +367,10 @@ func (q *orderQuestion) attCollations(ctx context.Context, need, ks []int, infos
 		for _, row := range res.Rows {
 			rel, _ := strconv.ParseUint(string(row[0]), 10, 32)
 			att, _ := strconv.ParseUint(string(row[1]), 10, 16)
-			if string(row[6]) == "t" {
+			if string(row[2]) == "t" {
 				return fmt.Errorf("table OID %d is locked ACCESS EXCLUSIVE (being altered?), so its collation cannot be read", rel)
 			}
-			found[[2]uint64{rel, att}] = collInfoOf(row[2:6])
+			found[[2]uint64{rel, att}] = collInfoOf(row[3:])
 		}
 		return nil
 	})
@@ -356,10 +388,11 @@ func (q *orderQuestion) attCollations(ctx context.Context, need, ks []int, infos
 	return nil
 }
 
-// collInfoOf reads oid, collname, collprovider, collcollate.
+// collInfoOf reads a collation's OID and collColumns.
 func collInfoOf(row [][]byte) collInfo {
 	oid, _ := strconv.ParseUint(string(row[0]), 10, 32)
-	return collInfo{oid: uint32(oid), name: string(row[1]), provider: string(row[2]), collate: string(row[3])}
+	return collInfo{oid: uint32(oid), schema: string(row[1]), name: string(row[2]), provider: string(row[3]),
+		locale: string(row[4]), deterministic: string(row[5]) != "f"}
 }
 
 // orderRefusal is the client's 0A000 for a column whose order the proxy

@@ -19,21 +19,22 @@ import (
 	"github.com/shardgate/shardgate/wire"
 )
 
-// verdictSlot holds what the proxy learnt of one server's default
-// collation; its mutex is held while a check runs, so that one check runs
-// per server.
+// verdictSlot holds what the proxy learnt of one server's collation; its
+// mutex is held while a check runs, so that one check runs per server and
+// collation.
 type verdictSlot struct {
 	mu sync.Mutex // guards v
 	v  *verdict
 }
 
-// verdict says whether the proxy orders text like one server does in the
-// database's default collation.
+// verdict says whether the proxy orders text like one server does in one
+// collation: the database's default, or a named collation.
 type verdict struct {
-	at      time.Time          // when the check started
-	collate string             // pg_database.datcollate
-	coll    executor.Collation // valid when err is nil
-	err     error              // why the proxy cannot follow the server
+	at       time.Time          // when the check started
+	provider string             // c (libc) or i (ICU)
+	collate  string             // the locale: pg_database.datcollate, or the ICU locale
+	coll     executor.Collation // valid when err is nil
+	err      error              // why the proxy cannot follow the server
 }
 
 // databaseCollation returns the database's default collation when every
@@ -45,40 +46,57 @@ func (q *orderQuestion) databaseCollation(ctx context.Context) (executor.Collati
 		}
 		return *q.dflt, nil
 	}
+	coll, err := q.serversCollation(ctx, nil)
+	if err != nil {
+		q.dfltErr = err
+		return executor.Collation{}, err
+	}
+	q.dflt = &coll
+	return coll, nil
+}
+
+// serversCollation returns the collation named (nil: the database's
+// default) when every server that answered the statement passes the
+// check and they agree on its locale.
+func (q *orderQuestion) serversCollation(ctx context.Context, named *collInfo) (executor.Collation, error) {
+	what := "the database's default collation"
+	if named != nil {
+		what = fmt.Sprintf("collation %q", named.name)
+	}
 	var first *verdict
 	for _, i := range q.p.Shards {
 		srv := q.c.xs.Server(i)
 		if srv == nil {
-			q.dfltErr = fmt.Errorf("shard %d holds no server", i)
-			return executor.Collation{}, q.dfltErr
+			return executor.Collation{}, fmt.Errorf("shard %d holds no server", i)
 		}
-		v := q.co.verdict(ctx, i, srv)
+		v := q.co.verdict(ctx, i, srv, named)
 		switch {
 		case v.err != nil:
-			q.dfltErr = fmt.Errorf("the database's default collation on server %s (shard %d): %w", srv.Addr, i, v.err)
-		case first != nil && v.collate != first.collate:
-			q.dfltErr = fmt.Errorf("the shards' databases have different collations (%q and %q)", first.collate, v.collate)
-		}
-		if q.dfltErr != nil {
-			return executor.Collation{}, q.dfltErr
+			return executor.Collation{}, fmt.Errorf("%s on server %s (shard %d): %w", what, srv.Addr, i, v.err)
+		case first != nil && (v.collate != first.collate || v.provider != first.provider):
+			return executor.Collation{}, fmt.Errorf("the shards' databases have different collations (%q and %q)", first.collate, v.collate)
 		}
 		if first == nil {
 			first = v
 		}
 	}
-	q.dflt = &first.coll
 	return first.coll, nil
 }
 
-// verdict returns the verdict on the server srv of shard, checking it when
-// there is none yet or when srv is a connection newer than the verdict:
-// the server may have restarted with another C library since.
-func (co *collations) verdict(ctx context.Context, shard int, srv *pool.Server) *verdict {
+// verdict returns the verdict on the server srv of shard for the
+// collation named (nil: the database's default), checking it when there
+// is none yet or when srv is a connection newer than the verdict: the
+// server may have restarted with another C library or ICU since.
+func (co *collations) verdict(ctx context.Context, shard int, srv *pool.Server, named *collInfo) *verdict {
+	key := srv.Addr
+	if named != nil {
+		key += "\x00" + named.key()
+	}
 	co.mu.Lock()
-	slot := co.verdicts[srv.Addr]
+	slot := co.verdicts[key]
 	if slot == nil {
 		slot = &verdictSlot{}
-		co.verdicts[srv.Addr] = slot
+		co.verdicts[key] = slot
 	}
 	co.mu.Unlock()
 	slot.mu.Lock()
@@ -86,7 +104,7 @@ func (co *collations) verdict(ctx context.Context, shard int, srv *pool.Server) 
 	if slot.v != nil && !slot.v.at.Before(srv.Created()) {
 		return slot.v
 	}
-	v, final := co.check(ctx, shard, srv.Addr)
+	v, final := co.check(ctx, shard, srv.Addr, named)
 	if final {
 		slot.v = v
 	}
@@ -95,7 +113,7 @@ func (co *collations) verdict(ctx context.Context, shard int, srv *pool.Server) 
 
 // check inspects one server over a connection of its own. final is false
 // when the check could not run (the verdict is not kept).
-func (co *collations) check(ctx context.Context, shard int, addr string) (v *verdict, final bool) {
+func (co *collations) check(ctx context.Context, shard int, addr string, named *collInfo) (v *verdict, final bool) {
 	v = &verdict{at: time.Now()}
 	p := co.serverPool(shard, addr)
 	if p == nil {
@@ -109,7 +127,13 @@ func (co *collations) check(ctx context.Context, shard int, addr string) (v *ver
 	}
 	defer conn.Close(ctx)
 	var pgErr *pgconn.PgError
-	if err := v.inspect(ctx, conn, co.libcVersion()); err != nil {
+	libs := libraries{libc: co.libcVersion(), icu: co.icuVersion}
+	if named != nil {
+		err = v.inspectNamed(ctx, conn, named, libs)
+	} else {
+		err = v.inspect(ctx, conn, libs)
+	}
+	if err != nil {
 		if errors.As(err, &pgErr) || conn.IsClosed() {
 			v.err = fmt.Errorf("cannot read its catalog: %w", err)
 			return v, false
@@ -119,34 +143,39 @@ func (co *collations) check(ctx context.Context, shard int, addr string) (v *ver
 	return v, true
 }
 
-// inspect reads the database's collation, encoding and C library version
-// and, for a libc locale, runs the probe; mine is the proxy's C library
-// version.
-func (v *verdict) inspect(ctx context.Context, conn *pgconn.PgConn, mine string) error {
-	// PostgreSQL 15 has datlocprovider and
-	// pg_database_collation_actual_version; before, every database
+// libcVersionColumn is the C library version a libc collation other than
+// C of pg_collation reports (PostgreSQL reports none for C.* locales).
+const libcVersionColumn = `coalesce((SELECT pg_catalog.pg_collation_actual_version(c.oid) FROM pg_catalog.pg_collation c
+                  WHERE c.collprovider = 'c' AND c.collcollate NOT IN ('C', 'POSIX') AND c.collcollate NOT LIKE 'C.%'
+                  LIMIT 1), '')`
+
+// libraries are the proxy's collation libraries' versions.
+type libraries struct {
+	libc string                          // the C library's version
+	icu  func(executor.Collation) string // an ICU collator's version
+}
+
+// inspect reads the database's collation, encoding and collation library
+// version and runs the probe.
+func (v *verdict) inspect(ctx context.Context, conn *pgconn.PgConn, libs libraries) error {
+	// PostgreSQL 15 has datlocprovider, daticulocale (datlocale from 17)
+	// and pg_database_collation_actual_version; before, every database
 	// collation is libc. Both report the glibc version for a libc locale
 	// on glibc (get_collation_actual_version), except for C.* locales: a
 	// libc collation other than C of pg_collation then says it.
 	const q15 = `SELECT d.datcollate, d.datlocprovider::text, pg_catalog.pg_encoding_to_char(d.encoding),
-       coalesce(pg_catalog.pg_database_collation_actual_version(d.oid), ''), `
-	const qOld = `SELECT d.datcollate, 'c', pg_catalog.pg_encoding_to_char(d.encoding), '', `
-	const tail = `coalesce((SELECT pg_catalog.pg_collation_actual_version(c.oid) FROM pg_catalog.pg_collation c
-                  WHERE c.collprovider = 'c' AND c.collcollate NOT IN ('C', 'POSIX') AND c.collcollate NOT LIKE 'C.%'
-                  LIMIT 1), '')
+       coalesce(pg_catalog.pg_database_collation_actual_version(d.oid), ''),
+       coalesce(pg_catalog.to_jsonb(d) ->> 'daticulocale', pg_catalog.to_jsonb(d) ->> 'datlocale', ''), `
+	const qOld = `SELECT d.datcollate, 'c', pg_catalog.pg_encoding_to_char(d.encoding), '', '', `
+	const tail = libcVersionColumn + `
   FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`
+	old, err := before15(ctx, conn)
+	if err != nil {
+		return err
+	}
 	q := q15
-	if n, _ := strconv.Atoi(conn.ParameterStatus("server_version_num")); n > 0 && n < 150000 {
+	if old {
 		q = qOld
-	} else if n == 0 {
-		// server_version_num is no ParameterStatus before PostgreSQL 18.
-		res := conn.ExecParams(ctx, "SELECT pg_catalog.current_setting('server_version_num')", nil, nil, nil, nil).Read()
-		if res.Err != nil || len(res.Rows) != 1 {
-			return fmt.Errorf("reading server_version_num: %w", res.Err)
-		}
-		if n, _ := strconv.Atoi(string(res.Rows[0][0])); n < 150000 {
-			q = qOld
-		}
 	}
 	res := conn.ExecParams(ctx, q+tail, nil, nil, nil, nil).Read()
 	if res.Err != nil {
@@ -156,23 +185,46 @@ func (v *verdict) inspect(ctx context.Context, conn *pgconn.PgConn, mine string)
 		return errors.New("the database is not in pg_database")
 	}
 	row := res.Rows[0]
-	v.collate = string(row[0])
-	provider, encoding, dbVersion, libcVersion := string(row[1]), string(row[2]), string(row[3]), string(row[4])
+	v.collate, v.provider = string(row[0]), string(row[1])
+	encoding, dbVersion, iculocale, libcVersion := string(row[2]), string(row[3]), string(row[4]), string(row[5])
+	switch v.provider {
+	case "i":
+		v.collate = iculocale
+		return v.followICU(ctx, conn, encoding, dbVersion, libs, true, "")
+	case "c":
+		version := dbVersion
+		if version == "" {
+			version = libcVersion
+		}
+		return v.followLibc(ctx, conn, encoding, version, libs.libc, "")
+	}
+	return fmt.Errorf("its provider %q is neither libc nor ICU", v.provider)
+}
+
+// before15 reports whether the server is older than PostgreSQL 15.
+func before15(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
+	if n, _ := strconv.Atoi(conn.ParameterStatus("server_version_num")); n > 0 {
+		return n < 150000, nil
+	}
+	// server_version_num is no ParameterStatus before PostgreSQL 18.
+	res := conn.ExecParams(ctx, "SELECT pg_catalog.current_setting('server_version_num')", nil, nil, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 {
+		return false, fmt.Errorf("reading server_version_num: %w", res.Err)
+	}
+	n, _ := strconv.Atoi(string(res.Rows[0][0]))
+	return n < 150000, nil
+}
+
+// followLibc checks that the proxy's C library sorts as the server's does
+// in libc locale v.collate, and sets v.coll: version is the server's C
+// library version, mine the proxy's; collate is the probe's COLLATE
+// clause ("" for the database's default).
+func (v *verdict) followLibc(ctx context.Context, conn *pgconn.PgConn, encoding, version, mine, collate string) error {
 	switch {
-	case provider == "i":
-		return errors.New("it is an ICU collation, which the proxy cannot compare")
-	case provider != "c":
-		return fmt.Errorf("its provider %q is not libc", provider)
 	case v.collate == "C" || v.collate == "POSIX":
 		return nil // byte order
 	case encoding != "UTF8":
 		return fmt.Errorf("the proxy compares libc collations in UTF8 databases only, and this one is %s", encoding)
-	}
-	version := dbVersion
-	if version == "" {
-		version = libcVersion
-	}
-	switch {
 	case version == "":
 		return fmt.Errorf("the server reports no C library version for locale %q (PostgreSQL 13 or later does, on glibc)", v.collate)
 	case mine == "":
@@ -184,7 +236,35 @@ func (v *verdict) inspect(ctx context.Context, conn *pgconn.PgConn, mine string)
 	if err != nil {
 		return fmt.Errorf("locale %q is not installed on the proxy's machine (%v)", v.collate, err)
 	}
-	if err := probe(ctx, conn, coll); err != nil {
+	if err := probe(ctx, conn, coll, collate); err != nil {
+		return err
+	}
+	v.coll = coll
+	return nil
+}
+
+// followICU checks that the proxy's ICU sorts as the server's does in ICU
+// locale v.collate, and sets v.coll: version is the collator version the
+// server reports (pg_collation_actual_version or
+// pg_database_collation_actual_version), which must be the proxy's for
+// the same locale; collate is the probe's COLLATE clause.
+func (v *verdict) followICU(ctx context.Context, conn *pgconn.PgConn, encoding, version string, libs libraries, deterministic bool, collate string) error {
+	switch {
+	case !executor.ICUAvailable():
+		return errors.New("it is an ICU collation, and the proxy was built without ICU (-tags noicu)")
+	case encoding != "UTF8":
+		return fmt.Errorf("the proxy compares ICU collations in UTF8 databases only, and this one is %s", encoding)
+	case version == "":
+		return fmt.Errorf("the server reports no ICU version for locale %q", v.collate)
+	}
+	coll, err := executor.ICUCollation(v.collate, deterministic)
+	if err != nil {
+		return fmt.Errorf("ICU locale %q: %w", v.collate, err)
+	}
+	if mine := libs.icu(coll); mine != version {
+		return fmt.Errorf("the server's ICU collator for locale %q is version %s and the proxy's %s", v.collate, version, mine)
+	}
+	if err := probe(ctx, conn, coll, collate); err != nil {
 		return err
 	}
 	v.coll = coll
@@ -205,27 +285,48 @@ var probeStrings = []string{
 	"Zebra", "zebra", "zèbre", "Zürich", "Zurich", "Ångström", "Angstrom", "naïve", "naive", "coöperate", "cooperate",
 }
 
-// probe checks that the server sorts probeStrings like coll.
-func probe(ctx context.Context, conn *pgconn.PgConn, coll executor.Collation) error {
-	res := conn.ExecParams(ctx, "SELECT s FROM pg_catalog.unnest($1::pg_catalog.text[]) AS s ORDER BY s",
+// probe checks that the server sorts probeStrings like coll, in the
+// collation of its COLLATE clause collate ("" for the database's
+// default): the server ranks them (dense_rank, so that strings the
+// collation says equal share a rank, as in a nondeterministic
+// collation), and each string must compare with the next as their ranks
+// do. Agreeing on neighbours, the orders agree on every pair.
+func probe(ctx context.Context, conn *pgconn.PgConn, coll executor.Collation, collate string) error {
+	res := conn.ExecParams(ctx, `SELECT s, pg_catalog.dense_rank() OVER (ORDER BY s`+collate+`)
+  FROM pg_catalog.unnest($1::pg_catalog.text[]) AS s ORDER BY 2, s COLLATE "C"`,
 		[][]byte{[]byte(textArrayLiteral(probeStrings))}, nil, nil, nil).Read()
 	if res.Err != nil {
 		return res.Err
 	}
-	mine := make([][]byte, len(probeStrings))
-	for i, s := range probeStrings {
-		mine[i] = []byte(s)
+	if len(res.Rows) != len(probeStrings) {
+		return fmt.Errorf("the probe came back with %d strings of %d", len(res.Rows), len(probeStrings))
 	}
-	coll.Sort(mine)
-	if len(res.Rows) != len(mine) {
-		return fmt.Errorf("the probe came back with %d strings of %d", len(res.Rows), len(mine))
-	}
-	for i, row := range res.Rows {
-		if !bytes.Equal(row[0], mine[i]) {
-			return fmt.Errorf("the server sorts text differently from the proxy's C library in locale %s: %q where the proxy has %q", coll, row[0], mine[i])
+	for i := 1; i < len(res.Rows); i++ {
+		prev, cur := res.Rows[i-1], res.Rows[i]
+		want := -1
+		if bytes.Equal(prev[1], cur[1]) {
+			want = 0
+		}
+		got, err := coll.Compare(prev[0], cur[0])
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("the server sorts text differently from the proxy in locale %s: it has %q %s %q, the proxy %s",
+				coll, prev[0], relation(want), cur[0], relation(got))
 		}
 	}
 	return nil
+}
+
+func relation(d int) string {
+	switch {
+	case d < 0:
+		return "before"
+	case d == 0:
+		return "equal to"
+	}
+	return "after"
 }
 
 // textArrayLiteral writes a text[] literal of values.
@@ -273,13 +374,13 @@ func (q *orderQuestion) exprCollations(ctx context.Context, need, ks []int, info
 	for i := range aliases {
 		aliases[i] = "c" + strconv.Itoa(i+1)
 	}
-	sql := `SELECT u.o, coalesce(c.collname, ''), coalesce(c.collprovider::text, ''), coalesce(c.collcollate, '')
+	sql := `SELECT u.o, ` + collColumns + `
   FROM (SELECT ARRAY[` + strings.Join(exprs, ", ") + `] AS a
           FROM (SELECT 1) AS sg_one LEFT JOIN (SELECT * FROM (
 ` + stmts[0] + `
 ) AS sg_q LIMIT 0) AS sg_r(` + strings.Join(aliases, ", ") + `) ON true) AS sg_w,
        pg_catalog.unnest(sg_w.a) WITH ORDINALITY AS u(o, i)
-  LEFT JOIN pg_catalog.pg_collation c ON c.oid = u.o
+  ` + collJoin("u.o") + `
  ORDER BY u.i`
 	cc, err := q.co.conn(q.c.user, q.p.Shards[0])
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/internal/pgtest"
@@ -17,8 +19,10 @@ import (
 )
 
 // TestCollationVerdict checks the verdict on real servers: a libc locale
-// with the proxy's C library version passes, and an ICU database, another
-// C library version and the C locale are told apart.
+// with the proxy's C library version passes, and so does an ICU database
+// and ICU and libc named collations with the proxy's library versions;
+// another C library or ICU version, a collation that differs from the
+// one described, and the C locale are told apart.
 func TestCollationVerdict(t *testing.T) {
 	pgtest.RequireLocale(t, "en_US.UTF-8")
 	cl := pgtest.New(t, pgtest.Options{})
@@ -32,7 +36,15 @@ func TestCollationVerdict(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(t *testing.T, db string, version func() string) *verdict {
+	if err := cl.Exec(ctx, "en", `CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE COLLATION german (provider = icu, locale = 'de-DE')`); err != nil {
+		t.Fatal(err)
+	}
+	type override struct {
+		libc func() string
+		icu  func(executor.Collation) string
+	}
+	check := func(t *testing.T, db, coll string, o override) *verdict {
 		cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
 users: [{ name: app, password: x, server_user: %s }]
 databases: [{ name: %s, shards: [{ host: %s, port: %d, database: %s }] }]
@@ -43,45 +55,122 @@ databases: [{ name: %s, shards: [{ host: %s, port: %d, database: %s }] }]
 		reg := pool.NewRegistry(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		t.Cleanup(reg.Close)
 		co := newCollations(reg, &cfg.Databases[0], &cfg.Users[0])
-		if version != nil {
-			co.libcVersion = version
+		if o.libc != nil {
+			co.libcVersion = o.libc
 		}
-		v, final := co.check(ctx, 0, net.JoinHostPort(cl.Host, strconv.Itoa(cl.Port)))
+		if o.icu != nil {
+			co.icuVersion = o.icu
+		}
+		var named *collInfo
+		if coll != "" {
+			// "name@other" is the collation as database other has it.
+			name, from, ok := strings.Cut(coll, "@")
+			if !ok {
+				from = db
+			}
+			info := readCollInfo(t, cl.DSN(from), name)
+			named = &info
+		}
+		v, final := co.check(ctx, 0, net.JoinHostPort(cl.Host, strconv.Itoa(cl.Port)), named)
 		if !final {
 			t.Fatalf("check did not run: %v", v.err)
 		}
 		return v
 	}
-	t.Run("libc", func(t *testing.T) {
-		v := check(t, "en", nil)
-		if v.err != nil || v.collate != "en_US.UTF-8" || v.coll.String() != "en_US.UTF-8" {
-			t.Fatalf("verdict %+v", v)
+	wrongICU := func(executor.Collation) string { return "1.2" }
+	tests := []struct {
+		name, db, coll   string
+		o                override
+		provider, locale string // the verdict's, when it passes
+		fails            string // a part of the error, when it does not
+		deterministic    bool
+	}{
+		{name: "libc", db: "en", provider: "c", locale: "en_US.UTF-8", deterministic: true},
+		{name: "another C library", db: "en", o: override{libc: func() string { return "1.0" }}, fails: "version"},
+		{name: "not glibc", db: "en", o: override{libc: func() string { return "" }}, fails: "glibc"},
+		{name: "ICU", db: "icu", provider: "i", locale: "en-US", deterministic: true},
+		{name: "another ICU", db: "icu", o: override{icu: wrongICU}, fails: "is version"},
+		{name: "C", db: "c", o: override{libc: func() string { return "" }}, provider: "c", locale: "C", deterministic: true},
+		{name: "en-x-icu", db: "en", coll: "en-x-icu", provider: "i", locale: "en", deterministic: true},
+		{name: "created ICU", db: "en", coll: "german", provider: "i", locale: "de-DE", deterministic: true},
+		{name: "nondeterministic", db: "en", coll: "ci", provider: "i", locale: "und-u-ks-level2"},
+		{name: "named, another ICU", db: "en", coll: "german", o: override{icu: wrongICU}, fails: "is version"},
+		{name: "libc en_US", db: "en", coll: "en_US", provider: "c", locale: "en_US.utf8", deterministic: true},
+		{name: "libc C.utf8", db: "en", coll: "C.utf8", provider: "c", locale: "C.utf8", deterministic: true},
+		{name: "libc, another C library", db: "en", coll: "en_US", o: override{libc: func() string { return "1.0" }}, fails: "version"},
+		{name: "collation not on the server", db: "c", coll: "german@en", fails: "no collation"},
+	}
+	for _, tc := range tests {
+		if !executor.ICUAvailable() && (tc.provider == "i" || tc.o.icu != nil) {
+			tc.fails = "without ICU" // -tags noicu
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			v := check(t, tc.db, tc.coll, tc.o)
+			if tc.fails != "" {
+				if v.err == nil || !strings.Contains(v.err.Error(), tc.fails) {
+					t.Fatalf("verdict %+v, want an error naming %q", v, tc.fails)
+				}
+				return
+			}
+			if v.err != nil || v.provider != tc.provider || v.collate != tc.locale || v.coll.Deterministic() != tc.deterministic {
+				t.Fatalf("verdict %+v", v)
+			}
+			if want := tc.locale; want != "C" && v.coll.String() != want {
+				t.Fatalf("collation %s, want %s", v.coll, want)
+			}
+		})
+	}
+	t.Run("probe", func(t *testing.T) {
+		if !executor.ICUAvailable() {
+			return // -tags noicu: the probe's ICU collations cannot open
+		}
+		conn, err := pgconn.Connect(ctx, cl.DSN("en"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		ci, err := executor.ICUCollation("und-u-ks-level2", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := executor.ICUCollation("und-u-ks-level2", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct {
+			coll    executor.Collation
+			collate string
+			ok      bool
+		}{
+			{ci, ` COLLATE "ci"`, true},
+			{executor.Collation{}, ` COLLATE "C"`, true},
+			{executor.Collation{}, "", false},   // en_US.UTF-8 is no byte order
+			{cs, ` COLLATE "ci"`, false},        // ties the server keeps, the proxy would break
+			{ci, ` COLLATE "und-x-icu"`, false}, // and the converse
+		} {
+			if err := probe(ctx, conn, p.coll, p.collate); (err == nil) != p.ok {
+				t.Errorf("probe of %s (deterministic %v) against%s: %v", p.coll, p.coll.Deterministic(), p.collate, err)
+			}
 		}
 	})
-	t.Run("another C library", func(t *testing.T) {
-		v := check(t, "en", func() string { return "1.0" })
-		if v.err == nil || !strings.Contains(v.err.Error(), "version") {
-			t.Fatalf("verdict %+v", v)
-		}
-	})
-	t.Run("not glibc", func(t *testing.T) {
-		v := check(t, "en", func() string { return "" })
-		if v.err == nil || !strings.Contains(v.err.Error(), "glibc") {
-			t.Fatalf("verdict %+v", v)
-		}
-	})
-	t.Run("ICU", func(t *testing.T) {
-		v := check(t, "icu", nil)
-		if v.err == nil || !strings.Contains(v.err.Error(), "ICU") {
-			t.Fatalf("verdict %+v", v)
-		}
-	})
-	t.Run("C", func(t *testing.T) {
-		v := check(t, "c", func() string { return "" })
-		if v.err != nil || v.coll != (executor.Collation{}) {
-			t.Fatalf("verdict %+v", v)
-		}
-	})
+}
+
+// readCollInfo reads collation name as the shard that described a result
+// would.
+func readCollInfo(t *testing.T, dsn, name string) collInfo {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	res := conn.ExecParams(ctx, `SELECT c.oid, `+collColumns+` FROM pg_catalog.pg_collation c
+  JOIN pg_catalog.pg_namespace cn ON cn.oid = c.collnamespace WHERE c.collname = $1 LIMIT 1`, [][]byte{[]byte(name)}, nil, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 {
+		t.Fatalf("collation %s: %v", name, res.Err)
+	}
+	return collInfoOf(res.Rows[0])
 }
 
 func TestTextArrayLiteral(t *testing.T) {
