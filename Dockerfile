@@ -13,6 +13,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# ICU: the proxy compares text in ICU collations with the library the
+# shards' PostgreSQL uses (bookworm's ICU 72, as Debian's PostgreSQL).
+RUN apt-get update && apt-get install -y --no-install-recommends libicu-dev && rm -rf /var/lib/apt/lists/*
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/proxy ./cmd/proxy
 
 FROM debian:bookworm-slim
@@ -20,18 +23,16 @@ FROM debian:bookworm-slim
 # collation of the database's locale (strcoll_l), so the locales the shards
 # use must exist here too; add yours to /etc/locale.gen (en_US.UTF-8 below).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates locales \
+ && apt-get install -y --no-install-recommends ca-certificates locales libicu72 \
  && sed -i 's/^# *en_US.UTF-8/en_US.UTF-8/' /etc/locale.gen && locale-gen \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin shardgate \
  && install -d -o shardgate -g shardgate /var/lib/shardgate
 COPY --from=build /out/proxy /usr/local/bin/proxy
 USER shardgate
-# The working directory holds the two-phase commit decision log
-# (two_phase_commit_log, default ./shardgate-2pc.log): keep it on a volume so
-# that a restarted proxy can finish transactions left in doubt.
+# Two-phase commit decisions live on the shards (docs/two-phase-commit.md):
+# the proxy keeps nothing on disk.
 WORKDIR /var/lib/shardgate
-VOLUME /var/lib/shardgate
 # 6432: PostgreSQL clients (and the admin database).
 EXPOSE 6432
 # SIGTERM (docker stop) drains transactions for up to shutdown_timeout (30s
