@@ -158,7 +158,11 @@ func (o *Outer) statement(oids []uint32, typmods []int32) string {
 	if len(o.Inputs) > 0 {
 		b.WriteString(")")
 	}
-	b.WriteString(" AS (SELECT ")
+	// MATERIALIZED: the planner must not fold the inputs into the
+	// statement as constants — it would compute the select list's
+	// count(*) / count(x) of a group that HAVING drops, and fail where
+	// PostgreSQL, which never evaluates it, does not.
+	b.WriteString(" AS MATERIALIZED (SELECT ")
 	for k := range o.Inputs {
 		if k > 0 {
 			b.WriteString(", ")

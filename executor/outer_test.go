@@ -107,7 +107,7 @@ func TestMergeOuter(t *testing.T) {
 	if eval.calls != 4 {
 		t.Errorf("%d evaluations, want one per group", eval.calls)
 	}
-	wantQ := OuterQuery{SQL: "WITH __shardgate_in(i1) AS (SELECT $1) SELECT __shardgate_in.i1 + 1 FROM __shardgate_in",
+	wantQ := OuterQuery{SQL: "WITH __shardgate_in(i1) AS MATERIALIZED (SELECT $1) SELECT __shardgate_in.i1 + 1 FROM __shardgate_in",
 		ParamOIDs: []uint32{oidInt8}, ParamFormats: []int16{0}, ResultFormats: []int16{0}}
 	if !reflect.DeepEqual(eval.q, wantQ) {
 		t.Errorf("query %+v, want %+v", eval.q, wantQ)
@@ -179,10 +179,10 @@ func TestTypmodCast(t *testing.T) {
 func TestOuterStatement(t *testing.T) {
 	o := &Outer{SQL: "SELECT x", Inputs: []int{3, 1}}
 	got := o.statement([]uint32{oidVarchar, oidInt8}, []int32{24, -1})
-	if want := "WITH __shardgate_in(i1, i2) AS (SELECT $1::pg_catalog.varchar(20), $2) SELECT x"; got != want {
+	if want := "WITH __shardgate_in(i1, i2) AS MATERIALIZED (SELECT $1::pg_catalog.varchar(20), $2) SELECT x"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if got := (&Outer{SQL: "SELECT FROM __shardgate_in WHERE random() > 0.5"}).statement(nil, nil); got != "WITH __shardgate_in AS (SELECT ) SELECT FROM __shardgate_in WHERE random() > 0.5" {
+	if got := (&Outer{SQL: "SELECT FROM __shardgate_in WHERE random() > 0.5"}).statement(nil, nil); got != "WITH __shardgate_in AS MATERIALIZED (SELECT ) SELECT FROM __shardgate_in WHERE random() > 0.5" {
 		t.Errorf("no inputs: %q", got)
 	}
 }

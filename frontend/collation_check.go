@@ -368,11 +368,13 @@ func (q *orderQuestion) exprCollations(ctx context.Context, need, ks []int, info
 	exprs := make([]string, len(ks))
 	for i, k := range ks {
 		n = max(n, need[k]+1)
-		exprs[i] = fmt.Sprintf("pg_catalog.pg_collation_for(sg_r.c%d)::pg_catalog.regcollation::pg_catalog.oid", need[k]+1)
+		exprs[i] = fmt.Sprintf("pg_catalog.pg_collation_for(sg_r.sg_c%d)::pg_catalog.regcollation::pg_catalog.oid", need[k]+1)
 	}
+	// Only the first n columns are renamed: names the client's later
+	// columns are unlikely to have.
 	aliases := make([]string, n)
 	for i := range aliases {
-		aliases[i] = "c" + strconv.Itoa(i+1)
+		aliases[i] = "sg_c" + strconv.Itoa(i+1)
 	}
 	sql := `SELECT u.o, ` + collColumns + `
   FROM (SELECT ARRAY[` + strings.Join(exprs, ", ") + `] AS a

@@ -205,7 +205,7 @@ type Merge struct {
 //
 // The executor prepares it on one shard as
 //
-//	WITH __shardgate_in(i1, …, in) AS (SELECT $1, …, $n) <SQL>
+//	WITH __shardgate_in(i1, …, in) AS MATERIALIZED (SELECT $1, …, $n) <SQL>
 //
 // with parameter k of the type and format of the shards' column
 // Inputs[k-1] (an avg's as avg's result: numeric, or float8 over floats),

@@ -46,7 +46,8 @@ func (b *builder) hiddenOrder(k orderKind) string {
 	e := b.anyExpr()
 	if k == orderGrouped {
 		// Not aggOutput: a failing expression here would meet a HAVING
-		// chosen before it (gapHavingFailure).
+		// chosen before it, and whether PostgreSQL evaluates the sort key
+		// of a group that HAVING drops depends on its plan.
 		e = b.aggregate()
 	}
 	b.compares(e)

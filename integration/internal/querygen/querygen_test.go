@@ -189,7 +189,6 @@ func envUint(t *testing.T, name string, def uint64) uint64 {
 // difference with it.
 func TestGapsSwitch(t *testing.T) {
 	gaps := map[string]func(Case) bool{
-		gapProbeAlias:  func(c Case) bool { return strings.Contains(c.SQL, " AS c1") },
 		gapSumInterval: func(c Case) bool { return strings.Contains(c.SQL, "sum(a.iv)") },
 	}
 	for gap, shows := range gaps {
