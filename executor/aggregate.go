@@ -35,9 +35,18 @@ func (m *Merger) aggregate(sources []Rows) error {
 	// one row, so there is always one group.
 	var order []*group
 	var err error
-	if len(m.spec.SortedBy) > 0 {
-		order, err = m.collectSorted(sources)
-	} else {
+	switch {
+	case len(m.spec.SortedBy) > 0 && len(m.spec.OrderBy) == 0 && len(m.spec.DistinctOn) == 0 &&
+		!(grouped && m.spec.Distinct) && m.spec.Outer == nil:
+		// The shards' rows arrive by group and nothing reorders the
+		// groups: each is sent once complete, so the merge holds one
+		// group at a time (a grouped string_agg holds one group's
+		// string, not the whole answer).
+		_, err = m.collectSorted(sources, m.emitGroup)
+		return err
+	case len(m.spec.SortedBy) > 0:
+		order, err = m.collectSorted(sources, nil)
+	default:
 		order, err = m.collect(sources, keyCols, distinctOn)
 	}
 	if err != nil {
@@ -64,6 +73,16 @@ func (m *Merger) aggregate(sources []Rows) error {
 		order = m.distinctGroups(order)
 	}
 	return m.emitGroups(order)
+}
+
+// emitGroup completes group g and sends it unless HAVING drops it.
+func (m *Merger) emitGroup(g *group) error {
+	kept, err := m.finish([]*group{g})
+	if err != nil || len(kept) == 0 {
+		return err
+	}
+	_, err = m.emit(kept[0].cols)
+	return err
 }
 
 // finish completes each group's avg columns and drops the groups that

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/shardgate/shardgate/wire"
@@ -295,4 +297,55 @@ func FuzzCollect(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGroupsStreamed: groups that arrive sorted by their key and that
+// nothing reorders are sent as each completes, not once every shard has
+// finished, so that a grouped string_agg holds one group at a time: by the
+// time the shards are half read, the sink has rows.
+func TestGroupsStreamed(t *testing.T) {
+	cols := []Column{{Name: "g", OID: oidInt8}, {Name: "string_agg", OID: oidText}, {Name: "sep", OID: oidText}, {Name: "y", OID: oidInt4}}
+	spec := Spec{Limit: -1, GroupBy: []int{0}, Visible: 2,
+		SortedBy: []SortKey{{Col: 0}, {Col: 3}},
+		Aggs:     []Agg{{Col: 1, Kind: AggStringAgg, SepCol: 2}}}
+	value := strings.Repeat("x", 1000)
+	shard := func(part int) [][]string {
+		var rows [][]string
+		for g := range 200 {
+			rows = append(rows, []string{strconv.Itoa(g), value, ",", strconv.Itoa(part)})
+		}
+		return rows
+	}
+	var sink bytes.Buffer
+	m, err := NewMerger(spec, cols, &sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := &rowsOf{rows: shard(0)}, &rowsOf{rows: shard(1)}
+	sentEarly := -1
+	watch := watchedRows{Rows: b, at: 100, seen: func() { sentEarly = sink.Len() }}
+	if _, err := m.Run([]Rows{a, &watch}); err != nil {
+		t.Fatal(err)
+	}
+	if sentEarly <= 0 {
+		t.Errorf("nothing was sent before the shards were half read (%d bytes)", sentEarly)
+	}
+	got := decode(t, sink.Bytes())
+	if len(got) != 200 || got[199][0] != "199" || got[0][1] != value+","+value {
+		t.Fatalf("%d groups, last %v", len(got), got[len(got)-1][0])
+	}
+}
+
+// watchedRows calls seen when row at is read.
+type watchedRows struct {
+	Rows
+	n, at int
+	seen  func()
+}
+
+func (w *watchedRows) Next() ([]byte, error) {
+	if w.n++; w.n == w.at {
+		w.seen()
+	}
+	return w.Rows.Next()
 }

@@ -16,7 +16,7 @@ import (
 // after, as for any grouped query: never a set of the values.
 
 // collectSorted reads every shard's sorted rows into groups, in order.
-func (m *Merger) collectSorted(sources []Rows) ([]*group, error) {
+func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*group, error) {
 	keys := make([]int, len(m.spec.SortedBy))
 	for i, k := range m.spec.SortedBy {
 		if k.Col < 0 || k.Col >= len(m.cols) {
@@ -59,8 +59,15 @@ func (m *Merger) collectSorted(sources []Rows) ([]*group, error) {
 			return nil, err
 		}
 		if !same {
+			if done != nil && g != nil {
+				if err := done(g); err != nil {
+					return nil, err
+				}
+			}
 			g = newGroup(c.cols)
-			order = append(order, g)
+			if done == nil {
+				order = append(order, g)
+			}
 			if err := m.initGroup(g); err != nil {
 				return nil, err
 			}
@@ -94,14 +101,19 @@ func (m *Merger) collectSorted(sources []Rows) ([]*group, error) {
 	if h.err != nil {
 		return nil, h.err
 	}
-	if len(order) == 0 && len(m.spec.GroupBy) == 0 {
+	if g == nil && len(m.spec.GroupBy) == 0 {
 		// An aggregate without GROUP BY has one row, even over no rows;
 		// shards grouping by the DISTINCT value return none.
-		g, err := m.emptyGroup()
-		if err != nil {
+		var err error
+		if g, err = m.emptyGroup(); err != nil {
 			return nil, err
 		}
-		order = append(order, g)
+		if done == nil {
+			order = append(order, g)
+		}
+	}
+	if done != nil && g != nil {
+		return nil, done(g)
 	}
 	return order, nil
 }
