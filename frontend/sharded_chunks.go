@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"encoding/binary"
+	"iter"
 	"strconv"
 	"strings"
 
@@ -36,7 +37,6 @@ type bufferedRows struct {
 	rows [][]byte // DataRow messages, whole
 	tag  string   // the command tag of the whole result, "SELECT 1000"
 	err  error    // the error after the last row, if the statement failed
-	over bool     // rows beyond maxChunkedResult were dropped
 }
 
 // errChunkedTooLarge answers a portal whose rows the proxy could not keep.
@@ -57,26 +57,37 @@ type rowRecorder struct {
 }
 
 func (r *rowRecorder) Write(msgs []byte) (int, error) {
-	n := len(msgs)
-	for len(msgs) >= 5 {
-		l := 1 + int(binary.BigEndian.Uint32(msgs[1:5]))
-		if l > len(msgs) {
-			break // the merger writes whole messages
-		}
-		m := msgs[:l]
-		msgs = msgs[l:]
-		if m[0] != 'D' {
-			r.c.toClient(m)
-			continue
-		}
-		r.size += len(m)
-		if r.size > maxChunkedResult {
-			r.over = true
-			continue
-		}
-		r.b.rows = append(r.b.rows, append([]byte(nil), m...))
+	for m := range messages(msgs) {
+		r.record(m)
 	}
-	return n, nil
+	return len(msgs), nil
+}
+
+// record keeps DataRow m, or sends any other message to the client.
+func (r *rowRecorder) record(m []byte) {
+	if m[0] != 'D' {
+		r.c.toClient(m)
+		return
+	}
+	r.size += len(m)
+	if r.size > maxChunkedResult {
+		r.over = true
+		return
+	}
+	r.b.rows = append(r.b.rows, append([]byte(nil), m...))
+}
+
+// messages yields the whole messages of b, which the merger writes.
+func messages(b []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(b) >= 5 {
+			l := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+			if l > len(b) || !yield(b[:l]) {
+				return
+			}
+			b = b[l:]
+		}
+	}
 }
 
 // execManyChunked runs portal p on several shards for an Execute with a

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"encoding/binary"
 	"errors"
 	"iter"
 	"slices"
@@ -64,10 +63,9 @@ type portalStream struct {
 	name   string // the client's portal
 	shards []int
 	mode   streamMode
-	limit  int // rows the current Execute returns (0: all)
-	sent   int // rows it has returned
-	kept   *bufferedRows
-	size   int // bytes kept
+	limit  int          // rows the current Execute returns (0: all)
+	sent   int          // rows it has returned
+	kept   *rowRecorder // streamKeep: the rows for the portal's next Executes
 	yield  func(struct{}) bool
 	next   func() (struct{}, bool)
 	stop   func()
@@ -84,35 +82,21 @@ var errStreamStopped = errors.New("stream stopped")
 // Write is the merge's sink: DataRows go where the mode says; the others
 // (RowDescription, notices) to the client.
 func (st *portalStream) Write(msgs []byte) (int, error) {
-	n := len(msgs)
-	for len(msgs) >= 5 {
-		l := 1 + int(binary.BigEndian.Uint32(msgs[1:5]))
-		if l > len(msgs) {
-			break // the merger writes whole messages
-		}
-		m := msgs[:l]
-		msgs = msgs[l:]
-		if m[0] != 'D' {
+	for m := range messages(msgs) {
+		switch {
+		case st.mode == streamKeep:
+			st.kept.record(m)
+		case m[0] != 'D':
 			st.c.toClient(m)
-			continue
-		}
-		switch st.mode {
-		case streamLive:
+		case st.mode == streamLive:
 			st.c.toClient(m)
 			st.sent++
 			if st.limit > 0 && st.sent == st.limit && !st.yield(struct{}{}) {
-				return n, errStreamStopped
+				return len(msgs), errStreamStopped
 			}
-		case streamKeep:
-			st.size += len(m)
-			if st.size > maxChunkedResult {
-				st.kept.over = true
-				continue
-			}
-			st.kept.rows = append(st.kept.rows, append([]byte(nil), m...))
 		}
 	}
-	return n, nil
+	return len(msgs), nil
 }
 
 // execManyStreamed runs read portal p (the client's portal name) on
@@ -206,7 +190,7 @@ func (c *client) settleStream(mode streamMode) {
 	c.stream, st.p.stream = nil, nil
 	st.mode = mode
 	if mode == streamKeep {
-		st.kept = &bufferedRows{}
+		st.kept = &rowRecorder{c: c, b: &bufferedRows{}}
 	}
 	st.next() // only a live stream pauses: this runs it to its end
 	st.stop()
@@ -214,9 +198,9 @@ func (c *client) settleStream(mode streamMode) {
 		st.p.suspended = false
 		return
 	}
-	kept := st.kept
+	kept := st.kept.b
 	kept.tag, kept.err = c.gatherMany(st.tag, st.err)
-	if kept.over && kept.err == nil {
+	if st.kept.over && kept.err == nil {
 		kept.err = errChunkedTooLarge()
 	}
 	st.p.chunks = kept
