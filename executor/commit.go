@@ -84,6 +84,13 @@ func (s *Session) Commit(shards []int) error {
 	if failure == nil {
 		c.at("prepared")
 		failure = s.decide(g)
+		if e, ok := failure.(*wire.Error); ok && e.Code == wire.TransactionResolutionUnknown {
+			// The coordinator may have committed: its answer is what was
+			// lost. The prepared shards stay for the resolver, which
+			// learns the outcome from the coordinator's commit log.
+			s.Rollback()
+			return failure
+		}
 	}
 	if failure != nil {
 		s.undo(prepared)

@@ -33,7 +33,8 @@ type backend struct {
 	status  byte
 	queries []string
 	failOn  string
-	broken  bool // every write fails
+	breakOn string // a Query containing it, and every write after it, fails
+	broken  bool   // every write fails
 	id      int  // the shard, in the rows it returns
 	copying bool // in COPY FROM STDIN
 	copied  []byte
@@ -62,6 +63,11 @@ func (b *backend) Write(p []byte) (int, error) {
 		}
 		typ, body := b.in[0], b.in[5:1+n]
 		b.in = b.in[1+n:]
+		if typ == 'Q' && b.breakOn != "" && strings.Contains(string(body), b.breakOn) {
+			b.queries = append(b.queries, string(bytes.TrimRight(body, "\x00")))
+			b.broken = true // it ran; its answer is lost
+			return len(p), nil
+		}
 		switch typ {
 		case 'Q':
 			b.query(string(bytes.TrimRight(body, "\x00")))
@@ -264,6 +270,26 @@ func TestSessionPrepareFailureRollsBack(t *testing.T) {
 	}
 	if q1 := b[1].sent(); q1[len(q1)-1] != "ROLLBACK" {
 		t.Errorf("shard 1 got %q, want ROLLBACK", q1)
+	}
+}
+
+// TestSessionCommitOutcomeUnknown: when the coordinator's connection is
+// lost in its COMMIT PREPARED, the transaction may have committed: the
+// client gets 08007 and the other shards stay prepared for the resolver,
+// never rolled back.
+func TestSessionCommitOutcomeUnknown(t *testing.T) {
+	s, b := testSession(t, 2)
+	b[0].breakOn = "COMMIT PREPARED"
+	s.Begin("BEGIN")
+	runOn(t, s, 0, "UPDATE a")
+	runOn(t, s, 1, "UPDATE b")
+	_, _, err := s.End(true)
+	if e, ok := wire.AsError(err); !ok || e.Code != wire.TransactionResolutionUnknown {
+		t.Fatalf("End: %v, want 08007", err)
+	}
+	q1 := b[1].sent()
+	if last := q1[len(q1)-1]; !strings.HasPrefix(last, "PREPARE TRANSACTION") {
+		t.Errorf("shard 1's last statement is %q, want its PREPARE TRANSACTION (left for the resolver)", last)
 	}
 }
 
