@@ -65,13 +65,14 @@ var mayImport = map[string][]string{
 	"internal/pgtest":                 nil,
 	"integration":                     nil,
 	"integration/internal/crashproxy": {"internal/proxy", "config"},
+	"integration/internal/faultnet":   nil,
 	"conformance":                     {"internal/pgtest"},
 	"wire/internal/gencodes":          nil, // go generate: writes wire/codes_gen.go
 }
 
 // testOnly are the packages of tests and tools. Of the production packages
 // only cmd/proxy (for proxy demo) reaches one, internal/pgtest.
-var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "conformance", "wire/internal/gencodes"}
+var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/faultnet", "conformance", "wire/internal/gencodes"}
 
 // TestDependencies checks every import of every package of the module
 // against mayImport, that mayImport itself points one way (no cycle), and
