@@ -77,10 +77,7 @@ func (r *Relay) pump(p *pair, i int, src, dst net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			delay, hole := r.faults(i)
-			if hole {
-				p.lost.Store(true)
-			} else {
+			if delay, drop := r.admit(p, i); !drop {
 				q <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay)}
 			}
 		}

@@ -212,9 +212,16 @@ func (r *Relay) serve(c net.Conn) {
 	r.mu.Unlock()
 }
 
-// faults returns the current delay and blackhole of direction i.
-func (r *Relay) faults(i int) (time.Duration, bool) {
+// admit returns the delay of a chunk that pump read for p in direction
+// i, or drop if a blackhole swallows it. It marks p as having lost bytes
+// under r.mu, so that a lift of the blackhole (SetBlackhole) either sees
+// the mark and cuts p or comes before the chunk and lets it through.
+func (r *Relay) admit(p *pair, i int) (delay time.Duration, drop bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.delay[i], r.blackhole[i]
+	if r.blackhole[i] {
+		p.lost.Store(true)
+		return 0, true
+	}
+	return r.delay[i], false
 }

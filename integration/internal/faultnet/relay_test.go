@@ -283,14 +283,15 @@ func TestRelayTargetDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	// The reset may come before the dial returns, or after.
 	c, err := net.Dial("tcp", r.Addr())
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-		t.Fatalf("read with the target down: %v, want the connection reset", err)
+	if err == nil || isTimeout(err) {
+		t.Fatalf("a connection with the target down: %v, want it reset", err)
 	}
 }
 
