@@ -179,11 +179,12 @@ type chaosTransferer struct {
 	rng      *rand.Rand
 
 	outcomes map[int64]chaosOutcome // owned by run until it returns
+	notes    map[int64]string       // when each transfer ended, and its error
 	errs     map[string]int         // the errors seen, by kind
 }
 
 func (w *chaosTransferer) run(stop <-chan struct{}) {
-	w.outcomes, w.errs = map[int64]chaosOutcome{}, map[string]int{}
+	w.outcomes, w.errs, w.notes = map[int64]chaosOutcome{}, map[string]int{}, map[int64]string{}
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -212,6 +213,7 @@ func (w *chaosTransferer) run(stop <-chan struct{}) {
 		delta := int64(1 - 2*w.rng.IntN(2))
 		o, err := chaosTransfer(conn, tid, x, y, delta)
 		w.outcomes[tid] = o
+		w.notes[tid] = fmt.Sprintf("%v at %s, error %v", o, time.Now().UTC().Format("15:04:05.000"), err)
 		if err != nil {
 			w.errs[fmt.Sprintf("%v: %s", o, chaosErrKind(err))]++
 			if conn.IsClosed() || sqlstate(err) == "" {
@@ -287,10 +289,11 @@ func chaosCheckTwoPhase(t *testing.T, cl *pgtest.Cluster, accounts [2][]int64, w
 		}
 		return len(left) == 0
 	})
-	outcomes, counts := map[int64]chaosOutcome{}, map[chaosOutcome]int{}
+	outcomes, counts, notes := map[int64]chaosOutcome{}, map[chaosOutcome]int{}, map[int64]string{}
 	for _, w := range workers {
 		for tid, o := range w.outcomes {
 			outcomes[tid] = o
+			notes[tid] = w.notes[tid]
 			counts[o]++
 		}
 		t.Logf("client %d errors: %v", w.id, w.errs)
@@ -300,7 +303,7 @@ func chaosCheckTwoPhase(t *testing.T, cl *pgtest.Cluster, accounts [2][]int64, w
 	for tid, n := range rows {
 		applied++
 		if n != [2]int{1, 1} {
-			t.Errorf("transfer %d has %d ledger rows on shard 0 and %d on shard 1, want one on each", tid, n[0], n[1])
+			t.Errorf("transfer %d has %d ledger rows on shard 0 and %d on shard 1, want one on each; its client: %s", tid, n[0], n[1], notes[tid])
 		}
 		switch o, ok := outcomes[tid]; {
 		case !ok:
