@@ -65,6 +65,7 @@ var mayImport = map[string][]string{
 	"internal/pgtest":                 nil,
 	"integration":                     nil,
 	"integration/internal/crashproxy": {"internal/proxy", "config"},
+	"integration/internal/faultnet":   nil,
 	"integration/internal/querygen":   nil,
 	"conformance":                     {"internal/pgtest"},
 	"wire/internal/gencodes":          nil, // go generate: writes wire/codes_gen.go
@@ -72,7 +73,7 @@ var mayImport = map[string][]string{
 
 // testOnly are the packages of tests and tools. Of the production packages
 // only cmd/proxy (for proxy demo) reaches one, internal/pgtest.
-var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/querygen", "conformance", "wire/internal/gencodes"}
+var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/faultnet", "integration/internal/querygen", "conformance", "wire/internal/gencodes"}
 
 // TestDependencies checks every import of every package of the module
 // against mayImport, that mayImport itself points one way (no cycle), and

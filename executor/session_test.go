@@ -35,8 +35,8 @@ type backend struct {
 	failOn  string
 	breakOn string // a Query containing it, and every write after it, fails
 	broken  bool   // every write fails
-	id      int  // the shard, in the rows it returns
-	copying bool // in COPY FROM STDIN
+	id      int    // the shard, in the rows it returns
+	copying bool   // in COPY FROM STDIN
 	copied  []byte
 }
 

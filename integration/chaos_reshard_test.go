@@ -1,0 +1,322 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/integration/internal/faultnet"
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
+
+// TestChaosReshard runs COPY_DATA app app_new (one source shard, two
+// destination shards, each behind its own faultnet relay) in one proxy
+// process, and CUTOVER at 60 % of the run, while a writer inserts and
+// updates rows on the source directly and a seeded schedule cuts,
+// blackholes, delays and refuses the relays' connections (the task's
+// copy, replication and cutover connections among them) and stops, kills
+// and restarts the proxy. With the faults lifted and the writer stopped,
+// CUTOVER is asked until it succeeds; the task must finish, and then:
+//
+//   - the destination holds the source's rows: equal counts and checksums;
+//   - every row is on the destination shard the sharding rule names;
+//   - every insert the source acknowledged is there exactly once;
+//   - no replication slot or publication is left on the source, and no
+//     subscription, replication origin, prepared transaction or
+//     bookkeeping schema anywhere.
+//
+// The environment variables are TestChaosTwoPhase's.
+func TestChaosReshard(t *testing.T) {
+	bin := buildProxy(t)
+	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
+	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
+	for _, seed := range chaosSeeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			opts := faultnet.Options{Run: run, Shards: 3, Proxies: []int{0}, PostgresRestarts: restarts}
+			chaosReplay(t, "TestChaosReshard", seed, opts)
+			t.Logf("CHAOS_SEED=%d", seed)
+			chaosReshardRun(t, bin, seed, opts)
+		})
+	}
+}
+
+// chaosReshardDBs are the source shard and the two destination shards, in
+// the order of their relays.
+var chaosReshardDBs = [3]string{"app_0", "app_new_0", "app_new_1"}
+
+func chaosReshardRun(t *testing.T, bin string, seed uint64, opts faultnet.Options) {
+	ctx := context.Background()
+	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10", "max_prepared_transactions": "20",
+	}})
+	for _, db := range chaosReshardDBs {
+		if err := cl.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Exec(ctx, "app_0", `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil {
+		t.Fatal(err)
+	}
+	rig := &chaosRig{cl: cl}
+	var shards []string
+	for _, db := range chaosReshardDBs {
+		rl, err := faultnet.Listen(fmt.Sprintf("%s:%d", cl.Host, cl.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rl.Close() })
+		rig.relays = append(rig.relays, rl)
+		shards = append(shards, fmt.Sprintf("{ host: 127.0.0.1, port: %d, database: %s }", rl.Port(), db))
+	}
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	path := filepath.Join(dir, "shardgate.yaml")
+	cfg := reshardYAML(processHead(addr, dir), cl, accountsRule, shards[:1], shards[1:])
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &chaosProxyProc{bin: bin, addr: addr, config: path}
+	p.start(t)
+	rig.proxies = []*chaosProxyProc{p}
+	adminURL := fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", addr)
+	if _, err := adminPgx(connect(t, adminURL), "COPY_DATA app app_new"); err != nil {
+		t.Fatal(err)
+	}
+
+	w := &chaosSourceWriter{dsn: cl.DSN("app_0"), rng: rand.New(rand.NewPCG(seed, 1))}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.run(stop) }()
+	s := faultnet.Plan(seed, opts)
+	t.Logf("chaos: %d events over %v", len(s), opts.Run)
+	// CUTOVER comes at 60 % of the run, under the faults still to come;
+	// it may abort (the task streams on), and is asked again after them.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-time.After(opts.Run * 6 / 10):
+		case <-stop:
+			return
+		}
+		_, err := chaosCutover(adminURL)
+		t.Logf("CUTOVER during the faults: %v", err)
+	}()
+	rig.play(t, s, opts.Run)
+	close(stop)
+	wg.Wait()
+	eventually(t, 60*time.Second, "a CUTOVER after the faults to succeed", func() bool {
+		done, err := chaosCutover(adminURL)
+		if err != nil {
+			t.Logf("CUTOVER after the faults: %v", err)
+		}
+		return done || chaosCutOver(t, path)
+	})
+	t.Logf("source writer: %d inserts acknowledged, %d writes failed, the last with %v", len(w.acked), w.failed, w.lastErr)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryStrings(t, connect(t, cl.DSN("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
+		}
+	})
+	chaosWaitTask(t, p, adminURL, 90*time.Second)
+	if p.exited() {
+		t.Fatalf("the proxy exited on its own:\n%s", p.current().log.String())
+	}
+	chaosCheckReshard(t, cl, w.acked)
+}
+
+// chaosSourceWriter writes on the source shard directly, as an
+// application that bypasses the proxy during the copy would: new rows
+// (recording the acknowledged ones) and updates of existing ones. Writes
+// fail once the cutover fences the source.
+type chaosSourceWriter struct {
+	dsn string
+	rng *rand.Rand
+
+	acked   []int64 // owned by run until it returns
+	failed  int
+	lastErr error
+}
+
+func (w *chaosSourceWriter) run(stop <-chan struct{}) {
+	ctx := context.Background()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+	}()
+	for id := int64(100001); ; id++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if conn == nil {
+			c, err := pgx.Connect(ctx, w.dsn)
+			if err != nil {
+				w.failed++
+				time.Sleep(20 * time.Millisecond) // a back-off between attempts, not a synchronisation
+				continue
+			}
+			conn = c
+		}
+		_, err := conn.Exec(ctx, "INSERT INTO accounts VALUES ($1, 1)", id)
+		if err == nil {
+			w.acked = append(w.acked, id)
+			_, err = conn.Exec(ctx, "UPDATE accounts SET balance = balance + 1 WHERE id = $1", 1+w.rng.Int64N(100000))
+		}
+		if err != nil {
+			w.failed++
+			w.lastErr = err
+			conn.Close(ctx)
+			conn = nil
+		}
+		time.Sleep(2 * time.Millisecond) // pace the writer; not synchronisation
+	}
+}
+
+// chaosWaitTask polls SHOW TASKS through a new admin connection each time
+// (the proxy may have been restarted) until the task is done; a failed
+// task, or one not done in time, fails the test with the proxy's log.
+func chaosWaitTask(t *testing.T, p *chaosProxyProc, adminURL string, timeout time.Duration) {
+	t.Helper()
+	var last []string
+	deadline := time.Now().Add(timeout)
+	for {
+		state, row := chaosTaskState(t, adminURL)
+		if row != nil {
+			last = row
+		}
+		switch {
+		case state == "done", state == "" && row == nil && chaosCutOver(t, p.config):
+			t.Logf("task: %v", last)
+			return
+		case state == "failed", time.Now().After(deadline):
+			log := p.current().log.String()
+			t.Fatalf("the task is not done after %v: %v\nproxy log (end):\n%s", timeout, last, log[max(0, len(log)-6000):])
+		}
+		time.Sleep(50 * time.Millisecond) // polling SHOW TASKS
+	}
+}
+
+// chaosCutover runs CUTOVER through a new admin connection; done is
+// false if it could not run it (the proxy restarting, say) or the cutover
+// aborted.
+func chaosCutover(adminURL string) (done bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return false, err
+	}
+	defer adm.Close(ctx)
+	if _, err := adm.Exec(ctx, "CUTOVER", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// chaosCutOver reports whether the config file gives app the destination
+// shards: a proxy process killed after its task finished leaves no task
+// for SHOW TASKS to list in the next one.
+func chaosCutOver(t *testing.T, path string) bool {
+	return len(loadConfig(t, path).Database("app").Shards) == 2
+}
+
+// chaosTaskState is the state and SHOW TASKS row of the first task, or ""
+// if the proxy does not answer.
+func chaosTaskState(t *testing.T, adminURL string) (string, []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", nil
+	}
+	defer adm.Close(ctx)
+	tb, err := adminPgx(adm, "SHOW TASKS")
+	if err != nil || len(tb.rows) == 0 {
+		return "", nil
+	}
+	return tb.rows[0][tb.col(t, "state")], tb.rows[0]
+}
+
+// chaosCheckReshard compares the destination with the source and looks
+// for anything the task left behind (TestChaosReshard).
+func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked []int64) {
+	t.Helper()
+	ctx := context.Background()
+	const sum = "SELECT count(*), coalesce(sum(balance), 0), coalesce(sum(hashtext(id || ':' || balance)), 0) FROM accounts"
+	var want, got [3]int64
+	src := connect(t, cl.DSN("app_0"))
+	if err := src.QueryRow(ctx, sum).Scan(&want[0], &want[1], &want[2]); err != nil {
+		t.Fatal(err)
+	}
+	copies := map[int64]int{}
+	for k, db := range chaosReshardDBs[1:] {
+		d := connect(t, cl.DSN(db))
+		var n [3]int64
+		if err := d.QueryRow(ctx, sum).Scan(&n[0], &n[1], &n[2]); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i] += n[i]
+		}
+		r, err := d.Query(ctx, "SELECT id FROM accounts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		misplaced := 0
+		for _, id := range ids {
+			copies[id]++
+			if hashShard(id, 2) != k {
+				misplaced++
+			}
+		}
+		if misplaced > 0 {
+			t.Errorf("%s holds %d rows that the rule puts on the other shard", db, misplaced)
+		}
+	}
+	if got != want {
+		t.Errorf("destination count, balance sum and checksum %v; the source's %v", got, want)
+	}
+	for _, id := range acked {
+		if copies[id] != 1 {
+			t.Errorf("acknowledged insert %d has %d copies on the destination, want 1", id, copies[id])
+		}
+	}
+	chaosCheckLeftovers(t, cl)
+}
+
+// chaosCheckLeftovers fails t for every replication slot, publication,
+// subscription, replication origin or prepared transaction left on cl.
+func chaosCheckLeftovers(t *testing.T, cl *pgtest.Cluster) {
+	t.Helper()
+	for _, db := range chaosReshardDBs {
+		d := connect(t, cl.DSN(db))
+		for _, q := range []string{
+			"SELECT 'slot ' || slot_name FROM pg_replication_slots",
+			"SELECT 'publication ' || pubname FROM pg_publication",
+			"SELECT 'subscription ' || subname FROM pg_subscription",
+			"SELECT 'origin ' || roname FROM pg_replication_origin",
+			"SELECT 'prepared transaction ' || gid FROM pg_prepared_xacts",
+			"SELECT 'schema ' || nspname FROM pg_namespace WHERE nspname = 'shardgate_reshard'",
+		} {
+			for _, left := range chaosQueryStrings(t, d, q) {
+				t.Errorf("%s: %s left behind", db, left)
+			}
+		}
+	}
+}
