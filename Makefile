@@ -64,3 +64,11 @@ random-diff-soak:
 		RANDOM_DIFF_SEED=$$s RANDOM_DIFF_QUERIES=$${RANDOM_DIFF_QUERIES:-1000} $(GO) test -count=1 -run 'TestRndDifferential$$' ./integration >/dev/null || \
 			{ echo "random-diff-soak: seed $$s failed; replay with RANDOM_DIFF_SEED=$$s $(GO) test -count=1 -v -run 'TestRndDifferential$$' ./integration"; exit 1; }; \
 	done; echo "random-diff-soak: $${RANDOM_DIFF_SEEDS:-20} seeds passed"
+
+# Seeded fault-injection runs (integration/chaos_*_test.go), SEEDS of them
+# (default 10) of CHAOS_SECONDS each (default 15), PostgreSQL restarts
+# included; make test runs one seed of 8 s. A failure prints its replay.
+.PHONY: chaos
+chaos:
+	CHAOS_SEEDS=$(or $(SEEDS),10) CHAOS_SECONDS=$(or $(CHAOS_SECONDS),15) CHAOS_PG_RESTARTS=1 \
+		$(GO) test -count=1 -timeout 0 -v -run 'TestChaos' ./integration/

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +54,26 @@ type proxyProcess struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan error
-	log  *strings.Builder
+	log  *syncLog
+}
+
+// syncLog is a process's output, written by the process's copying
+// goroutines while the test reads it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startProxyProcess starts bin (buildProxy or buildCrashProxy) with
@@ -61,7 +81,7 @@ type proxyProcess struct {
 func startProxyProcess(t testing.TB, bin, configPath, addr string, flags ...string) *proxyProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-config", configPath}, flags...)...)
-	var log strings.Builder
+	var log syncLog
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -110,12 +130,15 @@ databases:
 	return path
 }
 
-// preparedCount counts the prepared transactions on e's shards.
+// preparedCount counts the prepared transactions on e's shards; -1 when a
+// shard does not answer (so that a wait for 0 goes on).
 func preparedCount(e *shardedEnv) int {
 	n := 0
 	for _, d := range e.direct {
 		var k int
-		d.QueryRow(context.Background(), "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&k)
+		if err := d.QueryRow(context.Background(), "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()").Scan(&k); err != nil {
+			return -1
+		}
 		n += k
 	}
 	return n
