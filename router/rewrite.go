@@ -90,7 +90,10 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 // there (a LIMIT's as bigint): (CASE WHEN false THEN … END) IS NULL.
 func keptParams(sel *pg_query.SelectStmt) *pg_query.Node {
 	var terms []*pg_query.Node
-	if sel.HavingClause != nil && hasParam(sel.HavingClause) {
+	if sel.HavingClause != nil {
+		// Also without parameters: the shards analyze the HAVING where
+		// the client wrote it, so that a term PostgreSQL refuses there (a
+		// column neither grouped nor aggregated: 42803) fails as it would.
 		terms = append(terms, sel.HavingClause)
 	}
 	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {

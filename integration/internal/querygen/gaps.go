@@ -9,23 +9,14 @@ import "maps"
 const (
 	// gapSumInterval: sum(interval) across shards is refused:
 	// SELECT sum(iv) FROM items → 0A000 "cannot add partial aggregates of
-	// type OID 1186 across shards"; docs/routing.md lists sum as combined
-	// and does not refuse it.
+	// type OID 1186 across shards", a documented refusal (docs/routing.md
+	// "What is refused").
 	gapSumInterval = "sum-interval"
-	// gapHavingCollateKey: PostgreSQL does not match a COLLATE grouping
-	// key in HAVING with the GROUP BY's and raises 42803; the proxy,
-	// which does not send HAVING to the shards, answers rows:
-	// SELECT count(*) FROM items GROUP BY (vc COLLATE "C") HAVING
-	// (vc COLLATE "C") = 'b' → one row through the proxy, 42803 "column
-	// "a.vc" must appear in the GROUP BY clause or be used in an
-	// aggregate function" on PostgreSQL (vc is varchar(12)).
-	gapHavingCollateKey = "having-collate-key"
 )
 
 // knownGaps describes each gap the generator leaves out.
 var knownGaps = map[string]string{
-	gapSumInterval:      "sum(interval) across shards is refused (0A000)",
-	gapHavingCollateKey: "HAVING on a COLLATE grouping key: 42803 on PostgreSQL, rows through the proxy",
+	gapSumInterval: "sum(interval) across shards is refused (0A000)",
 }
 
 // KnownGaps returns the names of the constructs knownGaps excludes, with
