@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,13 +114,27 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 	rig.play(t, s, opts.Run)
 	close(stop)
 	wg.Wait()
-	eventually(t, 60*time.Second, "a CUTOVER after the faults to succeed", func() bool {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
 		done, err := chaosCutover(adminURL)
-		if err != nil {
-			t.Logf("CUTOVER after the faults: %v", err)
+		if done || chaosCutOver(t, path) {
+			break
 		}
-		return done || chaosCutOver(t, path)
-	})
+		if time.Now().After(deadline) {
+			var kept []string
+			for _, l := range strings.Split(p.current().log.String(), "\n") {
+				if !strings.Contains(l, "admin command failed") {
+					kept = append(kept, l)
+				}
+			}
+			log := strings.Join(kept, "\n")
+			d := connect(t, cl.DSN("app_new_0"))
+			t.Logf("tasks: %v", chaosQueryStrings(t, d, "SELECT t::text FROM shardgate_reshard.tasks t"))
+			t.Logf("advisory locks: %v", chaosQueryStrings(t, d, "SELECT l.pid::text || ' ' || coalesce(a.application_name, '') || ' ' || coalesce(a.state, '') || ' ' || coalesce(a.client_addr::text, '') || ':' || coalesce(a.client_port::text, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"))
+			t.Fatalf("no CUTOVER succeeded within 60s after the faults, the last: %v\nproxy log, admin failures left out (end):\n%s", err, log[max(0, len(log)-8000):])
+		}
+		time.Sleep(100 * time.Millisecond) // polling the admin database
+	}
 	t.Logf("source writer: %d inserts acknowledged, %d writes failed, the last with %v", len(w.acked), w.failed, w.lastErr)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -38,8 +38,9 @@ var errLeaseHeld = errors.New("another proxy runs this task")
 // lease is a held task lease.
 type lease struct {
 	once sync.Once
-	mu   sync.Mutex // guards conn, replaced when keep takes the lease again
+	mu   sync.Mutex // guards conn and pid, replaced when keep takes the lease again
 	conn *pgx.Conn
+	pid  uint32 // the backend of conn's session
 }
 
 // acquireLease takes the lease of task, or returns errLeaseHeld.
@@ -57,7 +58,34 @@ func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("task %s: %w", t.Name, errLeaseHeld)
 	}
-	return &lease{conn: conn}, nil
+	return &lease{conn: conn, pid: conn.PgConn().PID()}, nil
+}
+
+// reacquire takes the lease again after its session was lost. The old
+// session may outlive its connection for a moment on the server (the
+// server has not noticed the connection is gone): it is ended first, and
+// the lock is tried a few times, so that only another proxy's session
+// makes the lease lost.
+func (l *lease) reacquire(ctx context.Context, t *Task, old uint32) (*lease, error) {
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		var again *lease
+		if again, err = t.acquireLease(ctx); err == nil || !errors.Is(err, errLeaseHeld) {
+			return again, err
+		}
+		if conn, cerr := t.connectDest(ctx, 0); cerr == nil {
+			conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(old))
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}
+	return nil, err
 }
 
 // keep checks the lease of t every leaseRetry until ctx ends. When its
@@ -73,16 +101,16 @@ func (l *lease) keep(ctx context.Context, t *Task, lost func(error)) {
 		case <-tick.C:
 		}
 		l.mu.Lock()
-		conn := l.conn
+		conn, pid := l.conn, l.pid
 		l.mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, leaseRetry)
+		pctx, cancel := context.WithTimeout(ctx, 3*leaseRetry)
 		err := conn.Ping(pctx)
 		if err != nil && ctx.Err() == nil {
 			conn.Close(context.WithoutCancel(pctx))
 			var again *lease
-			if again, err = t.acquireLease(pctx); err == nil {
+			if again, err = l.reacquire(pctx, t, pid); err == nil {
 				l.mu.Lock()
-				l.conn = again.conn
+				l.conn, l.pid = again.conn, again.pid
 				l.mu.Unlock()
 			}
 		}

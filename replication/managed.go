@@ -322,7 +322,8 @@ func transient(err error) bool {
 	}
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
+	var lost *lostServerError
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || errors.As(err, &lost) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, pgconn.ErrConnClosed)
 }

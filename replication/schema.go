@@ -72,7 +72,12 @@ func (t *Task) dump(ctx context.Context, section string) (string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("replication: pg_dump %s of %s: %w: %s", section, shardDesc("source", t.src, 0), err, strings.TrimSpace(stderr.String()))
+		msg := strings.TrimSpace(stderr.String())
+		err = fmt.Errorf("replication: pg_dump %s of %s: %w: %s", section, shardDesc("source", t.src, 0), err, msg)
+		if dumpLostServer(msg) {
+			err = &lostServerError{err: err}
+		}
+		return "", err
 	}
 	var b strings.Builder
 	for line := range strings.Lines(string(out)) {
@@ -83,6 +88,26 @@ func (t *Task) dump(ctx context.Context, section string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// dumpLostServer reports whether pg_dump's messages say it lost, or
+// could not reach, its server (a retry can succeed), as libpq words it.
+func dumpLostServer(msg string) bool {
+	for _, s := range []string{"server closed the connection unexpectedly", "could not connect",
+		"Connection refused", "Connection reset", "connection to server", "terminating connection",
+		"the database system is", "timeout expired", "could not receive data", "could not send data"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// lostServerError is a failure of a tool (pg_dump) whose server went away:
+// transient.
+type lostServerError struct{ err error }
+
+func (e *lostServerError) Error() string { return e.err.Error() }
+func (e *lostServerError) Unwrap() error { return e.err }
 
 // pgDump finds pg_dump: in $PG_BINDIR, in the highest
 // /usr/lib/postgresql/*/bin (Debian's /usr/bin/pg_dump is a wrapper that may
