@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -20,18 +19,7 @@ type streamConn struct {
 
 func dialStream(t *testing.T, url string) *streamConn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	pc, err := pgconn.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hc.Conn.Close() })
-	return &streamConn{t: t, hc: hc}
+	return &streamConn{t: t, hc: hijack(t, url)}
 }
 
 // chunk sends msgs and reads to ReadyForQuery: the number of DataRows,

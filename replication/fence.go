@@ -62,15 +62,11 @@ func sameDatabase(db *config.Database, s int, other *config.Database) bool {
 // shardTarget is the server and database of shard i of db.
 func shardTarget(db *config.Database, i int) string {
 	sh := &db.Shards[i]
-	name := sh.Database
-	if name == "" {
-		name = db.Name
-	}
 	port := sh.Port
 	if port == 0 {
 		port = 5432
 	}
-	return fmt.Sprintf("%s:%d/%s", sh.Host, port, name)
+	return fmt.Sprintf("%s:%d/%s", sh.Host, port, shardDatabase(db, i))
 }
 
 // Fence makes the source shards refuse writes (see above); spare(s) are
