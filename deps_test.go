@@ -56,8 +56,13 @@ var mayImport = map[string][]string{
 	// its packages live there); cmd/proxy parses flags and loads the
 	// configuration. proxy demo starts its shards with internal/pgtest
 	// (DESIGN.md, section 2), the one production use of a test package.
-	"internal/proxy": top,
-	"cmd/proxy":      append([]string{"internal/proxy", "internal/pgtest"}, top...),
+	// cluster ties the proxies of a cluster together; it implements
+	// replication.Coordinator and follows cutovers with replication's
+	// config rewriting.
+	"cluster": {"config", "replication"},
+
+	"internal/proxy": append([]string{"cluster"}, top...),
+	"cmd/proxy":      append([]string{"internal/proxy", "internal/pgtest", "cluster"}, top...),
 
 	// Test and tooling packages: production packages never import them
 	// (testOnly). "." is this file's package, which has no other files.

@@ -71,6 +71,7 @@ func init() {
 			tag: "SHUTDOWN", run: (*Handler).shutdown},
 	}
 	specs = append(specs, reshardSpecs...) // reshard.go
+	specs = append(specs, clusterSpecs...) // cluster.go
 }
 
 // usages lists every command, for the hint of unknown commands.

@@ -27,6 +27,9 @@ type Handler struct {
 	// cutting over through this handler's Proxy is made on first use.
 	Tasks     *replication.Manager
 	tasksOnce sync.Once
+
+	// Cluster, when set, answers SHOW CLUSTER and SHOW TOPOLOGY.
+	Cluster Cluster
 }
 
 // New returns the admin handler for p. reload re-reads the configuration

@@ -1,6 +1,9 @@
 package config
 
-import "slices"
+import (
+	"regexp"
+	"slices"
+)
 
 // redacted replaces passwords in Redacted.
 const redacted = "<redacted>"
@@ -13,6 +16,7 @@ func (c *Config) Clone() *Config {
 	}
 	n := *c
 	n.TLS = clonePtr(c.TLS)
+	n.Cluster = clonePtr(c.Cluster)
 	n.Users = cloneEach(c.Users, func(u *User) {
 		u.Databases = slices.Clone(u.Databases)
 	})
@@ -59,6 +63,9 @@ func (c *Config) Redacted() *Config {
 		return nil
 	}
 	redact(&r.Admin.Password)
+	if r.Cluster != nil {
+		r.Cluster.Control = redactConnString(r.Cluster.Control)
+	}
 	for i := range r.Users {
 		redact(&r.Users[i].Password)
 		redact(&r.Users[i].ServerPassword)
@@ -69,6 +76,21 @@ func (c *Config) Redacted() *Config {
 		}
 	}
 	return r
+}
+
+// connPassword finds the password of a connection string: in a URL's
+// user info, or a password=… keyword.
+var connPassword = regexp.MustCompile(`(://[^:/@]*:)[^@]*@|(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactConnString replaces the password of a connection string.
+func redactConnString(s string) string {
+	return connPassword.ReplaceAllStringFunc(s, func(m string) string {
+		sub := connPassword.FindStringSubmatch(m)
+		if sub[1] != "" {
+			return sub[1] + redacted + "@"
+		}
+		return sub[2] + redacted
+	})
 }
 
 func redact(s *string) {

@@ -30,9 +30,30 @@ type Config struct {
 	TwoPhaseCommitLog string `yaml:"two_phase_commit_log"`
 	// NodeID (0–1023) goes into every shardgate.unique_id() this proxy
 	// generates, so that several proxies never hand out the same id.
-	NodeID    int        `yaml:"node_id"`
+	NodeID int `yaml:"node_id"`
+	// Cluster ties this proxy to the other proxies in front of the same
+	// databases (docs/cluster.md); nil: this proxy alone.
+	Cluster   *Cluster   `yaml:"cluster"`
 	Users     []User     `yaml:"users"`
 	Databases []Database `yaml:"databases"`
+}
+
+// Cluster is this proxy's place among the proxies in front of the same
+// databases: they share each database's topology (which shards a cutover
+// moved it to, with a generation number) through a PostgreSQL control
+// database, and a cutover pauses and switches all of them.
+type Cluster struct {
+	// Name identifies this proxy in the cluster; unique among the
+	// proxies. Default: the host name and the listen port.
+	Name string `yaml:"name"`
+	// Control is a PostgreSQL connection string (URL or key=value) of the
+	// control database; may hold ${ENV}. "" (default): shard 0 of the
+	// first database, with its first user's server credentials.
+	Control string `yaml:"control"`
+	// AckTimeout is how long a cutover waits for another proxy to answer
+	// its pause before it leaves that proxy out (default 2s); the fence on
+	// the old shards keeps a proxy left out from writing there.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
 }
 
 // AuthType is how the proxy authenticates clients.

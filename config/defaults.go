@@ -68,6 +68,7 @@ func (s *Shard) setDefaults()        { s.Port = defaultPort }
 func (r *Replica) setDefaults()      { r.Port = defaultPort }
 func (t *ShardedTable) setDefaults() { t.Function = defaultShardFunction }
 func (t *TLS) setDefaults()          { t.ServerSSLMode = SSLPrefer }
+func (c *Cluster) setDefaults()      { c.AckTimeout = 2 * time.Second }
 
 // ServerSSLMode returns the sslmode towards PostgreSQL servers: the one in
 // tls, or prefer when the file has no tls section.

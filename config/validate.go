@@ -65,6 +65,7 @@ func validate(c *Config, r *reporter, fromFile bool) {
 	v.tls()
 	v.enum("auth_type", string(c.AuthType), authTypes)
 	v.nodeID()
+	v.cluster()
 	v.users()
 	v.databases()
 }
@@ -255,6 +256,48 @@ func (v *validator) nodeID() {
 	if v.c.NodeID < 0 || v.c.NodeID > 1023 {
 		v.r.at("node_id", "must be between 0 and 1023, got %d", v.c.NodeID)
 	}
+}
+
+// maxClusterName keeps "shardgate-cluster:" + the name within
+// application_name's 63 bytes.
+const maxClusterName = 45
+
+// cluster checks the cluster section.
+func (v *validator) cluster() {
+	c := v.c.Cluster
+	if c == nil {
+		return
+	}
+	if len(c.Name) > maxClusterName {
+		v.r.at("cluster.name", "must be at most %d bytes, got %d", maxClusterName, len(c.Name))
+	}
+	for _, r := range c.Name {
+		if r < 0x21 || r > 0x7e {
+			v.r.at("cluster.name", "must be printable ASCII without spaces, got %q", c.Name)
+			break
+		}
+	}
+	if c.AckTimeout <= 0 {
+		v.r.at("cluster.ack_timeout", "must be positive, got %s", c.AckTimeout)
+	}
+}
+
+// ClusterName is this proxy's name in its cluster: cluster.name, or the
+// host name and the listen port.
+func (c *Config) ClusterName() string {
+	if c.Cluster != nil && c.Cluster.Name != "" {
+		return c.Cluster.Name
+	}
+	host, _ := os.Hostname()
+	port := c.Listen
+	if i := strings.LastIndexByte(port, ':'); i >= 0 {
+		port = port[i+1:]
+	}
+	name := host + ":" + port
+	if len(name) > maxClusterName {
+		name = name[len(name)-maxClusterName:]
+	}
+	return name
 }
 
 // readFile reads a small regular file named by option path.

@@ -11,6 +11,33 @@ import (
 	"github.com/shardgate/shardgate/config"
 )
 
+// Coordinator makes a cutover act on every proxy of a cluster
+// (cluster.Member implements it); Manager.Cluster nil: this proxy alone.
+type Coordinator interface {
+	// BeginCutover tells the other proxies to pause db; timeout bounds
+	// their drain as it bounds this proxy's.
+	BeginCutover(ctx context.Context, db string, timeout time.Duration) (ClusterCutover, error)
+}
+
+// ClusterCutover is one cutover across the cluster.
+type ClusterCutover interface {
+	// WaitPaused waits until every other live proxy paused the database
+	// (a proxy that does not answer at all is left out).
+	WaitPaused(ctx context.Context) error
+	// ServerPIDs lists the other proxies' server connections to shard of
+	// the source: the fence spares them.
+	ServerPIDs(shard int) []uint32
+	// Switch records the new generation — the database takes the shards
+	// of database from; before is its entry until now, next the
+	// configuration being installed. Its commit is the cutover's commit
+	// point: the other proxies follow it.
+	Switch(ctx context.Context, before *config.Database, from string, next *config.Config) error
+	// Abort tells the other proxies to resume on the source.
+	Abort(ctx context.Context, reason error)
+	// Close releases the cutover's control session.
+	Close()
+}
+
 // abortError is a cutover that gave up before the configuration changed:
 // traffic resumed on the source. streamStopped says whether the stream was
 // stopped already (the caller restarts it).
@@ -48,7 +75,11 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return pause
 	}
 	fenced := false
+	var cc ClusterCutover // nil: this proxy alone
 	abort := func(err error, stopped bool) error {
+		if cc != nil {
+			cc.Abort(ctx, err)
+		}
 		if fenced {
 			if ferr := t.Task.Unfence(context.WithoutCancel(ctx)); ferr != nil {
 				err = errors.Join(err, ferr)
@@ -66,13 +97,32 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return &abortError{err: err, streamStopped: stopped}
 	}
 	log.Info("cutover: pausing", "database", t.Source)
+	if c := t.m.Cluster; c != nil {
+		var err error
+		if cc, err = c.BeginCutover(cctx, t.Source, timeout); err != nil {
+			return abort(err, false)
+		}
+		defer cc.Close()
+	}
 	if err := g.Pause(cctx, t.Source); err != nil {
 		return abort(fmt.Errorf("pause %q: %w", t.Source, err), false)
+	}
+	if cc != nil {
+		if err := cc.WaitPaused(cctx); err != nil {
+			return abort(err, false)
+		}
 	}
 	// Before the last catch-up: whatever another proxy wrote to the
 	// source before the fence is streamed, and nothing after it commits.
 	fenced = true
-	if err := t.Task.Fence(cctx, func(s int) []uint32 { return g.ServerPIDs(t.Source, s) }); err != nil {
+	spare := func(s int) []uint32 {
+		pids := g.ServerPIDs(t.Source, s)
+		if cc != nil {
+			pids = append(pids, cc.ServerPIDs(s)...)
+		}
+		return pids
+	}
+	if err := t.Task.Fence(cctx, spare); err != nil {
 		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
 	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
@@ -87,7 +137,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		return abort(err, true)
 	}
 	old := g.Config()
-	next, backup, err := t.switchConfig(ctx, old, start)
+	next, backup, err := t.switchConfig(ctx, old, start, cc)
 	if err != nil {
 		return abort(err, true)
 	}
@@ -109,8 +159,15 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 // name at the destination's shards: it records the source's shards in the
 // task's row, rewrites the config file old.Path (when there is one; the
 // backup's name carries start) and installs next, restoring the file when
-// Install fails. On an error the caller aborts the cutover.
-func (t *Managed) switchConfig(ctx context.Context, old *config.Config, start time.Time) (next *config.Config, backup string, err error) {
+// Install fails. On an error the caller aborts the cutover. In a cluster
+// (cc not nil) the switch recorded in the control database is the commit
+// point instead: after it nothing aborts, since the other proxies follow
+// it; a file that cannot be written is logged (the cluster's topology
+// overrides the old file at the next start or reload).
+func (t *Managed) switchConfig(ctx context.Context, old *config.Config, start time.Time, cc ClusterCutover) (next *config.Config, backup string, err error) {
+	if cc != nil {
+		return t.switchCluster(ctx, old, start, cc)
+	}
 	next, err = CutoverConfig(old, t.Source, t.Dest)
 	if err != nil {
 		return nil, "", err
@@ -134,6 +191,34 @@ func (t *Managed) switchConfig(ctx context.Context, old *config.Config, start ti
 			}
 		}
 		return nil, "", fmt.Errorf("install the new configuration: %w", err)
+	}
+	return next, backup, nil
+}
+
+// switchCluster is switchConfig in a cluster.
+func (t *Managed) switchCluster(ctx context.Context, old *config.Config, start time.Time, cc ClusterCutover) (next *config.Config, backup string, err error) {
+	if next, err = CutoverConfig(old, t.Source, t.Dest); err != nil {
+		return nil, "", err
+	}
+	if err := t.recordSource(ctx, old.Database(t.Source)); err != nil {
+		return nil, "", err
+	}
+	t.Task.knobs.atCutoverStage("before-config-write")
+	if err := cc.Switch(ctx, old.Database(t.Source), t.Dest, next); err != nil {
+		return nil, "", err
+	}
+	log := t.Task.log.With("id", t.ID)
+	if old.Path != "" {
+		if written, b, err := WriteCutoverFile(old.Path, t.Source, t.Dest, next, start); err != nil {
+			log.Error("cutover: switched, but the config file could not be rewritten; the cluster's topology overrides it at the next start or reload",
+				"file", old.Path, "err", err)
+		} else {
+			next, backup = written, b
+		}
+		t.Task.knobs.atCutoverStage("after-config-write")
+	}
+	if err := t.m.gate.Install(next); err != nil {
+		log.Error("cutover: switched, but installing the new configuration failed; the cluster member retries", "err", err)
 	}
 	return next, backup, nil
 }

@@ -20,7 +20,9 @@ import (
 // destination: new sessions of the source database are read-only
 // (ALTER DATABASE … SET default_transaction_read_only = on) and every
 // client session open on it is terminated, except the task's own
-// (application_name shardgate-reshard) and this proxy's server
+// (application_name shardgate-reshard), the cluster's control sessions
+// (shardgate-cluster…: the default control database is shard 0 of the
+// first database, which may be this source) and this proxy's server
 // connections (paused at its gate; after the switch they move their
 // sessions to the new shards or close). From then on a write there fails
 // (25006) or its connection is gone (57P01) — it never commits — and
@@ -121,7 +123,7 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) e
 	}
 	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-		AND application_name <> $1 AND pid <> ALL ($2::int8[])`, taskAppName, pids)
+		AND application_name <> $1 AND application_name NOT LIKE 'shardgate-cluster%' AND pid <> ALL ($2::int8[])`, taskAppName, pids)
 	return err
 }
 

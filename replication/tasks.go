@@ -57,6 +57,9 @@ type Manager struct {
 	// CopyParallelism is how many tables each source shard of a task
 	// started from now on copies at once (default 4).
 	CopyParallelism int
+	// Cluster, when set, makes every cutover pause and switch the other
+	// proxies of the cluster too. Set it before starting tasks.
+	Cluster Coordinator
 	// KnobsForTest are test seams handed to every task started from now
 	// on; production leaves them zero. Set them before starting tasks.
 	KnobsForTest Knobs

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/shardgate/shardgate/admin"
+	"github.com/shardgate/shardgate/cluster"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/pool"
@@ -60,4 +61,33 @@ func (v adminView) InDoubt() []admin.InDoubt {
 			Coordinator: d.GID.Coord, Age: d.Age, State: d.Status})
 	}
 	return out
+}
+
+// ClusterView returns m as the admin database sees it (admin.Cluster).
+func ClusterView(m *cluster.Member, l *frontend.Listener) admin.Cluster { return clusterView{m, l} }
+
+type clusterView struct {
+	m *cluster.Member
+	l *frontend.Listener
+}
+
+func (v clusterView) Members(ctx context.Context) ([]admin.ClusterMember, error) {
+	ms, err := v.m.Members(ctx)
+	out := make([]admin.ClusterMember, len(ms))
+	for i, m := range ms {
+		out[i] = admin.ClusterMember{Name: m.Name, PID: m.PID, Live: m.Live, Self: m.Self, Joined: m.Joined}
+	}
+	return out, err
+}
+
+func (v clusterView) Generations(ctx context.Context) ([]admin.ClusterGeneration, error) {
+	gs, err := v.m.Generations(ctx)
+	cfg := v.l.State().Config
+	out := make([]admin.ClusterGeneration, len(gs))
+	for i, g := range gs {
+		db := cfg.Database(g.Database)
+		out[i] = admin.ClusterGeneration{Database: g.Database, Generation: g.Generation, TakenFrom: g.TakenFrom,
+			Switched: g.Switched, SwitchedBy: g.SwitchedBy, Running: db != nil && cluster.Fingerprint(db) == g.Fingerprint}
+	}
+	return out, err
 }

@@ -1,8 +1,14 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/shardgate/shardgate/cluster"
+	"github.com/shardgate/shardgate/config"
 
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/metrics"
@@ -11,10 +17,10 @@ import (
 // reload re-reads the config file and swaps the state in (SIGHUP and admin
 // RELOAD). A bad file leaves the running configuration in place; the error
 // lists every problem as file:line.
-func reload(l *frontend.Listener, m *metrics.Metrics, log *slog.Logger) error {
+func reload(l *frontend.Listener, m *metrics.Metrics, member *cluster.Member, log *slog.Logger) error {
 	start := time.Now()
 	old := l.State().Config
-	err := l.Reload()
+	err := reloadFile(l, member)
 	m.Reloaded(err)
 	if err != nil {
 		log.Error("reload failed; the previous configuration stays in effect", "file", old.Path, "err", err)
@@ -29,4 +35,27 @@ func reload(l *frontend.Listener, m *metrics.Metrics, log *slog.Logger) error {
 	}
 	log.Info("configuration reloaded", "file", cfg.Path, "took", time.Since(start))
 	return nil
+}
+
+// reloadFile loads the file again and installs it, with the cluster's
+// topology applied (a cutover that another proxy made is never undone by
+// this file): when the control database cannot be read, the reload fails.
+func reloadFile(l *frontend.Listener, member *cluster.Member) error {
+	if member == nil {
+		return l.Reload()
+	}
+	path := l.State().Config.Path
+	if path == "" {
+		return errors.New("reload: the configuration did not come from a file")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if cfg, err = member.Overlay(ctx, cfg); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	return l.Reconfigure(cfg)
 }

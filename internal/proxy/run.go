@@ -10,8 +10,10 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/shardgate/shardgate/admin"
+	"github.com/shardgate/shardgate/cluster"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/metrics"
@@ -46,6 +48,10 @@ type Knobs struct {
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
 	ctx, shutdown := context.WithCancel(ctx)
 	defer shutdown()
+	member, cfg, err := joinCluster(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	st, err := frontend.NewState(cfg, log)
 	if err != nil {
 		return err
@@ -69,12 +75,27 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 		resolver.Wait()
 	}()
 	m := metrics.New(l)
-	reloadFn := func() error { return reload(l, m, log) }
+	reloadFn := func() error { return reload(l, m, member, log) }
 	view := AdminView(l)
 	ah := admin.New(view, reloadFn, log)
 	ah.Shutdown = shutdown
 	ah.Tasks = replication.NewManager(admin.Gate{L: view}, log)
 	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
+	var joined sync.WaitGroup
+	if member != nil {
+		member.SetLocal(admin.Gate{L: view})
+		ah.Tasks.Cluster = member
+		ah.Cluster = ClusterView(member, l)
+		joined.Add(1)
+		go func() {
+			defer joined.Done()
+			member.Run(ctx)
+		}()
+	}
+	defer func() {
+		shutdown()
+		joined.Wait()
+	}()
 	defer ah.Tasks.Close() // tasks stay recorded as running: the next start resumes them
 	l.Admin = AdminHandler(ah)
 	var resumed sync.WaitGroup
@@ -125,6 +146,34 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	case <-ctx.Done():
 	}
 	return gracefulShutdown(l, ms, errc, log)
+}
+
+// joinCluster makes the member of cfg's cluster (nil without one) and
+// returns cfg with the cluster's topology applied. A file that describes a
+// database as it was before a recorded cutover, and cannot be brought
+// forward, stops the start; a control database that cannot be reached
+// does not (the member follows the topology once it reaches it, and the
+// fence of a cutover keeps this proxy off old shards meanwhile).
+func joinCluster(ctx context.Context, cfg *config.Config, log *slog.Logger) (*cluster.Member, *config.Config, error) {
+	if cfg.Cluster == nil {
+		return nil, cfg, nil
+	}
+	member, err := cluster.New(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	next, err := member.Overlay(octx, cfg)
+	var stale *cluster.StaleFileError
+	switch {
+	case errors.As(err, &stale):
+		return nil, nil, err
+	case err != nil:
+		log.Error("cluster: cannot read the topology at start; serving the file's until the control database answers", "err", err)
+		return member, cfg, nil
+	}
+	return member, next, nil
 }
 
 // reloadOnHUP runs reload at every SIGHUP until ctx ends. stop stops the

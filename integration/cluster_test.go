@@ -1,0 +1,336 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
+
+// Several proxies as one cluster (docs/cluster.md): a cutover on one
+// pauses and switches all of them through the control database.
+
+// clusterProxy is one proxy process of a cluster test.
+type clusterProxy struct {
+	name, addr, path string
+	p                *proxyProcess
+}
+
+func (cp *clusterProxy) appURL() string {
+	return fmt.Sprintf("postgres://app:%s@%s/app?sslmode=disable", appPassword, cp.addr)
+}
+
+func (cp *clusterProxy) admin(t *testing.T) *pgx.Conn {
+	return connect(t, fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", cp.addr))
+}
+
+// startClusterEnv starts PostgreSQL with app_0 (filled, the source) and
+// app_new_0/1 (empty), and proxy processes named names, each with its own
+// file: cutoverYAML plus a cluster section whose control database is
+// control ("" for the default: shard 0 of the first database, app_0).
+func startClusterEnv(t *testing.T, ctx context.Context, control string, names ...string) (*pgtest.Cluster, []*clusterProxy) {
+	bin := buildProxy(t)
+	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
+	}})
+	for _, db := range []string{"app_0", "app_new_0", "app_new_1", "sg_control"} {
+		if err := c.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reshardExec(t, ctx, reshardConnect(t, ctx, c.DSN("app_0")), `
+CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL, note text);
+CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL);
+INSERT INTO accounts SELECT i, 0, 'initial' FROM generate_series(1, 2000) i;
+INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i`)
+	var out []*clusterProxy
+	for _, name := range names {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		yml := strings.Replace(cutoverYAML(c), "listen: 127.0.0.1:0", "listen: "+addr, 1) +
+			fmt.Sprintf("cluster: { name: %s, ack_timeout: 2s, control: '%s' }\n", name, control)
+		path := filepath.Join(t.TempDir(), "shardgate.yaml")
+		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cp := &clusterProxy{name: name, addr: addr, path: path, p: startProxyProcess(t, bin, path, addr)}
+		out = append(out, cp)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("proxy %s:\n%s", cp.name, cp.p.log.String())
+			}
+		})
+	}
+	adm := out[0].admin(t)
+	eventually(t, 20*time.Second, "every proxy to join the cluster", func() bool {
+		tb, err := adminPgx(adm, "SHOW CLUSTER")
+		if err != nil {
+			return false
+		}
+		live := 0
+		for _, r := range tb.rows {
+			if r[tb.col(t, "live")] == "t" {
+				live++
+			}
+		}
+		return live == len(names)
+	})
+	return c, out
+}
+
+// idWriter inserts accounts rows with increasing ids through one proxy,
+// one statement per transaction, reconnecting after errors.
+type idWriter struct {
+	quit chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	ok   []int64
+	errs []string
+}
+
+func startIDWriter(ctx context.Context, url string, first int64) *idWriter {
+	w := &idWriter{quit: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		for id := first; ; id++ {
+			select {
+			case <-w.quit:
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
+			var err error
+			if conn == nil || conn.IsClosed() {
+				conn, err = pgx.Connect(ctx, url)
+			}
+			if err == nil {
+				_, err = conn.Exec(ctx, "INSERT INTO accounts VALUES ($1, 0, 'w')", pgx.QueryExecModeSimpleProtocol, id)
+			}
+			w.mu.Lock()
+			if err == nil {
+				w.ok = append(w.ok, id)
+			} else {
+				w.errs = append(w.errs, err.Error())
+			}
+			w.mu.Unlock()
+			if err != nil {
+				time.Sleep(10 * time.Millisecond) // a refused write: do not spin
+			}
+		}
+	}()
+	return w
+}
+
+func (w *idWriter) counts() (ok, failed int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ok), len(w.errs)
+}
+
+func (w *idWriter) stop() ([]int64, []string) {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ok, w.errs
+}
+
+// checkIDPlacement fails unless every id of acked is on the new shards and
+// nothing written from first on committed on the old shard only.
+func checkIDPlacement(t *testing.T, ctx context.Context, c *pgtest.Cluster, acked []int64, first int64) {
+	t.Helper()
+	onNew := map[int64]bool{}
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		rows, err := reshardConnect(t, ctx, c.DSN(db)).Query(ctx, "SELECT id FROM accounts WHERE id >= $1", first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			onNew[id] = true
+		}
+	}
+	for _, id := range acked {
+		if !onNew[id] {
+			t.Fatalf("write %d was acknowledged but is not on the new shards", id)
+		}
+	}
+	rows, err := reshardConnect(t, ctx, c.DSN("app_0")).Query(ctx, "SELECT id FROM accounts WHERE id >= $1", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range old {
+		if !onNew[id] {
+			t.Fatalf("write %d committed on the old shard only", id)
+		}
+	}
+}
+
+// runningGeneration returns the generation of app that proxy cp's SHOW
+// TOPOLOGY says it runs (0: none).
+func runningGeneration(t *testing.T, adm *pgx.Conn) int {
+	tb, err := adminPgx(adm, "SHOW TOPOLOGY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := 0
+	for _, r := range tb.rows {
+		if r[tb.col(t, "database")] == "app" && r[tb.col(t, "running")] == "t" {
+			fmt.Sscan(r[tb.col(t, "generation")], &gen)
+		}
+	}
+	return gen
+}
+
+// TestClusterCutover: two proxies with writers on each; RESHARD on A
+// pauses and switches both. Neither proxy's writer sees an error, every
+// acknowledged write is on the new shards, B's file is rewritten, and a
+// RELOAD of the old file on B does not undo the cutover. The control
+// database is the default one (shard 0 of the first database: the source
+// itself), so it is fenced by the cutover and moves with it.
+func TestClusterCutover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c, ps := startClusterEnv(t, ctx, "", "a", "b")
+	a, b := ps[0], ps[1]
+	oldFile, err := os.ReadFile(b.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa := startIDWriter(ctx, a.appURL(), 1_000_000)
+	wb := startIDWriter(ctx, b.appURL(), 5_000_000)
+	defer wa.stop()
+	defer wb.stop()
+	eventually(t, 10*time.Second, "both writers to write", func() bool {
+		na, _ := wa.counts()
+		nb, _ := wb.counts()
+		return na > 20 && nb > 20
+	})
+	admA, admB := a.admin(t), b.admin(t)
+	if _, err := adminPgx(admA, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, admA, 90*time.Second, "the task to cut over")
+	eventually(t, 10*time.Second, "B to run generation 1", func() bool { return runningGeneration(t, admB) == 1 })
+	na, _ := wa.counts()
+	nb, _ := wb.counts()
+	eventually(t, 10*time.Second, "both writers to go on after the cutover", func() bool {
+		ma, _ := wa.counts()
+		mb, _ := wb.counts()
+		return ma > na+20 && mb > nb+20
+	})
+	okA, errsA := wa.stop()
+	okB, errsB := wb.stop()
+	if len(errsA)+len(errsB) > 0 {
+		t.Fatalf("clients saw errors across the cutover: A %d %q, B %d %q", len(errsA), first(errsA), len(errsB), first(errsB))
+	}
+	checkIDPlacement(t, ctx, c, append(okA, okB...), 1_000_000)
+	if strings.Contains(a.p.log.String(), "leaving them out") {
+		t.Fatalf("A left B out of the cutover although B runs:\n%s", a.p.log.String())
+	}
+	onDisk, err := config.Load(b.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(onDisk.Database("app").Shards); n != 2 {
+		t.Fatalf("B's file names %d shards for app after the cutover, want 2", n)
+	}
+	// An older file on B (as a config management tool would put back):
+	// the reload keeps the cluster's topology.
+	if err := os.WriteFile(b.path, oldFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminPgx(admB, "RELOAD"); err != nil {
+		t.Fatal(err)
+	}
+	if g := runningGeneration(t, admB); g != 1 {
+		t.Fatalf("after a RELOAD of the old file B runs generation %d, want 1", g)
+	}
+	wb = startIDWriter(ctx, b.appURL(), 9_000_000)
+	eventually(t, 10*time.Second, "B's writes after the reload", func() bool { n, _ := wb.counts(); return n > 10 })
+	okB, errsB = wb.stop()
+	if len(errsB) > 0 {
+		t.Fatalf("B's writes after the reload failed: %q", first(errsB))
+	}
+	checkIDPlacement(t, ctx, c, okB, 9_000_000)
+	t.Logf("A %d and B %d writes acknowledged across the cutover, none failed", len(okA), len(okB))
+}
+
+// TestClusterStoppedProxy: B is stopped (SIGSTOP) through a cutover on A.
+// A leaves B out after cluster.ack_timeout and cuts over; when B runs
+// again, its writes fail (the fence) or go to the new shards, never to
+// the old shard only, and B follows the new generation by itself.
+func TestClusterStoppedProxy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c, ps := startClusterEnv(t, ctx, "", "a", "b")
+	a, b := ps[0], ps[1]
+	admA := a.admin(t)
+	wb := startIDWriter(ctx, b.appURL(), 5_000_000)
+	defer wb.stop()
+	eventually(t, 10*time.Second, "B's writer to write", func() bool { n, _ := wb.counts(); return n > 20 })
+	if err := b.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			b.p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	if _, err := adminPgx(admA, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, admA, 90*time.Second, "the task to cut over without B")
+	b.p.cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	n0, _ := wb.counts()
+	eventually(t, 30*time.Second, "B's writes to succeed again after it follows the cutover", func() bool {
+		n, _ := wb.counts()
+		return n > n0+20
+	})
+	if g := runningGeneration(t, b.admin(t)); g != 1 {
+		t.Fatalf("B runs generation %d after it ran again, want 1", g)
+	}
+	ok, errs := wb.stop()
+	checkIDPlacement(t, ctx, c, ok, 5_000_000)
+	if !strings.Contains(a.p.log.String(), "leaving them out") {
+		t.Fatalf("A did not leave B out:\n%s", a.p.log.String())
+	}
+	t.Logf("B: %d writes acknowledged, all on the new shards; %d refused (%q)", len(ok), len(errs), first(errs))
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
