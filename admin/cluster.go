@@ -12,6 +12,21 @@ import (
 type Cluster interface {
 	Members(ctx context.Context) ([]ClusterMember, error)
 	Generations(ctx context.Context) ([]ClusterGeneration, error)
+	// Tasks lists the resharding tasks the other proxies published.
+	Tasks(ctx context.Context) ([]ClusterTask, error)
+	// Forward runs command ("cutover" or "stop") on the proxy that runs
+	// task id, and waits for it.
+	Forward(ctx context.Context, command string, id int) error
+}
+
+// ClusterTask is a task of another proxy, as SHOW TASKS lists it.
+type ClusterTask struct {
+	ID                               int
+	Proxy                            string
+	Kind, Source, Dest, State, Phase string
+	Started                          time.Time
+	Elapsed, Pause                   time.Duration
+	Error, Publications, Slots       string
 }
 
 // ClusterMember is one proxy of the cluster.

@@ -28,8 +28,12 @@ type Handler struct {
 	Tasks     *replication.Manager
 	tasksOnce sync.Once
 
-	// Cluster, when set, answers SHOW CLUSTER and SHOW TOPOLOGY.
+	// Cluster, when set, answers SHOW CLUSTER and SHOW TOPOLOGY, adds the
+	// other proxies' tasks to SHOW TASKS and forwards CUTOVER and
+	// STOP_TASK of their tasks.
 	Cluster Cluster
+	// ProxyName is this proxy's name in SHOW TASKS (its cluster name).
+	ProxyName string
 }
 
 // New returns the admin handler for p. reload re-reads the configuration

@@ -80,10 +80,10 @@ func (h *Handler) tasks() *replication.Manager {
 
 var taskColumns = []column{
 	num("id"), text("kind"), text("source"), text("destination"), text("state"), text("phase"),
-	text("started"), num("elapsed"), num("pause"), text("error"), text("publications"), text("slots"),
+	text("started"), num("elapsed"), num("pause"), text("error"), text("publications"), text("slots"), text("proxy"),
 }
 
-func addTask(r *result, t *replication.Managed) {
+func addTask(r *result, t *replication.Managed, proxyName string) {
 	i := t.Info()
 	why := ""
 	if i.Err != nil {
@@ -95,7 +95,12 @@ func addTask(r *result, t *replication.Managed) {
 		slots = strings.Join(t.Task.SlotNames(), ",")
 	}
 	r.add(i.ID, i.Kind.String(), i.Source, i.Dest, i.State.String(), i.Phase.String(), i.Started, i.Elapsed, i.Pause, why,
-		pubs, slots)
+		pubs, slots, proxyName)
+}
+
+// addClusterTask adds a task another proxy of the cluster runs.
+func addClusterTask(r *result, t ClusterTask) {
+	r.add(t.ID, t.Kind, t.Source, t.Dest, t.State, t.Phase, t.Started, t.Elapsed, t.Pause, t.Error, t.Publications, t.Slots, t.Proxy)
 }
 
 // reshardSetError reports a bad value of a SET of the task manager.
@@ -128,7 +133,7 @@ func (h *Handler) reshardStart(ctx context.Context, x *call) (*result, error) {
 		return nil, wire.Errorf(wire.InvalidParameterValue, "%s: %v", x.spec.words[0], err)
 	}
 	r := &result{}
-	addTask(r, t)
+	addTask(r, t, h.ProxyName)
 	return r, nil
 }
 
@@ -148,12 +153,67 @@ func (h *Handler) reshardCutover(ctx context.Context, x *call) (*result, error) 
 	if err != nil {
 		return nil, err
 	}
+	if h.forwards(id) {
+		return h.forward(ctx, "cutover", id)
+	}
 	t, err := h.tasks().Cutover(ctx, id)
 	if err != nil {
 		return nil, taskError(fmt.Errorf("cutover: %w", err))
 	}
 	r := &result{}
-	addTask(r, t)
+	addTask(r, t, h.ProxyName)
+	return r, nil
+}
+
+// forwards reports whether task id (0: the only running one) runs on
+// another proxy of the cluster rather than here.
+func (h *Handler) forwards(id int) bool {
+	if h.Cluster == nil {
+		return false
+	}
+	if id != 0 {
+		t := h.tasks().Get(id)
+		return t == nil || t.Info().State != replication.TaskRunning
+	}
+	for _, t := range h.tasks().Tasks() {
+		if t.Info().State == replication.TaskRunning && t.Kind != replication.KindSchemaSync {
+			return false
+		}
+	}
+	return true
+}
+
+// forward runs command on the proxy of the cluster that runs task id (0:
+// the only running task of the cluster) and answers with its row.
+func (h *Handler) forward(ctx context.Context, command string, id int) (*result, error) {
+	others, err := h.Cluster.Tasks(ctx)
+	if err != nil {
+		return nil, wire.Errorf(wire.SystemError, "%v", err)
+	}
+	if id == 0 {
+		for _, t := range others {
+			if t.State == replication.TaskRunning.String() && t.Kind != replication.KindSchemaSync.String() {
+				if id != 0 {
+					return nil, taskError(fmt.Errorf("%s: several tasks run: CUTOVER needs a task id", command))
+				}
+				id = t.ID
+			}
+		}
+		if id == 0 {
+			return nil, taskError(fmt.Errorf("%s: no running task to cut over", command))
+		}
+	}
+	if err := h.Cluster.Forward(ctx, command, id); err != nil {
+		return nil, taskError(fmt.Errorf("%s: %w", command, err))
+	}
+	r := &result{}
+	if others, err = h.Cluster.Tasks(ctx); err == nil {
+		for _, t := range others {
+			if t.ID == id {
+				addClusterTask(r, t)
+			}
+		}
+	}
 	return r, nil
 }
 
@@ -161,6 +221,9 @@ func (h *Handler) reshardStop(ctx context.Context, x *call) (*result, error) {
 	id, err := taskID(x, 0)
 	if err != nil {
 		return nil, err
+	}
+	if id != 0 && h.forwards(id) && h.tasks().Get(id) == nil {
+		return h.forward(ctx, "stop", id)
 	}
 	t, err := h.tasks().Stop(ctx, id)
 	if t == nil {
@@ -170,14 +233,27 @@ func (h *Handler) reshardStop(ctx context.Context, x *call) (*result, error) {
 		return nil, taskError(fmt.Errorf("stop task %d: %w", id, err))
 	}
 	r := &result{}
-	addTask(r, t)
+	addTask(r, t, h.ProxyName)
 	return r, nil
 }
 
 func (h *Handler) showTasks(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
+	local := map[int]bool{}
 	for _, t := range h.tasks().Tasks() {
-		addTask(r, t)
+		addTask(r, t, h.ProxyName)
+		local[t.ID] = true
+	}
+	if h.Cluster != nil {
+		others, err := h.Cluster.Tasks(ctx)
+		if err != nil {
+			return nil, wire.Errorf(wire.SystemError, "%v", err)
+		}
+		for _, t := range others {
+			if !local[t.ID] {
+				addClusterTask(r, t)
+			}
+		}
 	}
 	return r, nil
 }

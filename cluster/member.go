@@ -40,10 +40,11 @@ type Member struct {
 	log      *slog.Logger
 
 	mu       sync.Mutex
-	pid      uint32          // backend of the listening session; 0 while not joined
-	handling map[int64]bool  // cutovers of other proxies this member pauses for
-	busy     map[string]int  // databases a cutover holds here (this proxy's or another's)
-	followMu sync.Mutex      // one follow at a time
+	pid      uint32         // backend of the listening session; 0 while not joined
+	handling map[int64]bool // cutovers of other proxies this member pauses for
+	busy     map[string]int // databases a cutover holds here (this proxy's or another's)
+	followMu sync.Mutex     // one follow at a time
+	hooks    TaskHooks
 	noted    map[string]bool // overlay notes logged already
 	ready    chan struct{}   // closed once joined the first time
 	once     sync.Once
@@ -229,15 +230,21 @@ func (m *Member) register(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // notified handles one notification: "pause <id> <db> <coordinator>"
-// starts pausing for another proxy's cutover; "switch" and "abort" are
-// read from the cutover's row by the pausing member itself; "topology"
-// asks for a poll.
+// starts pausing for another proxy's cutover; "request <id> <proxy>" is a
+// task command forwarded to proxy; "switch" and "abort" are read from the
+// cutover's row by the pausing member itself.
 func (m *Member) notified(ctx context.Context, payload string) {
 	f := strings.Fields(payload)
-	if len(f) == 4 && f[0] == "pause" {
-		var id int64
+	var id int64
+	switch {
+	case len(f) < 2:
+	case f[0] == "pause" && len(f) == 4:
 		if _, err := fmt.Sscan(f[1], &id); err == nil {
 			m.pauseFor(ctx, id, f[2], f[3])
+		}
+	case f[0] == "request" && len(f) == 3 && f[2] == m.name:
+		if _, err := fmt.Sscan(f[1], &id); err == nil {
+			go m.answer(ctx, id)
 		}
 	}
 }
@@ -254,8 +261,33 @@ func (m *Member) poll(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	m.publish(pctx)
 	for _, c := range open {
 		m.pauseFor(ctx, c.id, c.database, c.coordinator)
+	}
+}
+
+// publish records this proxy's tasks, and answers forwarded requests
+// whose notification was lost.
+func (m *Member) publish(ctx context.Context) {
+	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := m.publishTasks(ctx, conn); err != nil {
+		m.log.Warn("cluster: publish the tasks", "err", err)
+	}
+	rows, err := conn.Query(ctx, "SELECT id FROM shardgate_cluster.requests WHERE proxy = $1 AND state = 'asked'", m.name)
+	if err != nil {
+		return
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		go m.answer(context.WithoutCancel(ctx), id)
 	}
 }
 

@@ -42,6 +42,26 @@ CREATE TABLE IF NOT EXISTS shardgate_cluster.cutovers (
 	generation bigint,
 	started timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS shardgate_cluster.task_ids (
+	id bigserial PRIMARY KEY,
+	name text NOT NULL,
+	active boolean NOT NULL DEFAULT true
+);
+CREATE TABLE IF NOT EXISTS shardgate_cluster.tasks (
+	id bigint PRIMARY KEY,
+	proxy text NOT NULL,
+	info jsonb NOT NULL,
+	updated timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS shardgate_cluster.requests (
+	id bigserial PRIMARY KEY,
+	proxy text NOT NULL,
+	command text NOT NULL,
+	task bigint NOT NULL,
+	state text NOT NULL DEFAULT 'asked',
+	error text,
+	asked timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE IF NOT EXISTS shardgate_cluster.acks (
 	cutover bigint NOT NULL,
 	member text NOT NULL,

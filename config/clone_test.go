@@ -227,3 +227,20 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactedControlString(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://sg:s3cret@db:5432/control":     "postgres://sg:<redacted>@db:5432/control",
+		"postgres://sg@db/control":                 "postgres://sg@db/control",
+		"host=db user=sg password=s3cret dbname=c": "host=db user=sg password=<redacted> dbname=c",
+		"host=db password = 'a b\\' c' dbname=c":   "host=db password = <redacted> dbname=c",
+	} {
+		c := &Config{Cluster: &Cluster{Control: in}}
+		if got := c.Redacted().Cluster.Control; got != want {
+			t.Errorf("Redacted(%q) = %q, want %q", in, got, want)
+		}
+		if c.Cluster.Control != in {
+			t.Fatal("Redacted changed the original")
+		}
+	}
+}

@@ -39,6 +39,12 @@ func (cp *clusterProxy) admin(t *testing.T) *pgx.Conn {
 // file: cutoverYAML plus a cluster section whose control database is
 // control ("" for the default: shard 0 of the first database, app_0).
 func startClusterEnv(t *testing.T, ctx context.Context, control string, names ...string) (*pgtest.Cluster, []*clusterProxy) {
+	return startClusterEnvControl(t, ctx, func(*pgtest.Cluster) string { return control }, names...)
+}
+
+// startClusterEnvControl is startClusterEnv with the control database's
+// connection string made from the PostgreSQL it starts.
+func startClusterEnvControl(t *testing.T, ctx context.Context, control func(*pgtest.Cluster) string, names ...string) (*pgtest.Cluster, []*clusterProxy) {
 	bin := buildProxy(t)
 	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
@@ -57,7 +63,7 @@ INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i
 	for _, name := range names {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		yml := strings.Replace(cutoverYAML(c), "listen: 127.0.0.1:0", "listen: "+addr, 1) +
-			fmt.Sprintf("cluster: { name: %s, ack_timeout: 2s, control: '%s' }\n", name, control)
+			fmt.Sprintf("cluster: { name: %s, ack_timeout: 2s, control: '%s' }\n", name, control(c))
 		path := filepath.Join(t.TempDir(), "shardgate.yaml")
 		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 			t.Fatal(err)
@@ -276,11 +282,26 @@ func TestClusterCutover(t *testing.T) {
 	}
 	wb = startIDWriter(ctx, b.appURL(), 9_000_000)
 	eventually(t, 10*time.Second, "B's writes after the reload", func() bool { n, _ := wb.counts(); return n > 10 })
-	okB, errsB = wb.stop()
-	if len(errsB) > 0 {
-		t.Fatalf("B's writes after the reload failed: %q", first(errsB))
+	okReload, errsReload := wb.stop()
+	if len(errsReload) > 0 {
+		t.Fatalf("B's writes after the reload failed: %q", first(errsReload))
 	}
-	checkIDPlacement(t, ctx, c, okB, 9_000_000)
+	checkIDPlacement(t, ctx, c, okReload, 9_000_000)
+	// B restarts from the old file: it reads the topology where the old
+	// file's control database is (the old shard 0, where the switch
+	// recorded it) and serves the new shards.
+	b.p.cmd.Process.Kill()
+	<-b.p.done
+	b.p = startProxyProcess(t, buildProxy(t), b.path, b.addr)
+	admB = b.admin(t)
+	eventually(t, 20*time.Second, "the restarted B to run generation 1", func() bool { return runningGeneration(t, admB) == 1 })
+	wb = startIDWriter(ctx, b.appURL(), 11_000_000)
+	eventually(t, 10*time.Second, "the restarted B's writes", func() bool { n, _ := wb.counts(); return n > 10 })
+	okR, errsR := wb.stop()
+	if len(errsR) > 0 {
+		t.Fatalf("the restarted B's writes failed: %q", first(errsR))
+	}
+	checkIDPlacement(t, ctx, c, okR, 11_000_000)
 	t.Logf("A %d and B %d writes acknowledged across the cutover, none failed", len(okA), len(okB))
 }
 
@@ -333,4 +354,45 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
+}
+
+// TestClusterTasksEverywhere: a task started on A has the same row in
+// SHOW TASKS on B (id, proxy a), CUTOVER on B is run by A, and after it B
+// follows the new generation.
+func TestClusterTasksEverywhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	// The control database is a database of its own this time.
+	c, ps := startClusterEnvControl(t, ctx, func(c *pgtest.Cluster) string { return c.DSN("sg_control") }, "a", "b")
+	a, b := ps[0], ps[1]
+	admA, admB := a.admin(t), b.admin(t)
+	started, err := adminPgx(admA, "COPY_DATA app app_new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.rows[0][started.col(t, "id")]
+	eventually(t, 60*time.Second, "B to list A's task streaming", func() bool {
+		tb, err := adminPgx(admB, "SHOW TASKS")
+		if err != nil || len(tb.rows) != 1 {
+			return false
+		}
+		r := tb.rows[0]
+		return r[tb.col(t, "id")] == id && r[tb.col(t, "proxy")] == "a" && r[tb.col(t, "phase")] == "stream"
+	})
+	if _, err := adminPgx(admB, "CUTOVER "+id); err != nil {
+		t.Fatalf("CUTOVER on B of A's task: %v", err)
+	}
+	waitOnlyTaskDone(t, admA, 30*time.Second, "A's task to be done")
+	eventually(t, 10*time.Second, "B to run generation 1", func() bool { return runningGeneration(t, admB) == 1 })
+	w := startIDWriter(ctx, b.appURL(), 7_000_000)
+	eventually(t, 10*time.Second, "B's writes", func() bool { n, _ := w.counts(); return n > 10 })
+	ok, errs := w.stop()
+	if len(errs) > 0 {
+		t.Fatalf("B's writes after the cutover failed: %q", first(errs))
+	}
+	checkIDPlacement(t, ctx, c, ok, 7_000_000)
+	eventually(t, 10*time.Second, "B to show the task done", func() bool {
+		tb, err := adminPgx(admB, "SHOW TASKS")
+		return err == nil && len(tb.rows) == 1 && tb.rows[0][tb.col(t, "state")] == "done"
+	})
 }

@@ -60,6 +60,10 @@ type Manager struct {
 	// Cluster, when set, makes every cutover pause and switch the other
 	// proxies of the cluster too. Set it before starting tasks.
 	Cluster Coordinator
+	// TaskID, when set, numbers tasks across the cluster: the same task
+	// (by its engine name) has the same id on every proxy, also after
+	// another proxy took it over. Set it before starting tasks.
+	TaskID func(ctx context.Context, name string) (int, error)
 	// KnobsForTest are test seams handed to every task started from now
 	// on; production leaves them zero. Set them before starting tasks.
 	KnobsForTest Knobs
@@ -209,6 +213,13 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 			return nil, err
 		}
 	}
+	id, err := m.taskID(task.Name)
+	if err != nil {
+		if l != nil {
+			l.release()
+		}
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkNotRunningLocked(src, dst, task); err != nil {
@@ -218,14 +229,32 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 		return nil, err
 	}
 	task.knobs = m.KnobsForTest
-	m.nextID++
+	if id == 0 {
+		m.nextID++
+		id = m.nextID
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Managed{ID: m.nextID, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
+	t := &Managed{ID: id, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
 		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom, lease: l}
 	m.tasks = append(m.tasks, t)
 	m.log.Info("task started", "id", t.ID, "kind", kind.String(), "source", src, "destination", dst, "task", task.Name)
 	go t.run(ctx)
 	return t, nil
+}
+
+// taskID is the cluster-wide id of the task named name (TaskID), or 0:
+// the next local number.
+func (m *Manager) taskID(name string) (int, error) {
+	if m.TaskID == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := m.TaskID(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("number the task: %w", err)
+	}
+	return id, nil
 }
 
 // checkNotRunning fails when this proxy runs task already.
@@ -275,13 +304,14 @@ func (m *Manager) Tasks() []*Managed {
 	return slices.Clone(m.tasks)
 }
 
-// Get returns task id, or nil.
+// Get returns task id (the latest of that id: a cluster-wide id comes
+// back when a task of the same databases starts again), or nil.
 func (m *Manager) Get(id int) *Managed {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, t := range m.tasks {
-		if t.ID == id {
-			return t
+	for i := len(m.tasks) - 1; i >= 0; i-- {
+		if m.tasks[i].ID == id {
+			return m.tasks[i]
 		}
 	}
 	return nil

@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/shardgate/shardgate/admin"
 	"github.com/shardgate/shardgate/cluster"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/pool"
+	"github.com/shardgate/shardgate/replication"
 )
 
 // AdminView returns l as the admin database sees it (admin.Proxy). Package
@@ -90,4 +93,54 @@ func (v clusterView) Generations(ctx context.Context) ([]admin.ClusterGeneration
 			Switched: g.Switched, SwitchedBy: g.SwitchedBy, Running: db != nil && cluster.Fingerprint(db) == g.Fingerprint}
 	}
 	return out, err
+}
+
+func (v clusterView) Tasks(ctx context.Context) ([]admin.ClusterTask, error) {
+	ts, err := v.m.Tasks(ctx)
+	out := make([]admin.ClusterTask, len(ts))
+	for i, t := range ts {
+		out[i] = admin.ClusterTask{ID: t.ID, Proxy: t.Proxy, Kind: t.Kind, Source: t.Source, Dest: t.Dest, State: t.State,
+			Phase: t.Phase, Started: t.Started, Elapsed: t.Elapsed, Pause: t.Pause, Error: t.Error,
+			Publications: t.Publications, Slots: t.Slots}
+	}
+	return out, err
+}
+
+func (v clusterView) Forward(ctx context.Context, command string, id int) error {
+	return v.m.Forward(ctx, command, id)
+}
+
+// taskHooks connect member to the task manager tasks of this proxy.
+func taskHooks(member *cluster.Member, tasks *replication.Manager) cluster.TaskHooks {
+	return cluster.TaskHooks{
+		Tasks: func() []cluster.TaskRow {
+			var out []cluster.TaskRow
+			for _, t := range tasks.Tasks() {
+				i := t.Info()
+				row := cluster.TaskRow{ID: i.ID, Proxy: member.Name(), Kind: i.Kind.String(), Source: i.Source, Dest: i.Dest,
+					State: i.State.String(), Phase: i.Phase.String(), Started: i.Started, Elapsed: i.Elapsed, Pause: i.Pause}
+				if i.Err != nil {
+					row.Error = i.Err.Error()
+				}
+				if i.Kind != replication.KindSchemaSync {
+					row.Publications = strings.Join(t.Task.Publications(), ",")
+					row.Slots = strings.Join(t.Task.SlotNames(), ",")
+				}
+				out = append(out, row)
+			}
+			return out
+		},
+		Run: func(ctx context.Context, command string, id int) error {
+			var err error
+			switch command {
+			case "cutover":
+				_, err = tasks.Cutover(ctx, id)
+			case "stop":
+				_, err = tasks.Stop(ctx, id)
+			default:
+				err = fmt.Errorf("unknown task command %q", command)
+			}
+			return err
+		},
+	}
 }

@@ -85,7 +85,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	if member != nil {
 		member.SetLocal(admin.Gate{L: view})
 		ah.Tasks.Cluster = member
+		ah.Tasks.TaskID = member.TaskID
 		ah.Cluster = ClusterView(member, l)
+		ah.ProxyName = member.Name()
+		member.SetTaskHooks(taskHooks(member, ah.Tasks))
 		joined.Add(1)
 		go func() {
 			defer joined.Done()
