@@ -396,3 +396,41 @@ func TestClusterTasksEverywhere(t *testing.T) {
 		return err == nil && len(tb.rows) == 1 && tb.rows[0][tb.col(t, "state")] == "done"
 	})
 }
+
+// TestClusterCoordinatorDies: A is killed during its cutover, after the
+// fence and before the switch. B, paused for it, sees A gone and resumes;
+// B takes the task over (its lease is free), lifts the fence, streams and
+// cuts over itself. B's acknowledged writes all end on the new shards.
+func TestClusterCoordinatorDies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c, ps := startClusterEnvControl(t, ctx, func(c *pgtest.Cluster) string { return c.DSN("sg_control") }, "a", "b")
+	a, b := ps[0], ps[1]
+	// A again, as the crashing binary on the same file and port.
+	a.p.cmd.Process.Kill()
+	<-a.p.done
+	a.p = startProxyProcess(t, buildCrashProxy(t), a.path, a.addr, "-crash-cutover", "before-config-write")
+	admB := b.admin(t)
+	eventually(t, 20*time.Second, "A to join again", func() bool {
+		tb, err := adminPgx(admB, "SHOW CLUSTER")
+		return err == nil && len(tb.rows) == 2 && tb.rows[0][tb.col(t, "live")] == "t" && tb.rows[1][tb.col(t, "live")] == "t"
+	})
+	wb := startIDWriter(ctx, b.appURL(), 5_000_000)
+	defer wb.stop()
+	eventually(t, 10*time.Second, "B's writer to write", func() bool { n, _ := wb.counts(); return n > 20 })
+	if _, err := adminPgx(a.admin(t), "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.p.done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("A did not reach its cutover")
+	}
+	waitOnlyTaskDone(t, admB, 90*time.Second, "B to take the task over and cut over")
+	eventually(t, 10*time.Second, "B to run generation 1", func() bool { return runningGeneration(t, admB) == 1 })
+	n0, _ := wb.counts()
+	eventually(t, 10*time.Second, "B's writes after its cutover", func() bool { n, _ := wb.counts(); return n > n0+20 })
+	ok, errs := wb.stop()
+	checkIDPlacement(t, ctx, c, ok, 5_000_000)
+	t.Logf("B: %d writes acknowledged, all on the new shards; %d refused (%q)", len(ok), len(errs), first(errs))
+}
