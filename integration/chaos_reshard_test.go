@@ -42,21 +42,45 @@ func TestChaosReshard(t *testing.T) {
 			opts := faultnet.Options{Run: run, Shards: 3, Proxies: []int{0}, PostgresRestarts: restarts}
 			chaosReplay(t, "TestChaosReshard", seed, opts)
 			t.Logf("CHAOS_SEED=%d", seed)
-			chaosReshardRun(t, bin, seed, opts)
+			chaosReshardRun(t, bin, seed, opts, 1)
 		})
 	}
 }
+
+// TestChaosReshardCluster is TestChaosReshard with two proxy processes in
+// one cluster (control database of its own, outside the relays), both
+// stopped and killed by the schedule, and a writer through each proxy
+// besides the one on the source. On top of TestChaosReshard's checks:
+// every insert a proxy acknowledged is on the destination exactly once,
+// and none committed on the old shard only.
+func TestChaosReshardCluster(t *testing.T) {
+	bin := buildProxy(t)
+	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
+	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
+	for _, seed := range chaosSeeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			opts := faultnet.Options{Run: run, Shards: 3, Proxies: []int{0, 1}, PostgresRestarts: restarts}
+			chaosReplay(t, "TestChaosReshardCluster", seed, opts)
+			t.Logf("CHAOS_SEED=%d", seed)
+			chaosReshardRun(t, bin, seed, opts, 2)
+		})
+	}
+}
+
+// chaosProxyIDs is where the ids of the writers through the proxies
+// start (proxy i: chaosProxyIDs * (i+1)); the source writer's stay below.
+const chaosProxyIDs = 10_000_000
 
 // chaosReshardDBs are the source shard and the two destination shards, in
 // the order of their relays.
 var chaosReshardDBs = [3]string{"app_0", "app_new_0", "app_new_1"}
 
-func chaosReshardRun(t *testing.T, bin string, seed uint64, opts faultnet.Options) {
+func chaosReshardRun(t *testing.T, bin string, seed uint64, opts faultnet.Options, nproxies int) {
 	ctx := context.Background()
 	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10", "max_prepared_transactions": "20",
 	}})
-	for _, db := range chaosReshardDBs {
+	for _, db := range append(chaosReshardDBs[:], "sg_control") {
 		if err := cl.CreateDatabase(ctx, db); err != nil {
 			t.Fatal(err)
 		}
@@ -76,17 +100,30 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 		rig.relays = append(rig.relays, rl)
 		shards = append(shards, fmt.Sprintf("{ host: 127.0.0.1, port: %d, database: %s }", rl.Port(), db))
 	}
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	path := filepath.Join(dir, "shardgate.yaml")
-	cfg := reshardYAML(processHead(addr, dir), cl, accountsRule, shards[:1], shards[1:])
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
+	for i := range nproxies {
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		path := filepath.Join(dir, "shardgate.yaml")
+		cfg := reshardYAML(processHead(addr, dir), cl, accountsRule, shards[:1], shards[1:])
+		if nproxies > 1 {
+			cfg += fmt.Sprintf("cluster: { name: p%d, ack_timeout: 1s, control: '%s' }\n", i, cl.DSN("sg_control"))
+		}
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := &chaosProxyProc{bin: bin, addr: addr, config: path}
+		p.start(t)
+		rig.proxies = append(rig.proxies, p)
 	}
-	p := &chaosProxyProc{bin: bin, addr: addr, config: path}
-	p.start(t)
-	rig.proxies = []*chaosProxyProc{p}
-	adminURL := fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", addr)
+	p := rig.proxies[0]
+	path := p.config
+	adminURL := fmt.Sprintf("postgres://admin:admin-secret@%s/admin?sslmode=disable", p.addr)
+	var writers []*idWriter // through the proxies, in a cluster
+	if nproxies > 1 {
+		for i, q := range rig.proxies {
+			writers = append(writers, startIDWriter(ctx, q.url(), int64(chaosProxyIDs*(i+1))))
+		}
+	}
 	if _, err := adminPgx(connect(t, adminURL), "COPY_DATA app app_new"); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +154,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		done, err := chaosCutover(adminURL)
-		if done || chaosCutOver(t, path) {
+		if done || chaosCutOver(t, path) || (nproxies > 1 && chaosCutOver(t, rig.proxies[1].config)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -142,10 +179,34 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 		}
 	})
 	chaosWaitTask(t, p, adminURL, 90*time.Second)
-	if p.exited() {
-		t.Fatalf("the proxy exited on its own:\n%s", p.current().log.String())
+	for _, q := range rig.proxies {
+		if q.exited() {
+			t.Fatalf("a proxy exited on its own:\n%s", q.current().log.String())
+		}
 	}
-	chaosCheckReshard(t, cl, w.acked)
+	if nproxies > 1 {
+		// The writers go on until every proxy serves the new shards.
+		for i, q := range rig.proxies {
+			eventually(t, 30*time.Second, fmt.Sprintf("proxy %d to follow the cutover", i), func() bool { return chaosCutOver(t, q.config) })
+			n0, _ := writers[i].counts()
+			deadline := time.Now().Add(30 * time.Second)
+			for n, _ := writers[i].counts(); n <= n0+5; n, _ = writers[i].counts() {
+				if time.Now().After(deadline) {
+					log := q.current().log.String()
+					t.Fatalf("proxy %d's writer wrote %d rows in 30 s after the cutover; its last error %q\nproxy log (end):\n%s",
+						i, n-n0, writers[i].lastError(), log[max(0, len(log)-6000):])
+				}
+				time.Sleep(50 * time.Millisecond) // polling the writer's count
+			}
+		}
+	}
+	var proxyAcked []int64
+	for _, wr := range writers {
+		ok, errs := wr.stop()
+		t.Logf("writer through a proxy: %d inserts acknowledged, %d failed (%q)", len(ok), len(errs), first(errs))
+		proxyAcked = append(proxyAcked, ok...)
+	}
+	chaosCheckReshard(t, cl, w.acked, proxyAcked)
 }
 
 // chaosSourceWriter writes on the source shard directly, as an
@@ -266,10 +327,12 @@ func chaosTaskState(t *testing.T, adminURL string) (string, []string) {
 
 // chaosCheckReshard compares the destination with the source and looks
 // for anything the task left behind (TestChaosReshard).
-func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked []int64) {
+func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked, proxyAcked []int64) {
 	t.Helper()
 	ctx := context.Background()
-	const sum = "SELECT count(*), coalesce(sum(balance), 0), coalesce(sum(hashtext(id || ':' || balance)), 0) FROM accounts"
+	// The writers through the proxies write past the cutover, on the
+	// destination only: the comparison with the source leaves them out.
+	sum := fmt.Sprintf("SELECT count(*), coalesce(sum(balance), 0), coalesce(sum(hashtext(id || ':' || balance)), 0) FROM accounts WHERE id < %d", chaosProxyIDs)
 	var want, got [3]int64
 	src := connect(t, cl.DSN("app_0"))
 	if err := src.QueryRow(ctx, sum).Scan(&want[0], &want[1], &want[2]); err != nil {
@@ -307,9 +370,22 @@ func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked []int64) {
 	if got != want {
 		t.Errorf("destination count, balance sum and checksum %v; the source's %v", got, want)
 	}
-	for _, id := range acked {
+	for _, id := range append(acked, proxyAcked...) {
 		if copies[id] != 1 {
 			t.Errorf("acknowledged insert %d has %d copies on the destination, want 1", id, copies[id])
+		}
+	}
+	r, err := src.Query(ctx, "SELECT id FROM accounts WHERE id >= $1", chaosProxyIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := pgx.CollectRows(r, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range old {
+		if copies[id] != 1 {
+			t.Errorf("insert %d through a proxy committed on the old shard and is not on the destination", id)
 		}
 	}
 	chaosCheckLeftovers(t, cl)

@@ -127,7 +127,7 @@ func startIDWriter(ctx context.Context, url string, first int64) *idWriter {
 				conn, err = pgx.Connect(ctx, url)
 			}
 			if err == nil {
-				_, err = conn.Exec(ctx, "INSERT INTO accounts VALUES ($1, 0, 'w')", pgx.QueryExecModeSimpleProtocol, id)
+				_, err = conn.Exec(ctx, "INSERT INTO accounts (id, balance) VALUES ($1, 0)", pgx.QueryExecModeSimpleProtocol, id)
 			}
 			w.mu.Lock()
 			if err == nil {
@@ -148,6 +148,15 @@ func (w *idWriter) counts() (ok, failed int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.ok), len(w.errs)
+}
+
+func (w *idWriter) lastError() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.errs) == 0 {
+		return ""
+	}
+	return w.errs[len(w.errs)-1]
 }
 
 func (w *idWriter) stop() ([]int64, []string) {

@@ -61,6 +61,25 @@ func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
 	return &lease{conn: conn, pid: conn.PgConn().PID()}, nil
 }
 
+// stillRecorded fails with errLeaseHeld when task t's record no longer asks
+// for a runner (it finished, or was stopped, meanwhile): Resume then
+// leaves it alone, as for a task another proxy runs.
+func stillRecorded(ctx context.Context, conn *pgx.Conn, t *Task) error {
+	var wanted bool
+	err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&wanted)
+	if err == nil && wanted {
+		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
+		WHERE task = $1 AND (state = 'running' OR source_shards IS NOT NULL))`, t.Name).Scan(&wanted)
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("task lease: read the record: %w", err)
+	case !wanted:
+		return fmt.Errorf("task %s finished meanwhile: %w", t.Name, errLeaseHeld)
+	}
+	return nil
+}
+
 // reacquire takes the lease again after its session was lost. The old
 // session may outlive its connection for a moment on the server (the
 // server has not noticed the connection is gone): it is ended first, and

@@ -216,6 +216,9 @@ func (t *Managed) run(ctx context.Context) {
 		// Manager.Close: the record stays "running", so that the next
 		// process resumes the task.
 		t.state = TaskStopped
+	case errors.Is(err, errFinishedElsewhere):
+		t.state, t.phase, t.err = TaskDone, PhaseFinished, nil
+		t.Task.log.Warn("task finished by another proxy while this one ran it too (its lease was lost for a moment): stopping it here", "id", t.ID)
 	case err != nil:
 		t.state, t.err = TaskFailed, err
 		t.Task.log.Error("task failed", "id", t.ID, "phase", t.phase.String(), "err", err)
@@ -259,6 +262,9 @@ func (t *Managed) phases(ctx context.Context) error {
 		if err == nil { // an aborted cutover: stream again at once
 			continue
 		}
+		if t.finishedElsewhere(ctx) {
+			return errFinishedElsewhere
+		}
 		if time.Since(started) > streamRetryMax {
 			backoff = streamRetryMin // it had been streaming for a while
 		}
@@ -267,6 +273,27 @@ func (t *Managed) phases(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, streamRetryMax)
 	}
+}
+
+// errFinishedElsewhere ends a task whose record is gone: another proxy
+// took its lease while this one had lost it for a moment, cut over and
+// dropped it.
+var errFinishedElsewhere = errors.New("the task was finished by another proxy")
+
+// finishedElsewhere reports whether the task's record no longer asks for
+// a runner (the stream fails then, its slots and bookkeeping dropped).
+func (t *Managed) finishedElsewhere(ctx context.Context) bool {
+	if t.lease == nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := t.Task.connectDest(cctx, 0)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(cctx))
+	return errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
 }
 
 // setup runs the steps before the stream: schema sync, copy, post-data

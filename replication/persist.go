@@ -187,7 +187,7 @@ func (m *Manager) finishCutover(cfg *config.Config, kind TaskKind, r taskRecord)
 	if err := task.UseNames(r.names); err != nil {
 		return nil, fmt.Errorf("the recorded names: %w", err)
 	}
-	return m.launch(kind, r.source, r.dest, task, old)
+	return m.launch(kind, r.source, r.dest, task, old, true)
 }
 
 // shardPassword returns the password of a configured shard on the same

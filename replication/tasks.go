@@ -186,12 +186,15 @@ func (m *Manager) start(kind TaskKind, src, dst string, names Names, check bool)
 			}
 		}
 	}
-	return m.launch(kind, src, dst, task, nil)
+	return m.launch(kind, src, dst, task, nil, !check)
 }
 
 // launch registers task and runs it in the background; with cutoverFrom
-// set, it only finishes a cutover (finishCutover).
-func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom *config.Database) (*Managed, error) {
+// set, it only finishes a cutover (finishCutover). A resumed task (found
+// in the records by Resume) is launched only if its record still asks for
+// it once the lease is held: the proxy that ran it may have finished it
+// and dropped the record between Resume's read and the lease.
+func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom *config.Database, resumed bool) (*Managed, error) {
 	if err := m.checkNotRunning(src, dst, task); err != nil {
 		return nil, err
 	}
@@ -200,6 +203,11 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 		lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var err error
 		l, err = task.acquireLease(lctx)
+		if err == nil && resumed {
+			if err = stillRecorded(lctx, l.conn, task); err != nil { // keep does not run yet
+				l.release()
+			}
+		}
 		if err == nil && cutoverFrom == nil {
 			// Whoever ran the task may have died between the fence of a
 			// cutover and its switch: the source serves the database
