@@ -238,21 +238,32 @@ func (h *Handler) reshardStop(ctx context.Context, x *call) (*result, error) {
 }
 
 func (h *Handler) showTasks(ctx context.Context, x *call) (*result, error) {
-	r := &result{}
-	local := map[int]bool{}
-	for _, t := range h.tasks().Tasks() {
-		addTask(r, t, h.ProxyName)
-		local[t.ID] = true
-	}
+	// A task id is the same on every proxy of a cluster: a task that
+	// stopped here because another proxy took it over is shown as that
+	// proxy has it.
+	var others []ClusterTask
+	remote := map[int]bool{}
 	if h.Cluster != nil {
-		others, err := h.Cluster.Tasks(ctx)
-		if err != nil {
+		var err error
+		if others, err = h.Cluster.Tasks(ctx); err != nil {
 			return nil, wire.Errorf(wire.SystemError, "%v", err)
 		}
 		for _, t := range others {
-			if !local[t.ID] {
-				addClusterTask(r, t)
-			}
+			remote[t.ID] = true
+		}
+	}
+	r := &result{}
+	local := map[int]bool{}
+	for _, t := range h.tasks().Tasks() {
+		if remote[t.ID] && t.Info().State != replication.TaskRunning {
+			continue
+		}
+		addTask(r, t, h.ProxyName)
+		local[t.ID] = true
+	}
+	for _, t := range others {
+		if !local[t.ID] {
+			addClusterTask(r, t)
 		}
 	}
 	return r, nil

@@ -50,7 +50,7 @@ func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
 		return nil, err
 	}
 	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1)::bigint)", "shardgate-task:"+t.Name).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1)::bigint)", leaseKey(t)).Scan(&got); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("task lease: %w", err)
 	}
@@ -79,6 +79,9 @@ func stillRecorded(ctx context.Context, conn *pgx.Conn, t *Task) error {
 	}
 	return nil
 }
+
+// leaseKey is the text whose hash keys the advisory lock of t's lease.
+func leaseKey(t *Task) string { return "shardgate-task:" + t.Name }
 
 // reacquire takes the lease again after its session was lost. The old
 // session may outlive its connection for a moment on the server (the

@@ -219,6 +219,11 @@ func (t *Managed) run(ctx context.Context) {
 	case errors.Is(err, errFinishedElsewhere):
 		t.state, t.phase, t.err = TaskDone, PhaseFinished, nil
 		t.Task.log.Warn("task finished by another proxy while this one ran it too (its lease was lost for a moment): stopping it here", "id", t.ID)
+	case err != nil && t.leaseLost(ctx):
+		// Its failure is the other runner's doing (its slot, its
+		// bookkeeping): the record stays the other runner's.
+		t.state, t.err = TaskStopped, fmt.Errorf("another proxy runs the task now; here: %w", err)
+		t.Task.log.Warn("task stopped: another proxy holds its lease", "id", t.ID, "err", err)
 	case err != nil:
 		t.state, t.err = TaskFailed, err
 		t.Task.log.Error("task failed", "id", t.ID, "phase", t.phase.String(), "err", err)
@@ -296,6 +301,29 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 	return errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
 }
 
+// leaseLost reports whether another session than this runner's holds the
+// task's lease (keep may not have noticed yet).
+func (t *Managed) leaseLost(ctx context.Context) bool {
+	if t.lease == nil {
+		return false
+	}
+	t.lease.mu.Lock()
+	own := t.lease.pid
+	t.lease.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	conn, err := t.Task.connectDest(cctx, 0)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(cctx)
+	var other bool
+	err = conn.QueryRow(cctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND ((classid::bigint << 32) | objid::bigint) = hashtext($1)::bigint AND pid <> $2)`,
+		leaseKey(t.Task), int64(own)).Scan(&other)
+	return err == nil && other
+}
+
 // setup runs the steps before the stream: schema sync, copy, post-data
 // schema (only the first for a SCHEMA_SYNC task).
 func (t *Managed) setup(ctx context.Context) error {
@@ -343,6 +371,11 @@ func transient(err error) bool {
 		switch pgErr.Code {
 		case wire.AdminShutdown, wire.CrashShutdown, wire.CannotConnectNow,
 			wire.TooManyConnections, wire.SerializationFailure, wire.DeadlockDetected:
+			return true
+		case wire.DuplicateObject:
+			// A slot or publication created meanwhile: by a second runner
+			// of the task while its lease changed hands (lease.go). The
+			// retry finds it and takes the re-run's path.
 			return true
 		}
 		return strings.HasPrefix(pgErr.Code, "08")
