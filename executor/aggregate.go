@@ -16,6 +16,8 @@ type group struct {
 	cols   [][]byte // the first row's values, owned copies; aggregates updated in place
 	avg    map[int]*avgState
 	arrays map[int]*arrayState // array_agg columns being built (collect.go)
+	// partials are the partial sums of folded columns (fold.go).
+	partials map[int][][]byte
 }
 
 // aggregate reads every row, combines partial aggregates per group, and
@@ -60,6 +62,9 @@ func (m *Merger) aggregate(sources []Rows) error {
 			return err
 		}
 		order = append(order, g)
+	}
+	if err = m.fold(order); err != nil {
+		return err
 	}
 	if order, err = m.finish(order); err != nil {
 		return err
@@ -373,6 +378,15 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 		}
 		v := cols[a.Col]
 		cur := g.cols[a.Col]
+		if m.folded(a.Col) {
+			if a.Kind == AggAvg {
+				if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {
+					return err
+				}
+			}
+			g.addPartial(a.Col, v)
+			continue
+		}
 		switch a.Kind {
 		case AggAvg:
 			if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {

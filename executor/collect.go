@@ -26,6 +26,7 @@ func (m *Merger) initGroup(g *group) error {
 	if err := m.initAvg(g); err != nil {
 		return err
 	}
+	m.initFolds(g)
 	for _, a := range m.spec.Aggs {
 		if a.Kind != AggArrayAgg {
 			continue
