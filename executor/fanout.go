@@ -308,6 +308,11 @@ func (s *Session) Gather(a *Answer, readers []*ShardRows, implicit bool, firstEr
 func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	p := a.Plan
 	first := readers[0]
+	if p.Merge != nil && p.Merge.Probe != nil {
+		// The shards ran a statement naming a table the router cannot
+		// place only to report its error; they answered instead.
+		return "", p.Merge.Probe
+	}
 	if a.Describe == DescribeAll && first.desc == nil && !first.empty {
 		a.Sink.Write([]byte{'n', 0, 0, 0, 4})
 	}
