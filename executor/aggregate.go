@@ -39,7 +39,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 	var err error
 	switch {
 	case len(m.spec.SortedBy) > 0 && len(m.spec.OrderBy) == 0 && len(m.spec.DistinctOn) == 0 &&
-		!(grouped && m.spec.Distinct) && m.spec.Outer == nil:
+		!(grouped && m.spec.Distinct) && m.spec.Outer == nil && len(m.folds) == 0:
 		// The shards' rows arrive by group and nothing reorders the
 		// groups: each is sent once complete, so the merge holds one
 		// group at a time (a grouped string_agg holds one group's
@@ -378,13 +378,15 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 		}
 		v := cols[a.Col]
 		cur := g.cols[a.Col]
-		if m.folded(a.Col) {
+		if f := m.foldOf(a.Col); f != nil {
 			if a.Kind == AggAvg {
 				if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {
 					return err
 				}
 			}
-			g.addPartial(a.Col, v)
+			if err := m.addPartial(g, f, v); err != nil {
+				return err
+			}
 			continue
 		}
 		switch a.Kind {

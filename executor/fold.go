@@ -3,6 +3,7 @@ package executor
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -29,8 +30,13 @@ import (
 // counts. A group with one partial sum and no avg keeps it as it is.
 //
 // Shards that group more finely than the query (DISTINCT aggregates,
-// ordered collecting ones) would send one partial per finer group, which
-// the proxy would have to hold: such queries are refused.
+// ordered collecting ones) send one partial per finer group, too many to
+// hold. The proxy then adds them as it reads them, as interval_pl and
+// cash_pl do — field by field for intervals, each field with its overflow
+// check — into a binary sum, from the binary format or from an interval's
+// text in any IntervalStyle (textInterval); the server only writes that
+// sum in the session's format (and divides it for avg). Money in text,
+// whose format the proxy cannot read, is refused there.
 
 // foldCol is a column whose partial sums a server adds.
 type foldCol struct {
@@ -38,6 +44,8 @@ type foldCol struct {
 	avg   bool   // avg(x): the sum is divided by the count (avgState)
 	array uint32 // the array type of the partials
 	elem  uint32
+	// acc: the partials are added as they come into one binary sum.
+	acc bool
 }
 
 // foldTypes are the element types folded, with their array types.
@@ -57,51 +65,83 @@ func (m *Merger) planFolds() error {
 		if !ok {
 			continue
 		}
-		if len(m.spec.SortedBy) > 0 {
+		acc := len(m.spec.SortedBy) > 0
+		if acc && c.OID == oidMoney && c.Format == 0 {
 			return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-				Message: fmt.Sprintf("%s() of type OID %d is not supported across shards together with DISTINCT or ordered aggregates", a.Kind, c.OID),
-				Hint:    "Compute the DISTINCT or ordered aggregate in a separate query, or route the query to one shard."}
+				Message: "sum() of money in text format is not supported across shards together with DISTINCT or ordered aggregates",
+				Hint:    "Ask for the binary result format, cast the sum to numeric, or route the query to one shard."}
 		}
-		m.folds = append(m.folds, foldCol{col: a.Col, avg: a.Kind == AggAvg, array: arr, elem: c.OID})
+		m.folds = append(m.folds, foldCol{col: a.Col, avg: a.Kind == AggAvg, array: arr, elem: c.OID, acc: acc})
+	}
+	return nil
+}
+
+// foldOf returns the fold of column col, nil when the proxy adds it.
+func (m *Merger) foldOf(col int) *foldCol {
+	for i := range m.folds {
+		if m.folds[i].col == col {
+			return &m.folds[i]
+		}
 	}
 	return nil
 }
 
 // folded reports whether column col is added by a server.
-func (m *Merger) folded(col int) bool {
-	for _, f := range m.folds {
-		if f.col == col {
-			return true
-		}
-	}
-	return false
-}
+func (m *Merger) folded(col int) bool { return m.foldOf(col) != nil }
 
-// addPartial keeps a partial sum of a folded column.
-func (g *group) addPartial(col int, v []byte) {
+// addPartial keeps a partial sum v of a folded column, or adds it to the
+// group's binary sum.
+func (m *Merger) addPartial(g *group, f *foldCol, v []byte) error {
 	if v == nil {
-		return
+		return nil
 	}
 	if g.partials == nil {
 		g.partials = map[int][][]byte{}
 	}
-	g.partials[col] = append(g.partials[col], append([]byte{}, v...))
+	if !f.acc {
+		g.partials[f.col] = append(g.partials[f.col], append([]byte{}, v...))
+		return nil
+	}
+	b := v
+	if m.cols[f.col].Format == 0 {
+		iv, err := textInterval(string(v)) // money in text is refused
+		if err != nil {
+			return err
+		}
+		b = appendBinaryInterval(nil, iv)
+	}
+	cur := g.partials[f.col]
+	if len(cur) == 0 {
+		g.partials[f.col] = [][]byte{append([]byte{}, b...)}
+		return nil
+	}
+	sum, err := addBinary(f.elem, cur[0], b)
+	if err != nil {
+		return err
+	}
+	cur[0] = sum
+	return nil
 }
 
 // initFolds moves a new group's first values of folded columns into its
 // partials.
-func (m *Merger) initFolds(g *group) {
-	for _, f := range m.folds {
-		g.addPartial(f.col, g.cols[f.col])
+func (m *Merger) initFolds(g *group) error {
+	for i := range m.folds {
+		f := &m.folds[i]
+		if err := m.addPartial(g, f, g.cols[f.col]); err != nil {
+			return err
+		}
 		g.cols[f.col] = nil
 	}
+	return nil
 }
 
 // needsFold reports whether a server must compute a group's folded
 // columns; otherwise finishFold sets them.
 func (m *Merger) needsFold(g *group) bool {
 	for _, f := range m.folds {
-		if f.avg && g.avg[f.col].count > 0 || !f.avg && len(g.partials[f.col]) > 1 {
+		n := len(g.partials[f.col])
+		if f.avg && g.avg[f.col].count > 0 || !f.avg && (n > 1 || n == 1 && f.acc && m.cols[f.col].Format == 0) {
 			return true
 		}
 	}
@@ -176,7 +216,7 @@ func (m *Merger) foldQuery() OuterQuery {
 		}
 		typ := map[uint32]string{oidInterval: "interval", oidMoney: "money"}[f.elem]
 		q.ParamOIDs = append(q.ParamOIDs, f.array)
-		q.ParamFormats = append(q.ParamFormats, m.cols[f.col].Format)
+		q.ParamFormats = append(q.ParamFormats, f.paramFormat(m.cols[f.col]))
 		sum := fmt.Sprintf("(SELECT pg_catalog.sum(v) FROM pg_catalog.unnest($%d::pg_catalog.%s[]) AS u(v))", len(q.ParamOIDs), typ)
 		if f.avg {
 			q.ParamOIDs = append(q.ParamOIDs, oidInt8)
@@ -206,7 +246,7 @@ func (m *Merger) partialArray(f foldCol, partials [][]byte) []byte {
 	if len(partials) == 0 {
 		return nil
 	}
-	if m.cols[f.col].Format == 0 {
+	if f.paramFormat(m.cols[f.col]) == 0 {
 		out := []byte{'{'}
 		for i, p := range partials {
 			if i > 0 {
@@ -233,4 +273,67 @@ func (m *Merger) partialArray(f foldCol, partials [][]byte) []byte {
 		out = append(out, p...)
 	}
 	return out
+}
+
+// paramFormat is the format of the array of partials: the shards', or
+// binary for a sum the proxy added.
+func (f foldCol) paramFormat(c Column) int16 {
+	if f.acc {
+		return 1
+	}
+	return c.Format
+}
+
+// addBinary adds two binary sums as interval_pl and cash_pl do, with
+// their overflow errors.
+func addBinary(oid uint32, a, b []byte) ([]byte, error) {
+	if oid == oidMoney {
+		x, err := binaryInt(a)
+		if err != nil {
+			return nil, err
+		}
+		y, err := binaryInt(b)
+		if err != nil {
+			return nil, err
+		}
+		s, ok := addInt64(x, y)
+		if !ok {
+			return nil, wire.Errorf(wire.NumericValueOutOfRange, "money out of range")
+		}
+		return binary.BigEndian.AppendUint64(nil, uint64(s)), nil
+	}
+	x, err := binaryInterval(a)
+	if err != nil {
+		return nil, err
+	}
+	y, err := binaryInterval(b)
+	if err != nil {
+		return nil, err
+	}
+	months, ok1 := addInt32(x.months, y.months)
+	days, ok2 := addInt32(x.days, y.days)
+	usecs, ok3 := addInt64(x.usecs, y.usecs)
+	if !ok1 || !ok2 || !ok3 {
+		return nil, wire.Errorf(wire.DatetimeFieldOverflow, "interval out of range")
+	}
+	return appendBinaryInterval(nil, interval{months: months, days: days, usecs: usecs}), nil
+}
+
+// appendBinaryInterval appends interval_send's format.
+func appendBinaryInterval(buf []byte, v interval) []byte {
+	buf = binary.BigEndian.AppendUint64(buf, uint64(v.usecs))
+	buf = binary.BigEndian.AppendUint32(buf, uint32(int32(v.days)))
+	return binary.BigEndian.AppendUint32(buf, uint32(int32(v.months)))
+}
+
+// addInt64 adds with int8pl's overflow check.
+func addInt64(x, y int64) (int64, bool) {
+	s := x + y
+	return s, (x >= 0) != (y >= 0) || (s >= 0) == (x >= 0)
+}
+
+// addInt32 adds two int32 values held in int64s, with int4pl's check.
+func addInt32(x, y int64) (int64, bool) {
+	s := x + y
+	return s, s >= math.MinInt32 && s <= math.MaxInt32
 }
