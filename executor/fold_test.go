@@ -117,7 +117,9 @@ func TestFoldSubgrouped(t *testing.T) {
 
 // TestAddBinary: interval_pl's and cash_pl's overflow checks.
 func TestAddBinary(t *testing.T) {
-	iv := func(mo, d, us int64) []byte { return appendBinaryInterval(nil, interval{months: mo, days: d, usecs: us}) }
+	iv := func(mo, d, us int64) []byte {
+		return appendBinaryInterval(nil, interval{months: mo, days: d, usecs: us})
+	}
 	for _, tc := range []struct {
 		a, b []byte
 		ok   bool
