@@ -16,6 +16,8 @@ type group struct {
 	cols   [][]byte // the first row's values, owned copies; aggregates updated in place
 	avg    map[int]*avgState
 	arrays map[int]*arrayState // array_agg columns being built (collect.go)
+	// partials are the partial sums of folded columns (fold.go).
+	partials map[int][][]byte
 }
 
 // aggregate reads every row, combines partial aggregates per group, and
@@ -37,7 +39,7 @@ func (m *Merger) aggregate(sources []Rows) error {
 	var err error
 	switch {
 	case len(m.spec.SortedBy) > 0 && len(m.spec.OrderBy) == 0 && len(m.spec.DistinctOn) == 0 &&
-		!(grouped && m.spec.Distinct) && m.spec.Outer == nil:
+		!(grouped && m.spec.Distinct) && m.spec.Outer == nil && len(m.folds) == 0:
 		// The shards' rows arrive by group and nothing reorders the
 		// groups: each is sent once complete, so the merge holds one
 		// group at a time (a grouped string_agg holds one group's
@@ -60,6 +62,9 @@ func (m *Merger) aggregate(sources []Rows) error {
 			return err
 		}
 		order = append(order, g)
+	}
+	if err = m.fold(order); err != nil {
+		return err
 	}
 	if order, err = m.finish(order); err != nil {
 		return err
@@ -219,150 +224,6 @@ func (m *Merger) emitGroups(order []*group) error {
 	return nil
 }
 
-// having evaluates the HAVING conditions on a combined row.
-func (m *Merger) having(cols [][]byte) (bool, error) {
-	for _, h := range m.spec.Having {
-		v := cols[h.Col]
-		if v == nil || h.Value == nil {
-			return false, nil
-		}
-		c, err := m.cmp[h.Col](v, h.Value)
-		if err != nil {
-			return false, err
-		}
-		var ok bool
-		switch h.Op {
-		case "=":
-			ok = c == 0
-		case "<>", "!=":
-			ok = c != 0
-		case "<":
-			ok = c < 0
-		case "<=":
-			ok = c <= 0
-		case ">":
-			ok = c > 0
-		case ">=":
-			ok = c >= 0
-		default:
-			return false, wire.Errorf(wire.FeatureNotSupported, "HAVING operator %s is not supported across shards", h.Op)
-		}
-		if !ok {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// checkHaving refuses a HAVING comparison the merge cannot make exactly as
-// PostgreSQL would: an integer constant compared with a column that is not
-// a number (PostgreSQL's operator would be another one, or none), or a
-// parameter compared with a column of a type whose input the merge does not
-// read (a bool parameter 'yes', a date for a timestamp). Numbers and text
-// compare as the column's type.
-func checkHaving(h Cond, col Column) error {
-	numeric := false
-	switch col.OID {
-	case oidInt2, oidInt4, oidInt8, oidFloat4, oidFloat8, oidNumeric:
-		numeric = true
-	case oidText, oidVarchar, oidBPChar, oidName:
-		if h.Param {
-			return nil
-		}
-	}
-	if numeric {
-		return nil
-	}
-	what := "an integer constant"
-	if h.Param {
-		what = "a parameter"
-	}
-	return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
-		Message: fmt.Sprintf("HAVING compares a column of type OID %d with %s across shards", col.OID, what),
-		Hint:    "Write the constant as the column's type (HAVING max(d) > '2000-01-01'), which one shard evaluates; or route the query to one shard."}
-}
-
-// convertConst turns a HAVING value into col's format: a text constant
-// into binary, or a binary parameter (which has the column's type: the
-// shards type the parameter of max(x) > $1 as x's) into text.
-func convertConst(v []byte, col Column) ([]byte, error) {
-	if col.Format == 0 {
-		return binaryText(v, col)
-	}
-	s := string(v)
-	switch col.OID {
-	case oidInt2, oidInt4, oidInt8:
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type bigint: %q", s)
-		}
-		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
-	case oidFloat4, oidFloat8:
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type double precision: %q", s)
-		}
-		if col.OID == oidFloat4 {
-			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
-		}
-		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
-	case oidNumeric:
-		d, err := parseDecimal(s)
-		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type numeric: %q", s)
-		}
-		return encodeBinaryNumeric(d), nil
-	case oidBool:
-		return encodeBool(s == "t" || s == "true" || s == "on" || s == "1", true), nil
-	case oidText, oidVarchar, oidName, oidBPChar, oidUUID:
-		if col.OID == oidUUID {
-			break
-		}
-		return v, nil
-	}
-	return nil, wire.Errorf(wire.FeatureNotSupported, "HAVING on a binary column of type OID %d is not supported across shards", col.OID)
-}
-
-// binaryText is the text form of v, a number in col's type's binary
-// format.
-func binaryText(v []byte, col Column) ([]byte, error) {
-	bad := wire.Errorf(wire.InvalidBinaryRepresentation, "incorrect binary data format in bind parameter compared with a column of type OID %d", col.OID)
-	switch col.OID {
-	case oidInt2:
-		if len(v) != 2 {
-			return nil, bad
-		}
-		return strconv.AppendInt(nil, int64(int16(binary.BigEndian.Uint16(v))), 10), nil
-	case oidInt4:
-		if len(v) != 4 {
-			return nil, bad
-		}
-		return strconv.AppendInt(nil, int64(int32(binary.BigEndian.Uint32(v))), 10), nil
-	case oidInt8:
-		if len(v) != 8 {
-			return nil, bad
-		}
-		return strconv.AppendInt(nil, int64(binary.BigEndian.Uint64(v)), 10), nil
-	case oidFloat4:
-		if len(v) != 4 {
-			return nil, bad
-		}
-		return strconv.AppendFloat(nil, float64(math.Float32frombits(binary.BigEndian.Uint32(v))), 'g', -1, 32), nil
-	case oidFloat8:
-		if len(v) != 8 {
-			return nil, bad
-		}
-		return strconv.AppendFloat(nil, math.Float64frombits(binary.BigEndian.Uint64(v)), 'g', -1, 64), nil
-	case oidNumeric:
-		d, err := decodeBinaryNumeric(v)
-		if err != nil {
-			return nil, bad
-		}
-		return []byte(d.String()), nil
-	}
-	return nil, wire.Errorf(wire.FeatureNotSupported, "HAVING compares a column of type OID %d with a binary parameter across shards", col.OID)
-}
-
 // combine folds a row's partial aggregates into its group; with fresh
 // false (a DISTINCT value the group has seen), only those that are not
 // Distinct.
@@ -373,6 +234,17 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
 		}
 		v := cols[a.Col]
 		cur := g.cols[a.Col]
+		if f := m.foldOf(a.Col); f != nil {
+			if a.Kind == AggAvg {
+				if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {
+					return err
+				}
+			}
+			if err := m.addPartial(g, f, v); err != nil {
+				return err
+			}
+			continue
+		}
 		switch a.Kind {
 		case AggAvg:
 			if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {

@@ -20,6 +20,7 @@ type avgState struct {
 	count int64
 	float bool
 	null  bool
+	fold  bool // a server computes the avg (fold.go): only count
 }
 
 func (m *Merger) initAvg(g *group) error {
@@ -30,7 +31,7 @@ func (m *Merger) initAvg(g *group) error {
 		if g.avg == nil {
 			g.avg = map[int]*avgState{}
 		}
-		st := &avgState{null: true, float: m.cols[a.Col].OID == oidFloat8 || m.cols[a.Col].OID == oidFloat4}
+		st := &avgState{null: true, float: m.cols[a.Col].OID == oidFloat8 || m.cols[a.Col].OID == oidFloat4, fold: m.folded(a.Col)}
 		g.avg[a.Col] = st
 		if err := m.addAvg(st, a, g.cols); err != nil {
 			return err
@@ -49,7 +50,7 @@ func (m *Merger) addAvg(st *avgState, a Agg, cols [][]byte) error {
 		return err
 	}
 	st.count += n
-	if s == nil {
+	if s == nil || st.fold {
 		return nil
 	}
 	st.null = false
@@ -79,6 +80,9 @@ func (m *Merger) finishAvg(g *group) error {
 			continue
 		}
 		st := g.avg[a.Col]
+		if st.fold {
+			continue // set by fold
+		}
 		if st.null || st.count == 0 {
 			g.cols[a.Col] = nil
 			continue
@@ -133,6 +137,9 @@ func (m *Merger) retypeAvg(col int) error {
 	case oidInt2, oidInt4, oidInt8, oidNumeric, oidFloat4, oidFloat8:
 		m.sums[col] = c
 		m.cols[col].OID = avgOID(c.OID)
+		return nil
+	case oidInterval:
+		m.sums[col] = c // avg(interval) is an interval (fold.go)
 		return nil
 	}
 	return wire.Errorf(wire.FeatureNotSupported, "cannot combine avg() of type OID %d across shards", m.cols[col].OID)

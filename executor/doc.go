@@ -88,6 +88,10 @@
 //     server computes them for each group, with the combined aggregates as
 //     parameters (outer.go, outer_eval.go), in batches whose answers are
 //     read before the next is sent (memory: still one entry per group);
+//   - sum and avg of interval, sum of money: each group keeps the
+//     shards' partial sums, and one shard's server adds them with
+//     PostgreSQL's sum over an array parameter, after the shards are read
+//     (fold.go; memory: one partial per shard and group);
 //   - DISTINCT aggregates (count(DISTINCT x)): shards group by x too and
 //     sort by the group key then x; a k-way merge of their streams folds
 //     each x of a group once (distinct.go; memory: one row per shard, one
@@ -115,6 +119,10 @@
 // asks a Sink that is an EqualitySource (equality.go) before it groups
 // text. A type the merge cannot order exactly is refused with 0A000, never
 // ordered approximately.
+//
+// A plan whose Merge has only a Probe (a SELECT naming a table the router
+// cannot place) ran on every shard only for their error: when they answer
+// instead, combine discards the rows and returns the Probe's refusal.
 //
 // Hidden columns the router appended (ORDER BY or avg helpers not in the
 // select list) are stripped from RowDescription and every DataRow.

@@ -308,6 +308,11 @@ func (s *Session) Gather(a *Answer, readers []*ShardRows, implicit bool, firstEr
 func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	p := a.Plan
 	first := readers[0]
+	if p.Merge != nil && p.Merge.Probe != nil {
+		// The shards ran a statement naming a table the router cannot
+		// place only to report its error; they answered instead.
+		return "", p.Merge.Probe
+	}
 	if a.Describe == DescribeAll && first.desc == nil && !first.empty {
 		a.Sink.Write([]byte{'n', 0, 0, 0, 4})
 	}
@@ -348,6 +353,7 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 			return "", err
 		}
 		spec.Collation = a.Collation
+		spec.Eval = shardEval{readers[0]}
 		if spec.Outer != nil {
 			spec.Outer.bind(readers[0], first.desc, a.Describe != DescribeNone)
 		}
@@ -433,7 +439,8 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 // mergedRowDescription is the RowDescription of a merged answer: the
 // shards' without the hidden columns the router appended, and with the
 // type avg has in PostgreSQL for the columns the shards computed as
-// sum(x) — numeric for integer and numeric sums, float8 for float ones.
+// sum(x) — numeric for integer and numeric sums, float8 for float ones,
+// interval for intervals.
 func mergedRowDescription(desc []byte, cols []Column, spec Spec) []byte {
 	visible := len(cols)
 	if spec.Visible > 0 && spec.Visible < visible {
@@ -445,8 +452,11 @@ func mergedRowDescription(desc []byte, cols []Column, spec Spec) []byte {
 			continue
 		}
 		oid, size := uint32(oidNumeric), int16(-1)
-		if t := cols[a.Col].OID; t == oidFloat4 || t == oidFloat8 {
+		switch cols[a.Col].OID {
+		case oidFloat4, oidFloat8:
 			oid, size = oidFloat8, 8
+		case oidInterval:
+			oid, size = oidInterval, 16
 		}
 		// The column's fields follow its name: table OID (4), attribute
 		// number (2), type OID (4), type size (2), type modifier (4),

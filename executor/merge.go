@@ -95,6 +95,9 @@ type Spec struct {
 	// columns then the DISTINCT value (distinct.go) or the aggregates'
 	// ORDER BY keys (collect.go).
 	SortedBy []SortKey
+	// Eval is the server that adds partial sums the proxy cannot add
+	// itself (fold.go): the first shard's, once its answer is read.
+	Eval OuterEval
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -218,6 +221,7 @@ type Merger struct {
 	cmp     []compareFunc     // per column, built on demand
 	colls   map[int]Collation // the collations of the text columns in cmp
 	sums    map[int]Column    // AggAvg columns as the shards typed them (retypeAvg)
+	folds   []foldCol         // sum and avg columns a server adds (fold.go)
 	visible int
 	out     Sink
 	buf     []byte
@@ -237,6 +241,9 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 				return nil, err
 			}
 		}
+	}
+	if err := m.planFolds(); err != nil {
+		return nil, err
 	}
 	// The columns compared: sort keys, min/max, HAVING.
 	var need []int

@@ -126,17 +126,7 @@ var diffScripts = []diffScript{
 		"RESET log_statement",
 		"SELECT current_setting('log_statement')",
 	}},
-	// Runners that Parse and Describe before they Bind get PostgreSQL's
-	// 42P01 on every database: the proxy sends such a Parse to a shard
-	// as it is.
-	{name: "small errors", knownDiffs: []knownDiff{{
-		stmt: 2, dbs: []string{"two", "three"},
-		runners: []string{"simple protocol", "exec", "row-limited Execute", "lib/pq", "psql", "psycopg2",
-			"node-postgres simple", "node-postgres extended", "node-postgres named", "node-postgres cursor",
-			"pgjdbc prepareThreshold=5", "pgjdbc prepareThreshold=1", "pgjdbc fetch size 1"},
-		why: "a sharded database answers 0A000 \"cannot tell whether table no_such_table is sharded by column shard_key: the proxy " +
-			"does not know its columns\" where PostgreSQL answers 42P01 \"relation \\\"no_such_table\\\" does not exist\"",
-	}}, stmts: []string{
+	{name: "small errors", stmts: []string{
 		"SELECT 1/0",
 		"SELECT 1",
 		"SELECT * FROM no_such_table",

@@ -132,6 +132,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	if err := a.finishPart(p); err != nil {
 		return nil, err
 	}
+	a.probeUnknown(p, n)
 	if !path && len(r.schemas) > 0 && (a.unqualified() || p.source != nil && p.source.pathDependent) {
 		p.pathDependent = true
 	}
@@ -472,8 +473,10 @@ func (a *analyzer) resolveUnknown(sc *scope, known ...string) {
 				cols = append(cols, c)
 			}
 			slices.Sort(cols)
-			a.fail(unsupported(fmt.Sprintf("List %s in omni_tables or sharded_tables, or filter it by its sharding column.", in.rv.Relname),
-				"cannot tell whether table %s is sharded by column %s: the proxy does not know its columns", in.name, strings.Join(cols, " or ")))
+			if a.unknown == nil {
+				a.unknown = unsupported(fmt.Sprintf("List %s in omni_tables or sharded_tables, or filter it by its sharding column.", in.rv.Relname),
+					"cannot tell whether table %s is sharded by column %s: the proxy does not know its columns", in.name, strings.Join(cols, " or "))
+			}
 			in.class = omniTable
 		}
 	}

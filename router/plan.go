@@ -191,6 +191,12 @@ type Merge struct {
 	// Rewritten is the SQL to send to shards instead of the client's, or ""
 	// when the client's statement is sent as is. It uses the same parameters.
 	Rewritten string
+	// Probe, when set, is the only field: the statement names a table
+	// the router cannot place, and runs on every shard as written only so
+	// that the shards' error (42P01 for a table that does not exist) is
+	// the client's. When every shard answers without an error, the
+	// executor discards their rows and answers Probe, a 0A000.
+	Probe error
 }
 
 // Outer is a statement that computes, for one combined row (group) of a

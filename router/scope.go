@@ -82,6 +82,8 @@ type analyzer struct {
 	// err is the first reason the statement cannot be routed by analysis; a
 	// hint may still route it. hard is an error no hint overrides.
 	err, hard error
+	// unknown is the first table the analysis cannot place (probe.go).
+	unknown error
 	// ddlUnqualified is set when a utility statement names an object
 	// without a schema.
 	ddlUnqualified bool

@@ -43,6 +43,9 @@ type part struct {
 	fanout error
 	// unroutable means the analysis cannot route the statement; a hint can.
 	unroutable error
+	// probe is the plan of a SELECT naming a table the analysis cannot
+	// place (probe.go).
+	probe *Plan
 
 	insert   *insertRows // INSERT … VALUES into a sharded table
 	keySets  []keyAssign // UPDATE … SET key = value of a sharded table
@@ -124,6 +127,9 @@ func (p *part) plan(r *Router, env *routeEnv) (*Plan, error) {
 	if p.unroutable != nil {
 		return nil, p.unroutable
 	}
+	if p.probe != nil {
+		return p.probePlan(r, env)
+	}
 	if p.explain != nil {
 		return p.explainPlan(r, env)
 	}
@@ -202,6 +208,9 @@ func (p *part) plan(r *Router, env *routeEnv) (*Plan, error) {
 // insertSelectPlan routes INSERT … SELECT into a sharded table: its SELECT
 // where that SELECT alone would go, its rows to any shard.
 func (p *part) insertSelectPlan(r *Router, env *routeEnv) (*Plan, error) {
+	if p.source.probe != nil {
+		return nil, p.source.probe.Merge.Probe // its rows would be written
+	}
 	src, err := p.source.plan(r, env)
 	if err != nil {
 		return nil, err

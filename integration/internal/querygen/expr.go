@@ -128,9 +128,6 @@ func (b *builder) aggregate() expr {
 			return expr{sql: "avg(" + e.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
 		}
 	case n < 70:
-		if !b.allowed(gapSumInterval) {
-			break
-		}
 		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famInterval }); ok {
 			return expr{sql: "sum(" + e.sql + ")" + filter, fam: famInterval, variant: true, agg: true}
 		}
