@@ -112,7 +112,7 @@ func terminateApp(t *testing.T, admin *pgx.Conn, all bool, pid string) {
 	eventually(t, 5*time.Second, "the terminated backends to exit", func() bool {
 		return value(t, admin, simple, "SELECT count(*) FROM pg_stat_activity WHERE "+where, pid) == "0"
 	})
-	if d := time.Since(start); d > 500*time.Millisecond {
+	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Fatalf("terminating took %s: the pool may have probed the server instead of lending it", d)
 	}
 }
