@@ -181,30 +181,32 @@ mkdir -p "$(dirname "$PROFILE_OUT")"
 	echo "| workload | mode | proxy | tps | CPU µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
 	echo "|---|---|---|---|---|---|---|---|---|"
 	while IFS=$'\t' read -r a b c d e f g h i; do echo "| $a | $b | $c | $d | $e | $f | $g | $h | $i |"; done <"$SUMMARY"
-	echo
-	echo "## shardgate -M prepared: hottest functions (perf record, cpu-clock, self time; $REC_TPS tps while sampling)"
-	echo
-	echo '```'
-	cat "$OUTDIR/self.txt"
-	echo '```'
-	echo
-	echo "Go code only (self time, percent of all samples):"
-	echo
-	echo '```'
-	cat "$OUTDIR/go.txt"
-	echo '```'
-	echo
-	echo "By object:"
-	echo
-	echo '```'
-	cat "$OUTDIR/dso.txt"
-	echo '```'
-	echo
-	echo "Cumulative (children included, ≥ 4%):"
-	echo
-	echo '```'
-	cat "$OUTDIR/children.txt"
-	echo '```'
+	[ "$PROFILE_RECORD" = 0 ] || {
+		echo
+		echo "## shardgate -M prepared: hottest functions (perf record, cpu-clock, self time; $REC_TPS tps while sampling)"
+		echo
+		echo '```'
+		cat "$OUTDIR/self.txt"
+		echo '```'
+		echo
+		echo "Go code only (self time, percent of all samples):"
+		echo
+		echo '```'
+		cat "$OUTDIR/go.txt"
+		echo '```'
+		echo
+		echo "By object:"
+		echo
+		echo '```'
+		cat "$OUTDIR/dso.txt"
+		echo '```'
+		echo
+		echo "Cumulative (children included, ≥ 4%):"
+		echo
+		echo '```'
+		cat "$OUTDIR/children.txt"
+		echo '```'
+	}
 	echo "$STRACE_OUT"
 } >"$PROFILE_OUT"
 cat "$PROFILE_OUT"
