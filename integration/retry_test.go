@@ -116,3 +116,28 @@ func terminateApp(t *testing.T, admin *pgx.Conn, all bool, pid string) {
 		t.Fatalf("terminating took %s: the pool may have probed the server instead of lending it", d)
 	}
 }
+
+// TestRetryRestoreOnDeadServer: a client whose settings differ from those
+// of the pooled server it gets has them restored first (SETs of the
+// proxy's own); when that server died idle in the pool, the settings and
+// then the statement go to another server, and the client sees nothing.
+func TestRetryRestoreOnDeadServer(t *testing.T) {
+	checkGoroutines(t)
+	cl := isoCluster(t)
+	admin := simpleConn(t, cl.DSN("app"))
+	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+	c := simpleConn(t, p.AppURL("app"))
+	d := simpleConn(t, p.AppURL("app"))
+	mustExec(t, c, "SET statement_timeout = '7s'")
+	mustExec(t, d, "SET statement_timeout = '9s'") // the one server now carries d's setting
+	pid := value(t, d, simple, "SELECT pg_backend_pid()::text")
+	terminateApp(t, admin, false, pid)
+	got, err := queryRow(c, simple, "SELECT current_setting('statement_timeout'), pg_backend_pid()::text")
+	if err != nil {
+		t.Fatalf("the statement after its idle server was terminated: %s", errText(err))
+	}
+	if got[0] != "7s" || got[1] == pid {
+		t.Fatalf("got %q, want 7s on a backend other than %s", got, pid)
+	}
+	checkRow(t, "the other client", row(t, d, simple, "SHOW statement_timeout"), "9s")
+}
