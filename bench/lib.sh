@@ -18,6 +18,9 @@ PID_PGBOUNCER=""
 PID_SHARDGATE=""
 PG_STARTED=""
 BENCH_EXTRA_PIDS=() # scripts may add helpers (perf, strace) to be stopped too
+# More shardgate processes, by target name (start_shardgate_variant): another
+# binary or GOMAXPROCS measured in the same run as the main one.
+declare -A SG_PORT=() SG_PID=()
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -53,6 +56,7 @@ bench_cleanup() {
 	local rc=$?
 	set +e
 	for p in "${BENCH_EXTRA_PIDS[@]}"; do stop_pid "$p"; done
+	for p in "${SG_PID[@]}"; do stop_pid "$p"; done
 	stop_pid "$PID_SHARDGATE"
 	stop_pid "$PID_PGBOUNCER"
 	if [ -n "$PG_STARTED" ]; then
@@ -241,6 +245,34 @@ EOF
 	expect_comm "$PID_SHARDGATE" proxy
 }
 
+# build_ref REF OUT builds ./cmd/proxy as of git revision REF (a branch,
+# tag or commit of this repository) into OUT, from an exported tree: the
+# working tree is not touched.
+build_ref() {
+	local ref=$1 out=$2 src
+	src=$BENCH_TMP/src-$(echo "$ref" | tr -c 'A-Za-z0-9.\n-' _)
+	mkdir -p "$src"
+	log "building shardgate $ref ($(git -C "$REPO_DIR" rev-parse --short "$ref"))"
+	git -C "$REPO_DIR" archive "$ref" | tar -x -C "$src" || die "cannot export $ref"
+	(cd "$src" && go build -o "$out" ./cmd/proxy) || die "go build of $ref failed"
+}
+
+# start_shardgate_variant NAME BIN [GOMAXPROCS] starts one more shardgate,
+# BIN with the main one's configuration on a port of its own, as target
+# NAME. BIN's file name is its comm (at most 15 characters).
+start_shardgate_variant() {
+	local name=$1 bin=$2 gmp=${3:-} port pid
+	port=$(free_port $((PORT_SHARDGATE + 1)))
+	sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/shardgate-$name.yaml"
+	log "starting shardgate variant $name ($(basename "$bin"), GOMAXPROCS=${gmp:-default}) on 127.0.0.1:$port"
+	env ${gmp:+GOMAXPROCS=$gmp} "$bin" -config "$BENCH_TMP/shardgate-$name.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate-$name.log" 2>&1 &
+	pid=$!
+	SG_PORT[$name]=$port
+	SG_PID[$name]=$pid
+	wait_sql "$port" "shardgate $name"
+	expect_comm "$pid" "$(basename "$bin" | cut -c1-15)"
+}
+
 bench_setup() {
 	[ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1 && die "running as root needs a 'postgres' OS user (apt-get install -y postgresql creates it)"
 	find_pg_bin
@@ -263,7 +295,7 @@ target_port() {
 	direct) echo "$PORT_DIRECT" ;;
 	pgbouncer) echo "$PORT_PGBOUNCER" ;;
 	shardgate) echo "$PORT_SHARDGATE" ;;
-	*) die "unknown target $1" ;;
+	*) [ -n "${SG_PORT[$1]:-}" ] || die "unknown target $1"; echo "${SG_PORT[$1]}" ;;
 	esac
 }
 
@@ -272,6 +304,7 @@ target_pid() {
 	direct) echo "" ;;
 	pgbouncer) echo "$PID_PGBOUNCER" ;;
 	shardgate) echo "$PID_SHARDGATE" ;;
+	*) echo "${SG_PID[$1]:-}" ;;
 	esac
 }
 
@@ -317,9 +350,11 @@ run_pgbench() {
 		case $target in
 		pgbouncer) tail -20 "$BENCH_TMP/pgbouncer/pgbouncer.log" >&2 ;;
 		shardgate) tail -20 "$BENCH_TMP/shardgate.log" >&2 ;;
+		*) tail -20 "$BENCH_TMP/shardgate-$target.log" >&2 ;;
 		esac
 		die "pgbench against $target failed ($workload -M $mode -c $clients: exit $rc, failed transactions ${failed:-unknown})"
 	fi
 	kill -0 "$PID_PGBOUNCER" 2>/dev/null || die "PgBouncer died"
 	kill -0 "$PID_SHARDGATE" 2>/dev/null || die "shardgate died"
+	for v in "${!SG_PID[@]}"; do kill -0 "${SG_PID[$v]}" 2>/dev/null || die "shardgate $v died"; done
 }

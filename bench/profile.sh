@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # bench/profile.sh — where shardgate's CPU goes, without touching its code.
 #
-# Same throwaway PostgreSQL, PgBouncer and shardgate as bench/run.sh. Under
-# one pgbench load (default `pgbench -S -M prepared -c 16 -j 2`) it measures,
-# per transaction and for each proxy process:
+# Same throwaway PostgreSQL, PgBouncer and shardgate as bench/run.sh. For
+# every workload × pgbench mode (16 clients by default) it runs PgBouncer,
+# shardgate and its variants back to back and measures, per transaction and
+# for each proxy process:
 #   1. CPU time, context switches and syscalls by kind (perf stat with
 #      syscall tracepoints: cheap, counts every thread of the process);
 #   2. a syscall summary with strace -c -f (slows the proxy a lot, so its TPS
 #      is not meaningful, but the counts per transaction are a cross-check);
-#   3. shardgate's hottest functions (perf record -g, cpu-clock samples);
-#   4. shardgate again with GOMAXPROCS=1.
+#   3. shardgate's hottest functions (perf record -g, cpu-clock samples).
+# Variants are more shardgate processes measured in the same run: the same
+# build under each GOMAXPROCS of PROFILE_GOMAXPROCS, and a build of git
+# revision PROFILE_BASE_REF (before/after a change, under the same load).
 # PgBouncer before 1.21 cannot run -M prepared in transaction mode with
-# several clients, so PgBouncer is measured with -M extended (the same
-# messages minus the named statement) and shardgate with both.
+# several clients: those cells are skipped.
 #
 # Environment: PROFILE_SECONDS (default 10), PROFILE_CLIENTS (16),
-# PROFILE_WORKLOAD (select-only | select1), PROFILE_OUT (bench/results/profile.md),
-# PROFILE_STRACE=0 to skip strace, plus BENCH_POOL_SIZE and BENCH_SCALE as
-# in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
+# PROFILE_WORKLOADS ("select1 select-only"; PROFILE_WORKLOAD is the old
+# name), PROFILE_MODES ("simple extended prepared"), PROFILE_GOMAXPROCS ("1";
+# empty for none), PROFILE_BASE_REF (none), PROFILE_OUT
+# (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
+# PROFILE_RECORD=0 to skip perf record, plus BENCH_POOL_SIZE and BENCH_SCALE
+# as in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
 set -euo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -26,7 +31,11 @@ trap 'exit 130' INT TERM
 
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 PROFILE_CLIENTS=${PROFILE_CLIENTS:-16}
-PROFILE_WORKLOAD=${PROFILE_WORKLOAD:-select-only}
+PROFILE_WORKLOADS=${PROFILE_WORKLOADS:-${PROFILE_WORKLOAD:-select1 select-only}}
+PROFILE_MODES=${PROFILE_MODES:-simple extended prepared}
+PROFILE_GOMAXPROCS=${PROFILE_GOMAXPROCS-1}
+PROFILE_BASE_REF=${PROFILE_BASE_REF:-}
+PROFILE_RECORD=${PROFILE_RECORD:-1}
 PROFILE_STRACE=${PROFILE_STRACE:-1}
 PROFILE_OUT=${PROFILE_OUT:-$BENCH_DIR/results/profile.md}
 case $PROFILE_OUT in /*) ;; *) PROFILE_OUT=$PWD/$PROFILE_OUT ;; esac
@@ -54,60 +63,79 @@ for s in $SYSCALLS; do
 	if grep -q "syscalls:sys_enter_$s " <<<"$TRACEPOINTS"; then EVENTS="$EVENTS,syscalls:sys_enter_$s"; fi
 done
 
-log "warm-up"
-for t in pgbouncer shardgate; do
-	run_pgbench "$t" "$PROFILE_WORKLOAD" extended "$PROFILE_CLIENTS" 2 "$BENCH_TMP/warmup-$t.log"
+VARIANTS=()
+for g in $PROFILE_GOMAXPROCS; do
+	start_shardgate_variant "gomaxprocs$g" "$BENCH_TMP/proxy" "$g"
+	VARIANTS+=("gomaxprocs$g")
 done
-run_pgbench shardgate "$PROFILE_WORKLOAD" prepared "$PROFILE_CLIENTS" 2 "$BENCH_TMP/warmup-prep.log"
+if [ -n "$PROFILE_BASE_REF" ]; then
+	build_ref "$PROFILE_BASE_REF" "$BENCH_TMP/proxy-base"
+	start_shardgate_variant base "$BENCH_TMP/proxy-base"
+	VARIANTS+=(base)
+	BASE_DESC="$PROFILE_BASE_REF ($(git -C "$REPO_DIR" rev-parse --short "$PROFILE_BASE_REF"))"
+fi
+TARGETS="pgbouncer shardgate ${VARIANTS[*]}"
 
-# background_until_pgbench LABEL TARGET MODE CMD... runs CMD in the
-# background while pgbench runs against TARGET, then stops it with SIGINT.
+log "warm-up"
+for t in $TARGETS; do
+	run_pgbench "$t" select-only extended "$PROFILE_CLIENTS" 2 "$BENCH_TMP/warmup-$t.log"
+done
+
+# with_tool LABEL TARGET WORKLOAD MODE CMD... runs CMD in the background
+# while pgbench runs against TARGET, then stops it with SIGINT.
 with_tool() {
-	local label=$1 target=$2 mode=$3
-	shift 3
+	local label=$1 target=$2 workload=$3 mode=$4
+	shift 4
 	"$@" &
 	local tool=$!
 	BENCH_EXTRA_PIDS+=("$tool")
-	sleep 0.5
-	run_pgbench "$target" "$PROFILE_WORKLOAD" "$mode" "$PROFILE_CLIENTS" "$PROFILE_SECONDS" "$OUTDIR/pgbench-$label.log"
+	sleep 0.5 # perf/strace attach; nothing to poll for
+	run_pgbench "$target" "$workload" "$mode" "$PROFILE_CLIENTS" "$PROFILE_SECONDS" "$OUTDIR/pgbench-$label.log"
 	kill -INT "$tool" 2>/dev/null || true
 	wait "$tool" 2>/dev/null || true
 }
 
 SUMMARY=$OUTDIR/summary.tsv
 : >"$SUMMARY"
-# perf_stat LABEL TARGET MODE: CPU, context switches and syscalls per txn.
+# perf_stat TARGET WORKLOAD MODE: CPU, context switches and syscalls per txn.
 perf_stat() {
-	local label=$1 target=$2 mode=$3 pid
+	local target=$1 workload=$2 mode=$3 label=$1-$2-$3 pid load1
 	pid=$(target_pid "$target")
-	log "perf stat: $label"
-	with_tool "$label" "$target" "$mode" perf stat -x, -e "$EVENTS" -p "$pid" -o "$OUTDIR/stat-$label.csv"
+	load1=$(cut -d' ' -f1 /proc/loadavg)
+	log "perf stat: $target $workload -M $mode (load $load1)"
+	with_tool "$label" "$target" "$workload" "$mode" perf stat -x, -e "$EVENTS" -p "$pid" -o "$OUTDIR/stat-$label.csv"
 	local detail
 	detail=$(awk -F, -v n="$TXNS" '$3 ~ /^syscalls:sys_enter_/ && $1 / n >= 0.005 {
 			name = $3; sub(/^syscalls:sys_enter_/, "", name); printf "%.2f %s\n", $1 / n, name }' "$OUTDIR/stat-$label.csv" |
 		sort -rn | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')
-	awk -F, -v n="$TXNS" -v tps="$TPS" -v label="$label" -v detail="$detail" '
+	awk -F, -v n="$TXNS" -v tps="$TPS" -v w="$workload" -v m="$mode" -v t="$target" -v load1="$load1" -v detail="$detail" '
 		$3 == "task-clock" { cpu = $1 }          # msec
 		$3 == "context-switches" { cs = $1 }
 		$3 == "raw_syscalls:sys_enter" { sc = $1 }
-		END { printf "%s\t%.0f\t%.1f\t%.2f\t%.2f\t%s\n", label, tps, cpu * 1000 / n, cs / n, sc / n, detail }' \
+		END { printf "%s\t%s\t%s\t%.0f\t%.1f\t%.2f\t%.2f\t%s\t%s\n", w, m, t, tps, cpu * 1000 / n, cs / n, sc / n, load1, detail }' \
 		"$OUTDIR/stat-$label.csv" >>"$SUMMARY"
 	tail -1 "$SUMMARY" >&2
 }
 
-perf_stat "pgbouncer-extended" pgbouncer extended
-perf_stat "shardgate-extended" shardgate extended
-perf_stat "shardgate-prepared" shardgate prepared
+for w in $PROFILE_WORKLOADS; do
+	for m in $PROFILE_MODES; do
+		for t in $TARGETS; do
+			if [ "$t" = pgbouncer ] && [ "$m" = prepared ] && ! pgbouncer_prepared_ok; then continue; fi
+			perf_stat "$t" "$w" "$m"
+		done
+	done
+done
 
+LAST_WORKLOAD=${PROFILE_WORKLOADS##* }
 STRACE_OUT=""
 if [ "$PROFILE_STRACE" != 0 ]; then
 	for l in "pgbouncer extended" "shardgate prepared"; do
 		# shellcheck disable=SC2086 # split "target mode"
 		set -- $l
 		log "strace -c -f: $1 -M $2"
-		with_tool "strace-$1-$2" "$1" "$2" strace -c -f -qq -o "$OUTDIR/strace-$1-$2.txt" -p "$(target_pid "$1")"
+		with_tool "strace-$1-$2" "$1" "$LAST_WORKLOAD" "$2" strace -c -f -qq -o "$OUTDIR/strace-$1-$2.txt" -p "$(target_pid "$1")"
 		STRACE_OUT="$STRACE_OUT
-### strace -c -f, $1, -M $2 ($TXNS transactions, $TPS tps under strace)
+### strace -c -f, $1, $LAST_WORKLOAD -M $2 ($TXNS transactions, $TPS tps under strace)
 
 \`\`\`
 $(awk -v n="$TXNS" 'NR > 25 && !/total/ { next } NR <= 2 || /^-/ { print; next } $4 ~ /^[0-9]+$/ { printf "%s   (%.2f calls/txn)\n", $0, $4 / n; next } { print }' "$OUTDIR/strace-$1-$2.txt")
@@ -116,14 +144,19 @@ $(awk -v n="$TXNS" 'NR > 25 && !/total/ { next } NR <= 2 || /^-/ { print; next }
 	done
 fi
 
-log "perf record: shardgate -M prepared"
-with_tool "record" shardgate prepared perf record -F 1999 -g -p "$PID_SHARDGATE" -o "$OUTDIR/perf.data" -q
-REC_TPS=$TPS
+REC_TPS=""
+if [ "$PROFILE_RECORD" != 0 ]; then
+	log "perf record: shardgate $LAST_WORKLOAD -M prepared"
+	with_tool "record" shardgate "$LAST_WORKLOAD" prepared perf record -F 1999 -g -p "$PID_SHARDGATE" -o "$OUTDIR/perf.data" -q
+	REC_TPS=$TPS
+fi
 # report NAME LINES ARGS...: perf report into $OUTDIR/NAME.txt, comments dropped,
 # at most LINES lines (no `| head` under pipefail).
 report() {
 	local name=$1 lines=$2
 	shift 2
+	: >"$OUTDIR/$name.txt"
+	[ -f "$OUTDIR/perf.data" ] || return 0
 	perf report -i "$OUTDIR/perf.data" --stdio -g none "$@" >"$OUTDIR/$name.full" 2>/dev/null || true
 	grep -v -e '^#' -e '^$' "$OUTDIR/$name.full" >"$OUTDIR/$name.all" || true
 	sed -n "1,${lines}p" "$OUTDIR/$name.all" >"$OUTDIR/$name.txt"
@@ -132,57 +165,48 @@ report self 30 --no-children --sort sym --percent-limit 0.8
 report go 40 --no-children --sort sym --dsos proxy --percent-limit 0.15
 report children 50 --children --sort sym --percent-limit 4
 report dso 8 --no-children --sort dso
-
-log "shardgate with GOMAXPROCS=1"
-stop_pid "$PID_SHARDGATE"
-GOMAXPROCS=1 "$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level warn >>"$BENCH_TMP/shardgate.log" 2>&1 &
-PID_SHARDGATE=$!
-wait_sql "$PORT_SHARDGATE" shardgate
-expect_comm "$PID_SHARDGATE" proxy
-run_pgbench shardgate "$PROFILE_WORKLOAD" prepared "$PROFILE_CLIENTS" 2 "$BENCH_TMP/warmup-gmp1.log"
-perf_stat "shardgate-prepared-GOMAXPROCS=1" shardgate prepared
-perf_stat "shardgate-extended-GOMAXPROCS=1" shardgate extended
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
-W="-S"
-[ "$PROFILE_WORKLOAD" = select1 ] && W="-f select1.sql"
 mkdir -p "$(dirname "$PROFILE_OUT")"
 {
 	echo "# shardgate profile: latest run"
 	echo
-	echo "Generated by \`bench/profile.sh\`: \`pgbench $W -c $PROFILE_CLIENTS -j 2 -T $PROFILE_SECONDS\` over TCP on 127.0.0.1;"
+	echo "Generated by \`bench/profile.sh\`: \`pgbench -c $PROFILE_CLIENTS -j 2 -T $PROFILE_SECONDS\` over TCP on 127.0.0.1, workloads $PROFILE_WORKLOADS (select1: \`SELECT 1;\`, select-only: \`-S\`);"
 	echo "PgBouncer $PGBOUNCER_VERSION and shardgate $SHARDGATE_VERSION, transaction mode, pool size $BENCH_POOL_SIZE;"
+	echo "variants: gomaxprocsN is the same shardgate build under GOMAXPROCS=N; base is ${BASE_DESC:-not measured}."
 	echo "$(nproc) CPUs, load average $LOAD_START at start, $LOAD_END at end."
 	echo
 	echo "## Per transaction (perf stat, all threads of the proxy process)"
 	echo
-	echo "| run | tps | CPU µs/txn | context switches/txn | syscalls/txn | syscalls/txn by kind |"
-	echo "|---|---|---|---|---|---|"
-	while IFS=$'\t' read -r a b c d e f; do echo "| $a | $b | $c | $d | $e | $f |"; done <"$SUMMARY"
-	echo
-	echo "## shardgate -M prepared: hottest functions (perf record, cpu-clock, self time; $REC_TPS tps while sampling)"
-	echo
-	echo '```'
-	cat "$OUTDIR/self.txt"
-	echo '```'
-	echo
-	echo "Go code only (self time, percent of all samples):"
-	echo
-	echo '```'
-	cat "$OUTDIR/go.txt"
-	echo '```'
-	echo
-	echo "By object:"
-	echo
-	echo '```'
-	cat "$OUTDIR/dso.txt"
-	echo '```'
-	echo
-	echo "Cumulative (children included, ≥ 4%):"
-	echo
-	echo '```'
-	cat "$OUTDIR/children.txt"
-	echo '```'
+	echo "| workload | mode | proxy | tps | CPU µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+	while IFS=$'\t' read -r a b c d e f g h i; do echo "| $a | $b | $c | $d | $e | $f | $g | $h | $i |"; done <"$SUMMARY"
+	[ "$PROFILE_RECORD" = 0 ] || {
+		echo
+		echo "## shardgate -M prepared: hottest functions (perf record, cpu-clock, self time; $REC_TPS tps while sampling)"
+		echo
+		echo '```'
+		cat "$OUTDIR/self.txt"
+		echo '```'
+		echo
+		echo "Go code only (self time, percent of all samples):"
+		echo
+		echo '```'
+		cat "$OUTDIR/go.txt"
+		echo '```'
+		echo
+		echo "By object:"
+		echo
+		echo '```'
+		cat "$OUTDIR/dso.txt"
+		echo '```'
+		echo
+		echo "Cumulative (children included, ≥ 4%):"
+		echo
+		echo '```'
+		cat "$OUTDIR/children.txt"
+		echo '```'
+	}
 	echo "$STRACE_OUT"
 } >"$PROFILE_OUT"
 cat "$PROFILE_OUT"

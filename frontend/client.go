@@ -249,17 +249,31 @@ func (c *client) run(ctx context.Context, st *State) error {
 	return c.loop(ctx)
 }
 
-// attach checks a server out for the client and queues the SETs that bring
-// the server's session settings to the client's.
+// attach checks a server out for the client and brings the server's
+// session settings to the client's. When the connection fails under those
+// SETs (the server died idle in the pool, see retry.go), they run on
+// another server: they are the proxy's own and idempotent.
 func (c *client) attach(ctx context.Context) error {
 	if c.server != nil {
 		return c.enterGateHolding(ctx)
 	}
+	for try := 1; ; try++ {
+		lost, err := c.attachOnce(ctx)
+		if !lost || try == retryTries {
+			return err
+		}
+		c.log.Info("server died in the pool; restoring the session on another server", "err", err)
+	}
+}
+
+// attachOnce is one checkout of attach; lost says the server's connection
+// failed while the session was being restored.
+func (c *client) attachOnce(ctx context.Context) (lost bool, err error) {
 	c.setState(ClientWaiting)
 	s, err := c.checkout(ctx)
 	if err != nil {
 		c.setState(ClientIdle)
-		return err
+		return false, err
 	}
 	c.server = s
 	c.setState(ClientActive)
@@ -270,10 +284,16 @@ func (c *client) attach(ctx context.Context) error {
 	c.setCancelTarget(c.lastTarget)
 	if err := c.restore(s); err != nil {
 		s.Broken = true
+		_, answered := wire.AsError(err) // the server refused a SET: the client's answer
+		if !answered {
+			if p := s.Pool(); p != nil {
+				p.CloseDeadIdle()
+			}
+		}
 		c.detach()
-		return err
+		return !answered, err
 	}
-	return nil
+	return false, nil
 }
 
 func checkoutError(p *pool.Pool, err error) error {

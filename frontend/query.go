@@ -313,14 +313,18 @@ func (c *client) roundTrip() error {
 			}
 			werr <- err
 		}()
-	} else {
-		s.W.Write(c.out)
-		if err := s.Flush(); err != nil {
-			return c.serverFailed(err)
-		}
 	}
 	c.answers = 0
-	err := c.relay()
+	var err error
+	if werr == nil {
+		s.W.Write(c.out)
+		if err = s.Flush(); err != nil {
+			err = c.unsent(s, err)
+		}
+	}
+	if err == nil {
+		err = c.relay()
+	}
 	if werr != nil {
 		if e := <-werr; e != nil && err == nil {
 			s.Broken = true
@@ -328,21 +332,11 @@ func (c *client) roundTrip() error {
 		}
 	}
 	if err != nil && retryable(err) {
-		// The pooled server had died before it answered anything of a
-		// statement that carries no session of the client's: nothing of
-		// it ran (its implicit transaction died with the server), so it
-		// runs again on another server, as if the pool had noticed first.
-		c.log.Info("server died before answering; running the statement on another server", "err", err)
-		c.detach()
-		if aerr := c.attach(context.Background()); aerr != nil {
-			c.out = c.out[:0]
-			return c.answerLocally(aerr, true)
-		}
-		s = c.server
-		s.W.Write(c.out)
-		if err = s.Flush(); err == nil {
-			c.answers = 0
-			err = c.relay()
+		// The pooled server had died before it got or answered anything
+		// of the batch: run it on another server (retry.go).
+		var local error
+		if err, local = c.retryElsewhere(err); local != nil {
+			return c.answerLocally(local, true)
 		}
 	}
 	c.out = c.out[:0]

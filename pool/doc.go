@@ -29,7 +29,11 @@
 // warm connections first). A server idle for more than a second is probed
 // first (Server.Alive: one non-blocking MSG_PEEK recv on a TCP socket),
 // because an idle server sends nothing unless it is going away; expired or
-// dead ones are closed. With no idle server of its set, the checkout opens one if fewer
+// dead ones are closed. A server that died within that second is lent as
+// it is: its first write fails with NothingSent, or its first answer is
+// the FATAL it sent while idle, and the frontend runs the round trip again
+// on another server after CloseDeadIdle probed the rest of the idle stack
+// (frontend/retry.go). With no idle server of its set, the checkout opens one if fewer
 // than size are open; else it closes the least recently used idle server of
 // another set and opens one in that slot; else it waits in a FIFO queue, at
 // most checkout_timeout, and then fails with a *wire.Error 53300 whose Hint

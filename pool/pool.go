@@ -33,10 +33,13 @@ func (k Key) String() string {
 }
 
 // aliveCheckAfter is how long a server must have been idle before
-// checkout probes its socket. Under load servers are reused within
-// milliseconds and the probe (one recv syscall) would be pure cost; a
-// server that dies right after checkin is still handled, as a lost
-// connection whose error the client sees.
+// checkout probes its socket (Server.Alive, one MSG_PEEK recv). Under load
+// servers are reused within milliseconds and the probe would be one failing
+// syscall per transaction, pure cost: PgBouncer does not probe either. A
+// server that died less than aliveCheckAfter ago is lent as if alive; the
+// client's first round trip then meets its FATAL or a failed write before
+// anything of the client's ran, and the frontend runs the round trip again
+// on another server (frontend/retry.go), after CloseDeadIdle.
 const aliveCheckAfter = time.Second
 
 // ErrClosed is returned by Checkout on a pool that was closed (reload or
@@ -211,6 +214,33 @@ func (p *Pool) takeIdle(key string) *Server {
 		}
 	}
 	return nil
+}
+
+// CloseDeadIdle probes every idle server now and closes those that are
+// gone; it returns how many it closed. A client that met a dead server
+// calls it: servers die together more often than alone (a restart,
+// pg_terminate_backend of a user's sessions), and the probe, one syscall
+// per idle server, costs only on that failure path.
+func (p *Pool) CloseDeadIdle() int {
+	p.mu.Lock()
+	var dead []*Server
+	keep := p.idle[:0]
+	for _, s := range p.idle {
+		if s.Alive() {
+			keep = append(keep, s)
+		} else {
+			dead = append(dead, s)
+		}
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	p.open -= len(dead)
+	p.mu.Unlock()
+	for _, s := range dead {
+		s.Broken = true
+		p.discard(s)
+	}
+	return len(dead)
 }
 
 // wait queues a checkout for st and waits for a server or a slot to

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -116,13 +117,32 @@ func (s *Server) Startup() Startup { return s.startup }
 func (s *Server) Created() time.Time { return s.created }
 
 // Flush writes buffered messages to the server, marking it broken on
-// failure.
+// failure. When not one byte has reached the connection since the server
+// was checked out, the error says so (NothingSent): what the caller wrote
+// can go to another server without any risk of running twice.
 func (s *Server) Flush() error {
 	if err := s.W.Flush(); err != nil {
 		s.Broken = true
-		return fmt.Errorf("server %s: write: %w", s.Addr, err)
+		err = fmt.Errorf("server %s: write: %w", s.Addr, err)
+		if s.bytesOut == 0 {
+			return &notSentError{err}
+		}
+		return err
 	}
 	return nil
+}
+
+// notSentError is a failed write of which no byte reached the server.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// NothingSent reports whether err is a Flush that failed before any byte
+// written since the server's checkout reached its connection.
+func NothingSent(err error) bool {
+	var ns *notSentError
+	return errors.As(err, &ns)
 }
 
 // NoteParameter records a ParameterStatus body from the server in Params
