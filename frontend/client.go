@@ -97,17 +97,18 @@ type client struct {
 	// current message.
 	lost error
 
-	out       []byte  // messages waiting to be written to the server
-	q         []req   // answers expected from the server, in order
-	qBuf      []req   // q's reusable backing array (queued)
-	pipe      pipe    // where the extended-protocol pipeline is (state.go)
-	lastTag   []byte  // tag of the last CommandComplete relayed
-	clientErr error   // the client socket failed while relaying
-	inCopy    bool    // relaying COPY FROM STDIN data (see copyIn)
-	answers   int     // messages the server sent in this round trip (see roundTrip's retry)
-	batchOps  []setOp // session ops of Executes completed since the last Sync
-	loggingIn bool    // keep the server attached through login
-	admin     bool    // the client talks to the admin database (see bound)
+	out       []byte    // messages waiting to be written to the server
+	q         []req     // answers expected from the server, in order
+	qBuf      []req     // q's reusable backing array (queued)
+	pipe      pipe      // where the extended-protocol pipeline is (state.go)
+	lastTag   []byte    // tag of the last CommandComplete relayed
+	clientErr error     // the client socket failed while relaying
+	inCopy    bool      // relaying COPY FROM STDIN data (see copyIn)
+	answers   int       // messages the server sent in this round trip (see roundTrip's retry)
+	tripStart time.Time // when the batch went to the server (see deadServerWindow)
+	batchOps  []setOp   // session ops of Executes completed since the last Sync
+	loggingIn bool      // keep the server attached through login
+	admin     bool      // the client talks to the admin database (see bound)
 
 	// Sharded databases only (see sharded.go).
 	xs      *executor.Session // the shards' servers and the transaction over them

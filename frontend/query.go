@@ -300,7 +300,8 @@ func retryable(err error) bool {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
-	defer c.observeRoundTrip(time.Now())
+	c.tripStart = time.Now()
+	defer c.observeRoundTrip(c.tripStart)
 	s := c.server
 	var werr chan error
 	if len(c.out) > flushWriteThreshold {

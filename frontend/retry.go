@@ -35,6 +35,14 @@ import (
 // depends on state adapt cannot reproduce (SQL-level prepared statements)
 // is not retried: the client hears the error, as before.
 
+// deadServerWindow bounds how soon after the batch went out the FATAL must
+// come for a retry: a backend that died idle in the pool answers at once
+// (its FATAL and end of stream were waiting in the socket), while one ended
+// by pg_terminate_backend while it ran the client's statement — an
+// operator stopping a runaway query — answers later and must not be run
+// again; that client gets the FATAL as an ERROR, as before.
+const deadServerWindow = 100 * time.Millisecond
+
 // retryTries bounds how many servers one round trip is tried on.
 const retryTries = 3
 
@@ -88,6 +96,7 @@ func (c *client) retryElsewhere(err error) (rerr, local error) {
 		if err = c.adapt(s, prepared, unnamed); err != nil {
 			return err, nil
 		}
+		c.tripStart = time.Now()
 		s.W.Write(c.out)
 		if err = s.Flush(); err != nil {
 			err = c.unsent(s, err)
