@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,4 +141,39 @@ func TestRetryRestoreOnDeadServer(t *testing.T) {
 		t.Fatalf("got %q, want 7s on a backend other than %s", got, pid)
 	}
 	checkRow(t, "the other client", row(t, d, simple, "SHOW statement_timeout"), "9s")
+}
+
+// TestRetryNotForATerminatedStatement: a statement whose backend an
+// operator terminates while it runs is not run again on another server:
+// the client gets PostgreSQL's 57P01 (as an ERROR: it held no session) and
+// the statement's non-transactional effect (a nextval) happened once. The
+// statement is a simple Query that sends nothing before it ends (a DO
+// block: no RowDescription), so that the FATAL is the server's first
+// answer, as from a server that died idle.
+func TestRetryNotForATerminatedStatement(t *testing.T) {
+	cl := isoCluster(t)
+	admin := simpleConn(t, cl.DSN("app"))
+	mustExec(t, admin, "CREATE SEQUENCE IF NOT EXISTS retry_once")
+	p := startProxy(t, poolConfig(cl, "transaction", 2, "app"))
+	for _, m := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol} {
+		mustExec(t, admin, "ALTER SEQUENCE retry_once RESTART")
+		c := connectConfig(t, p.AppURL("app"), m, nil)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(context.Background(), "DO $$BEGIN PERFORM nextval('retry_once'); PERFORM pg_sleep(5); END$$", m)
+			done <- err
+		}()
+		eventually(t, 5*time.Second, "the statement to run", func() bool {
+			return value(t, admin, simple, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'DO $$BEGIN PERFORM nextval(''retry_once'')%' AND state = 'active'") == "1"
+		})
+		time.Sleep(200 * time.Millisecond) // past deadServerWindow: the statement has run for a while, as an operator sees it
+		value(t, admin, simple, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'DO $$BEGIN PERFORM nextval(''retry_once'')%' AND state = 'active'")
+		err := <-done
+		if err == nil || !strings.Contains(errText(err), "57P01") {
+			t.Fatalf("%v: the terminated statement answered %v, want 57P01", m, err)
+		}
+		if got := value(t, admin, simple, "SELECT last_value FROM retry_once"); got != "1" {
+			t.Fatalf("%v: the sequence is at %s after the terminated statement: it ran again", m, got)
+		}
+	}
 }
