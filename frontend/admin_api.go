@@ -37,7 +37,11 @@ func (l *Listener) Accepting() bool {
 // Reload re-reads the configuration file of the current state and installs
 // it with Reconfigure. A file that does not load leaves the current
 // configuration in place; the error names every problem as file:line.
-func (l *Listener) Reload() error {
+func (l *Listener) Reload() error { return l.ReloadWith(nil) }
+
+// ReloadWith is Reload with the file's configuration passed through
+// adjust first (nil: as it is); an error of adjust fails the reload.
+func (l *Listener) ReloadWith(adjust func(*config.Config) (*config.Config, error)) error {
 	path := l.State().Config.Path
 	if path == "" {
 		return errors.New("reload: the configuration did not come from a file")
@@ -45,6 +49,11 @@ func (l *Listener) Reload() error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
+	}
+	if adjust != nil {
+		if cfg, err = adjust(cfg); err != nil {
+			return fmt.Errorf("reload: %w", err)
+		}
 	}
 	return l.Reconfigure(cfg)
 }

@@ -34,17 +34,7 @@ import (
 //
 // The environment variables are TestChaosTwoPhase's.
 func TestChaosReshard(t *testing.T) {
-	bin := buildProxy(t)
-	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
-	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
-	for _, seed := range chaosSeeds(t) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			opts := faultnet.Options{Run: run, Shards: 3, Proxies: []int{0}, PostgresRestarts: restarts}
-			chaosReplay(t, "TestChaosReshard", seed, opts)
-			t.Logf("CHAOS_SEED=%d", seed)
-			chaosReshardRun(t, bin, seed, opts, 1)
-		})
-	}
+	chaosReshardSeeds(t, "TestChaosReshard", []int{0})
 }
 
 // TestChaosReshardCluster is TestChaosReshard with two proxy processes in
@@ -54,15 +44,21 @@ func TestChaosReshard(t *testing.T) {
 // every insert a proxy acknowledged is on the destination exactly once,
 // and none committed on the old shard only.
 func TestChaosReshardCluster(t *testing.T) {
+	chaosReshardSeeds(t, "TestChaosReshardCluster", []int{0, 1})
+}
+
+// chaosReshardSeeds runs chaosReshardRun for every seed, with one proxy
+// process per entry of proxies (each may be stopped or killed).
+func chaosReshardSeeds(t *testing.T, test string, proxies []int) {
 	bin := buildProxy(t)
 	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
 	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
 	for _, seed := range chaosSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			opts := faultnet.Options{Run: run, Shards: 3, Proxies: []int{0, 1}, PostgresRestarts: restarts}
-			chaosReplay(t, "TestChaosReshardCluster", seed, opts)
+			opts := faultnet.Options{Run: run, Shards: 3, Proxies: proxies, PostgresRestarts: restarts}
+			chaosReplay(t, test, seed, opts)
 			t.Logf("CHAOS_SEED=%d", seed)
-			chaosReshardRun(t, bin, seed, opts, 2)
+			chaosReshardRun(t, bin, seed, opts, len(proxies))
 		})
 	}
 }
@@ -375,15 +371,7 @@ func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked, proxyAcked []int
 			t.Errorf("acknowledged insert %d has %d copies on the destination, want 1", id, copies[id])
 		}
 	}
-	r, err := src.Query(ctx, "SELECT id FROM accounts WHERE id >= $1", chaosProxyIDs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := pgx.CollectRows(r, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range old {
+	for _, id := range idsFrom(t, ctx, cl.DSN("app_0"), chaosProxyIDs) {
 		if copies[id] != 1 {
 			t.Errorf("insert %d through a proxy committed on the old shard and is not on the destination", id)
 		}

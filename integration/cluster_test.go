@@ -177,15 +177,7 @@ func checkIDPlacement(t *testing.T, ctx context.Context, c *pgtest.Cluster, acke
 	t.Helper()
 	onNew := map[int64]bool{}
 	for _, db := range []string{"app_new_0", "app_new_1"} {
-		rows, err := reshardConnect(t, ctx, c.DSN(db)).Query(ctx, "SELECT id FROM accounts WHERE id >= $1", first)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range ids {
+		for _, id := range idsFrom(t, ctx, c.DSN(db), first) {
 			onNew[id] = true
 		}
 	}
@@ -194,19 +186,25 @@ func checkIDPlacement(t *testing.T, ctx context.Context, c *pgtest.Cluster, acke
 			t.Fatalf("write %d was acknowledged but is not on the new shards", id)
 		}
 	}
-	rows, err := reshardConnect(t, ctx, c.DSN("app_0")).Query(ctx, "SELECT id FROM accounts WHERE id >= $1", first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range old {
+	for _, id := range idsFrom(t, ctx, c.DSN("app_0"), first) {
 		if !onNew[id] {
 			t.Fatalf("write %d committed on the old shard only", id)
 		}
 	}
+}
+
+// idsFrom lists the ids of accounts from first on in the database at dsn.
+func idsFrom(t *testing.T, ctx context.Context, dsn string, first int64) []int64 {
+	t.Helper()
+	rows, err := reshardConnect(t, ctx, dsn).Query(ctx, "SELECT id FROM accounts WHERE id >= $1", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 // runningGeneration returns the generation of app that proxy cp's SHOW

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -44,18 +42,9 @@ func reloadFile(l *frontend.Listener, member *cluster.Member) error {
 	if member == nil {
 		return l.Reload()
 	}
-	path := l.State().Config.Path
-	if path == "" {
-		return errors.New("reload: the configuration did not come from a file")
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if cfg, err = member.Overlay(ctx, cfg); err != nil {
-		return fmt.Errorf("reload: %w", err)
-	}
-	return l.Reconfigure(cfg)
+	return l.ReloadWith(func(cfg *config.Config) (*config.Config, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return member.Overlay(ctx, cfg)
+	})
 }
