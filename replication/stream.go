@@ -174,7 +174,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 
 // read receives the source's WAL stream and hands changes to the appliers.
 func (r *reader) read(ctx context.Context) error {
-	conn, err := pgconn.Connect(ctx, r.t.dsn(r.t.src, r.s, true))
+	conn, err := r.t.connectReplication(ctx, r.s)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
 	}
