@@ -89,7 +89,7 @@ func (a *applier) batchRow(ctx context.Context, c *change) (ok bool, err error) 
 	if err != nil {
 		return false, err
 	}
-	if !info.batch || (c.kind == changeUpdate && !info.reorder) {
+	if !info.batch || (c.kind == changeUpdate && !info.reorder) || !wholeIdentity(sh) {
 		return false, a.flushRuns(ctx)
 	}
 	var keys [2]string
@@ -124,6 +124,20 @@ func (a *applier) batchRow(ctx context.Context, c *change) (ok bool, err error) 
 		a.runs.keys[runKey{c.rel, k}] = struct{}{}
 	}
 	return true, nil
+}
+
+// wholeIdentity reports whether an UPDATE or DELETE of shape sh carries
+// every column of its replica identity, which its rows are joined on.
+func wholeIdentity(sh shape) bool {
+	if sh.kind == changeInsert {
+		return true
+	}
+	for _, i := range sh.rel.key {
+		if sh.where&(1<<i) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // openedAfter reports whether a run of sh's table was opened after sh's

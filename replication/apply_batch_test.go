@@ -259,4 +259,9 @@ func TestMultiSQL(t *testing.T) {
 			t.Errorf("%s: %d parameters, two rows of %d", sql, n, len(args))
 		}
 	}
+	// A DELETE whose old tuple lacks its identity has nothing to join on.
+	del := change{kind: changeDelete, rel: rel, old: []*pglogrepl.TupleDataColumn{toast}}
+	if sh, ok := shapeOf(&del); !ok || wholeIdentity(sh) {
+		t.Errorf("DELETE without its identity: shape %v, wholeIdentity true", ok)
+	}
 }
