@@ -15,15 +15,17 @@ import (
 // half of the reader's CPU. After a read that brought less than
 // coalesceBytes, the reader waits coalesceWait before it reads again, so
 // that the messages sent meanwhile arrive in one read. The wait adds at
-// most coalesceWait to the apply's latency, and nothing when the reader is
-// behind (its reads then come back full).
+// most coalesceWait to the apply's latency (more on a machine short of
+// CPU, where the wait oversleeps), and nothing when the reader is behind:
+// its reads then come back full.
 const (
 	coalesceBytes = 4096
 	coalesceWait  = 500 * time.Microsecond
 )
 
 // coalescingConn is a connection whose reads wait a moment after a short
-// read (see coalesceWait).
+// read, one that neither brought coalesceBytes nor filled its buffer (see
+// coalesceWait).
 type coalescingConn struct {
 	net.Conn
 	short bool // the last read brought less than coalesceBytes
@@ -34,7 +36,8 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 		time.Sleep(coalesceWait)
 	}
 	n, err := c.Conn.Read(p)
-	c.short = n < coalesceBytes
+	// A read that filled p found more waiting, whatever its size.
+	c.short = n < coalesceBytes && n < len(p)
 	return n, err
 }
 
