@@ -1,12 +1,15 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // Read coalescing of the WAL stream. A walsender writes every message to
@@ -18,9 +21,14 @@ import (
 // most coalesceWait to the apply's latency (more on a machine short of
 // CPU, where the wait oversleeps), and nothing when the reader is behind:
 // its reads then come back full.
+//
+// The messages are read through a buffer of streamReadBuffer bytes, so that
+// a reader that is behind takes that much per read rather than the 8 KiB of
+// pgproto3's own buffer.
 const (
-	coalesceBytes = 4096
-	coalesceWait  = 500 * time.Microsecond
+	coalesceBytes    = 4096
+	coalesceWait     = 500 * time.Microsecond
+	streamReadBuffer = 256 << 10
 )
 
 // coalescingConn is a connection whose reads wait a moment after a short
@@ -55,6 +63,9 @@ func (t *Task) connectReplication(ctx context.Context, s int) (*pgconn.PgConn, e
 			return nil, err
 		}
 		return &coalescingConn{Conn: conn}, nil
+	}
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, streamReadBuffer), w)
 	}
 	return pgconn.ConnectConfig(ctx, cfg)
 }
