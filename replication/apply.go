@@ -108,7 +108,8 @@ type applier struct {
 	queued   int                                     // statements in batch
 	prepared map[string]*pgconn.StatementDescription // by SQL text
 	byShape  map[shape]*pgconn.StatementDescription
-	names    int // prepared statement names handed out
+	names    int  // prepared statement names handed out
+	runs     runs // rows waiting for a multi-row statement (apply_batch.go)
 }
 
 // newApplier connects to destination shard d, creates and binds the
@@ -120,7 +121,7 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 	}
 	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
 		batch: &pgconn.Batch{}, prepared: map[string]*pgconn.StatementDescription{},
-		byShape: map[shape]*pgconn.StatementDescription{}}
+		byShape: map[shape]*pgconn.StatementDescription{}, runs: newRuns()}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%s: origin %s: %w", shardDesc("destination", t.dst, d), t.originName(s, d), err)
@@ -150,7 +151,9 @@ func (a *applier) setup(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if _, err := a.conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+	// Multi-row UPDATE and DELETE join a VALUES list with the table: by
+	// its identity's index, whatever the statistics of a table just copied.
+	if _, err := a.conn.Exec(ctx, `SET session_replication_role = replica; SET enable_hashjoin = off; SET enable_mergejoin = off`); err != nil {
 		return err
 	}
 	var progress *string
@@ -182,7 +185,7 @@ func (a *applier) run(ctx context.Context) error {
 		}
 		err := a.apply(ctx, o)
 	drain:
-		for err == nil && a.queued < batchStatements {
+		for err == nil && a.queued+a.runs.rows < batchStatements {
 			select {
 			case o = <-a.ops:
 				err = a.apply(ctx, o)
@@ -246,7 +249,11 @@ func (a *applier) apply(ctx context.Context, o op) error {
 				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
 		default:
-			if err := a.queueChange(ctx, c); err != nil {
+			batched, err := a.batchRow(ctx, c)
+			if err == nil && !batched {
+				err = a.queueChange(ctx, c)
+			}
+			if err != nil {
 				return fmt.Errorf("table %s: %w", c.rel.name, err)
 			}
 		}
@@ -266,6 +273,9 @@ func (a *applier) commit(ctx context.Context) error {
 		return a.send(ctx)
 	}
 	if a.inTx {
+		if err := a.flushRuns(ctx); err != nil {
+			return err
+		}
 		if err := a.queue(ctx, `SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2::text::timestamptz)`,
 			[][]byte{[]byte(a.last.String()), []byte(a.lastTime.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))}); err != nil {
 			return err
@@ -290,7 +300,7 @@ func (a *applier) commit(ctx context.Context) error {
 // per distinct text so that the server does not parse and plan it again
 // for every row.
 func (a *applier) queue(ctx context.Context, sql string, args [][]byte) error {
-	sd, err := a.prepare(ctx, sql)
+	sd, err := a.prepare(ctx, sql, nil)
 	if err != nil {
 		return err
 	}
@@ -299,15 +309,20 @@ func (a *applier) queue(ctx context.Context, sql string, args [][]byte) error {
 	return nil
 }
 
-// prepare returns the prepared statement of sql, preparing it when it is
-// new. Past maxPrepared statements, the batch is sent and every statement
-// deallocated.
-func (a *applier) prepare(ctx context.Context, sql string) (*pgconn.StatementDescription, error) {
-	if sd := a.prepared[sql]; sd != nil {
+// prepare returns the prepared statement of sql with parameters of types
+// oids (nil: inferred), preparing it when it is new. Past maxPrepared
+// statements, the batch is sent and every statement deallocated.
+func (a *applier) prepare(ctx context.Context, sql string, oids []uint32) (*pgconn.StatementDescription, error) {
+	key := sql
+	if oids != nil {
+		key += "\x00" + fmt.Sprint(oids)
+	}
+	if sd := a.prepared[key]; sd != nil {
 		return sd, nil
 	}
 	if len(a.prepared) >= maxPrepared {
-		if err := a.send(ctx); err != nil {
+		// Only what is queued: the runs being flushed follow it.
+		if err := a.sendBatch(ctx); err != nil {
 			return nil, err
 		}
 		if err := a.conn.PgConn().Exec(ctx, "DEALLOCATE ALL").Close(); err != nil {
@@ -315,12 +330,13 @@ func (a *applier) prepare(ctx context.Context, sql string) (*pgconn.StatementDes
 		}
 		clear(a.prepared)
 		clear(a.byShape)
+		clear(a.runs.multi)
 	}
-	sd, err := a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, nil)
+	sd, err := a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, oids)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", sql, err)
 	}
-	a.prepared[sql] = sd
+	a.prepared[key] = sd
 	return sd, nil
 }
 
@@ -338,7 +354,7 @@ func (a *applier) queueChange(ctx context.Context, c *change) error {
 	if !needed {
 		return nil
 	}
-	sd, err := a.prepare(ctx, sql)
+	sd, err := a.prepare(ctx, sql, nil)
 	if err != nil {
 		return err
 	}
@@ -355,8 +371,17 @@ func (a *applier) nextName() int {
 	return a.names
 }
 
-// send sends the queued statements in one round trip.
+// send queues the open runs' statements and sends every queued statement
+// in one round trip.
 func (a *applier) send(ctx context.Context) error {
+	if err := a.flushRuns(ctx); err != nil {
+		return err
+	}
+	return a.sendBatch(ctx)
+}
+
+// sendBatch sends the queued statements in one round trip.
+func (a *applier) sendBatch(ctx context.Context) error {
 	if a.queued == 0 {
 		return nil
 	}

@@ -174,7 +174,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 
 // read receives the source's WAL stream and hands changes to the appliers.
 func (r *reader) read(ctx context.Context) error {
-	conn, err := pgconn.Connect(ctx, r.t.dsn(r.t.src, r.s, true))
+	conn, err := r.t.connectReplication(ctx, r.s)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
 	}
@@ -194,6 +194,10 @@ func (r *reader) read(ctx context.Context) error {
 		return fmt.Errorf("start replication from slot %s: %w", slot, err)
 	}
 	r.t.log.Info("streaming", "source", r.s, "slot", slot, "publication", r.t.publication(r.s), "from", r.dispatched)
+	// A cancelled stream stops at once rather than at the end of the
+	// current wait (the cutover's pause waits for it).
+	stop := context.AfterFunc(ctx, func() { conn.Conn().SetReadDeadline(time.Now()) })
+	defer stop()
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
 	// the appliers when the source is quiet and ctx is noticed. The wait
