@@ -266,6 +266,11 @@ func TestClusterCutover(t *testing.T) {
 		t.Fatalf("clients saw errors across the cutover: A %d %q, B %d %q", len(errsA), first(errsA), len(errsB), first(errsB))
 	}
 	checkIDPlacement(t, ctx, c, append(okA, okB...), 1_000_000)
+	for _, l := range strings.Split(a.p.log.String(), "\n") {
+		if strings.Contains(l, "cutover: done") {
+			t.Logf("A: %s", l) // the pause and its steps
+		}
+	}
 	if strings.Contains(a.p.log.String(), "leaving them out") {
 		t.Fatalf("A left B out of the cutover although B runs:\n%s", a.p.log.String())
 	}

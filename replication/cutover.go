@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -74,6 +75,14 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		t.mu.Unlock()
 		return pause
 	}
+	// steps times each step of the pause, for the log line of its end.
+	var steps []any
+	last := start
+	step := func(name string) {
+		now := time.Now()
+		steps = append(steps, name, now.Sub(last).Round(time.Microsecond))
+		last = now
+	}
 	fenced := false
 	var cc ClusterCutover // nil: this proxy alone
 	abort := func(err error, stopped bool) error {
@@ -93,7 +102,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		if rerr := g.Resume(t.Source); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("resume: %w", rerr))
 		}
-		log.Warn("cutover aborted; traffic resumed on the source", "pause", record(), "err", err)
+		log.Warn("cutover aborted; traffic resumed on the source", "pause", record(), "err", err, slog.Group("steps", steps...))
 		return &abortError{err: err, streamStopped: stopped}
 	}
 	log.Info("cutover: pausing", "database", t.Source)
@@ -107,10 +116,12 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	if err := g.Pause(cctx, t.Source); err != nil {
 		return abort(fmt.Errorf("pause %q: %w", t.Source, err), false)
 	}
+	step("drain")
 	if cc != nil {
 		if err := cc.WaitPaused(cctx); err != nil {
 			return abort(err, false)
 		}
+		step("cluster_drain")
 	}
 	// Before the last catch-up: whatever another proxy wrote to the
 	// source before the fence is streamed, and nothing after it commits.
@@ -125,26 +136,31 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	if err := t.Task.Fence(cctx, spare); err != nil {
 		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
+	step("fence")
 	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
 		return abort(err, false)
 	}
+	step("catch_up")
 	if err := stopStream(); err != nil {
 		return abort(fmt.Errorf("stream: %w", err), true)
 	}
+	step("stop_stream")
 	// The timeout bounds waiting (pause, catch-up); the steps after it
 	// take what they take.
 	if err := t.Task.SyncSequences(ctx); err != nil {
 		return abort(err, true)
 	}
+	step("sequences")
 	old := g.Config()
 	next, backup, err := t.switchConfig(ctx, old, start, cc)
 	if err != nil {
 		return abort(err, true)
 	}
+	step("switch")
 	rerr := g.Resume(t.Source)
 	pause := record()
 	log.Info("cutover: done", "database", t.Source, "shards", len(next.Database(t.Source).Shards),
-		"pause", pause, "config", old.Path, "backup", backup)
+		"pause", pause, "config", old.Path, "backup", backup, slog.Group("steps", steps...))
 	if rerr != nil {
 		return fmt.Errorf("cut over, but resume %q: %w", t.Source, rerr)
 	}

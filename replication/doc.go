@@ -75,6 +75,9 @@
 // advance to the last one's end, COMMIT, in one round trip. Only a source
 // transaction too big for one op, a row move and a TRUNCATE of one source's
 // rows (below) keep a destination transaction open across round trips.
+// Rows of one table, kind and set of columns go as one multi-row statement
+// where the table's only unique key is its replica identity, so that rows
+// of different keys may be reordered (apply_batch.go).
 //
 // # Exactly once
 //
