@@ -60,22 +60,7 @@ func shapeOf(c *change) (shape, bool) {
 // statement numbers them: the new tuple's values present, then the
 // identity's.
 func changeArgs(c *change) [][]byte {
-	args := make([][]byte, 0, len(c.new)+len(c.rel.key))
-	if c.kind != changeDelete {
-		for _, v := range c.new {
-			if v.DataType != pglogrepl.TupleDataTypeToast {
-				args = append(args, value(v))
-			}
-		}
-	}
-	if c.kind != changeInsert {
-		for _, i := range c.rel.key {
-			if i < len(c.old) && c.old[i].DataType != pglogrepl.TupleDataTypeToast {
-				args = append(args, value(c.old[i]))
-			}
-		}
-	}
-	return args
+	return appendChangeArgs(make([][]byte, 0, len(c.new)+len(c.rel.key)), c)
 }
 
 // moveOut runs a row move out of this shard in the open transaction on its
