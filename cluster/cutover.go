@@ -50,12 +50,7 @@ type openCutover struct {
 }
 
 // openCutovers lists the undecided cutovers of other proxies.
-func (m *Member) openCutovers(ctx context.Context) ([]openCutover, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func (m *Member) openCutovers(ctx context.Context, conn *pgx.Conn) ([]openCutover, error) {
 	rows, err := conn.Query(ctx, `SELECT id, database, coordinator FROM shardgate_cluster.cutovers
 		WHERE state = 'pausing' AND coordinator <> $1 AND started > now() - interval '10 minutes'`, m.name)
 	if err != nil {
@@ -86,7 +81,7 @@ func (m *Member) pauseFor(ctx context.Context, id int64, db, coordinator string)
 func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 	defer m.hold(db)()
 	log := m.log.With("cutover", id, "database", db)
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		log.Warn("cluster: cannot answer a cutover", "err", err)
 		return
@@ -136,7 +131,7 @@ func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 	defer dcancel()
 	state := m.awaitDecision(dctx, conn, id)
 	if state == "switched" {
-		if err := m.follow(context.WithoutCancel(ctx), map[string]bool{db: true}); err != nil {
+		if err := m.follow(context.WithoutCancel(ctx), nil, map[string]bool{db: true}); err != nil {
 			log.Error("cluster: the cutover switched, but following the new topology failed", "err", err)
 		}
 	}
@@ -174,7 +169,7 @@ func (m *Member) awaitDecision(ctx context.Context, conn *pgx.Conn, id int64) st
 		case err != nil && ctx.Err() == nil:
 			m.log.Warn("cluster: reading a cutover's state", "cutover", id, "err", err)
 			if conn.IsClosed() {
-				if again, cerr := connect(ctx, m.controlString(), "shardgate-cluster"); cerr == nil {
+				if again, cerr := m.dial(ctx); cerr == nil {
 					defer again.Close(context.WithoutCancel(ctx))
 					conn = again
 				}
@@ -202,7 +197,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // other members start pausing it. timeout bounds their pause as it bounds
 // this proxy's.
 func (m *Member) BeginCutover(ctx context.Context, db string, timeout time.Duration) (replication.ClusterCutover, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,7 @@ func (m *Member) Overlay(ctx context.Context, cfg *config.Config) (*config.Confi
 }
 
 func (m *Member) overlay(ctx context.Context, cfg *config.Config) (*config.Config, []Generation, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,11 +121,22 @@ func (m *Member) overlay(ctx context.Context, cfg *config.Config) (*config.Confi
 	if err := ensureSchema(ctx, conn); err != nil {
 		return nil, nil, err
 	}
+	return m.overlayOn(ctx, conn, cfg)
+}
+
+// overlayOn is overlay over conn, a session on the control database whose
+// schema exists.
+func (m *Member) overlayOn(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (*config.Config, []Generation, error) {
 	gens, err := generations(ctx, conn)
 	if err != nil {
 		return nil, nil, err
 	}
 	return overlay(cfg, gens, m.note)
+}
+
+// dial opens a session on the control database for one piece of work.
+func (m *Member) dial(ctx context.Context) (*pgx.Conn, error) {
+	return connect(ctx, m.controlString(), "shardgate-cluster")
 }
 
 // note logs an overlay's message once per database and generation.
@@ -254,14 +265,22 @@ func (m *Member) notified(ctx context.Context, payload string) {
 func (m *Member) poll(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, pollInterval)
 	defer cancel()
-	if err := m.follow(pctx, nil); err != nil && ctx.Err() == nil {
+	conn, err := m.dial(pctx) // one session for the whole poll
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("cluster: following the topology", "err", err)
+		}
+		return
+	}
+	defer conn.Close(context.WithoutCancel(pctx))
+	if err := m.follow(pctx, conn, nil); err != nil && ctx.Err() == nil {
 		m.log.Warn("cluster: following the topology", "err", err)
 	}
-	open, err := m.openCutovers(pctx)
+	open, err := m.openCutovers(pctx, conn)
 	if err != nil {
 		return
 	}
-	m.publish(pctx)
+	m.publish(pctx, conn)
 	for _, c := range open {
 		m.pauseFor(ctx, c.id, c.database, c.coordinator)
 	}
@@ -269,12 +288,7 @@ func (m *Member) poll(ctx context.Context) {
 
 // publish records this proxy's tasks, and answers forwarded requests
 // whose notification was lost.
-func (m *Member) publish(ctx context.Context) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
-	if err != nil {
-		return
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func (m *Member) publish(ctx context.Context, conn *pgx.Conn) {
 	if err := m.publishTasks(ctx, conn); err != nil {
 		m.log.Warn("cluster: publish the tasks", "err", err)
 	}
@@ -294,12 +308,20 @@ func (m *Member) publish(ctx context.Context) {
 // follow installs the cluster's topology when it differs from the running
 // one: each database that changes is paused (unless it is in paused
 // already), the new configuration installed, the file rewritten when it
-// still names the old shards, and the database resumed.
-func (m *Member) follow(ctx context.Context, paused map[string]bool) error {
+// still names the old shards, and the database resumed. It reads the
+// topology over conn, or over a session of its own when conn is nil.
+func (m *Member) follow(ctx context.Context, conn *pgx.Conn, paused map[string]bool) error {
 	m.followMu.Lock()
 	defer m.followMu.Unlock()
 	cur := m.local.Config()
-	next, applied, err := m.overlay(ctx, cur)
+	var next *config.Config
+	var applied []Generation
+	var err error
+	if conn != nil {
+		next, applied, err = m.overlayOn(ctx, conn, cur)
+	} else {
+		next, applied, err = m.overlay(ctx, cur)
+	}
 	if err != nil || next == cur {
 		return err
 	}
@@ -389,7 +411,7 @@ type MemberStatus struct {
 
 // Members lists the cluster's members.
 func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +432,7 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 
 // Generations lists every recorded generation, oldest first per database.
 func (m *Member) Generations(ctx context.Context) ([]Generation, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, err
 	}

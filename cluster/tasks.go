@@ -62,7 +62,7 @@ func (m *Member) taskHooks() TaskHooks {
 // TaskID returns the cluster-wide id of the task named name: the id of
 // its active row, or a new one.
 func (m *Member) TaskID(ctx context.Context, name string) (int, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +113,7 @@ func (m *Member) publishTasks(ctx context.Context, conn *pgx.Conn) error {
 // Tasks returns the tasks other proxies published, except those of
 // members that left (their tasks are taken over and published again).
 func (m *Member) Tasks(ctx context.Context) ([]TaskRow, error) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (m *Member) Tasks(ctx context.Context) ([]TaskRow, error) {
 // Forward asks the proxy that runs task id to run command ("cutover" or
 // "stop") on it, and waits for its answer.
 func (m *Member) Forward(ctx context.Context, command string, id int) error {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func (m *Member) Forward(ctx context.Context, command string, id int) error {
 // answer runs the forwarded request rid on this proxy and records the
 // outcome.
 func (m *Member) answer(ctx context.Context, rid int64) {
-	conn, err := connect(ctx, m.controlString(), "shardgate-cluster")
+	conn, err := m.dial(ctx)
 	if err != nil {
 		m.log.Warn("cluster: cannot answer a forwarded command", "request", rid, "err", err)
 		return
