@@ -221,7 +221,14 @@ func (b *builder) keyOverAggregate(k expr) expr {
 		m = k
 	}
 	b.compares(m)
-	return expr{sql: "(coalesce((" + k.sql + ")::text, '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
+	// A text key is used as it is: a cast of a grouped (x COLLATE "C")
+	// goes under the COLLATE in PostgreSQL's tree and no longer matches
+	// the GROUP BY expression (42803).
+	key := k.sql
+	if k.fam != famText {
+		key = "(" + key + ")::text"
+	}
+	return expr{sql: "(coalesce(" + key + ", '') || max(" + m.sql + ")::text)", fam: famText, agg: true}
 }
 
 // division is a divided by a count that is 0 in groups without a
