@@ -35,6 +35,9 @@ type TaskRow struct {
 	Error        string
 	Publications string
 	Slots        string
+	// Resumable: stopped here, but not finished: the task keeps its id
+	// for the proxy that resumes it.
+	Resumable bool `json:",omitempty"`
 }
 
 // TaskHooks connect a member to its proxy's task manager.
@@ -91,7 +94,18 @@ func (m *Member) publishTasks(ctx context.Context, conn *pgx.Conn) error {
 	if h.Tasks == nil {
 		return nil
 	}
-	for _, t := range h.Tasks() {
+	tasks := h.Tasks()
+	ids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		ids = append(ids, t.ID)
+	}
+	// A running task of this member's name that this process does not
+	// know was left by the process before it (killed): nobody runs it
+	// here, and listing it would make it look running twice.
+	if _, err := conn.Exec(ctx, "DELETE FROM shardgate_cluster.tasks WHERE proxy = $1 AND info->>'State' = 'running' AND id <> ALL($2)", m.name, ids); err != nil {
+		return fmt.Errorf("cluster: publish the tasks: %w", err)
+	}
+	for _, t := range tasks {
 		info, err := json.Marshal(t)
 		if err != nil {
 			return err
@@ -101,7 +115,7 @@ func (m *Member) publishTasks(ctx context.Context, conn *pgx.Conn) error {
 			WHERE tasks.proxy = $2 OR tasks.info->>'State' <> 'running' OR $3::jsonb->>'State' = 'running'`, t.ID, m.name, info); err != nil {
 			return fmt.Errorf("cluster: publish the tasks: %w", err)
 		}
-		if t.State != "running" {
+		if t.State != "running" && !t.Resumable {
 			if _, err := conn.Exec(ctx, "UPDATE shardgate_cluster.task_ids SET active = false WHERE id = $1 AND active", t.ID); err != nil {
 				return fmt.Errorf("cluster: publish the tasks: %w", err)
 			}

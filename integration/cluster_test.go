@@ -446,3 +446,86 @@ func TestClusterCoordinatorDies(t *testing.T) {
 	checkIDPlacement(t, ctx, c, ok, 5_000_000)
 	t.Logf("B: %d writes acknowledged, all on the new shards; %d refused (%q)", len(ok), len(errs), first(errs))
 }
+
+// TestClusterTaskKeepsItsID: a task changes runner twice — A loses its
+// lease while stopped (B takes the task over), then B is killed and
+// restarted — and stays one task with one id: SHOW TASKS on both proxies
+// lists it once, running, under the id it started with, and CUTOVER
+// without an id finds it. (A runner that lost its lease used to retire
+// the id, so the next runner numbered the task anew, while the killed
+// runner's row still said "running": CUTOVER found two tasks.)
+func TestClusterTaskKeepsItsID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c, ps := startClusterEnvControl(t, ctx, func(c *pgtest.Cluster) string { return c.DSN("sg_control") }, "a", "b")
+	a, b := ps[0], ps[1]
+	admA := a.admin(t)
+	started, err := adminPgx(admA, "COPY_DATA app app_new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.rows[0][started.col(t, "id")]
+	// runningRows lists SHOW TASKS' running rows on adm as "id proxy".
+	runningRows := func(adm *pgx.Conn) []string {
+		tb, err := adminPgx(adm, "SHOW TASKS")
+		if err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, r := range tb.rows {
+			if r[tb.col(t, "state")] == "running" {
+				out = append(out, r[tb.col(t, "id")]+" "+r[tb.col(t, "proxy")])
+			}
+		}
+		return out
+	}
+	admB := b.admin(t)
+	eventually(t, 60*time.Second, "B to list A's task", func() bool {
+		return fmt.Sprint(runningRows(admB)) == fmt.Sprintf("[%s a]", id)
+	})
+	// A stops; its lease's session is ended, so B takes the task over.
+	dest := reshardConnect(t, ctx, c.DSN("app_new_0"))
+	if err := a.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer a.p.cmd.Process.Signal(syscall.SIGCONT)
+	reshardExec(t, ctx, dest, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid <> pg_backend_pid()`)
+	eventually(t, 30*time.Second, "B to take the task over", func() bool {
+		return fmt.Sprint(runningRows(admB)) == fmt.Sprintf("[%s b]", id)
+	})
+	a.p.cmd.Process.Signal(syscall.SIGCONT)
+	eventually(t, 30*time.Second, "A to stop its run of the task", func() bool {
+		return strings.Contains(a.p.log.String(), "another proxy") && fmt.Sprint(runningRows(admA)) == fmt.Sprintf("[%s b]", id)
+	})
+	// B dies and comes back: A or the new B resumes the task, same id.
+	b.p.cmd.Process.Kill()
+	<-b.p.done
+	b.p = startProxyProcess(t, buildProxy(t), b.path, b.addr)
+	admB = b.admin(t)
+	for _, adm := range []*pgx.Conn{admA, admB} {
+		eventually(t, 60*time.Second, "one running task, with its first id, after B's restart", func() bool {
+			rows := runningRows(adm)
+			return len(rows) == 1 && strings.HasPrefix(rows[0], id+" ")
+		})
+	}
+	// The task streams again before CUTOVER is asked (a runner that has
+	// just resumed it may still be copying).
+	eventually(t, 60*time.Second, "the task to stream", func() bool {
+		tb, err := adminPgx(admA, "SHOW TASKS")
+		if err != nil {
+			return false
+		}
+		for _, r := range tb.rows {
+			if r[tb.col(t, "state")] == "running" && r[tb.col(t, "phase")] == "stream" {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := adminPgx(admA, "CUTOVER"); err != nil {
+		t.Fatalf("CUTOVER without an id on A: %v (running: %v)", err, runningRows(admA))
+	}
+	eventually(t, 30*time.Second, "A and B to run generation 1", func() bool {
+		return runningGeneration(t, admA) == 1 && runningGeneration(t, admB) == 1
+	})
+}

@@ -155,6 +155,11 @@ type TaskInfo struct {
 	Err      error
 	Name     string // the engine's task name (slots, origins)
 	Finished time.Time
+	// Resumable: the task stopped without being finished or stopped by
+	// an operator (the process closes, or another proxy took its lease):
+	// its record still asks for a runner, which resumes it under the
+	// same id.
+	Resumable bool
 }
 
 // Info returns a snapshot of the task.
@@ -167,7 +172,7 @@ func (t *Managed) Info() TaskInfo {
 	}
 	return TaskInfo{ID: t.ID, Kind: t.Kind, Source: t.Source, Dest: t.Dest, State: t.state, Phase: t.phase,
 		Started: t.Started, Elapsed: end.Sub(t.Started), Pause: t.pause, Err: t.err, Name: t.Task.Name,
-		Finished: t.finished}
+		Finished: t.finished, Resumable: t.state == TaskStopped && !t.stopping}
 }
 
 // Done is closed when the task stopped running.

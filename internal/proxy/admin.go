@@ -118,7 +118,8 @@ func taskHooks(member *cluster.Member, tasks *replication.Manager) cluster.TaskH
 			for _, t := range tasks.Tasks() {
 				i := t.Info()
 				row := cluster.TaskRow{ID: i.ID, Proxy: member.Name(), Kind: i.Kind.String(), Source: i.Source, Dest: i.Dest,
-					State: i.State.String(), Phase: i.Phase.String(), Started: i.Started, Elapsed: i.Elapsed, Pause: i.Pause}
+					State: i.State.String(), Phase: i.Phase.String(), Started: i.Started, Elapsed: i.Elapsed, Pause: i.Pause,
+					Resumable: i.Resumable}
 				if i.Err != nil {
 					row.Error = i.Err.Error()
 				}
