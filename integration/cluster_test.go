@@ -266,6 +266,31 @@ func TestClusterCutover(t *testing.T) {
 		t.Fatalf("clients saw errors across the cutover: A %d %q, B %d %q", len(errsA), first(errsA), len(errsB), first(errsB))
 	}
 	checkIDPlacement(t, ctx, c, append(okA, okB...), 1_000_000)
+	// The control schema belongs to the server it is on: it is not
+	// resharded. The new shard 0 has it as the cluster moved it there
+	// (the topology, nothing of the cutover), the other new shard not at
+	// all.
+	var controlTables []string
+	for _, db := range []string{"app_new_0", "app_new_1"} {
+		var n int
+		d := reshardConnect(t, ctx, c.DSN(db))
+		if err := d.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'shardgate_cluster'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		controlTables = append(controlTables, fmt.Sprint(n))
+		if db == "app_new_0" && n > 0 {
+			var cutovers, tasks int
+			if err := d.QueryRow(ctx, "SELECT (SELECT count(*) FROM shardgate_cluster.cutovers WHERE state = 'pausing'), (SELECT count(*) FROM shardgate_cluster.task_ids)").Scan(&cutovers, &tasks); err != nil {
+				t.Fatal(err)
+			}
+			if cutovers+tasks > 0 {
+				t.Fatalf("the source's control rows were resharded to app_new_0: %d open cutovers, %d task ids", cutovers, tasks)
+			}
+		}
+	}
+	if controlTables[1] != "0" {
+		t.Fatalf("app_new_1 has %s tables of shardgate_cluster: the control schema was resharded", controlTables[1])
+	}
 	for _, l := range strings.Split(a.p.log.String(), "\n") {
 		if strings.Contains(l, "cutover: done") {
 			t.Logf("A: %s", l) // the pause and its steps

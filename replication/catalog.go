@@ -68,10 +68,10 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	LEFT JOIN pg_class r ON c.relispartition AND r.oid = pg_partition_root(c.oid)
 	LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
 WHERE c.relkind = 'r' AND c.relpersistence = 'p'
-	AND n.nspname NOT IN ('pg_catalog', 'information_schema', $1) AND n.nspname NOT LIKE 'pg\_%'
+	AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname <> ALL ($1::text[]) AND n.nspname NOT LIKE 'pg\_%'
 	AND ($2::text = '' OR EXISTS (SELECT 1 FROM pg_publication_tables pt
 		WHERE pt.pubname = $2 AND pt.schemaname = n.nspname AND pt.tablename = c.relname))
-ORDER BY 1, 2`, bookkeepingSchema, t.names.Publication)
+ORDER BY 1, 2`, ownSchemas, t.names.Publication)
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func (t *Task) SyncSequences(ctx context.Context) error {
 			return fmt.Errorf("replication: sync sequences: %w", err)
 		}
 		rows, _ := conn.Query(ctx, `SELECT format('%I.%I', schemaname, sequencename), last_value
-			FROM pg_sequences WHERE last_value IS NOT NULL AND increment_by > 0 AND schemaname <> $1`, bookkeepingSchema)
+			FROM pg_sequences WHERE last_value IS NOT NULL AND increment_by > 0 AND schemaname <> ALL ($1::text[])`, ownSchemas)
 		var name string
 		var v int64
 		_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {

@@ -111,7 +111,7 @@ SELECT n.nspname || '.' || c.relname,
 		ORDER BY a.attnum)::text[]
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
-	AND n.nspname NOT IN ('pg_catalog', 'information_schema', $1) AND n.nspname NOT LIKE 'pg\_%'`, bookkeepingSchema)
+	AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname <> ALL ($1::text[]) AND n.nspname NOT LIKE 'pg\_%'`, ownSchemas)
 	if err != nil {
 		return nil, err
 	}

@@ -67,7 +67,7 @@ func (t *Task) dump(ctx context.Context, section string) (string, error) {
 	}
 	cmd := exec.CommandContext(ctx, bin, "--schema-only", "--section="+section,
 		"--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions",
-		"--no-comments", "--exclude-schema="+bookkeepingSchema, "--dbname="+t.dsn(t.src, 0, false))
+		"--no-comments", "--exclude-schema="+bookkeepingSchema, "--exclude-schema="+clusterSchema, "--dbname="+t.dsn(t.src, 0, false))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -395,6 +395,10 @@ func (r *reader) rel(id uint32) (*relation, error) {
 func (r *reader) relation(ctx context.Context, m *pglogrepl.RelationMessage) (*relation, error) {
 	name := m.Namespace + "." + m.RelationName
 	rel := &relation{name: name, ident: qualified(m.Namespace, m.RelationName), full: m.ReplicaIdentity == 'f'}
+	if slices.Contains(ownSchemas, m.Namespace) {
+		rel.skip = true // shardgate's own tables stay on the source
+		return rel, nil
+	}
 	for i, c := range m.Columns {
 		rel.cols = append(rel.cols, c.Name)
 		if c.Flags&1 != 0 {

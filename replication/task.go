@@ -120,6 +120,17 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
 // bookkeepingSchema is excluded from schema sync and from copies.
 const bookkeepingSchema = "shardgate_reshard"
 
+// clusterSchema is the cluster's control schema (package cluster), which
+// the default control database keeps on shard 0 of the first database: it
+// belongs to that server, never to a resharded database, so it is neither
+// copied nor streamed (a cutover's rows streamed half-way would look open
+// for ever on the destination).
+const clusterSchema = "shardgate_cluster"
+
+// ownSchemas are the schemas of shardgate's own that resharding leaves
+// where they are.
+var ownSchemas = []string{bookkeepingSchema, clusterSchema}
+
 // New returns a task moving src to dst. user and password are the server
 // credentials used on every shard that does not set its own; the user must be
 // a superuser (or have REPLICATION and own the tables) on the sources and a
