@@ -111,3 +111,121 @@ UPDATE logs SET v = 'y' WHERE ctid = (SELECT ctid FROM logs WHERE k = 5 LIMIT 1)
 		t.Errorf("%d slots left", n)
 	}
 }
+
+// TestReshardIdentityAlways streams tables whose key is an identity column
+// GENERATED ALWAYS (PostgreSQL refuses an INSERT of a value into it
+// without OVERRIDING SYSTEM VALUE, and an UPDATE setting it other than to
+// DEFAULT), one of them partitioned: inserts, updates of other columns,
+// key changes to DEFAULT (rows that move between shards) and deletes
+// during the stream all arrive. After SyncSequences the destination's
+// columns are GENERATED ALWAYS again, as on the source, and the
+// destination's sequences hand out ids past the source's.
+func TestReshardIdentityAlways(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	c := pgtest.New(t, pgtest.Options{Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
+	}})
+	db := func(name string, shards ...string) *config.Database {
+		d := &config.Database{Name: name}
+		for _, s := range shards {
+			if err := c.CreateDatabase(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			d.Shards = append(d.Shards, config.Shard{Host: c.Host, Port: c.Port, Database: s})
+		}
+		d.ShardedTables = []config.ShardedTable{
+			{Table: "items", Column: "id", Type: "bigint", Function: "hash"},
+			{Table: "events", Column: "id", Type: "bigint", Function: "hash"},
+		}
+		return d
+	}
+	src, dst := db("src", "ia_s0"), db("dst", "ia_d0", "ia_d1")
+	s0 := reshardConnect(t, ctx, c.DSN("ia_s0"))
+	reshardExec(t, ctx, s0, `CREATE TABLE items (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text, n int);
+CREATE TABLE events (id bigint GENERATED ALWAYS AS IDENTITY, at date NOT NULL, v text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+INSERT INTO items (v, n) SELECT 'r' || i, i FROM generate_series(1, 200) i;
+INSERT INTO events (at, v) SELECT date '2025-06-01' + i, 'e' || i FROM generate_series(1, 300) i`)
+
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	task, err := replication.New(src, dst, c.User, c.Password, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
+		if err := step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	streamed := make(chan error, 1)
+	go func() { streamed <- task.Stream(sctx) }()
+	reshardExec(t, ctx, s0, `INSERT INTO items (v, n) SELECT 'new' || i, i FROM generate_series(1, 50) i;
+UPDATE items SET v = 'changed' WHERE id % 7 = 0;
+UPDATE items SET id = DEFAULT WHERE id BETWEEN 10 AND 30;
+DELETE FROM items WHERE id BETWEEN 40 AND 45;
+INSERT INTO events (at, v) SELECT date '2026-02-01' + i, 'n' || i FROM generate_series(1, 40) i;
+UPDATE events SET v = 'changed' WHERE id % 5 = 0;
+UPDATE events SET id = DEFAULT WHERE id BETWEEN 3 AND 9;
+DELETE FROM events WHERE id BETWEEN 100 AND 110`)
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := task.WaitCaughtUp(wctx, nil); err != nil {
+		stop()
+		t.Fatalf("%v (stream: %v)", err, <-streamed)
+	}
+	stop()
+	if err := <-streamed; err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	if err := task.SyncSequences(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(conn *pgx.Conn, q string) []string {
+		rs, _ := conn.Query(ctx, q)
+		out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const (
+		itemRows  = "SELECT format('%s|%s|%s', id, v, n) FROM items"
+		eventRows = "SELECT format('%s|%s|%s', id, at, v) FROM events"
+		identity  = "SELECT format('%s.%s %s', c.relname, a.attname, a.attidentity) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid WHERE a.attidentity <> '' ORDER BY 1"
+	)
+	for _, q := range []string{itemRows, eventRows} {
+		want := rows(s0, q)
+		var got []string
+		for _, sh := range dst.Shards {
+			got = append(got, rows(reshardConnect(t, ctx, c.DSN(sh.Database)), q)...)
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(want, got) {
+			t.Errorf("%s: destination rows differ from the source's:\nsource      %v\ndestination %v", q, want, got)
+		}
+	}
+	wantIdentity := rows(s0, identity)
+	for _, sh := range dst.Shards {
+		d := reshardConnect(t, ctx, c.DSN(sh.Database))
+		if got := rows(d, identity); !slices.Equal(got, wantIdentity) {
+			t.Errorf("%s: identity columns %v after SyncSequences, the source's %v", sh.Database, got, wantIdentity)
+		}
+		var max, next int64
+		if err := s0.QueryRow(ctx, "SELECT max(id) FROM items").Scan(&max); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.QueryRow(ctx, "INSERT INTO items (v) VALUES ('after') RETURNING id").Scan(&next); err != nil {
+			t.Fatal(err)
+		}
+		if next <= max {
+			t.Errorf("%s: a new item got id %d, not past the source's %d", sh.Database, next, max)
+		}
+	}
+	if err := task.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -97,9 +97,14 @@ func (t *Task) WaitCaughtUp(ctx context.Context, target []pglogrepl.LSN) error {
 }
 
 // SyncSequences sets every sequence on every destination shard past the
-// largest value any source shard has handed out. Run it at cutover, after
-// writes to the source stopped.
+// largest value any source shard has handed out, and makes the identity
+// columns GENERATED ALWAYS on the source ALWAYS again on the destination
+// (identity.go). Run it at cutover, after writes to the source stopped
+// and the stream ended.
 func (t *Task) SyncSequences(ctx context.Context) error {
+	if err := t.restoreIdentity(ctx); err != nil {
+		return fmt.Errorf("replication: sync sequences: %w", err)
+	}
 	last := map[string]int64{}
 	for s := range t.src.Shards {
 		conn, err := t.connectSource(ctx, s)
@@ -148,6 +153,9 @@ func (t *Task) SyncSequences(ctx context.Context) error {
 // error.
 func (t *Task) Drop(ctx context.Context) error {
 	var errs []error
+	if err := t.restoreIdentity(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for s := range t.src.Shards {
 		if err := t.dropSource(ctx, s); err != nil {
 			errs = append(errs, err)

@@ -75,6 +75,12 @@ func (t *Task) Stream(ctx context.Context) error {
 	if step < StepCopied {
 		return fmt.Errorf("replication: stream: the copy is not finished (step %s)", step)
 	}
+	if err := t.relaxIdentity(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("replication: stream: %w", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for s := range t.src.Shards {
 		g.Go(func() error { return t.streamSource(gctx, s) })
