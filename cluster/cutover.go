@@ -80,6 +80,8 @@ func (m *Member) pauseFor(ctx context.Context, id int64, db, coordinator string)
 // pauseForCutover is a member's side of cutover id (steps 2 and 5).
 func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 	defer m.hold(db)()
+	wake, unwake := m.wakeup(id)
+	defer unwake()
 	log := m.log.With("cutover", id, "database", db)
 	conn, err := m.dial(ctx)
 	if err != nil {
@@ -97,9 +99,12 @@ func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 		if pids != nil {
 			pj, _ = json.Marshal(pids)
 		}
-		if _, err := conn.Exec(ctx, `INSERT INTO shardgate_cluster.acks (cutover, member, state, pids, error) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (cutover, member) DO UPDATE SET state = $3, pids = coalesce($4, acks.pids), error = $5, at = now()`,
-			id, m.name, state, pj, msg); err != nil {
+		// One statement, so one round trip: the notification wakes the
+		// coordinator's WaitPaused.
+		if _, err := conn.Exec(ctx, `WITH a AS (INSERT INTO shardgate_cluster.acks (cutover, member, state, pids, error) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (cutover, member) DO UPDATE SET state = $3, pids = coalesce($4, acks.pids), error = $5, at = now() RETURNING 1)
+			SELECT pg_notify($6, $7) FROM a`,
+			id, m.name, state, pj, msg, channel, fmt.Sprintf("ack %d %s", id, m.name)); err != nil {
 			log.Warn("cluster: cannot answer a cutover", "state", state, "err", err)
 		}
 	}
@@ -129,7 +134,7 @@ func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 	log.Info("cluster: paused for another proxy's cutover")
 	dctx, dcancel := context.WithTimeout(ctx, maxMemberPause)
 	defer dcancel()
-	state := m.awaitDecision(dctx, conn, id)
+	state := m.awaitDecision(dctx, conn, id, wake)
 	if state == "switched" {
 		if err := m.follow(context.WithoutCancel(ctx), nil, map[string]bool{db: true}); err != nil {
 			log.Error("cluster: the cutover switched, but following the new topology failed", "err", err)
@@ -154,7 +159,7 @@ func (m *Member) cutoverTimeout(ctx context.Context, conn *pgx.Conn, id int64) (
 // awaitDecision waits until cutover id is switched or aborted, or its
 // coordinator left the cluster without deciding ("gone"), or ctx ends
 // ("timeout").
-func (m *Member) awaitDecision(ctx context.Context, conn *pgx.Conn, id int64) string {
+func (m *Member) awaitDecision(ctx context.Context, conn *pgx.Conn, id int64, wake <-chan struct{}) string {
 	for {
 		var state string
 		var live bool
@@ -175,9 +180,55 @@ func (m *Member) awaitDecision(ctx context.Context, conn *pgx.Conn, id int64) st
 				}
 			}
 		}
-		if !sleep(ctx, decisionPoll) {
+		if !sleepOrWake(ctx, wake, decisionPoll) {
 			return "timeout"
 		}
+	}
+}
+
+// wakeup returns the channel that notifications about cutover id signal
+// (Member.notified), and the function that stops signalling it. A waiter
+// reads the cutover's rows again when it is signalled, or after
+// decisionPoll when a notification was lost.
+func (m *Member) wakeup(id int64) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.wakes[id] = ch
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		if m.wakes[id] == ch {
+			delete(m.wakes, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// kick signals the waiter of cutover id, if any.
+func (m *Member) kick(id int64) {
+	m.mu.Lock()
+	ch := m.wakes[id]
+	m.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sleepOrWake waits d, until wake is signalled or until ctx ends; it
+// reports whether ctx is still live.
+func sleepOrWake(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+		return true
+	case <-t.C:
+		return true
 	}
 }
 
@@ -258,6 +309,8 @@ func (c *cutover) acks(ctx context.Context) ([]memberAck, error) {
 // (step 3). Members that gave no answer at all within the ack timeout are
 // left out: their listening sessions are ended.
 func (c *cutover) WaitPaused(ctx context.Context) error {
+	wake, unwake := c.m.wakeup(c.id)
+	defer unwake()
 	for {
 		acks, err := c.acks(ctx)
 		if err != nil {
@@ -296,7 +349,7 @@ func (c *cutover) WaitPaused(ctx context.Context) error {
 			c.leaveOut(ctx, silent, silentPIDs)
 			continue
 		}
-		if !sleep(ctx, decisionPoll) {
+		if !sleepOrWake(ctx, wake, decisionPoll) {
 			return fmt.Errorf("cluster: proxies still draining %q: %s (and not answering: %s): %w",
 				c.db, strings.Join(draining, ", "), strings.Join(silent, ", "), ctx.Err())
 		}

@@ -40,10 +40,11 @@ type Member struct {
 	log      *slog.Logger
 
 	mu       sync.Mutex
-	pid      uint32         // backend of the listening session; 0 while not joined
-	handling map[int64]bool // cutovers of other proxies this member pauses for
-	busy     map[string]int // databases a cutover holds here (this proxy's or another's)
-	followMu sync.Mutex     // one follow at a time
+	pid      uint32                  // backend of the listening session; 0 while not joined
+	handling map[int64]bool          // cutovers of other proxies this member pauses for
+	wakes    map[int64]chan struct{} // of cutovers waited for here (wakeup)
+	busy     map[string]int          // databases a cutover holds here (this proxy's or another's)
+	followMu sync.Mutex              // one follow at a time
 	hooks    TaskHooks
 	noted    map[string]bool // overlay notes logged already
 	ready    chan struct{}   // closed once joined the first time
@@ -68,7 +69,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Member, error) {
 	rand.Read(b[:])
 	name := cfg.ClusterName()
 	return &Member{name: name, instance: hex.EncodeToString(b[:]), control: control, ack: cfg.Cluster.AckTimeout,
-		initial: cfg, log: log.With("cluster_member", name), handling: map[int64]bool{}, busy: map[string]int{}, noted: map[string]bool{},
+		initial: cfg, log: log.With("cluster_member", name), handling: map[int64]bool{}, wakes: map[int64]chan struct{}{}, busy: map[string]int{}, noted: map[string]bool{},
 		ready: make(chan struct{})}, nil
 }
 
@@ -242,8 +243,9 @@ func (m *Member) register(ctx context.Context, conn *pgx.Conn) error {
 
 // notified handles one notification: "pause <id> <db> <coordinator>"
 // starts pausing for another proxy's cutover; "request <id> <proxy>" is a
-// task command forwarded to proxy; "switch" and "abort" are read from the
-// cutover's row by the pausing member itself.
+// task command forwarded to proxy; "switch <id>", "abort <id>" and "ack
+// <id> <member>" wake whoever waits for cutover id here (wakeup), which
+// reads the cutover's rows itself.
 func (m *Member) notified(ctx context.Context, payload string) {
 	f := strings.Fields(payload)
 	var id int64
@@ -252,6 +254,10 @@ func (m *Member) notified(ctx context.Context, payload string) {
 	case f[0] == "pause" && len(f) == 4:
 		if _, err := fmt.Sscan(f[1], &id); err == nil {
 			m.pauseFor(ctx, id, f[2], f[3])
+		}
+	case f[0] == "switch" || f[0] == "abort" || f[0] == "ack":
+		if _, err := fmt.Sscan(f[1], &id); err == nil {
+			m.kick(id)
 		}
 	case f[0] == "request" && len(f) == 3 && f[2] == m.name:
 		if _, err := fmt.Sscan(f[1], &id); err == nil {

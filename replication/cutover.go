@@ -112,6 +112,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 			return abort(err, false)
 		}
 		defer cc.Close()
+		step("cluster_begin")
 	}
 	if err := g.Pause(cctx, t.Source); err != nil {
 		return abort(fmt.Errorf("pause %q: %w", t.Source, err), false)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 )
 
 // Identity columns GENERATED ALWAYS. PostgreSQL refuses an INSERT of a
@@ -76,20 +77,29 @@ func (t *Task) setIdentity(ctx context.Context, from, generated string) error {
 	if err != nil || len(always) == 0 {
 		return err
 	}
+	g, gctx := errgroup.WithContext(ctx)
 	for d := range t.dst.Shards {
-		if err := t.setShardIdentity(ctx, d, always, from, generated); err != nil {
-			return fmt.Errorf("%s: %w", shardDesc("destination", t.dst, d), err)
-		}
+		g.Go(func() error {
+			conn, err := t.connect(gctx, t.dst, d)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.WithoutCancel(gctx))
+			if err := setShardIdentity(gctx, conn, always, from, generated); err != nil {
+				return fmt.Errorf("%s: %w", shardDesc("destination", t.dst, d), err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
-func (t *Task) setShardIdentity(ctx context.Context, d int, always []identityColumn, from, generated string) error {
-	conn, err := t.connectDest(ctx, d)
-	if err != nil {
-		return err
+// setShardIdentity sets, over conn to a destination shard, each column of
+// always that is of kind from there to generated.
+func setShardIdentity(ctx context.Context, conn *pgx.Conn, always []identityColumn, from, generated string) error {
+	if len(always) == 0 {
+		return nil
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	have, err := identityColumns(ctx, conn, from)
 	if err != nil {
 		return err

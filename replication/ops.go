@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 )
 
 // SlotLag is the state of one source shard's replication slot.
@@ -74,6 +75,11 @@ func (t *Task) WaitCaughtUp(ctx context.Context, target []pglogrepl.LSN) error {
 			return err
 		}
 	}
+	// The stream runs in this process (as at cutover): its readers say
+	// when they got there.
+	if in, err := t.flush.wait(ctx, target); in {
+		return err
+	}
 	for {
 		lags, err := t.Lag(ctx)
 		if err != nil {
@@ -100,46 +106,82 @@ func (t *Task) WaitCaughtUp(ctx context.Context, target []pglogrepl.LSN) error {
 // largest value any source shard has handed out, and makes the identity
 // columns GENERATED ALWAYS on the source ALWAYS again on the destination
 // (identity.go). Run it at cutover, after writes to the source stopped
-// and the stream ended.
+// and the stream ended. The shards are read and written in parallel: the
+// step is part of the cutover's pause.
 func (t *Task) SyncSequences(ctx context.Context) error {
-	if err := t.restoreIdentity(ctx); err != nil {
+	last := make([]map[string]int64, len(t.src.Shards))
+	var always []identityColumn
+	g, gctx := errgroup.WithContext(ctx)
+	for s := range t.src.Shards {
+		g.Go(func() error {
+			var err error
+			last[s], err = t.sourceSequences(gctx, s, &always)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return fmt.Errorf("replication: sync sequences: %w", err)
 	}
-	last := map[string]int64{}
-	for s := range t.src.Shards {
-		conn, err := t.connectSource(ctx, s)
-		if err != nil {
-			return fmt.Errorf("replication: sync sequences: %w", err)
-		}
-		rows, _ := conn.Query(ctx, `SELECT format('%I.%I', schemaname, sequencename), last_value
-			FROM pg_sequences WHERE last_value IS NOT NULL AND increment_by > 0 AND schemaname <> ALL ($1::text[])`, ownSchemas)
-		var name string
-		var v int64
-		_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {
-			if cur, ok := last[name]; !ok || v > cur {
-				last[name] = v
+	highest := map[string]int64{}
+	for _, l := range last {
+		for name, v := range l {
+			if cur, ok := highest[name]; !ok || v > cur {
+				highest[name] = v
 			}
-			return nil
-		})
-		conn.Close(ctx)
-		if err != nil {
-			return fmt.Errorf("replication: sync sequences: %s: %w", shardDesc("source", t.src, s), err)
 		}
 	}
+	g, gctx = errgroup.WithContext(ctx)
 	for d := range t.dst.Shards {
-		conn, err := t.connect(ctx, t.dst, d)
-		if err != nil {
-			return fmt.Errorf("replication: sync sequences: %w", err)
+		g.Go(func() error { return t.destSequences(gctx, d, highest, always) })
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("replication: sync sequences: %w", err)
+	}
+	return nil
+}
+
+// sourceSequences reads the last value of every sequence of source shard
+// s; shard 0 also lists its identity columns GENERATED ALWAYS in always.
+func (t *Task) sourceSequences(ctx context.Context, s int, always *[]identityColumn) (map[string]int64, error) {
+	conn, err := t.connectSource(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if s == 0 {
+		if *always, err = identityColumns(ctx, conn, "a"); err != nil {
+			return nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
 		}
-		for name, v := range last {
-			if _, err = conn.Exec(ctx, `SELECT setval($1::regclass, $2, true)`, name, v); err != nil {
-				err = fmt.Errorf("replication: sync sequences: %s: sequence %s: %w", shardDesc("destination", t.dst, d), name, err)
-				break
-			}
-		}
-		conn.Close(ctx)
-		if err != nil {
-			return err
+	}
+	rows, _ := conn.Query(ctx, `SELECT format('%I.%I', schemaname, sequencename), last_value
+		FROM pg_sequences WHERE last_value IS NOT NULL AND increment_by > 0 AND schemaname <> ALL ($1::text[])`, ownSchemas)
+	last := map[string]int64{}
+	var name string
+	var v int64
+	if _, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+		last[name] = v
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
+	}
+	return last, nil
+}
+
+// destSequences sets destination shard d's sequences to last and its
+// identity columns of always to GENERATED ALWAYS.
+func (t *Task) destSequences(ctx context.Context, d int, last map[string]int64, always []identityColumn) error {
+	conn, err := t.connect(ctx, t.dst, d)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	dst := shardDesc("destination", t.dst, d)
+	if err := setShardIdentity(ctx, conn, always, "d", "ALWAYS"); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	for name, v := range last {
+		if _, err = conn.Exec(ctx, `SELECT setval($1::regclass, $2, true)`, name, v); err != nil {
+			return fmt.Errorf("%s: sequence %s: %w", dst, name, err)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -204,6 +205,15 @@ func (r *reader) read(ctx context.Context) error {
 	// current wait (the cutover's pause waits for it).
 	stop := context.AfterFunc(ctx, func() { conn.Conn().SetReadDeadline(time.Now()) })
 	defer stop()
+	// A waiter of WaitCaughtUp ends the current wait for the source, so
+	// that the reader confirms its appliers' progress at once (catchup.go);
+	// poked makes the loop set its next deadline.
+	var poked atomic.Bool
+	untrack := r.t.flush.start(r.s, r.confirmed, func() {
+		conn.Conn().SetReadDeadline(time.Now())
+		poked.Store(true)
+	})
+	defer untrack()
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
 	// the appliers when the source is quiet and ctx is noticed. The wait
@@ -216,10 +226,12 @@ func (r *reader) read(ctx context.Context) error {
 		}
 		now := time.Now()
 		force := now.After(next)
+		waited := r.t.flush.waiting()
 		// While messages stream in, the flush LSN is confirmed at most
-		// every statusMinInterval: one status message per received
-		// message would cost the walsender and us more than the rest.
-		if force || now.Sub(checked) >= statusMinInterval {
+		// every statusMinInterval (unless WaitCaughtUp waits): one status
+		// message per received message would cost the walsender and us
+		// more than the rest.
+		if force || waited || now.Sub(checked) >= statusMinInterval {
 			if err := r.status(ctx, conn, force); err != nil {
 				return err
 			}
@@ -228,8 +240,12 @@ func (r *reader) read(ctx context.Context) error {
 		if force {
 			next = now.Add(statusInterval)
 		}
-		if now.After(deadline) {
-			deadline = now.Add(pollInterval)
+		if now.After(deadline) || poked.Swap(false) {
+			poll := pollInterval
+			if waited {
+				poll = catchUpPoll
+			}
+			deadline = now.Add(poll)
 			if err := conn.Conn().SetReadDeadline(deadline); err != nil {
 				return err
 			}
@@ -279,6 +295,7 @@ func (r *reader) status(ctx context.Context, conn *pgconn.PgConn, force bool) er
 		return fmt.Errorf("send status: %w", err)
 	}
 	r.confirmed = confirmed
+	r.t.flush.set(r.s, confirmed)
 	return nil
 }
 

@@ -40,7 +40,8 @@ type Task struct {
 	// fields mean the task's own (names.go).
 	names Names
 
-	prog progress // in-memory copy and apply progress (progress.go)
+	prog  progress // in-memory copy and apply progress (progress.go)
+	flush flushes  // the flush LSNs of the readers running here (catchup.go)
 
 	knobs Knobs // test seams, from Manager.KnobsForTest
 }
