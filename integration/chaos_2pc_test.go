@@ -59,20 +59,12 @@ const (
 )
 
 func chaosTwoPhaseRun(t *testing.T, bin string, seed uint64, opts faultnet.Options) {
-	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "50"}})
-	accounts := chaosSetup(t, cl)
-	rig := &chaosRig{cl: cl}
-	for range 2 {
-		rl, err := faultnet.Listen(fmt.Sprintf("%s:%d", cl.Host, cl.Port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rl.Close() })
-		rig.relays = append(rig.relays, rl)
-	}
+	rig := &chaosRig{}
+	rig.startServers(t, 2, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "50"}})
+	accounts := chaosSetup(t, rig.pgs)
 	for range 2 {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		p := &chaosProxyProc{bin: bin, addr: addr, config: chaosTwoPhaseConfig(t, cl, addr, rig.relays)}
+		p := &chaosProxyProc{bin: bin, addr: addr, config: chaosTwoPhaseConfig(t, rig.pgs[0], addr, rig.relays)}
 		p.start(t)
 		rig.proxies = append(rig.proxies, p)
 	}
@@ -96,12 +88,12 @@ func chaosTwoPhaseRun(t *testing.T, bin string, seed uint64, opts faultnet.Optio
 			t.Fatalf("proxy %d exited on its own:\n%s", i, p.current().log.String())
 		}
 	}
-	chaosCheckTwoPhase(t, cl, accounts, workers)
+	chaosCheckTwoPhase(t, rig.pgs, accounts, workers)
 }
 
-// chaosSetup creates the schema on shard0 and shard1 and the accounts;
-// it returns the accounts of each shard.
-func chaosSetup(t *testing.T, cl *pgtest.Cluster) [2][]int64 {
+// chaosSetup creates the schema on shard0 and shard1 (on pgs[0] and
+// pgs[1]) and the accounts; it returns the accounts of each shard.
+func chaosSetup(t *testing.T, pgs []*pgtest.Cluster) [2][]int64 {
 	t.Helper()
 	ctx := context.Background()
 	var accounts [2][]int64
@@ -111,7 +103,7 @@ func chaosSetup(t *testing.T, cl *pgtest.Cluster) [2][]int64 {
 		}
 	}
 	for s := range 2 {
-		db := fmt.Sprintf("shard%d", s)
+		db, cl := fmt.Sprintf("shard%d", s), pgs[s]
 		if err := cl.CreateDatabase(ctx, db); err != nil {
 			t.Fatal(err)
 		}
@@ -275,11 +267,11 @@ func chaosTransfer(conn *pgx.Conn, tid, x, y, delta int64) (chaosOutcome, error)
 // chaosCheckTwoPhase waits until no prepared transaction is left on
 // either shard and checks the ledger and balances against what the
 // workers were told (TestChaosTwoPhase).
-func chaosCheckTwoPhase(t *testing.T, cl *pgtest.Cluster, accounts [2][]int64, workers []*chaosTransferer) {
+func chaosCheckTwoPhase(t *testing.T, pgs []*pgtest.Cluster, accounts [2][]int64, workers []*chaosTransferer) {
 	t.Helper()
 	var direct [2]*pgx.Conn
 	for s := range direct {
-		direct[s] = connect(t, cl.DSN(fmt.Sprintf("shard%d", s)))
+		direct[s] = connect(t, pgs[s].DSN(fmt.Sprintf("shard%d", s)))
 	}
 	var left []string
 	eventually(t, 30*time.Second, "every prepared transaction to be resolved", func() bool {

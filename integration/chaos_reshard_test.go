@@ -73,36 +73,37 @@ var chaosReshardDBs = [3]string{"app_0", "app_new_0", "app_new_1"}
 
 func chaosReshardRun(t *testing.T, bin string, seed uint64, opts faultnet.Options, nproxies int) {
 	ctx := context.Background()
-	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
+	// Each shard on a PostgreSQL server of its own, so that the schedule
+	// restarts a source or a destination while the other runs; the
+	// control database is on the source's.
+	rig := &chaosRig{}
+	rig.startServers(t, len(chaosReshardDBs), pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10", "max_prepared_transactions": "20",
 	}})
-	for _, db := range append(chaosReshardDBs[:], "sg_control") {
-		if err := cl.CreateDatabase(ctx, db); err != nil {
+	dsn := rig.dsn(t, chaosReshardDBs[:])
+	for i, db := range chaosReshardDBs {
+		if err := rig.pgs[i].CreateDatabase(ctx, db); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := cl.Exec(ctx, "app_0", `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+	if err := rig.pgs[0].CreateDatabase(ctx, "sg_control"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rig.pgs[0].Exec(ctx, "app_0", `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
 INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil {
 		t.Fatal(err)
 	}
-	rig := &chaosRig{cl: cl}
 	var shards []string
-	for _, db := range chaosReshardDBs {
-		rl, err := faultnet.Listen(fmt.Sprintf("%s:%d", cl.Host, cl.Port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rl.Close() })
-		rig.relays = append(rig.relays, rl)
-		shards = append(shards, fmt.Sprintf("{ host: 127.0.0.1, port: %d, database: %s }", rl.Port(), db))
+	for i, db := range chaosReshardDBs {
+		shards = append(shards, fmt.Sprintf("{ host: 127.0.0.1, port: %d, database: %s }", rig.relays[i].Port(), db))
 	}
 	for i := range nproxies {
 		dir := t.TempDir()
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		path := filepath.Join(dir, "shardgate.yaml")
-		cfg := reshardYAML(processHead(addr, dir), cl, accountsRule, shards[:1], shards[1:])
+		cfg := reshardYAML(processHead(addr, dir), rig.pgs[0], accountsRule, shards[:1], shards[1:])
 		if nproxies > 1 {
-			cfg += fmt.Sprintf("cluster: { name: p%d, ack_timeout: 1s, control: '%s' }\n", i, cl.DSN("sg_control"))
+			cfg += fmt.Sprintf("cluster: { name: p%d, ack_timeout: 1s, control: '%s' }\n", i, rig.pgs[0].DSN("sg_control"))
 		}
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
@@ -124,7 +125,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 		t.Fatal(err)
 	}
 
-	w := &chaosSourceWriter{dsn: cl.DSN("app_0"), rng: rand.New(rand.NewPCG(seed, 1))}
+	w := &chaosSourceWriter{dsn: dsn("app_0"), rng: rand.New(rand.NewPCG(seed, 1))}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -161,7 +162,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 				}
 			}
 			log := strings.Join(kept, "\n")
-			d := connect(t, cl.DSN("app_new_0"))
+			d := connect(t, dsn("app_new_0"))
 			t.Logf("tasks: %v", chaosQueryStrings(t, d, "SELECT t::text FROM shardgate_reshard.tasks t"))
 			t.Logf("advisory locks: %v", chaosQueryStrings(t, d, "SELECT l.pid::text || ' ' || coalesce(a.application_name, '') || ' ' || coalesce(a.state, '') || ' ' || coalesce(a.client_addr::text, '') || ':' || coalesce(a.client_port::text, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"))
 			t.Fatalf("no CUTOVER succeeded within 60s after the faults, the last: %v\nproxy log, admin failures left out (end):\n%s", err, log[max(0, len(log)-8000):])
@@ -171,7 +172,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 	t.Logf("source writer: %d inserts acknowledged, %d writes failed, the last with %v", len(w.acked), w.failed, w.lastErr)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryStrings(t, connect(t, cl.DSN("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
+			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryStrings(t, connect(t, dsn("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
 		}
 	})
 	chaosWaitTask(t, p, adminURL, 90*time.Second)
@@ -202,7 +203,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 		t.Logf("writer through a proxy: %d inserts acknowledged, %d failed (%q)", len(ok), len(errs), first(errs))
 		proxyAcked = append(proxyAcked, ok...)
 	}
-	chaosCheckReshard(t, cl, w.acked, proxyAcked)
+	chaosCheckReshard(t, dsn, w.acked, proxyAcked)
 }
 
 // chaosSourceWriter writes on the source shard directly, as an
@@ -323,20 +324,20 @@ func chaosTaskState(t *testing.T, adminURL string) (string, []string) {
 
 // chaosCheckReshard compares the destination with the source and looks
 // for anything the task left behind (TestChaosReshard).
-func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked, proxyAcked []int64) {
+func chaosCheckReshard(t *testing.T, dsn func(db string) string, acked, proxyAcked []int64) {
 	t.Helper()
 	ctx := context.Background()
 	// The writers through the proxies write past the cutover, on the
 	// destination only: the comparison with the source leaves them out.
 	sum := fmt.Sprintf("SELECT count(*), coalesce(sum(balance), 0), coalesce(sum(hashtext(id || ':' || balance)), 0) FROM accounts WHERE id < %d", chaosProxyIDs)
 	var want, got [3]int64
-	src := connect(t, cl.DSN("app_0"))
+	src := connect(t, dsn("app_0"))
 	if err := src.QueryRow(ctx, sum).Scan(&want[0], &want[1], &want[2]); err != nil {
 		t.Fatal(err)
 	}
 	copies := map[int64]int{}
 	for k, db := range chaosReshardDBs[1:] {
-		d := connect(t, cl.DSN(db))
+		d := connect(t, dsn(db))
 		var n [3]int64
 		if err := d.QueryRow(ctx, sum).Scan(&n[0], &n[1], &n[2]); err != nil {
 			t.Fatal(err)
@@ -371,20 +372,21 @@ func chaosCheckReshard(t *testing.T, cl *pgtest.Cluster, acked, proxyAcked []int
 			t.Errorf("acknowledged insert %d has %d copies on the destination, want 1", id, copies[id])
 		}
 	}
-	for _, id := range idsFrom(t, ctx, cl.DSN("app_0"), chaosProxyIDs) {
+	for _, id := range idsFrom(t, ctx, dsn("app_0"), chaosProxyIDs) {
 		if copies[id] != 1 {
 			t.Errorf("insert %d through a proxy committed on the old shard and is not on the destination", id)
 		}
 	}
-	chaosCheckLeftovers(t, cl)
+	chaosCheckLeftovers(t, dsn)
 }
 
 // chaosCheckLeftovers fails t for every replication slot, publication,
-// subscription, replication origin or prepared transaction left on cl.
-func chaosCheckLeftovers(t *testing.T, cl *pgtest.Cluster) {
+// subscription, replication origin or prepared transaction left on the
+// databases of chaosReshardDBs (dsn gives their connection strings).
+func chaosCheckLeftovers(t *testing.T, dsn func(db string) string) {
 	t.Helper()
 	for _, db := range chaosReshardDBs {
-		d := connect(t, cl.DSN(db))
+		d := connect(t, dsn(db))
 		for _, q := range []string{
 			"SELECT 'slot ' || slot_name FROM pg_replication_slots",
 			"SELECT 'publication ' || pubname FROM pg_publication",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 // This file is the chaos rig that chaos_*_test.go scenarios share: the
 // seeds of a run (CHAOS_SEED, CHAOS_SEEDS), its length (CHAOS_SECONDS),
 // and chaosRig, which plays a faultnet.Schedule on shard relays, proxy
-// processes and the PostgreSQL server.
+// processes and the PostgreSQL servers.
 
 // chaosSeeds is the seeds to run: CHAOS_SEED alone (a replay), or
 // CHAOS_SEEDS (default 1) random ones.
@@ -107,12 +108,41 @@ func (c *chaosProxyProc) exited() bool {
 	}
 }
 
+// startServers starts one PostgreSQL server per shard with opts, and a
+// relay in front of each, into r.
+func (r *chaosRig) startServers(t *testing.T, shards int, opts pgtest.Options) {
+	t.Helper()
+	for range shards {
+		pg := pgtest.New(t, opts)
+		rl, err := faultnet.Listen(fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rl.Close() })
+		r.pgs = append(r.pgs, pg)
+		r.relays = append(r.relays, rl)
+	}
+}
+
+// dsn returns the connection string of database db, which is on the
+// server of its index in dbs.
+func (r *chaosRig) dsn(t *testing.T, dbs []string) func(db string) string {
+	return func(db string) string {
+		i := slices.Index(dbs, db)
+		if i < 0 {
+			t.Fatalf("chaos: database %s is on no server of the rig", db)
+		}
+		return r.pgs[i].DSN(db)
+	}
+}
+
 // chaosRig plays a schedule on relays (one per shard), proxies and the
-// PostgreSQL cluster behind the relays.
+// PostgreSQL servers behind the relays (one per shard: a restart of one
+// leaves the others up).
 type chaosRig struct {
 	relays  []*faultnet.Relay
 	proxies []*chaosProxyProc
-	cl      *pgtest.Cluster
+	pgs     []*pgtest.Cluster // by shard, as relays
 
 	mu     sync.Mutex // guards the following
 	timers []*time.Timer
@@ -169,12 +199,13 @@ func (r *chaosRig) apply(t *testing.T, e faultnet.Event) {
 		<-cur.done
 		p.start(t)
 	case faultnet.RestartPostgres:
-		if err := r.cl.Kill(); err != nil {
+		pg := r.pgs[e.Target]
+		if err := pg.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		if err := r.cl.Restart(ctx); err != nil {
+		if err := pg.Restart(ctx); err != nil {
 			t.Fatalf("restart PostgreSQL: %v", err)
 		}
 	default:

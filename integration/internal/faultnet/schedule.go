@@ -26,8 +26,8 @@ const (
 	StopProxy
 	// KillProxy kills proxy Target (SIGKILL) and starts it again.
 	KillProxy
-	// RestartPostgres kills the PostgreSQL server (SIGKILL) and restarts
-	// it from its data directory.
+	// RestartPostgres kills the PostgreSQL server of shard Target
+	// (SIGKILL) and restarts it from its data directory.
 	RestartPostgres
 	numKinds
 )
@@ -73,7 +73,7 @@ func (e Event) String() string {
 		return fmt.Sprintf("%v %v %d by %v for %v", at, e.Kind, e.Target, e.Latency, e.For)
 	case RefuseShard, StopProxy:
 		return fmt.Sprintf("%v %v %d for %v", at, e.Kind, e.Target, e.For)
-	case KillProxy:
+	case KillProxy, RestartPostgres:
 		return fmt.Sprintf("%v %v %d", at, e.Kind, e.Target)
 	}
 	return fmt.Sprintf("%v %v", at, e.Kind)
@@ -82,7 +82,7 @@ func (e Event) String() string {
 // Options shape a Schedule.
 type Options struct {
 	Run     time.Duration // faults start within the run
-	Shards  int           // shard relays, numbered from 0
+	Shards  int           // shard relays, numbered from 0, each to a PostgreSQL server of its own
 	Proxies []int         // the proxies that may be stopped or killed; none: no proxy faults
 	// PostgresRestarts is the most RestartPostgres events in a run
 	// (0: none).
@@ -175,7 +175,7 @@ func (p *planner) draw(at time.Duration) Event {
 	}
 	e := Event{At: at, Kind: k}
 	switch k {
-	case CutShard, BlackholeShard, DelayShard, RefuseShard:
+	case CutShard, BlackholeShard, DelayShard, RefuseShard, RestartPostgres:
 		e.Target = p.rng.IntN(p.o.Shards)
 	case StopProxy, KillProxy:
 		e.Target = p.o.Proxies[p.rng.IntN(len(p.o.Proxies))]
@@ -213,7 +213,7 @@ func (p *planner) allowed(k Kind) bool {
 	case StopProxy, KillProxy:
 		return len(p.o.Proxies) > 0
 	case RestartPostgres:
-		return p.restarts < p.o.PostgresRestarts
+		return p.restarts < p.o.PostgresRestarts && p.o.Shards > 0
 	}
 	return false
 }

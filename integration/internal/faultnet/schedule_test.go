@@ -60,6 +60,7 @@ func checkSchedule(t *testing.T, seed uint64, o Options, kinds map[Kind]bool, s 
 			}
 		case RestartPostgres:
 			restarts++
+			fallthrough
 		default:
 			if e.Target < 0 || e.Target >= o.Shards {
 				t.Fatalf("seed %d: event %v on a shard out of range", seed, e)
@@ -106,7 +107,7 @@ func TestEventString(t *testing.T) {
 		{Event{At: time.Second, Kind: DelayShard, Latency: 20 * time.Millisecond, For: time.Second}, "1s delay-shard 0 by 20ms for 1s"},
 		{Event{At: time.Second, Kind: StopProxy, Target: 1, For: time.Second}, "1s stop-proxy 1 for 1s"},
 		{Event{At: time.Second, Kind: KillProxy, Target: 1}, "1s kill-proxy 1"},
-		{Event{At: time.Second, Kind: RestartPostgres}, "1s restart-postgres"},
+		{Event{At: time.Second, Kind: RestartPostgres, Target: 1}, "1s restart-postgres 1"},
 	} {
 		if got := tc.e.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)
