@@ -270,3 +270,65 @@ func TestReshardCopySurvivesDestinationCrash(t *testing.T) {
 	e.caughtUp(t, ctx, "the destination after the retried copy")
 	e.stop(t, ctx)
 }
+
+// TestReshardDropRetriedAfterCutover: the source's PostgreSQL goes down
+// right after the switch, before the task drops its slot there. CUTOVER
+// answers that it cut over (the proxy serves the new shards), the task
+// keeps dropping, saying so in SHOW TASKS, and once the source is back
+// the slot and publication are gone and the task is done.
+func TestReshardDropRetriedAfterCutover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var sc *pgtest.Cluster
+	var down atomic.Bool
+	e := startRetryEnv(t, ctx, false, func(o *operated) {
+		o.Tasks.KnobsForTest.AtCutoverStage = func(stage string) {
+			if stage == "before-drop" && down.CompareAndSwap(false, true) {
+				if err := sc.Kill(); err != nil {
+					t.Errorf("kill the source: %v", err)
+				}
+			}
+		}
+	})
+	sc = e.sc
+	e.start(t)
+	e.waitPhase(t, "stream")
+	done, err := adminPgx(e.adm, "CUTOVER "+e.id)
+	if err != nil {
+		t.Fatalf("CUTOVER with the source gone after the switch: %v", err)
+	}
+	if st := done.get(t, map[string]string{"id": e.id}, "state"); st != "running" {
+		t.Fatalf("after CUTOVER: task %s, want running (dropping)", st)
+	}
+	eventually(t, 30*time.Second, "SHOW TASKS reporting the drop's retries", func() bool {
+		state, phase, errText := e.task(t)
+		if state != "running" {
+			t.Fatalf("task %s in phase %s while the source is down: %s", state, phase, errText)
+		}
+		return phase == "drop" && strings.Contains(errText, "drop failed") && strings.Contains(errText, "retrying")
+	})
+	if err := sc.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the task to be done", func() bool {
+		state, _, errText := e.task(t)
+		if state == "failed" {
+			t.Fatalf("task failed: %s", errText)
+		}
+		return state == "done"
+	})
+	src := reshardConnect(t, ctx, sc.DSN("app_0"))
+	if n := countSlots(t, ctx, src); n != 0 {
+		t.Errorf("%d slots left on the source", n)
+	}
+	var pubs, schemas int
+	if err := src.QueryRow(ctx, "SELECT count(*) FROM pg_publication").Scan(&pubs); err != nil {
+		t.Fatal(err)
+	}
+	if err := reshardConnect(t, ctx, e.dc.DSN("app_new_0")).QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'shardgate_reshard'").Scan(&schemas); err != nil {
+		t.Fatal(err)
+	}
+	if pubs+schemas != 0 {
+		t.Errorf("left behind: %d publications on the source, %d bookkeeping schemas on the destination", pubs, schemas)
+	}
+}

@@ -165,11 +165,46 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	if rerr != nil {
 		return fmt.Errorf("cut over, but resume %q: %w", t.Source, rerr)
 	}
+	t.Task.knobs.atCutoverStage("before-drop")
 	t.setPhase(PhaseDrop)
 	if err := t.Task.Drop(ctx); err != nil {
-		return fmt.Errorf("cut over, but: %w", err)
+		return &dropPending{err: err}
 	}
 	return nil
+}
+
+// dropPending is cutoverNow's outcome when the cutover is done but the
+// drop of what the task left on the old source shards failed: the task
+// goes on dropping (dropAfterCutover), CUTOVER answers that it cut over.
+type dropPending struct{ err error }
+
+func (e *dropPending) Error() string { return "cut over, but the drop failed: " + e.err.Error() }
+func (e *dropPending) Unwrap() error { return e.err }
+
+// dropAfterCutover drops what the task left on the old source shards and
+// its bookkeeping, again after a growing pause while that fails (a source
+// shard out of reach): the slots hold WAL on the old sources until they
+// are gone. failed is the last attempt's error (nil: none was made).
+// Drop keeps the task's record until the sources are clean, so the proxy
+// that resumes the task (this one restarted, or another) finishes the
+// drop. SHOW TASKS shows the last failure meanwhile.
+func (t *Managed) dropAfterCutover(ctx context.Context, failed error) error {
+	t.setPhase(PhaseDrop)
+	if failed == nil {
+		if failed = t.Task.Drop(ctx); failed == nil {
+			return nil
+		}
+	}
+	backoff := streamRetryMin
+	for retries := 0; ; retries++ {
+		if !t.wait(ctx, "drop", retries, backoff, failed) {
+			return nil // closing: the record stays, the next runner drops
+		}
+		if failed = t.Task.Drop(ctx); failed == nil {
+			return nil
+		}
+		backoff = min(2*backoff, streamRetryMax)
+	}
 }
 
 // switchConfig is the step of cutoverNow that points the source database's
@@ -261,7 +296,7 @@ func (t *Managed) finishDrop(ctx context.Context) error {
 		slots[s] = shardDesc("source", t.cutoverFrom, s) + ": " + t.Task.slotName(s)
 	}
 	log.Info("finishing an interrupted cutover: dropping the slots and publications", "database", t.Source, "slots", slots)
-	if err := t.Task.Drop(ctx); err != nil {
+	if err := t.dropAfterCutover(ctx, nil); err != nil {
 		return fmt.Errorf("finish the cutover: %w", err)
 	}
 	log.Info("finished an interrupted cutover: slots, publications, origins and bookkeeping dropped", "database", t.Source)

@@ -15,7 +15,9 @@ type Knobs struct {
 	// crash test may stop the process at: "before-config-write" (the task
 	// recorded the source's shards, the configuration file still names
 	// them) and "after-config-write" (the file names the destination's
-	// shards, the running configuration does not yet).
+	// shards, the running configuration does not yet), and "before-drop"
+	// (the proxy serves the destination's shards; the slots on the old
+	// source shards are not dropped yet).
 	AtCutoverStage func(stage string)
 }
 

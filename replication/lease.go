@@ -45,7 +45,9 @@ type lease struct {
 
 // acquireLease takes the lease of task, or returns errLeaseHeld.
 func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
-	conn, err := t.connectDest(ctx, 0)
+	// A plain session (not connectDest): a lease taken again while the
+	// task drops its bookkeeping must not create the schema anew.
+	conn, err := t.connect(ctx, t.dst, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func (l *lease) reacquire(ctx context.Context, t *Task, old uint32) (*lease, err
 		if again, err = t.acquireLease(ctx); err == nil || !errors.Is(err, errLeaseHeld) {
 			return again, err
 		}
-		if conn, cerr := t.connectDest(ctx, 0); cerr == nil {
+		if conn, cerr := t.connect(ctx, t.dst, 0); cerr == nil {
 			conn.Exec(ctx, "SELECT pg_terminate_backend($1)", int64(old))
 			conn.Close(context.WithoutCancel(ctx))
 		}

@@ -266,7 +266,14 @@ func (t *Managed) phases(ctx context.Context) error {
 	for retries := 0; ; retries++ {
 		started := time.Now()
 		done, err := t.stream(ctx)
-		if done || ctx.Err() != nil {
+		if done {
+			var pending *dropPending
+			if errors.As(err, &pending) {
+				return t.dropAfterCutover(ctx, pending.err)
+			}
+			return err
+		}
+		if ctx.Err() != nil {
 			return err
 		}
 		if err == nil { // an aborted cutover: stream again at once
@@ -298,7 +305,9 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := t.Task.connectDest(cctx, 0)
+	// A plain session: connectDest would create the bookkeeping schema
+	// that the other runner's drop removed.
+	conn, err := t.Task.connect(cctx, t.Task.dst, 0)
 	if err != nil {
 		return false
 	}
@@ -317,7 +326,7 @@ func (t *Managed) leaseLost(ctx context.Context) bool {
 	t.lease.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	conn, err := t.Task.connectDest(cctx, 0)
+	conn, err := t.Task.connect(cctx, t.Task.dst, 0) // not connectDest: see finishedElsewhere
 	if err != nil {
 		return false
 	}
@@ -432,11 +441,15 @@ func (t *Managed) stream(ctx context.Context) (done bool, err error) {
 			}
 		}
 		err := t.cutoverNow(ctx, stopStream)
+		var pending *dropPending
+		if errors.As(err, &pending) || err == nil {
+			if reply != nil {
+				reply <- nil // cut over; the drop goes on
+			}
+			return true, err
+		}
 		if reply != nil {
 			reply <- err
-		}
-		if err == nil {
-			return true, nil
 		}
 		var ab *abortError
 		if !errors.As(err, &ab) {

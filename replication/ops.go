@@ -192,7 +192,8 @@ func (t *Task) destSequences(ctx context.Context, d int, last map[string]int64, 
 // publication the task created (not one named by UseNames), each destination shard's
 // replication origins and bookkeeping rows. Stop Stream first. Drop keeps
 // going after an error so that no slot is left behind, and returns every
-// error.
+// error; the destinations' bookkeeping (the task's record) is dropped only
+// once every source shard is clean.
 func (t *Task) Drop(ctx context.Context) error {
 	var errs []error
 	if err := t.restoreIdentity(ctx); err != nil {
@@ -202,6 +203,12 @@ func (t *Task) Drop(ctx context.Context) error {
 		if err := t.dropSource(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		// The record (with the source shards of a cutover) stays, so that
+		// a Drop again — the task's retry, or the proxy that resumes it —
+		// finds the slots to drop.
+		return fmt.Errorf("replication: drop: %w", errors.Join(errs...))
 	}
 	for d := range t.dst.Shards {
 		if err := t.dropDest(ctx, d); err != nil {

@@ -402,6 +402,12 @@ func (m *Manager) Stop(ctx context.Context, id int) (*Managed, error) {
 		// interrupted cutover left.
 		err = errors.Join(err, t.Task.Unfence(ctx))
 	}
+	if err != nil && !cutOver {
+		// Drop kept the record (a source shard out of reach): it must not
+		// look running, or a proxy would resume the stopped task. STOP_TASK
+		// again drops what is left.
+		t.persist(ctx, TaskStopped, err)
+	}
 	t.mu.Lock()
 	if t.state != TaskDone {
 		t.state = TaskStopped
