@@ -67,7 +67,8 @@ random-diff-soak:
 
 # Seeded fault-injection runs (integration/chaos_*_test.go), SEEDS of them
 # (default 10) of CHAOS_SECONDS each (default 15), PostgreSQL restarts
-# included; make test runs one seed of 8 s. A failure prints its replay.
+# included; make test runs one seed of 8 s (at most one restart). A failure
+# prints its replay.
 .PHONY: chaos
 chaos:
 	CHAOS_SEEDS=$(or $(SEEDS),10) CHAOS_SECONDS=$(or $(CHAOS_SECONDS),15) CHAOS_PG_RESTARTS=1 \

@@ -36,11 +36,11 @@ import (
 //
 // CHAOS_SEED replays a seed, CHAOS_SEEDS=N runs N random ones,
 // CHAOS_SECONDS is each run's length (default 8) and CHAOS_PG_RESTARTS the
-// most PostgreSQL restarts in a run (default 0).
+// most restarts of a shard's PostgreSQL server in a run (default 1).
 func TestChaosTwoPhase(t *testing.T) {
 	bin := buildProxy(t)
 	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
-	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
+	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 1)
 	for _, seed := range chaosSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			opts := faultnet.Options{Run: run, Shards: 2, Proxies: []int{1}, PostgresRestarts: restarts}

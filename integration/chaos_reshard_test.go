@@ -52,7 +52,7 @@ func TestChaosReshardCluster(t *testing.T) {
 func chaosReshardSeeds(t *testing.T, test string, proxies []int) {
 	bin := buildProxy(t)
 	run := time.Duration(chaosEnvInt(t, "CHAOS_SECONDS", 8)) * time.Second
-	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 0)
+	restarts := chaosEnvInt(t, "CHAOS_PG_RESTARTS", 1)
 	for _, seed := range chaosSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			opts := faultnet.Options{Run: run, Shards: 3, Proxies: proxies, PostgresRestarts: restarts}
