@@ -21,42 +21,15 @@ import (
 func TestReshardReplicaIdentityFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	c := pgtest.New(t, pgtest.Options{Settings: map[string]string{
-		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
-	}})
-	db := func(name string, shards ...string) *config.Database {
-		d := &config.Database{Name: name}
-		for _, s := range shards {
-			if err := c.CreateDatabase(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			d.Shards = append(d.Shards, config.Shard{Host: c.Host, Port: c.Port, Database: s})
-		}
-		d.ShardedTables = []config.ShardedTable{{Table: "logs", Column: "k", Type: "bigint", Function: "hash"}}
-		return d
-	}
-	src, dst := db("src", "rf_s0"), db("dst", "rf_d0", "rf_d1")
+	e := newStreamEnv(t, config.ShardedTable{Table: "logs", Column: "k", Type: "bigint", Function: "hash"})
+	c := e.c
+	src, dst := e.db(t, ctx, "src", "rf_s0"), e.db(t, ctx, "dst", "rf_d0", "rf_d1")
 	s0 := reshardConnect(t, ctx, c.DSN("rf_s0"))
 	reshardExec(t, ctx, s0, `CREATE TABLE logs (k bigint, v text, n int);
 ALTER TABLE logs REPLICA IDENTITY FULL;
 INSERT INTO logs VALUES (1, 'a', 1), (1, 'a', 1), (2, NULL, 5), (3, 'c', NULL), (4, 'd', 4), (4, 'd', 4);
 INSERT INTO logs SELECT i, 'r' || i, i FROM generate_series(10, 200) i`)
-
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	task, err := replication.New(src, dst, c.User, c.Password, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
-		if err := step(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sctx, stop := context.WithCancel(ctx)
-	streamed := make(chan error, 1)
-	go func() { streamed <- task.Stream(sctx) }()
-
-	reshardExec(t, ctx, s0, `UPDATE logs SET n = 10 WHERE ctid = (SELECT ctid FROM logs WHERE k = 1 LIMIT 1);
+	task := e.streamWrites(t, ctx, src, dst, s0, `UPDATE logs SET n = 10 WHERE ctid = (SELECT ctid FROM logs WHERE k = 1 LIMIT 1);
 DELETE FROM logs WHERE ctid = (SELECT ctid FROM logs WHERE k = 4 LIMIT 1);
 UPDATE logs SET v = 'z' WHERE k = 2;
 UPDATE logs SET n = 7 WHERE k = 3;
@@ -64,17 +37,6 @@ UPDATE logs SET k = k + 1000 WHERE k BETWEEN 10 AND 60;
 DELETE FROM logs WHERE k BETWEEN 100 AND 120;
 INSERT INTO logs VALUES (5, NULL, NULL), (5, NULL, NULL);
 UPDATE logs SET v = 'y' WHERE ctid = (SELECT ctid FROM logs WHERE k = 5 LIMIT 1)`)
-
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer wcancel()
-	if err := task.WaitCaughtUp(wctx, nil); err != nil {
-		stop()
-		t.Fatalf("%v (stream: %v)", err, <-streamed)
-	}
-	stop()
-	if err := <-streamed; err != nil {
-		t.Fatalf("stream: %v", err)
-	}
 
 	rows := func(conn *pgx.Conn) []string {
 		rs, _ := conn.Query(ctx, "SELECT format('%s|%s|%s', k, v, n) FROM logs")
@@ -123,24 +85,11 @@ UPDATE logs SET v = 'y' WHERE ctid = (SELECT ctid FROM logs WHERE k = 5 LIMIT 1)
 func TestReshardIdentityAlways(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	c := pgtest.New(t, pgtest.Options{Settings: map[string]string{
-		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
-	}})
-	db := func(name string, shards ...string) *config.Database {
-		d := &config.Database{Name: name}
-		for _, s := range shards {
-			if err := c.CreateDatabase(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			d.Shards = append(d.Shards, config.Shard{Host: c.Host, Port: c.Port, Database: s})
-		}
-		d.ShardedTables = []config.ShardedTable{
-			{Table: "items", Column: "id", Type: "bigint", Function: "hash"},
-			{Table: "events", Column: "id", Type: "bigint", Function: "hash"},
-		}
-		return d
-	}
-	src, dst := db("src", "ia_s0"), db("dst", "ia_d0", "ia_d1")
+	e := newStreamEnv(t,
+		config.ShardedTable{Table: "items", Column: "id", Type: "bigint", Function: "hash"},
+		config.ShardedTable{Table: "events", Column: "id", Type: "bigint", Function: "hash"})
+	c := e.c
+	src, dst := e.db(t, ctx, "src", "ia_s0"), e.db(t, ctx, "dst", "ia_d0", "ia_d1")
 	s0 := reshardConnect(t, ctx, c.DSN("ia_s0"))
 	reshardExec(t, ctx, s0, `CREATE TABLE items (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text, n int);
 CREATE TABLE events (id bigint GENERATED ALWAYS AS IDENTITY, at date NOT NULL, v text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
@@ -148,21 +97,7 @@ CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO (
 CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 INSERT INTO items (v, n) SELECT 'r' || i, i FROM generate_series(1, 200) i;
 INSERT INTO events (at, v) SELECT date '2025-06-01' + i, 'e' || i FROM generate_series(1, 300) i`)
-
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	task, err := replication.New(src, dst, c.User, c.Password, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
-		if err := step(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sctx, stop := context.WithCancel(ctx)
-	streamed := make(chan error, 1)
-	go func() { streamed <- task.Stream(sctx) }()
-	reshardExec(t, ctx, s0, `INSERT INTO items (v, n) SELECT 'new' || i, i FROM generate_series(1, 50) i;
+	task := e.streamWrites(t, ctx, src, dst, s0, `INSERT INTO items (v, n) SELECT 'new' || i, i FROM generate_series(1, 50) i;
 UPDATE items SET v = 'changed' WHERE id % 7 = 0;
 UPDATE items SET id = DEFAULT WHERE id BETWEEN 10 AND 30;
 DELETE FROM items WHERE id BETWEEN 40 AND 45;
@@ -170,16 +105,6 @@ INSERT INTO events (at, v) SELECT date '2026-02-01' + i, 'n' || i FROM generate_
 UPDATE events SET v = 'changed' WHERE id % 5 = 0;
 UPDATE events SET id = DEFAULT WHERE id BETWEEN 3 AND 9;
 DELETE FROM events WHERE id BETWEEN 100 AND 110`)
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer wcancel()
-	if err := task.WaitCaughtUp(wctx, nil); err != nil {
-		stop()
-		t.Fatalf("%v (stream: %v)", err, <-streamed)
-	}
-	stop()
-	if err := <-streamed; err != nil {
-		t.Fatalf("stream: %v", err)
-	}
 	if err := task.SyncSequences(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -228,4 +153,62 @@ DELETE FROM events WHERE id BETWEEN 100 AND 110`)
 	if err := task.Drop(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// streamEnv is one PostgreSQL with a source and a destination database
+// made of its databases, for tests that drive a replication.Task directly.
+type streamEnv struct {
+	c     *pgtest.Cluster
+	rules []config.ShardedTable
+}
+
+func newStreamEnv(t *testing.T, rules ...config.ShardedTable) *streamEnv {
+	return &streamEnv{c: pgtest.New(t, pgtest.Options{Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
+	}}), rules: rules}
+}
+
+// db creates the shard databases and returns the database over them.
+func (e *streamEnv) db(t *testing.T, ctx context.Context, name string, shards ...string) *config.Database {
+	t.Helper()
+	d := &config.Database{Name: name, ShardedTables: e.rules}
+	for _, s := range shards {
+		if err := e.c.CreateDatabase(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		d.Shards = append(d.Shards, config.Shard{Host: e.c.Host, Port: e.c.Port, Database: s})
+	}
+	return d
+}
+
+// streamWrites copies src to dst with a new task, runs changes on the
+// source (over conn) while the task streams, waits until the destination
+// caught up and stops the stream. It returns the task.
+func (e *streamEnv) streamWrites(t *testing.T, ctx context.Context, src, dst *config.Database, conn *pgx.Conn, changes string) *replication.Task {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	task, err := replication.New(src, dst, e.c.User, e.c.Password, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
+		if err := step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	streamed := make(chan error, 1)
+	go func() { streamed <- task.Stream(sctx) }()
+	reshardExec(t, ctx, conn, changes)
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := task.WaitCaughtUp(wctx, nil); err != nil {
+		stop()
+		t.Fatalf("%v (stream: %v)", err, <-streamed)
+	}
+	stop()
+	if err := <-streamed; err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	return task
 }
