@@ -175,3 +175,80 @@ func errResharded(db string) error {
 		Message: "terminating connection due to administrator command",
 		Detail:  fmt.Sprintf("database %q was resharded while this session waited; reconnect", db)}
 }
+
+// A session-pooled client of a sharded database keeps a server per shard
+// between transactions, but leaves the gate then (releaseIfIdle), as a
+// one-shard session does, so that a resharding cutover drains it. When the
+// cutover changed the database's shards, the client meets the new ones at
+// its next transaction (attachShard): its settings are the proxy's
+// (c.sess.sets, read back at the end of each transaction where the proxy
+// does not follow them) and its prepared statements the sharded path's
+// own (c.sstmts), so only its servers stay behind — closed, as the old
+// shards are being retired — and the new shards' servers get the
+// settings and statements as any server a sharded client checks out. A
+// session holding what cannot move (probe) ends with 57P01.
+
+// shardsMoved reports whether the running configuration names other
+// shards for the client's database than the one the client was set up
+// with (a resharding cutover).
+func (c *client) shardsMoved() bool {
+	st := c.l.State()
+	if st == c.st {
+		return false
+	}
+	db := st.Config.Database(c.db.Name)
+	if db == nil || len(db.Shards) != len(c.db.Shards) {
+		return true
+	}
+	for i, sh := range db.Shards {
+		old := c.db.Shards[i]
+		if sh.Host != old.Host || sh.Port != old.Port || sh.Database != old.Database {
+			return true
+		}
+	}
+	return false
+}
+
+// leaveSessionShards lets a session-pooled sharded client's servers go
+// after a cutover moved its database (see shardsMoved), or fails with
+// 57P01 when one of them holds session objects.
+func (c *client) leaveSessionShards() error {
+	saved := c.server
+	defer func() { c.server = saved }()
+	var err error
+	for i := range c.ext {
+		s := c.xs.Server(i)
+		if s == nil || s.Broken || err != nil {
+			continue
+		}
+		c.server = s
+		var pinned bool
+		if pinned, err = c.probe(s); err == nil && pinned {
+			err = &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
+				Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", c.db.Name)}
+		}
+	}
+	for i := range c.ext {
+		if s := c.xs.Server(i); s != nil {
+			s.Broken = true // the old shards' connections: closed, never pooled again
+		}
+	}
+	c.server = nil
+	saved = nil
+	c.detachShards()
+	if err != nil {
+		if _, ok := wire.AsError(err); !ok {
+			err = wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
+		}
+		return err
+	}
+	c.log.Info("database resharded: the session continues on its new shards")
+	return nil
+}
+
+// fatalSent is an error whose FATAL the client got already: the caller
+// ends the session without answering again (it does not unwrap to the
+// *wire.Error, which the paths would send).
+type fatalSent struct{ err error }
+
+func (f *fatalSent) Error() string { return f.err.Error() }

@@ -121,11 +121,28 @@ func (c *client) shardedStatus() byte { return c.xs.Status() }
 // attachShard checks a server out for shard i, queuing the settings sync
 // and, inside a transaction, the BEGIN the shard has not seen yet.
 func (c *client) attachShard(ctx context.Context, i int) error {
-	if !c.holdsShards() {
+	if c.adm.gate == nil {
 		// The start of a transaction: pass the pause/maintenance gate and
 		// pick up a reloaded configuration.
 		if err := c.admit(ctx); err != nil {
 			return err
+		}
+		if c.holdsShards() {
+			// A session-pooled client between transactions keeps its
+			// servers; it moves only when a cutover changed its shards.
+			if !c.shardsMoved() {
+				return c.attachHeld(ctx, i)
+			}
+			if err := c.leaveSessionShards(); err != nil {
+				c.release()
+				if e, ok := wire.AsError(err); ok {
+					c.sendFatal(e) // every protocol path ends the session with it
+				}
+				return &fatalSent{err: err}
+			}
+			if err := c.admit(ctx); err != nil { // detachShards left the gate
+				return err
+			}
 		}
 		before := c.st
 		if err := c.refreshShards(); err != nil {
@@ -140,6 +157,12 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 			return errReplan
 		}
 	}
+	return c.attachHeld(ctx, i)
+}
+
+// attachHeld is attachShard once the client passed the gate: it checks a
+// server out for shard i unless the client holds one.
+func (c *client) attachHeld(ctx context.Context, i int) error {
 	if i >= c.xs.Len() {
 		return wire.Errorf(wire.InternalError, "shard %d does not exist any more (configuration reloaded)", i)
 	}
@@ -371,6 +394,10 @@ func (c *client) localDone(tag string) error {
 
 // shardedError reports err and, inside a transaction, aborts it.
 func (c *client) shardedError(err error) error {
+	var sent *fatalSent
+	if errors.As(err, &sent) {
+		return err
+	}
 	e, ok := wire.AsError(err)
 	if !ok {
 		e = wire.Errorf(wire.InternalError, "%v", err)

@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
+
+// TestReshardCutoverShardedSessionMode reshards a sharded database (2 → 3
+// shards) under session pooling while pgbench writes through the proxy in
+// simple and prepared mode: the session-pooled clients, which keep a
+// server per shard, no longer keep the cutover from draining; they move
+// to the new shards at their next transaction without an error. An idle
+// session keeps its setting and its prepared statement; a session holding
+// an advisory lock cannot move and ends with 57P01.
+func TestReshardCutoverShardedSessionMode(t *testing.T) {
+	pgbench := need(t, "pgbench")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10", "max_prepared_transactions": "20",
+	}})
+	shards := func(name string, n int) string {
+		var s []string
+		for i := range n {
+			db := fmt.Sprintf("%s_%d", name, i)
+			if err := c.CreateDatabase(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			s = append(s, fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db))
+		}
+		return strings.Join(s, ", ")
+	}
+	const rules = "\n    sharded_tables: [{ table: accounts, column: id, type: bigint }]"
+	yml := fmt.Sprintf(`listen: 127.0.0.1:0
+admin: { user: admin, password: admin-secret }
+pool: { mode: session, size: 10, checkout_timeout: 5s }
+limits: { client_login_timeout: 5s }
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+  - name: app
+    shards: [%s]%s
+  - name: app_new
+    shards: [%s]%s
+`, appPassword, c.User, c.Password, shards("app", 2), rules, shards("app_new", 3), rules)
+	for s := range 2 {
+		reshardExec(t, ctx, reshardConnect(t, ctx, c.DSN(fmt.Sprintf("app_%d", s))), fmt.Sprintf(`
+CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i WHERE i = ANY (%s)`, ownedIDs(1, 2000, 2, s)))
+	}
+	o := startOperated(t, yml)
+	adm := connect(t, o.AdminURL())
+	idle := connect(t, o.AppURL("app"))
+	mustExec(t, idle, "SET statement_timeout = '12345ms'")
+	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil || n != 2000 {
+		t.Fatalf("count(*) through the proxy: %d, %v", n, err) // the session now holds both shards' servers
+	}
+	pinned := connect(t, o.AppURL("app"))
+	mustExec(t, pinned, "SELECT pg_advisory_lock(42)")
+	script := filepath.Join(t.TempDir(), "update.sql")
+	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	modes := []string{"simple", "prepared"}
+	type run struct {
+		stdout, stderr string
+		code           int
+	}
+	runs := make([]run, len(modes))
+	var wg sync.WaitGroup
+	for i, mode := range modes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, errOut, code := runShardPgbench(t, o.proxy, pgbench, 90*time.Second,
+				"-n", "-c", "2", "-j", "1", "-T", "12", "-R", "60", "-M", mode, "-f", script)
+			runs[i] = run{out, errOut, code}
+		}()
+	}
+	time.Sleep(time.Second) // pgbench is under way
+	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	wg.Wait()
+	var done int64
+	for i, r := range runs {
+		res, err := parseShardPgbench(r.stdout, 1)
+		if r.code != 0 || err != nil || res.failed != 0 {
+			t.Errorf("pgbench -M %s: exit %d, %v, %d failed\nstdout:\n%s\nstderr:\n%s", modes[i], r.code, err, res.failed, r.stdout, r.stderr)
+		}
+		done += res.done
+	}
+	var timeout string
+	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
+		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
+	}
+	for _, id := range []int64{1, 2, 3} {
+		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
+			t.Errorf("the session's prepared statement after the cutover: %v", err)
+		}
+	}
+	var bumped int64
+	for d := range 3 {
+		var s int64
+		if err := reshardConnect(t, ctx, c.DSN(fmt.Sprintf("app_new_%d", d))).QueryRow(ctx, "SELECT coalesce(sum(balance), 0) FROM accounts").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		bumped += s
+	}
+	if bumped != done+3000 {
+		t.Errorf("the new shards hold %d of balance, want %d (pgbench) + 3000", bumped, done)
+	}
+	err := pinned.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n)
+	if pe := pgErr(err); pe == nil || pe.Code != "57P01" || pe.Severity != "FATAL" {
+		t.Errorf("the session holding an advisory lock after the cutover: %v, want FATAL 57P01", err)
+	}
+}
