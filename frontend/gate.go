@@ -293,7 +293,8 @@ func (c *client) countError(sqlstate string) {
 }
 
 // Session-pooled clients and the gate. A session-pooled client of a
-// one-shard database keeps its server between transactions, but it holds
+// one-shard database (and a transaction-pooled one that session objects
+// pin to its server) keeps its server between transactions, but it holds
 // the gate only while a transaction (or a batch) is open: it leaves the
 // gate when its server reports the session idle (leaveGateIdle), and
 // passes it again, waiting while it is closed, before its next statement
@@ -305,7 +306,7 @@ func (c *client) countError(sqlstate string) {
 // leaveGateIdle releases the gate of a session-pooled one-shard client
 // whose session is idle.
 func (c *client) leaveGateIdle() {
-	if c.mode == config.PoolSession && c.xs == nil && c.server != nil && c.tx == 'I' &&
+	if (c.mode == config.PoolSession || c.pinned) && c.xs == nil && c.server != nil && c.tx == 'I' &&
 		len(c.q) == 0 && !c.pipe.has(pipeUnsynced) && !c.loggingIn {
 		c.release()
 	}
@@ -316,7 +317,7 @@ func (c *client) leaveGateIdle() {
 // database sharded meanwhile, the client moves (errBecameSharded) or, if
 // its session cannot move, ends (errResharded).
 func (c *client) enterGateHolding(ctx context.Context) error {
-	if c.mode != config.PoolSession || c.xs != nil || c.adm.gate != nil {
+	if c.mode != config.PoolSession && !c.pinned || c.xs != nil || c.adm.gate != nil {
 		return nil
 	}
 	c.setState(ClientWaiting)
@@ -329,12 +330,27 @@ func (c *client) enterGateHolding(ctx context.Context) error {
 	if st == c.st {
 		return nil
 	}
-	if db := st.Config.Database(c.db.Name); db != nil && len(db.Shards) > 1 {
+	db := st.Config.Database(c.db.Name)
+	switch {
+	case db != nil && len(db.Shards) > 1:
 		c.release() // the sharded path admits itself
 		if c.movable() {
 			return errBecameSharded
 		}
 		return errResharded(db.Name)
+	case db != nil && len(db.Shards) == 1 && len(c.db.Shards) == 1 && !sameServer(db.Shards[0], c.db.Shards[0]):
+		// A cutover moved the one-shard database to another server: the
+		// session's server is on the old one, fenced and being retired.
+		// Its protocol-level statements are not the proxy's to replay in
+		// session pooling, so it ends rather than read stale rows there.
+		c.release()
+		return errResharded(db.Name)
 	}
 	return nil
+}
+
+// sameServer reports whether a and b name the same database on the same
+// server.
+func sameServer(a, b config.Shard) bool {
+	return a.Host == b.Host && a.Port == b.Port && a.Database == b.Database
 }

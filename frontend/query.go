@@ -362,6 +362,8 @@ func (c *client) endRoundTrip() error {
 		}
 		if !c.pinned {
 			c.detach()
+		} else {
+			c.leaveGateIdle() // pinned: it keeps the server, as a session does
 		}
 		// A NOTIFY that arrived while the proxy settled the session.
 		return c.flushClient()

@@ -148,10 +148,10 @@ func (c *client) releaseIfIdle() {
 		c.log.Warn("session state lost", "err", err)
 		c.lost = err
 	}
-	if c.mode == config.PoolSession && len(c.q) == 0 && !c.pipe.has(pipeUnsynced) {
-		// A session-pooled client keeps its servers but leaves the gate
-		// between transactions, so that PAUSE and a resharding cutover
-		// drain the database (see leaveSessionShards).
+	if (c.mode == config.PoolSession || c.pinned) && len(c.q) == 0 && !c.pipe.has(pipeUnsynced) {
+		// A session-pooled (or pinned) client keeps its servers but
+		// leaves the gate between transactions, so that PAUSE and a
+		// resharding cutover drain the database (see leaveSessionShards).
 		c.release()
 	}
 	if c.mode == config.PoolSession || c.pinned {

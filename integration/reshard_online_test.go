@@ -24,6 +24,10 @@ func TestReshardCutoverPgbench(t *testing.T) {
 	defer cancel()
 	c, o, _ := startCutoverEnv(t, ctx)
 	adm := connect(t, o.AdminURL())
+	// A session that a temporary table pins to its server does not hold
+	// the cutover up between its transactions; it cannot move, and ends.
+	pinned := connect(t, o.AppURL("app"))
+	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
 	script := filepath.Join(t.TempDir(), "update.sql")
 	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -108,6 +112,11 @@ func TestReshardCutoverPgbench(t *testing.T) {
 	}
 	if waits == 0 {
 		t.Error("shardgate_database_gate_wait_seconds counts no wait of database app")
+	}
+	var n int
+	err = pinned.QueryRow(ctx, "SELECT count(*) FROM scratch").Scan(&n)
+	if pe := pgErr(err); pe == nil || pe.Code != "57P01" || pe.Severity != "FATAL" {
+		t.Errorf("the session pinned by a temporary table after the cutover: %v, want FATAL 57P01", err)
 	}
 }
 

@@ -128,3 +128,52 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i WHERE i = ANY (
 		t.Errorf("the session holding an advisory lock after the cutover: %v, want FATAL 57P01", err)
 	}
 }
+
+// TestReshardMoveOneShardSessionMode moves a one-shard database to
+// another server (RESHARD to a one-shard destination) under session
+// pooling: an idle session, whose server is on the old, fenced shard,
+// ends with 57P01 at its next statement instead of reading stale rows
+// there, and a new session reads and writes the new shard.
+func TestReshardMoveOneShardSessionMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
+		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
+	}})
+	for _, db := range []string{"app_0", "app_new_0"} {
+		if err := c.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reshardExec(t, ctx, reshardConnect(t, ctx, c.DSN("app_0")), `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100) i`)
+	o := startOperated(t, fmt.Sprintf(`listen: 127.0.0.1:0
+admin: { user: admin, password: admin-secret }
+pool: { mode: session, size: 10, checkout_timeout: 5s }
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+  - { name: app, shards: [{ host: %s, port: %d, database: app_0 }] }
+  - { name: app_new, shards: [{ host: %s, port: %d, database: app_new_0 }] }
+`, appPassword, c.User, c.Password, c.Host, c.Port, c.Host, c.Port))
+	adm := connect(t, o.AdminURL())
+	idle := connect(t, o.AppURL("app"))
+	var n int
+	if err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil || n != 100 {
+		t.Fatalf("count(*) before the move: %d, %v", n, err)
+	}
+	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n)
+	if pe := pgErr(err); pe == nil || pe.Code != "57P01" || pe.Severity != "FATAL" {
+		t.Errorf("the idle session after its database moved: %v (count %d), want FATAL 57P01", err, n)
+	}
+	fresh := connect(t, o.AppURL("app"))
+	mustExec(t, fresh, "INSERT INTO accounts VALUES (1000, 7)")
+	var b int
+	if err := reshardConnect(t, ctx, c.DSN("app_new_0")).QueryRow(ctx, "SELECT balance FROM accounts WHERE id = 1000").Scan(&b); err != nil || b != 7 {
+		t.Errorf("a new session's write is not on the new shard: %d, %v", b, err)
+	}
+}
