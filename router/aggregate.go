@@ -100,7 +100,7 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if err != nil {
 		return ref{}, err
 	}
-	distinct, err := b.noteDistinct(f)
+	value, err := b.noteDistinct(f)
 	if err != nil {
 		return ref{}, err
 	}
@@ -114,7 +114,7 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if agg == AggAvg {
 		count = b.hide(countOf(f))
 	}
-	a, err := b.newAgg(f, at, count, agg, distinct)
+	a, err := b.newAgg(f, at, count, agg, value)
 	if err != nil {
 		return ref{}, err
 	}
