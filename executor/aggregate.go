@@ -167,7 +167,7 @@ func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*gro
 				}
 				continue
 			}
-			if err := m.combine(g, cols, true); err != nil {
+			if err := m.combine(g, cols, true, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -226,10 +226,10 @@ func (m *Merger) emitGroups(order []*group) error {
 
 // combine folds a row's partial aggregates into its group; with fresh
 // false (a DISTINCT value the group has seen), only those that are not
-// Distinct.
-func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
+// Distinct; in a tagged merge (tagged.go), only those of the row's tag.
+func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 	for _, a := range m.spec.Aggs {
-		if a.Distinct && !fresh {
+		if a.Distinct && !fresh || m.spec.Tagged != nil && a.Tag != tag {
 			continue
 		}
 		v := cols[a.Col]
