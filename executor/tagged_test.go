@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"math"
 	"reflect"
 	"testing"
 
@@ -97,5 +98,23 @@ func TestDistinctBitXor(t *testing.T) {
 	got := run(t, spec, cols, [][]string{{"1", "1"}, {"4", "4"}}, [][]string{{"1", "1"}, {"2", "2"}})
 	if want := [][]string{{"7"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestAddFloatNaN: a sum's NaN is its left operand's, as PostgreSQL's
+// float8pl gives it, an avg's its right one's, as float8_accum does,
+// whatever order Go's compiler puts the operands in.
+func TestAddFloatNaN(t *testing.T) {
+	neg, pos := math.Float64frombits(0xfff8000000000000), math.Float64frombits(0x7ff8000000000000)
+	for _, tc := range []struct {
+		x, y float64
+		want uint64
+	}{{neg, pos, 0xfff8000000000000}, {pos, neg, 0x7ff8000000000000}, {1, pos, 0x7ff8000000000000}, {neg, 1, 0xfff8000000000000}} {
+		if got := math.Float64bits(addFloat(tc.x, tc.y)); got != tc.want {
+			t.Errorf("%x + %x = %x, want %x", math.Float64bits(tc.x), math.Float64bits(tc.y), got, tc.want)
+		}
+		if got, want := math.Float64bits(accumFloat(tc.y, tc.x)), tc.want; got != want {
+			t.Errorf("accum %x + %x = %x, want %x", math.Float64bits(tc.y), math.Float64bits(tc.x), got, want)
+		}
 	}
 }
