@@ -52,8 +52,9 @@ type builder struct {
 	// its sharded tables.
 	cols       []colRef
 	keyAliases []string
-	// distinctArg is the argument of the query's DISTINCT aggregates, and
-	// distinctFilter their FILTER clause.
+	// distinctArg is the argument of the query's first DISTINCT
+	// aggregate, which most of the others share, and distinctFilter its
+	// FILTER clause.
 	distinctArg    *expr
 	distinctFilter string
 	mayRefuse      string
