@@ -151,8 +151,14 @@ func (b *builder) aggregate() expr {
 // and then of another one, which the proxy runs as grouping sets of one
 // statement per shard (docs/routing.md "DISTINCT aggregates").
 func (b *builder) distinctAggregate(filter string) expr {
+	return b.distinctAggregateOf(filter, b.distinctArg == nil || b.rng.IntN(100) < 30)
+}
+
+// distinctAggregateOf is distinctAggregate of a value of its own when
+// fresh, else of the query's first DISTINCT value and FILTER.
+func (b *builder) distinctAggregateOf(filter string, fresh bool) expr {
 	arg := b.distinctArg
-	if arg == nil || b.rng.IntN(100) < 30 {
+	if fresh || arg == nil {
 		e := b.anyExpr()
 		if arg == nil {
 			b.distinctArg, b.distinctFilter = &e, filter
