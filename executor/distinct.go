@@ -52,6 +52,9 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 			return nil, err
 		}
 		if !same {
+			if err := run.end(g); err != nil {
+				return nil, err
+			}
 			if done != nil && g != nil {
 				if err := done(g); err != nil {
 					return nil, err
@@ -78,6 +81,9 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 	}
 	if h.err != nil {
 		return nil, h.err
+	}
+	if err := run.end(g); err != nil {
+		return nil, err
 	}
 	if g == nil && len(m.spec.GroupBy) == 0 {
 		// An aggregate without GROUP BY has one row, even over no rows;

@@ -3,6 +3,8 @@ package executor
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 // DISTINCT aggregates of several values. Each shard groups its rows by
@@ -33,6 +35,7 @@ type distinctRun struct {
 	value int    // the DISTINCT value's column, -1 when there is none
 	last  []byte // the run's value
 	tag   int64  // the run's tag, when tagged
+	plain bool   // the group has rows of the query's groups alone
 }
 
 // newDistinctRun returns the run tracker of a sorted merge: for one
@@ -58,6 +61,7 @@ func (r *distinctRun) start(cols [][]byte) error {
 			return err
 		}
 		r.tag, r.value = tag, col
+		r.plain = tag == r.m.spec.Tagged.Plain
 	}
 	if r.value >= 0 {
 		r.last = copyValue(cols[r.value])
@@ -75,6 +79,7 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 		}
 		if tag != r.tag {
 			r.tag, r.value = tag, col
+			r.plain = r.plain || tag == r.m.spec.Tagged.Plain
 			if col >= 0 {
 				r.last = copyValue(cols[col])
 			}
@@ -90,6 +95,24 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 	}
 	r.last = copyValue(cols[r.value])
 	return true, nil
+}
+
+// end checks a tagged group g (nil: none) once its rows are read: each
+// shard that has rows of a group has one of the query's groups alone.
+// Without any, the shards grouped a value as part of the group key, and
+// every tag was that of a value's set.
+func (r *distinctRun) end(g *group) error {
+	if g == nil || r.m.spec.Tagged == nil || r.plain {
+		return nil
+	}
+	return collidedTags(r.tag)
+}
+
+func collidedTags(tag int64) error {
+	return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+		Message: "DISTINCT aggregates of a value that is also a GROUP BY expression are not supported across shards",
+		Detail:  "A shard tagged a row " + strconv.FormatInt(tag, 10) + ", the tag of no grouping set.",
+		Hint:    "Write the DISTINCT value as the GROUP BY writes it, or route the query to one shard."}
 }
 
 // rowTag reads a row's tag and the column of the value of its set (-1
@@ -111,8 +134,7 @@ func (m *Merger) rowTag(cols [][]byte) (int64, int, error) {
 	if col, ok := t.Values[tag]; ok {
 		return tag, col, nil
 	}
-	return 0, 0, refusal("DISTINCT aggregates of a value that is also grouped by are not supported across shards",
-		"write the DISTINCT value as the GROUP BY writes it ("+strconv.FormatInt(tag, 10)+" is no grouping set's tag), or route the query to one shard")
+	return 0, 0, collidedTags(tag)
 }
 
 // newTaggedGroup starts a group of a tagged merge with its first row:

@@ -88,6 +88,22 @@ func TestTaggedMergeUnknownTag(t *testing.T) {
 	if e, ok := wire.AsError(err); !ok || e.Code != wire.FeatureNotSupported {
 		t.Fatalf("got %v, want 0A000", err)
 	}
+	// One value's set only (the other value is a GROUP BY expression): a
+	// collision tags every row of a group as the set's, none as the
+	// query's groups alone.
+	cols = []Column{{Name: "g", OID: oidText}, {Name: "count", OID: oidInt8}, {Name: "sum", OID: oidInt8}, {Name: "a", OID: oidInt4}, {Name: "grouping", OID: oidInt4}}
+	one := Spec{Limit: -1, GroupBy: []int{0}, Visible: 3, SortedBy: []SortKey{{Col: 0}, {Col: 4}, {Col: 3}},
+		Tagged: &Tagging{Col: 4, Plain: 1, Values: map[int64]int{0: 3}},
+		Aggs:   []Agg{{Col: 1, Kind: AggCount, Distinct: true, Tag: 0}, {Col: 2, Kind: AggSum, Tag: 1}}}
+	buf.Reset()
+	if m, err = NewMerger(one, cols, &buf); err != nil {
+		t.Fatal(err)
+	}
+	rows = [][]string{{"x", "1", "5", "1", "0"}, {"x", "1", "5", "1", "0"}}
+	_, err = m.Run([]Rows{&rowsOf{rows: rows}})
+	if e, ok := wire.AsError(err); !ok || e.Code != wire.FeatureNotSupported {
+		t.Fatalf("one set: got %v, want 0A000", err)
+	}
 }
 
 // TestDistinctBitXor: bit_xor(DISTINCT x) folds each x once: a value on

@@ -48,12 +48,18 @@ var multiDistinctQueries = []string{
 	"SELECT h, count(DISTINCT (a, d)), count(DISTINCT s) FROM md GROUP BY h ORDER BY h",
 	"SELECT g, count(DISTINCT a), count(DISTINCT b), count(DISTINCT c), count(DISTINCT d), count(DISTINCT s), count(DISTINCT h) FROM md GROUP BY g ORDER BY g",
 	"SELECT coalesce(sum(DISTINCT a), 0) + count(DISTINCT b) AS t, max(d) FROM md WHERE g IS NULL",
+	"SELECT md.g, count(DISTINCT g), count(DISTINCT a) FROM md GROUP BY md.g ORDER BY 1",
+	"SELECT g, a, count(DISTINCT g), count(DISTINCT md.a), sum(d) FROM md GROUP BY g, a ORDER BY 1, 2",
 }
 
 // multiDistinctRefusals stay refused across shards.
 var multiDistinctRefusals = map[int]string{
 	17: refusal("DISTINCT aggregates of a row value together with DISTINCT aggregates of other values is not supported across shards",
 		hintOneShardText),
+	20: diffErr("ERROR", "0A000", "DISTINCT aggregates of a value that is also a GROUP BY expression are not supported across shards",
+		"A shard tagged a row 0, the tag of no grouping set.", "Write the DISTINCT value as the GROUP BY writes it, or route the query to one shard."),
+	21: diffErr("ERROR", "0A000", "DISTINCT aggregates of a value that is also a GROUP BY expression are not supported across shards",
+		"A shard tagged a row 0, the tag of no grouping set.", "Write the DISTINCT value as the GROUP BY writes it, or route the query to one shard."),
 }
 
 // multiDistinctSeed reads MULTIDISTINCT_SEED or draws one, and logs it
