@@ -120,11 +120,7 @@ func (m *Merger) nextSorted(g *group, cols [][]byte, run *distinctRun) error {
 	if err != nil {
 		return err
 	}
-	tag, err := m.rowTagOf(cols)
-	if err != nil {
-		return err
-	}
-	return m.combine(g, cols, fresh, tag)
+	return m.combine(g, cols, fresh, run.tag)
 }
 
 // equal reports whether row cols has the values of group g in columns

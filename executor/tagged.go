@@ -33,9 +33,10 @@ type Tagging struct {
 type distinctRun struct {
 	m     *Merger
 	value int    // the DISTINCT value's column, -1 when there is none
-	last  []byte // the run's value
-	tag   int64  // the run's tag, when tagged
-	plain bool   // the group has rows of the query's groups alone
+	last  []byte // the run's value: nil (NULL) or buf
+	buf   []byte
+	tag   int64 // the run's tag, when tagged
+	plain bool  // the group has rows of the query's groups alone
 }
 
 // newDistinctRun returns the run tracker of a sorted merge: for one
@@ -64,13 +65,13 @@ func (r *distinctRun) start(cols [][]byte) error {
 		r.plain = tag == r.m.spec.Tagged.Plain
 	}
 	if r.value >= 0 {
-		r.last = copyValue(cols[r.value])
+		r.keep(cols[r.value])
 	}
 	return nil
 }
 
 // next reports whether a further row of the group starts a new value
-// (fresh), and returns its tag.
+// (fresh), and makes its tag the run's.
 func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 	if r.m.spec.Tagged != nil {
 		tag, col, err := r.m.rowTag(cols)
@@ -81,7 +82,7 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 			r.tag, r.value = tag, col
 			r.plain = r.plain || tag == r.m.spec.Tagged.Plain
 			if col >= 0 {
-				r.last = copyValue(cols[col])
+				r.keep(cols[col])
 			}
 			return true, nil
 		}
@@ -93,8 +94,19 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 	if err != nil || seen {
 		return false, err
 	}
-	r.last = copyValue(cols[r.value])
+	r.keep(cols[r.value])
 	return true, nil
+}
+
+// keep makes v the run's value, in the run's own buffer: a row's values
+// last only until the next row of its shard.
+func (r *distinctRun) keep(v []byte) {
+	if v == nil {
+		r.last = nil
+		return
+	}
+	r.buf = append(r.buf[:0], v...)
+	r.last = r.buf
 }
 
 // end checks a tagged group g (nil: none) once its rows are read: each
@@ -159,13 +171,4 @@ func (m *Merger) newTaggedGroup(cols [][]byte) (*group, error) {
 		return nil, err
 	}
 	return g, m.combine(g, cols, true, tag)
-}
-
-// rowTagOf returns a row's tag, 0 when the merge is not tagged.
-func (m *Merger) rowTagOf(cols [][]byte) (int64, error) {
-	if m.spec.Tagged == nil {
-		return 0, nil
-	}
-	tag, _, err := m.rowTag(cols)
-	return tag, err
 }
