@@ -105,6 +105,9 @@ func (r *distinctRun) keep(v []byte) {
 		r.last = nil
 		return
 	}
+	if r.buf == nil {
+		r.buf = make([]byte, 0, 64) // never nil: an empty value is not NULL
+	}
 	r.buf = append(r.buf[:0], v...)
 	r.last = r.buf
 }

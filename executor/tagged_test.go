@@ -134,3 +134,17 @@ func TestAddFloatNaN(t *testing.T) {
 		}
 	}
 }
+
+// TestDistinctEmptyValue: an empty text value on two shards is one value,
+// not NULL: count(DISTINCT s) counts it once.
+func TestDistinctEmptyValue(t *testing.T) {
+	cols := []Column{{Name: "count", OID: oidInt8}, {Name: "count", OID: oidInt8}, {Name: "s", OID: oidText, Format: 1},
+		{Name: "a", OID: oidInt4}, {Name: "grouping", OID: oidInt4}}
+	spec := Spec{Limit: -1, Visible: 2, SortedBy: []SortKey{{Col: 4}, {Col: 2}, {Col: 3}},
+		Tagged: &Tagging{Col: 4, Plain: 3, Values: map[int64]int{1: 2, 2: 3}},
+		Aggs:   []Agg{{Col: 0, Kind: AggCount, Distinct: true, Tag: 1}, {Col: 1, Kind: AggCount, Distinct: true, Tag: 2}}}
+	shard := [][]string{{"1", "9", "", "NULL", "1"}, {"0", "9", "NULL", "NULL", "1"}, {"9", "1", "NULL", "4", "2"}, {"9", "9", "NULL", "NULL", "3"}}
+	if got, want := run(t, spec, cols, shard, shard), [][]string{{"1", "1"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

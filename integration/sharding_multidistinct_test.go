@@ -24,7 +24,7 @@ import (
 // row-limited Execute, lib/pq, psql, drivers) and byte for byte in text
 // and binary results, RowDescription included.
 
-const multiDistinctTable = `CREATE TABLE md (shard_key bigint, g int, h text, a int, b numeric(12,3), c float8, d bigint, s text, flag bool)`
+const multiDistinctTable = `CREATE TABLE md (shard_key bigint, g int, h text, a int, b numeric(12,3), c float8, d bigint, s text, flag bool, iv interval)`
 
 // multiDistinctQueries are run over every seed's rows.
 var multiDistinctQueries = []string{
@@ -50,6 +50,9 @@ var multiDistinctQueries = []string{
 	"SELECT coalesce(sum(DISTINCT a), 0) + count(DISTINCT b) AS t, max(d) FROM md WHERE g IS NULL",
 	"SELECT md.g, count(DISTINCT g), count(DISTINCT a) FROM md GROUP BY md.g ORDER BY 1",
 	"SELECT g, a, count(DISTINCT g), count(DISTINCT md.a), sum(d) FROM md GROUP BY g, a ORDER BY 1, 2",
+	"SELECT g, flag, count(DISTINCT g), count(DISTINCT flag), count(*) FROM md GROUP BY g, flag ORDER BY 1, 2",
+	"SELECT g, sum(DISTINCT iv), avg(DISTINCT iv), count(DISTINCT iv), count(DISTINCT a), sum(iv) FROM md GROUP BY g ORDER BY g",
+	"SELECT sum(DISTINCT iv), count(DISTINCT s), avg(iv) FROM md",
 }
 
 // multiDistinctRefusals stay refused across shards.
@@ -86,7 +89,7 @@ func multiDistinctRows(rng *rand.Rand) string {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	var rows []string
 	for i := range 150 + rng.IntN(100) {
-		rows = append(rows, fmt.Sprintf("(%d, %s, %s, %s, %s, %s, %s, %s, %s)", i+1,
+		rows = append(rows, fmt.Sprintf("(%d, %s, %s, %s, %s, %s, %s, %s, %s, %s)", i+1,
 			pick("1", "2", "3", "4", "NULL"),
 			pick("'a'", "'B'", "'b'", "'ä'", "''", "'a b'", "NULL"),
 			pick("-2147483648", "2147483647", "0", "1", "2", "3", "5", "8", "NULL", "NULL"),
@@ -94,7 +97,10 @@ func multiDistinctRows(rng *rand.Rand) string {
 			pick("0.5", "-1e308", "1e308", "'Infinity'", "'-Infinity'", "'NaN'", "3.25", "NULL"),
 			pick("9223372036854775807", "-9223372036854775808", "7", "42", "-3", "NULL"),
 			pick("'x'", "'y'", "'z,w'", "''", "NULL"),
-			pick("true", "false", "NULL")))
+			pick("true", "false", "NULL"),
+			// No two of these are equal: DISTINCT would keep either
+			// spelling of '1 mon' and '30 days'.
+			pick("'1 day'", "'-2 mons 3 days'", "'04:05:06.5'", "'1 year'", "'-00:00:01'", "NULL")))
 	}
 	return "INSERT INTO md VALUES " + strings.Join(rows, ", ")
 }
