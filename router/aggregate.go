@@ -121,3 +121,22 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	b.aggs = append(b.aggs, a)
 	return at, nil
 }
+
+// aggregates fills the Aggregates of the Merge, once columns are final.
+func (b *mergeBuilder) aggregates() {
+	for _, a := range b.aggs {
+		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
+		if b.tag != nil {
+			agg.Tag = b.tag.tagOf(a.value)
+		}
+		switch a.f {
+		case AggAvg:
+			agg.Count = b.column(a.count)
+		case AggStringAgg:
+			agg.Sep = b.column(a.sep)
+		case AggJSONAgg:
+			agg.Structured = b.column(a.structured)
+		}
+		b.m.Aggregates = append(b.m.Aggregates, agg)
+	}
+}

@@ -121,21 +121,7 @@ func buildMerge(sel *pg_query.SelectStmt, version int32, isKey func(*pg_query.No
 	if b.tag != nil {
 		m.Tagged = b.tag.merge(b)
 	}
-	for _, a := range b.aggs {
-		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
-		if b.tag != nil {
-			agg.Tag = b.tag.tagOf(a.value)
-		}
-		switch a.f {
-		case AggAvg:
-			agg.Count = b.column(a.count)
-		case AggStringAgg:
-			agg.Sep = b.column(a.sep)
-		case AggJSONAgg:
-			agg.Structured = b.column(a.structured)
-		}
-		m.Aggregates = append(m.Aggregates, agg)
-	}
+	b.aggregates()
 	m.HiddenColumns = len(b.hidden)
 	sql, err := b.rewrite(version)
 	if err != nil {
