@@ -20,6 +20,8 @@ import (
 //	    a AS __shardgate_1, b AS __shardgate_2, GROUPING(a, b) AS __shardgate_3
 //	  FROM t GROUP BY g, GROUPING SETS ((), a, b) ORDER BY 1, 7, 5, 6
 //
+// (with each count(DISTINCT v) computed as its set needs it, see cheapen).
+//
 // GROUPING tags each row with its set (Merge.Tagged): 3 for the query's
 // groups, 1 for the groups of a, 2 for those of b. Every set computes
 // every aggregate; the executor reads from a row only the aggregates of
@@ -155,4 +157,84 @@ func (t *tagBuilder) setIndex(i int) int {
 		}
 	}
 	return -1
+}
+
+// cheapen replaces, in the shards' select list, the partials of the
+// DISTINCT aggregates of a tagged query (count, sum, avg and bit_xor)
+// with what they are in the rows of their own set, where the value is
+// one per group: count(DISTINCT v) is 1 (NULL instead of 0 for a NULL v,
+// which the merge adds as nothing), sum(DISTINCT v) and avg's sum are v,
+// bit_xor(DISTINCT v) is v. The set of the query's groups alone and the
+// other values' sets compute every aggregate too, and a DISTINCT one
+// sorts its group's rows in each of them; the replacement sorts nothing.
+// It is CASE WHEN false THEN <the aggregate> ELSE <replacement> END,
+// typed as the aggregate (sum's int8 over int4 values), whose aggregate
+// the planner drops unevaluated, as placeholder's. Collecting
+// aggregates keep their DISTINCT.
+func (b *mergeBuilder) cheapen(list []*pg_query.Node) {
+	if b.tag == nil {
+		return
+	}
+	at := func(r ref) *pg_query.ResTarget {
+		i := r.i
+		if r.kind == 'h' {
+			i += len(b.sel.TargetList)
+		}
+		if i < 0 || i >= len(list) {
+			return nil
+		}
+		return list[i].GetResTarget()
+	}
+	for _, a := range b.aggs {
+		if !a.distinct || a.value < 0 {
+			continue
+		}
+		v := b.distinctArgs[a.value]
+		switch a.f {
+		case AggCount:
+			cheap(at(a.at), presentOne(v))
+		case AggSum:
+			cheap(at(a.at), catalogCall("max", v))
+		case AggAvg:
+			cheap(at(a.at), catalogCall("max", v))
+			cheap(at(a.count), presentOne(v))
+		case AggBitXor:
+			cheap(at(a.at), catalogCall("bit_or", v))
+		}
+	}
+}
+
+// cheap makes rt's value CASE WHEN false THEN <value> ELSE with END,
+// named as before.
+func cheap(rt *pg_query.ResTarget, with *pg_query.Node) {
+	if rt == nil || rt.Val.GetCaseExpr() != nil {
+		return // not found, or done (an aggregate named twice)
+	}
+	if rt.Name == "" {
+		rt.Name = columnName(rt)
+	}
+	n := placeholder(rt.Val)
+	n.GetCaseExpr().Defresult = with
+	rt.Val = n
+}
+
+// catalogCall is pg_catalog.name(arg).
+func catalogCall(name string, arg *pg_query.Node) *pg_query.Node {
+	return &pg_query.Node{Node: &pg_query.Node_FuncCall{FuncCall: &pg_query.FuncCall{
+		Funcname: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode(name)},
+		Args:     []*pg_query.Node{proto.Clone(arg).(*pg_query.Node)},
+	}}}
+}
+
+// presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL).
+func presentOne(v *pg_query.Node) *pg_query.Node {
+	one := &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+		Arg:      pg_query.MakeAConstIntNode(1, -1),
+		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+	}}}
+	n := catalogCall("max", one)
+	n.GetFuncCall().AggFilter = &pg_query.Node{Node: &pg_query.Node_NullTest{NullTest: &pg_query.NullTest{
+		Arg: proto.Clone(v).(*pg_query.Node), Nulltesttype: pg_query.NullTestType_IS_NOT_NULL,
+	}}}
+	return n
 }
