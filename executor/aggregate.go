@@ -167,7 +167,7 @@ func (m *Merger) collect(sources []Rows, keyCols []int, distinctOn bool) ([]*gro
 				}
 				continue
 			}
-			if err := m.combine(g, cols, true); err != nil {
+			if err := m.combine(g, cols, true, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -226,10 +226,10 @@ func (m *Merger) emitGroups(order []*group) error {
 
 // combine folds a row's partial aggregates into its group; with fresh
 // false (a DISTINCT value the group has seen), only those that are not
-// Distinct.
-func (m *Merger) combine(g *group, cols [][]byte, fresh bool) error {
+// Distinct; in a tagged merge (tagged.go), only those of the row's tag.
+func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 	for _, a := range m.spec.Aggs {
-		if a.Distinct && !fresh {
+		if a.Distinct && !fresh || m.spec.Tagged != nil && a.Tag != tag {
 			continue
 		}
 		v := cols[a.Col]
@@ -365,16 +365,41 @@ func (m *Merger) add(col int, a, b []byte) ([]byte, error) {
 		}
 		if bin {
 			if c.OID == oidFloat4 {
-				return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(x+y))), nil
+				return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(addFloat(x, y)))), nil
 			}
-			return binary.BigEndian.AppendUint64(nil, math.Float64bits(x+y)), nil
+			return binary.BigEndian.AppendUint64(nil, math.Float64bits(addFloat(x, y))), nil
 		}
 		if c.OID == oidFloat4 {
-			return []byte(strconv.FormatFloat(float64(float32(x+y)), 'g', -1, 32)), nil
+			return []byte(strconv.FormatFloat(float64(float32(addFloat(x, y))), 'g', -1, 32)), nil
 		}
-		return []byte(formatFloat8(x + y)), nil
+		return []byte(formatFloat8(addFloat(x, y))), nil
 	}
 	return nil, wire.Errorf(wire.FeatureNotSupported, "cannot add partial aggregates of type OID %d across shards", c.OID)
+}
+
+// addFloat adds as PostgreSQL's float8pl and float4pl (sum) do, and
+// accumFloat as float8_accum (avg) does, in builds for x86-64: a NaN
+// operand is the result, sum's left one first and avg's right one first,
+// as their compiled additions give it (PostgreSQL 15 answers so), so that
+// a sum's NaN has PostgreSQL's bits in the binary format: Infinity +
+// -Infinity gives the machine's default NaN, negative on x86, while a NaN
+// read from 'NaN' is positive. Go's own x + y puts the operands in an
+// order of its choosing.
+func addFloat(x, y float64) float64 {
+	switch {
+	case math.IsNaN(x):
+		return x
+	case math.IsNaN(y):
+		return y
+	}
+	return x + y
+}
+
+func accumFloat(x, y float64) float64 {
+	if math.IsNaN(y) {
+		return y
+	}
+	return addFloat(x, y)
 }
 
 func (m *Merger) intValue(col int, b []byte) (int64, error) {

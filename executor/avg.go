@@ -59,7 +59,7 @@ func (m *Merger) addAvg(st *avgState, a Agg, cols [][]byte) error {
 		if err != nil {
 			return err
 		}
-		st.fsum += f
+		st.fsum = accumFloat(st.fsum, f)
 		return nil
 	}
 	d, err := m.decimalOf(m.sums[a.SumCol], s)

@@ -27,13 +27,7 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 	if err := m.buildComparators(keys); err != nil {
 		return nil, err
 	}
-	// The DISTINCT value, when aggregates are DISTINCT, is the last key.
-	value := -1
-	for _, a := range m.spec.Aggs {
-		if a.Distinct {
-			value = keys[len(keys)-1]
-		}
-	}
+	run := m.newDistinctRun(keys)
 	h := &sortedHeap{m: m}
 	for i, src := range sources {
 		c := &cursor{src: src, idx: i}
@@ -48,7 +42,6 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 	heap.Init(h)
 	var order []*group
 	var g *group
-	var last []byte // the current group's DISTINCT value
 	for h.Len() > 0 {
 		if h.err != nil {
 			return nil, h.err
@@ -59,34 +52,22 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 			return nil, err
 		}
 		if !same {
+			if err := run.end(g); err != nil {
+				return nil, err
+			}
 			if done != nil && g != nil {
 				if err := done(g); err != nil {
 					return nil, err
 				}
 			}
-			g = newGroup(c.cols)
+			if g, err = m.startSorted(c.cols, run); err != nil {
+				return nil, err
+			}
 			if done == nil {
 				order = append(order, g)
 			}
-			if err := m.initGroup(g); err != nil {
-				return nil, err
-			}
-			if value >= 0 {
-				last = g.cols[value]
-			}
-		} else {
-			seen := false
-			if value >= 0 {
-				if seen, err = m.sameValue(value, last, c.cols[value]); err != nil {
-					return nil, err
-				}
-				if !seen {
-					last = copyValue(c.cols[value])
-				}
-			}
-			if err := m.combine(g, c.cols, !seen); err != nil {
-				return nil, err
-			}
+		} else if err := m.nextSorted(g, c.cols, run); err != nil {
+			return nil, err
 		}
 		ok, err := c.advance()
 		if err != nil {
@@ -100,6 +81,9 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 	}
 	if h.err != nil {
 		return nil, h.err
+	}
+	if err := run.end(g); err != nil {
+		return nil, err
 	}
 	if g == nil && len(m.spec.GroupBy) == 0 {
 		// An aggregate without GROUP BY has one row, even over no rows;
@@ -116,6 +100,27 @@ func (m *Merger) collectSorted(sources []Rows, done func(*group) error) ([]*grou
 		return nil, done(g)
 	}
 	return order, nil
+}
+
+// startSorted starts a group with its first row.
+func (m *Merger) startSorted(cols [][]byte, run *distinctRun) (*group, error) {
+	if err := run.start(cols); err != nil {
+		return nil, err
+	}
+	if m.spec.Tagged != nil {
+		return m.newTaggedGroup(cols)
+	}
+	g := newGroup(cols)
+	return g, m.initGroup(g)
+}
+
+// nextSorted combines a further row of group g.
+func (m *Merger) nextSorted(g *group, cols [][]byte, run *distinctRun) error {
+	fresh, err := run.next(cols)
+	if err != nil {
+		return err
+	}
+	return m.combine(g, cols, fresh, run.tag)
 }
 
 // equal reports whether row cols has the values of group g in columns
@@ -160,16 +165,19 @@ func copyValue(v []byte) []byte {
 func (m *Merger) emptyGroup() (*group, error) {
 	g := &group{cols: make([][]byte, len(m.cols))}
 	for _, a := range m.spec.Aggs {
-		if a.Kind != AggCount {
-			continue
-		}
-		if m.cols[a.Col].Format == 1 {
-			g.cols[a.Col] = binary.BigEndian.AppendUint64(nil, 0)
-		} else {
-			g.cols[a.Col] = []byte("0")
+		if a.Kind == AggCount {
+			g.cols[a.Col] = m.zeroCount(a.Col)
 		}
 	}
 	return g, m.initGroup(g)
+}
+
+// zeroCount is a count of 0 in column col's format.
+func (m *Merger) zeroCount(col int) []byte {
+	if m.cols[col].Format == 1 {
+		return binary.BigEndian.AppendUint64(nil, 0)
+	}
+	return []byte("0")
 }
 
 // sortedHeap merges the shards' rows in Spec.SortedBy order, as the

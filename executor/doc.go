@@ -95,7 +95,12 @@
 //   - DISTINCT aggregates (count(DISTINCT x)): shards group by x too and
 //     sort by the group key then x; a k-way merge of their streams folds
 //     each x of a group once (distinct.go; memory: one row per shard, one
-//     entry per group, never a set of values);
+//     entry per group, never a set of values); with several values (or
+//     FILTERs), shards group by grouping sets, the query's groups alone
+//     and with each value, and tag each row with its set (GROUPING()):
+//     the merge, sorted by the group key, the tag, then the values, reads
+//     each aggregate from the rows of its set only (tagged.go; memory: the
+//     same);
 //   - collecting aggregates (string_agg, array_agg, json_agg, jsonb_agg):
 //     each shard's partial result is appended to its group's, shard after
 //     shard, or — with ORDER BY y in the aggregate — in the order of a

@@ -54,7 +54,10 @@ type Agg struct {
 	CountCol int // AggAvg: hidden column holding count(x)
 	// Distinct folds once per DISTINCT value of a group (Spec.SortedBy).
 	Distinct bool
-	SepCol   int // AggStringAgg: hidden column of the row's separator
+	// Tag, when Spec.Tagged is set, is the tag of the rows this
+	// aggregate combines (tagged.go).
+	Tag    int64
+	SepCol int // AggStringAgg: hidden column of the row's separator
 	// StructCol is, for AggJSONAgg, the hidden boolean column that says
 	// whether x is an array or a composite (json_agg writes "\n " before
 	// such elements after the first).
@@ -95,6 +98,9 @@ type Spec struct {
 	// columns then the DISTINCT value (distinct.go) or the aggregates'
 	// ORDER BY keys (collect.go).
 	SortedBy []SortKey
+	// Tagged, for DISTINCT aggregates of several values, tells the
+	// grouping set of each of the shards' rows (tagged.go).
+	Tagged *Tagging
 	// Eval is the server that adds partial sums the proxy cannot add
 	// itself (fold.go): the first shard's, once its answer is read.
 	Eval OuterEval

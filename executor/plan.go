@@ -161,6 +161,11 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			return spec, err
 		}
 	}
+	if m.Tagged != nil {
+		if spec.Tagged, err = taggingOf(m.Tagged, idx); err != nil {
+			return spec, err
+		}
+	}
 	for _, k := range m.SortedBy {
 		col, err := idx(k.Column)
 		if err != nil {
@@ -186,7 +191,7 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 	if err != nil {
 		return Agg{}, err
 	}
-	agg := Agg{Col: col, Distinct: a.Distinct}
+	agg := Agg{Col: col, Distinct: a.Distinct, Tag: a.Tag}
 	switch a.Func {
 	case router.AggCount:
 		agg.Kind = AggCount
@@ -230,4 +235,19 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 		return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
 	}
 	return agg, nil
+}
+
+// taggingOf is the executor's form of the router's grouping set tags.
+func taggingOf(t *router.Tagged, idx func(router.Column) (int, error)) (*Tagging, error) {
+	col, err := idx(t.Column)
+	if err != nil {
+		return nil, err
+	}
+	out := &Tagging{Col: col, Plain: t.Plain, Values: map[int64]int{}}
+	for _, s := range t.Sets {
+		if out.Values[s.Tag], err = idx(s.Value); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -234,7 +234,8 @@ var aggexprCases = []aggexprCase{
 	{sql: "SELECT k % 5, count(DISTINCT id / 2), sum(DISTINCT id / 2), avg(DISTINCT id / 2), count(*) FROM many GROUP BY 1 ORDER BY 1"},
 	{sql: "SELECT count(DISTINCT v) FROM many"},
 	{sql: "SELECT min(DISTINCT qty), max(DISTINCT kind), bool_and(DISTINCT flag) FROM sales"},
-	{sql: "SELECT count(DISTINCT kind), count(DISTINCT region) FROM sales", refused: true},
+	{sql: "SELECT count(DISTINCT kind), count(DISTINCT region) FROM sales"},
+	{sql: "SELECT region, count(DISTINCT kind) - count(DISTINCT qty) AS d, sum(qty) FROM sales GROUP BY region HAVING count(DISTINCT kind) > 0 ORDER BY d, region"},
 	// Errors, as PostgreSQL raises them.
 	{sql: "SELECT sum(qty) / (count(*) - count(*)) FROM sales"},
 	{sql: "SELECT region, sum(qty) / sum(0) FROM sales GROUP BY region"},

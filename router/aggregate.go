@@ -100,7 +100,7 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if err != nil {
 		return ref{}, err
 	}
-	distinct, err := b.noteDistinct(f)
+	value, err := b.noteDistinct(f)
 	if err != nil {
 		return ref{}, err
 	}
@@ -114,10 +114,29 @@ func (b *mergeBuilder) aggRef(n *pg_query.Node) (ref, error) {
 	if agg == AggAvg {
 		count = b.hide(countOf(f))
 	}
-	a, err := b.newAgg(f, at, count, agg, distinct)
+	a, err := b.newAgg(f, at, count, agg, value)
 	if err != nil {
 		return ref{}, err
 	}
 	b.aggs = append(b.aggs, a)
 	return at, nil
+}
+
+// aggregates fills the Aggregates of the Merge, once columns are final.
+func (b *mergeBuilder) aggregates() {
+	for _, a := range b.aggs {
+		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
+		if b.tag != nil {
+			agg.Tag = b.tag.tagOf(a.value)
+		}
+		switch a.f {
+		case AggAvg:
+			agg.Count = b.column(a.count)
+		case AggStringAgg:
+			agg.Sep = b.column(a.sep)
+		case AggJSONAgg:
+			agg.Structured = b.column(a.structured)
+		}
+		b.m.Aggregates = append(b.m.Aggregates, agg)
+	}
 }

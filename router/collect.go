@@ -78,7 +78,7 @@ func (b *mergeBuilder) noteCollect(fc *pg_query.FuncCall) error {
 // checkCollect rejects what the shards cannot sort for: ordered collecting
 // aggregates together with DISTINCT ones.
 func (b *mergeBuilder) checkCollect() error {
-	if b.collectOrder != nil && b.distinctArg != nil {
+	if b.collectOrder != nil && len(b.distinctArgs) > 0 {
 		return rejectf("DISTINCT aggregates together with an aggregate's ORDER BY")
 	}
 	return nil
@@ -87,7 +87,7 @@ func (b *mergeBuilder) checkCollect() error {
 // subgrouped reports whether shards group more finely than the query, so
 // that an aggregate without GROUP BY may get no row from a shard.
 func (b *mergeBuilder) subgrouped() bool {
-	return b.distinctArg != nil || b.collectOrder != nil || len(b.subgroups) > 0
+	return len(b.distinctArgs) > 0 || b.collectOrder != nil || len(b.subgroups) > 0
 }
 
 func (b *mergeBuilder) hasSubgroup(n *pg_query.Node) bool {
@@ -102,8 +102,8 @@ func (b *mergeBuilder) hasSubgroup(n *pg_query.Node) bool {
 // newAgg makes the aggregate column at of call fc, with the hidden
 // columns it needs: avg's count, string_agg's separator, json_agg's
 // argument kind.
-func (b *mergeBuilder) newAgg(fc *pg_query.FuncCall, at, count ref, f AggFunc, distinct bool) (mergeAgg, error) {
-	a := mergeAgg{at: at, count: count, f: f, distinct: distinct}
+func (b *mergeBuilder) newAgg(fc *pg_query.FuncCall, at, count ref, f AggFunc, value int) (mergeAgg, error) {
+	a := mergeAgg{at: at, count: count, f: f, distinct: value >= 0, value: value}
 	switch f {
 	case AggStringAgg:
 		a.sep = b.hide(separator(fc))

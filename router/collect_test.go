@@ -53,7 +53,14 @@ var collectCases = []mergeCase{
 	{name: "DISTINCT with FILTER", sql: "SELECT array_agg(DISTINCT name) FILTER (WHERE id > 1) FROM accounts", msg: "array_agg(DISTINCT …) FILTER"},
 	{name: "DISTINCT ORDER BY DESC", sql: "SELECT array_agg(DISTINCT name ORDER BY name DESC) FROM accounts", msg: "in an order other than the value's ascending one"},
 	{name: "DISTINCT with a separator column", sql: "SELECT string_agg(DISTINCT name, country) FROM accounts", msg: "separator read from rows"},
-	{name: "DISTINCT of other values", sql: "SELECT array_agg(DISTINCT name), count(DISTINCT id) FROM accounts", msg: "DISTINCT aggregates of different values"},
+	{name: "DISTINCT of other values", sql: "SELECT array_agg(DISTINCT name), count(DISTINCT id) FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 3,
+			Aggregates: []Aggregate{{Column: 0, Func: AggArrayAgg, Distinct: true, Tag: 1}, {Column: 1, Func: AggCount, Distinct: true, Tag: 2}},
+			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
+			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
+			Rewritten: "SELECT array_agg(DISTINCT name), CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE id IS NOT NULL) END AS count, " +
+				"name AS __shardgate_1, id AS __shardgate_2, GROUPING(name, id) AS __shardgate_3 " +
+				"FROM accounts GROUP BY GROUPING SETS ((), name, id) ORDER BY 5, 3, 4"}},
 	{name: "different ORDER BY", sql: "SELECT array_agg(id ORDER BY id), array_agg(id ORDER BY id DESC) FROM accounts", msg: "aggregates with different ORDER BY"},
 	{name: "ORDER BY USING", sql: "SELECT array_agg(id ORDER BY id USING >) FROM accounts", msg: "USING"},
 	{name: "ordered with DISTINCT aggregate", sql: "SELECT count(DISTINCT name), array_agg(id ORDER BY id) FROM accounts", msg: "DISTINCT aggregates together"},

@@ -19,8 +19,10 @@ import (
 // query, one entry per group. A FILTER becomes part of the value: shards
 // group by CASE WHEN filter THEN x END, the x that count.
 //
-// Every DISTINCT aggregate of a query must dedupe the same value. min,
-// max, bool_and and bool_or need no dedupe: DISTINCT does not change them.
+// DISTINCT aggregates of several values (or FILTERs) cannot share one
+// order of the shards' rows: multidistinct.go gives each value a grouping
+// set of its own. min, max, bool_and, bool_or, bit_and and bit_or need no
+// dedupe: DISTINCT does not change them. bit_xor does: x XOR x is 0.
 
 // distinctValue returns what an aggregate call dedupes: its argument, or
 // CASE WHEN filter THEN argument END; nil when it dedupes nothing.
@@ -31,7 +33,7 @@ func distinctValue(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 	switch f := mergeable[funcName(fc)]; {
 	case collects(f):
 		return collectedDistinct(fc)
-	case f == AggCount, f == AggSum, f == AggAvg:
+	case f == AggCount, f == AggSum, f == AggAvg, f == AggBitXor:
 	default:
 		return nil, nil
 	}
@@ -75,29 +77,35 @@ func collectedDistinct(fc *pg_query.FuncCall) (*pg_query.Node, error) {
 }
 
 // noteDistinct records the value a DISTINCT aggregate call dedupes and
-// reports whether it dedupes one.
-func (b *mergeBuilder) noteDistinct(fc *pg_query.FuncCall) (bool, error) {
+// returns its index in distinctArgs, -1 when it dedupes none.
+func (b *mergeBuilder) noteDistinct(fc *pg_query.FuncCall) (int, error) {
 	v, err := distinctValue(fc)
 	if err != nil || v == nil {
-		return false, err
+		return -1, err
 	}
-	switch {
-	case b.distinctArg == nil:
-		b.distinctArg = v
-	case !sameExpr(b.distinctArg, v):
-		return false, rejectf("DISTINCT aggregates of different values (or FILTERs)")
+	for i, d := range b.distinctArgs {
+		if sameExpr(d, v) {
+			return i, nil
+		}
 	}
-	return true, nil
+	b.distinctArgs = append(b.distinctArgs, v)
+	return len(b.distinctArgs) - 1, nil
 }
 
 // sortedGroups makes the shards group by the DISTINCT value too and sort
-// by the group key then the value, and records that order in the Merge.
-func (b *mergeBuilder) sortedGroups() {
-	if b.distinctArg == nil {
-		return
+// by the group key then the value, and records that order in the Merge;
+// several values get grouping sets instead (taggedGroups).
+func (b *mergeBuilder) sortedGroups() error {
+	switch len(b.distinctArgs) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return b.taggedGroups()
 	}
-	b.distinctRef = b.hide(b.distinctArg)
+	b.distinctRef = b.hide(b.distinctArgs[0])
 	b.sortRefs = append(append([]ref{}, b.groupRefs...), b.distinctRef)
+	return nil
 }
 
 // shardOrder returns what shards add to GROUP BY and their ORDER BY when
@@ -113,8 +121,13 @@ func (b *mergeBuilder) shardOrder() (group, order []*pg_query.Node) {
 		}
 		return pg_query.MakeAConstIntNode(int64(p), -1)
 	}
-	if b.distinctArg != nil {
-		group = append(group, proto.Clone(b.distinctArg).(*pg_query.Node))
+	switch {
+	case b.tag != nil:
+		if s := b.tag.groupingSets(); s != nil {
+			group = append(group, s)
+		}
+	case len(b.distinctArgs) == 1:
+		group = append(group, proto.Clone(b.distinctArgs[0]).(*pg_query.Node))
 	}
 	for _, g := range b.subgroups {
 		group = append(group, proto.Clone(g).(*pg_query.Node))

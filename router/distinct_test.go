@@ -23,9 +23,79 @@ var distinctCases = []mergeCase{
 	{name: "min DISTINCT is min", sql: "SELECT country, min(DISTINCT name), bool_or(DISTINCT active) FROM accounts GROUP BY 1",
 		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: 1, Func: AggMin}, {Column: 2, Func: AggBoolOr}}}},
 
-	{name: "different values", sql: "SELECT count(DISTINCT name), count(DISTINCT country) FROM accounts", msg: "DISTINCT aggregates of different values"},
-	{name: "different FILTERs", sql: "SELECT count(DISTINCT name), count(DISTINCT name) FILTER (WHERE active) FROM accounts", msg: "DISTINCT aggregates of different values"},
+	{name: "bit_xor DISTINCT dedupes", sql: "SELECT bit_xor(DISTINCT id) FROM accounts",
+		want: &Merge{Grouped: true, Aggregates: []Aggregate{{Column: 0, Func: AggBitXor, Distinct: true}}, SortedBy: []SortKey{{Column: -1}}, HiddenColumns: 1,
+			Rewritten: "SELECT bit_xor(DISTINCT id), id AS __shardgate_1 FROM accounts GROUP BY id ORDER BY 2"}},
 	{name: "other aggregate", sql: "SELECT json_object_agg(DISTINCT name, id) FROM accounts", msg: "aggregate json_object_agg()"},
 }
 
 func TestMergeDistinctAggregates(t *testing.T) { testMerge(t, distinctCases) }
+
+// multiDistinctCases: DISTINCT aggregates of several values (or FILTERs)
+// run as one statement per shard grouped by grouping sets, tagged by
+// GROUPING, sorted by the group key, the tag, then the values; their
+// partials are computed without DISTINCT, as they are in their own set.
+var multiDistinctCases = []mergeCase{
+	{name: "two values without GROUP BY", sql: "SELECT count(DISTINCT name), sum(DISTINCT balance) FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 3,
+			Aggregates: []Aggregate{{Column: 0, Func: AggCount, Distinct: true, Tag: 1}, {Column: 1, Func: AggSum, Distinct: true, Tag: 2}},
+			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
+			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
+			Rewritten: "SELECT CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS sum, name AS __shardgate_1, balance AS __shardgate_2, " +
+				"GROUPING(name, balance) AS __shardgate_3 FROM accounts GROUP BY GROUPING SETS ((), name, balance) ORDER BY 5, 3, 4"}},
+	{name: "GROUP BY, plain aggregates, FILTER, avg", sql: "SELECT country, count(DISTINCT name), count(DISTINCT name) FILTER (WHERE active), " +
+		"avg(DISTINCT balance), sum(balance), min(name) FROM accounts GROUP BY country",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, HiddenColumns: 5,
+			Aggregates: []Aggregate{{Column: 1, Func: AggCount, Distinct: true, Tag: 3}, {Column: 2, Func: AggCount, Distinct: true, Tag: 5},
+				{Column: 3, Func: AggAvg, Count: -5, Distinct: true, Tag: 6}, {Column: 4, Func: AggSum, Tag: 7}, {Column: 5, Func: AggMin, Tag: 7}},
+			SortedBy: []SortKey{{Column: 0}, {Column: -1}, {Column: -4}, {Column: -3}, {Column: -2}},
+			Tagged:   &Tagged{Column: -1, Plain: 7, Sets: []TaggedSet{{Tag: 3, Value: -4}, {Tag: 5, Value: -3}, {Tag: 6, Value: -2}}},
+			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT name) FILTER (WHERE active) ELSE pg_catalog.max(1::bigint) FILTER (WHERE CASE WHEN active THEN name END IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS avg, sum(balance), min(name), " +
+				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE balance IS NOT NULL) END AS __shardgate_1, " +
+				"name AS __shardgate_2, CASE WHEN active THEN name END AS __shardgate_3, balance AS __shardgate_4, " +
+				"GROUPING(name, CASE WHEN active THEN name END, balance) AS __shardgate_5 FROM accounts " +
+				"GROUP BY country, GROUPING SETS ((), name, CASE WHEN active THEN name END, balance) ORDER BY 1, 11, 8, 9, 10"}},
+	{name: "a value of the group key has no set", sql: "SELECT country, count(DISTINCT country), count(DISTINCT name) FROM accounts GROUP BY 1",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, HiddenColumns: 2,
+			Aggregates: []Aggregate{{Column: 1, Func: AggCount, Distinct: true, Tag: 1}, {Column: 2, Func: AggCount, Distinct: true, Tag: 0}},
+			SortedBy:   []SortKey{{Column: 0}, {Column: -1}, {Column: -2}},
+			Tagged:     &Tagged{Column: -1, Plain: 1, Sets: []TaggedSet{{Tag: 0, Value: -2}}},
+			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT country) ELSE pg_catalog.max(1::bigint) FILTER (WHERE country IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
+				"name AS __shardgate_1, GROUPING(name) AS __shardgate_2 " +
+				"FROM accounts GROUP BY 1, GROUPING SETS ((), name) ORDER BY 1, 5, 4"}},
+	{name: "expressions, HAVING and ORDER BY over them", sql: "SELECT country, count(DISTINCT name) - count(DISTINCT balance) AS d FROM accounts " +
+		"GROUP BY country HAVING count(DISTINCT name) > 1 ORDER BY d DESC, sum(DISTINCT balance)",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, HiddenColumns: 6,
+			Aggregates: []Aggregate{{Column: -6, Func: AggCount, Distinct: true, Tag: 1}, {Column: -5, Func: AggCount, Distinct: true, Tag: 2},
+				{Column: -4, Func: AggSum, Distinct: true, Tag: 2}},
+			Having:   []Cond{{Column: -6, Op: ">", Value: Expr{Const: "1"}}},
+			OrderBy:  []SortKey{{Column: 1, Desc: true, NullsFirst: true}, {Column: -4}},
+			SortedBy: []SortKey{{Column: 0}, {Column: -1}, {Column: -3}, {Column: -2}},
+			Tagged:   &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
+			Outer:    &Outer{SQL: "SELECT __shardgate_in.i1 - __shardgate_in.i2 AS d FROM __shardgate_in", Inputs: []Column{-6, -5}, Outputs: []Column{1}},
+			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT name) - count(DISTINCT balance) END AS d, " +
+				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS __shardgate_1, " +
+				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE balance IS NOT NULL) END AS __shardgate_2, " +
+				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS __shardgate_3, name AS __shardgate_4, balance AS __shardgate_5, " +
+				"GROUPING(name, balance) AS __shardgate_6 FROM accounts GROUP BY country, GROUPING SETS ((), name, balance) " +
+				"HAVING CASE WHEN false THEN count(DISTINCT name) > 1 END IS NULL ORDER BY 1, 8, 6, 7"}},
+	{name: "DISTINCT values with an ordered aggregate", sql: "SELECT count(DISTINCT name), count(DISTINCT id), string_agg(name, ',' ORDER BY id) FROM accounts",
+		msg: "DISTINCT aggregates together with an aggregate's ORDER BY"},
+	{name: "separator read from rows", sql: "SELECT count(DISTINCT name), count(DISTINCT id), string_agg(name, country) FROM accounts",
+		msg: "separator read from rows together with DISTINCT aggregates of different values"},
+	{name: "bit_xor and collecting aggregates", sql: "SELECT bit_xor(DISTINCT id), string_agg(DISTINCT name, ',') FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 4,
+			Aggregates: []Aggregate{{Column: 0, Func: AggBitXor, Distinct: true, Tag: 1}, {Column: 1, Func: AggStringAgg, Distinct: true, Tag: 2, Sep: -4}},
+			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
+			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
+			Rewritten: "SELECT CASE WHEN false THEN bit_xor(DISTINCT id) ELSE pg_catalog.bit_or(id) END AS bit_xor, string_agg(DISTINCT name, ','), " +
+				"CASE WHEN false THEN pg_catalog.string_agg(name, ',') ELSE ',' END AS __shardgate_1, id AS __shardgate_2, name AS __shardgate_3, " +
+				"GROUPING(id, name) AS __shardgate_4 FROM accounts GROUP BY GROUPING SETS ((), id, name) ORDER BY 6, 4, 5"}},
+	{name: "row value", sql: "SELECT count(DISTINCT (name, id)), count(DISTINCT id) FROM accounts", msg: "row value"},
+}
+
+func TestMergeMultiDistinctAggregates(t *testing.T) { testMerge(t, multiDistinctCases) }

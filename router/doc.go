@@ -95,7 +95,8 @@
 // its own, which routes where the rows are read), over the parse-tree helpers
 // of nodes.go; cond.go and array.go evaluate key constraints; merge.go and
 // rewrite.go build the Merge and the SQL sent to shards, aggregate.go says
-// which aggregates merge, distinct.go how DISTINCT ones do, collect.go how
+// which aggregates merge, distinct.go how DISTINCT ones do (multidistinct.go
+// those of several values, as tagged grouping sets), collect.go how
 // collecting ones (string_agg, array_agg, json_agg, jsonb_agg) do,
 // window.go which window functions run on every shard, outer.go
 // builds the Outer statement of expressions over aggregates, probe.go plans

@@ -31,6 +31,7 @@ type mergeAgg struct {
 	at, count ref
 	f         AggFunc
 	distinct  bool
+	value     int // the index of the DISTINCT value in distinctArgs, or -1
 	// sep is string_agg's separator column, structured json_agg's
 	// argument kind (collect.go).
 	sep, structured ref
@@ -56,12 +57,15 @@ type mergeBuilder struct {
 	// Outer statement computes (by index in hidden).
 	slots map[int]bool
 	outer outerBuilder
-	// distinctArg is what the DISTINCT aggregates dedupe, distinctRef its
-	// hidden column, sortRefs the order of the shards' rows (distinct.go).
-	distinctArg *pg_query.Node
-	distinctRef ref
-	sortRefs    []ref
-	sortDirs    []SortKey // the direction of each of sortRefs
+	// distinctArgs are what the DISTINCT aggregates dedupe, distinctRef
+	// the hidden column of the one value, sortRefs the order of the
+	// shards' rows (distinct.go); tag the grouping sets of several values
+	// (multidistinct.go).
+	distinctArgs []*pg_query.Node
+	distinctRef  ref
+	tag          *tagBuilder
+	sortRefs     []ref
+	sortDirs     []SortKey // the direction of each of sortRefs
 	// collectOrder is the ORDER BY of the collecting aggregates,
 	// subgroups the separators shards group by (collect.go).
 	collectOrder []*pg_query.Node
@@ -109,21 +113,15 @@ func buildMerge(sel *pg_query.SelectStmt, version int32, isKey func(*pg_query.No
 	if !m.Grouped && len(m.OrderBy) == 0 && m.Limit == nil && m.Offset == nil && !m.Distinct && len(m.DistinctOn) == 0 {
 		return nil, nil
 	}
-	b.sortedGroups()
+	if err := b.sortedGroups(); err != nil {
+		return nil, err
+	}
 	b.sortedCollect()
 	b.columns()
-	for _, a := range b.aggs {
-		agg := Aggregate{Column: b.column(a.at), Func: a.f, Distinct: a.distinct}
-		switch a.f {
-		case AggAvg:
-			agg.Count = b.column(a.count)
-		case AggStringAgg:
-			agg.Sep = b.column(a.sep)
-		case AggJSONAgg:
-			agg.Structured = b.column(a.structured)
-		}
-		m.Aggregates = append(m.Aggregates, agg)
+	if b.tag != nil {
+		m.Tagged = b.tag.merge(b)
 	}
+	b.aggregates()
 	m.HiddenColumns = len(b.hidden)
 	sql, err := b.rewrite(version)
 	if err != nil {
@@ -210,7 +208,7 @@ func (b *mergeBuilder) selectList() error {
 			continue
 		}
 		t := mergeTarget{val: rt.Val, name: columnName(rt)}
-		distinct := false
+		value := -1
 		if b.complete {
 			// Every group is on one shard: the shards' rows are final.
 		} else if fc := rt.Val.GetFuncCall(); fc != nil && isAggregate(fc) {
@@ -219,7 +217,7 @@ func (b *mergeBuilder) selectList() error {
 				return err
 			}
 			t.agg = f
-			if distinct, err = b.noteDistinct(fc); err != nil {
+			if value, err = b.noteDistinct(fc); err != nil {
 				return err
 			}
 		} else if findAggregate(rt.Val) != nil || b.subgrouped() && len(b.sel.GroupClause) == 0 {
@@ -235,7 +233,7 @@ func (b *mergeBuilder) selectList() error {
 			if t.agg == AggAvg {
 				count = b.hide(countOf(rt.Val.GetFuncCall()))
 			}
-			a, err := b.newAgg(rt.Val.GetFuncCall(), at, count, t.agg, distinct)
+			a, err := b.newAgg(rt.Val.GetFuncCall(), at, count, t.agg, value)
 			if err != nil {
 				return err
 			}

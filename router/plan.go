@@ -176,6 +176,12 @@ type Merge struct {
 	// group (distinct.go) and appends each row's partial collection to its
 	// group's (collect.go).
 	SortedBy []SortKey
+	// Tagged is set when DISTINCT aggregates dedupe several values (or
+	// FILTERs): shards group their rows by grouping sets, the query's
+	// groups alone and with each value, and tag each row with its set
+	// (multidistinct.go). SortedBy is then the GroupBy columns, the tag,
+	// and the values; each Aggregate combines only the rows of its Tag.
+	Tagged *Tagged
 	// Outer, when set, computes what shards cannot: the select list items
 	// that are expressions over aggregates, the ORDER BY keys that are, and
 	// the HAVING terms that Having cannot express.
@@ -224,6 +230,25 @@ type Outer struct {
 	SQL     string
 	Inputs  []Column
 	Outputs []Column
+}
+
+// Tagged says how the rows of shards grouping by several grouping sets
+// are told apart.
+type Tagged struct {
+	// Column is the hidden tag column: GROUPING() over the values that
+	// have a set (an int4), 0 when none has.
+	Column Column
+	// Plain is the tag of the rows of the query's groups alone.
+	Plain int64
+	// Sets are the other tags, each with the column of the value its
+	// rows are grouped by too.
+	Sets []TaggedSet
+}
+
+// TaggedSet is one grouping set of a DISTINCT value.
+type TaggedSet struct {
+	Tag   int64
+	Value Column
 }
 
 // SortKey is one ORDER BY item.
@@ -315,9 +340,12 @@ type Aggregate struct {
 	Column Column
 	Func   AggFunc
 	Count  Column // AggAvg only: the hidden count(x) column
-	// Distinct is count, sum or avg(DISTINCT x): combined once per x
-	// (Merge.SortedBy).
+	// Distinct is count, sum, avg or bit_xor(DISTINCT x), or a collecting
+	// aggregate with DISTINCT: combined once per x (Merge.SortedBy).
 	Distinct bool
+	// Tag, when Merge.Tagged is set, is the tag of the rows whose
+	// partials this aggregate combines.
+	Tag int64
 	// Sep is, for AggStringAgg, the hidden column of the separator that
 	// precedes every value of the row's partial string.
 	Sep Column

@@ -47,6 +47,7 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 		kept := keptParams(out)
 		out.HavingClause, out.SortClause, out.DistinctClause = kept, nil, nil
 		out.LimitCount, out.LimitOffset, out.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
+		b.cheapen(out.TargetList)
 		if b.subgrouped() {
 			group, order := b.shardOrder()
 			out.GroupClause = append(out.GroupClause, group...)

@@ -60,7 +60,7 @@ func (b *mergeBuilder) completeGroups() error {
 		return unsupported(hintWindow, "window functions over groups that do not hold the sharding key are not supported across shards")
 	}
 	b.grouped, b.complete = false, true
-	b.distinctArg, b.collectOrder, b.subgroups = nil, nil, nil
+	b.distinctArgs, b.collectOrder, b.subgroups = nil, nil, nil
 	return nil
 }
 

@@ -52,8 +52,9 @@ type builder struct {
 	// its sharded tables.
 	cols       []colRef
 	keyAliases []string
-	// distinctArg is the argument of the query's DISTINCT aggregates, and
-	// distinctFilter their FILTER clause.
+	// distinctArg is the argument of the query's first DISTINCT
+	// aggregate, which most of the others share, and distinctFilter its
+	// FILTER clause.
 	distinctArg    *expr
 	distinctFilter string
 	mayRefuse      string
@@ -228,7 +229,8 @@ func (b *builder) grouped(from string) string {
 		if b.rng.IntN(100) < 25 {
 			op := pick(b, " AND ", " OR ")
 			having += op + b.havingTerm(keys)
-			if op == " OR " && paramToken.MatchString(having) {
+			// A term may hold an OR of its own (count(*) > 1 OR …).
+			if strings.Contains(having, " OR ") && paramToken.MatchString(having) {
 				b.refusable("a parameter in a HAVING term other than a comparison")
 			}
 		}
@@ -249,6 +251,7 @@ func (b *builder) groupedItems(keys []item) []item {
 	if len(keys) == 0 && len(aggs) == 0 {
 		aggs = b.outputs(1, b.aggOutput)
 	}
+	aggs = append(aggs, b.severalDistinct()...)
 	var items []item
 	for _, k := range keys {
 		if b.rng.IntN(100) < 80 {
@@ -262,6 +265,24 @@ func (b *builder) groupedItems(keys []item) []item {
 	}
 	b.refusableAggregates(items)
 	return items
+}
+
+// severalDistinct adds, to some grouped queries, DISTINCT aggregates of
+// two or three values of their own, some with a FILTER, which the proxy
+// runs as grouping sets of one statement per shard.
+func (b *builder) severalDistinct() []item {
+	if b.rng.IntN(100) >= 12 {
+		return nil
+	}
+	var out []item
+	for range 2 + b.rng.IntN(2) {
+		filter := ""
+		if b.rng.IntN(100) < 25 {
+			filter = " FILTER (WHERE " + b.predicate() + ")"
+		}
+		out = append(out, item{e: b.distinctAggregateOf(filter, true)})
+	}
+	return out
 }
 
 // compares records that the proxy may compare values of e across shards.
