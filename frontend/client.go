@@ -154,6 +154,7 @@ type client struct {
 	rawConn    syscall.RawConn // the socket, to park it (set when canPark)
 	parkArmed  bool            // the socket is in the evloop's epoll set
 	wantPark   bool            // the sweep interrupted the read: park before reading again
+	resumed    bool            // the loop resumed from a park and has not read yet
 	sweepSeen  uint64          // the sweep goroutine's: queries at its previous pass
 	canPark    atomic.Bool     // the client parks when idle (parkEligible)
 	parked     atomic.Bool     // parked now: no goroutine serves the client
@@ -273,7 +274,9 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.leaveGateIdle()
 	c.setState(ClientIdle)
 	c.ctx = ctx
-	c.canPark.Store(c.parkEligible())
+	if c.parkEligible() && c.l.evloop() != nil {
+		c.canPark.Store(true)
+	}
 	return c.loop(ctx)
 }
 

@@ -189,6 +189,10 @@ func (c *client) mayPark() bool {
 // it reads: it was nudged by the sweep, or parking happens at every idle
 // point.
 func (c *client) parkNow() bool {
+	if c.resumed {
+		c.resumed = false // woken for data: read it first
+		return false
+	}
 	if c.wantPark {
 		c.wantPark = false
 		return true
@@ -252,6 +256,7 @@ func (c *client) unparked() {
 // goroutine.
 func (c *client) resume() {
 	c.unparked()
+	c.resumed = true
 	c.serve(func() error { return c.loop(c.ctx) })
 }
 
