@@ -38,6 +38,7 @@ need_fds=$((IDLE_CLIENTS + 1000))
 ulimit -n "$need_fds"
 export BENCH_PGBOUNCER_MAX_CLIENTS=$need_fds
 export BENCH_SHARDGATE_LIMITS="{ max_client_conn: $need_fds }"
+export BENCH_SHARDGATE_METRICS=1
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 bench_setup
@@ -48,6 +49,17 @@ TARGETS="pgbouncer shardgate base"
 CLK_TCK=$(getconf CLK_TCK)
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# go_stats TARGET: goroutines, heap in use and stacks in use (kB) of a
+# shardgate target, from its /metrics; "-" for PgBouncer.
+go_stats() {
+	local port=${SG_METRICS[$1]:-}
+	[ -n "$port" ] || { echo "- | - | -"; return; }
+	curl -s "http://127.0.0.1:$port/metrics" | awk '
+		$1 == "go_goroutines" { g = $2 }
+		$1 == "go_memstats_heap_inuse_bytes" { h = $2 }
+		$1 == "go_memstats_stack_inuse_bytes" { s = $2 }
+		END { printf "%d | %d | %d", g, h / 1024, s / 1024 }'
+}
 
 log "warm-up"
 for t in $TARGETS; do
@@ -73,8 +85,8 @@ cells() {
 }
 
 cells without
-declare -A RSS0 RSS1 RSS2
-for t in $TARGETS; do RSS0[$t]=$(rss_kb "$(target_pid "$t")"); done
+declare -A RSS0 RSS1 RSS2 GO0 GO1
+for t in $TARGETS; do RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$t"); done
 
 # The idle clients: one helper per target, holding its connections until
 # its stdin (a FIFO we keep open) closes.
@@ -97,7 +109,7 @@ for t in $TARGETS; do
 done
 log "idle clients connected; settling ${IDLE_SETTLE}s" # parking, GC and scavenging take their time
 sleep "$IDLE_SETTLE"
-for t in $TARGETS; do RSS1[$t]=$(rss_kb "$(target_pid "$t")"); done
+for t in $TARGETS; do RSS1[$t]=$(rss_kb "$(target_pid "$t")") GO1[$t]=$(go_stats "$t"); done
 
 cells with-idle
 for t in $TARGETS; do RSS2[$t]=$(rss_kb "$(target_pid "$t")"); done
@@ -120,6 +132,12 @@ mkdir -p "$(dirname "$IDLE_OUT")"
 	for t in $TARGETS; do
 		echo "| $t | ${RSS0[$t]} | ${RSS1[$t]} | ${RSS2[$t]} | $(((RSS1[$t] - RSS0[$t]) * 1024 / IDLE_CLIENTS)) |"
 	done
+	echo
+	echo "Go runtime of the shardgate targets (from /metrics), before the idle clients and after ${IDLE_SETTLE}s with them:"
+	echo
+	echo "| proxy | goroutines before | heap in use before (kB) | stacks before (kB) | goroutines with idle | heap in use with idle (kB) | stacks with idle (kB) |"
+	echo "|---|---|---|---|---|---|---|"
+	for t in $TARGETS; do echo "| $t | ${GO0[$t]} | ${GO1[$t]} |"; done
 	echo
 	echo "## Load figures without and with the idle clients"
 	echo

@@ -166,6 +166,7 @@ type client struct {
 const (
 	clientReadBuffer  = 16 << 10
 	clientWriteBuffer = 32 << 10
+	clientQueue       = 8 // answers expected, before qBuf grows
 )
 
 func newClient(l *Listener, conn net.Conn) *client {
@@ -177,7 +178,7 @@ func newClient(l *Listener, conn net.Conn) *client {
 		id:       l.nextID.Add(1),
 		started:  time.Now(),
 		tx:       'I',
-		qBuf:     make([]req, 0, 8),
+		qBuf:     make([]req, 0, clientQueue),
 		stmts:    map[string]*stmt{},
 		sqlStmts: map[string]*sqlStmt{},
 	}

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bufio"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -58,9 +59,17 @@ type parker struct {
 	stop   chan struct{}
 	swept  chan struct{} // closed when the sweep goroutine returns
 
-	readers sync.Pool // *wire.Reader of parked clients' goroutines
-	writers sync.Pool // *bufio.Writer
+	// Buffers parked clients gave back, for the next clients to resume: a
+	// few only (parkedBuffers), so that the memory of many parked clients
+	// is freed, not kept for them.
+	readers chan *wire.Reader
+	writers chan *bufio.Writer
 }
+
+// parkedBuffers is how many read and write buffers the Listener keeps for
+// resuming clients: enough for the clients that park at every idle point
+// between their transactions to find one.
+const parkedBuffers = 64
 
 // evloop returns the Listener's evloop, starting it and the sweep on first
 // use; nil when clients cannot park (shutdown, or no epoll).
@@ -78,6 +87,8 @@ func (l *Listener) evloop() *evloop {
 		return nil
 	}
 	p.loop = e
+	p.readers = make(chan *wire.Reader, parkedBuffers)
+	p.writers = make(chan *bufio.Writer, parkedBuffers)
 	p.stop = make(chan struct{})
 	p.swept = make(chan struct{})
 	go l.sweep(p.stop, p.swept)
@@ -113,13 +124,28 @@ func (l *Listener) closeParking() {
 	e.close()
 }
 
+// freeAfterParking is how many more clients must have parked since the
+// last time the sweep gave memory back to the OS for it to do so again.
+const freeAfterParking = 1000
+
 // sweep nudges clients idle for limits.client_park_after into parking,
-// until stop is closed.
+// until stop is closed. When many clients parked since its last pass it
+// also returns the memory they freed to the OS: an idle proxy allocates
+// nothing, so without this the Go runtime would keep their stacks and
+// buffers until its forced collection every two minutes, and scavenge
+// them only after that.
 func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
+	freedAt := 0 // parked clients at the last FreeOSMemory
 	for {
+		if n := l.Parked(); n >= freedAt+freeAfterParking {
+			debug.FreeOSMemory()
+			freedAt = n
+		} else if n < freedAt {
+			freedAt = n
+		}
 		after := l.State().Config.Limits.ClientParkAfter
 		if after <= 0 {
 			after = time.Second // only to notice a reload that changes it
@@ -207,10 +233,16 @@ func (c *client) park() bool {
 	if e == nil || !c.mayPark() {
 		return false
 	}
-	r, w := c.r, c.w
-	c.r, c.w = nil, nil
-	c.l.parking.readers.Put(r)
-	c.l.parking.writers.Put(w)
+	p := &c.l.parking
+	select {
+	case p.readers <- c.r:
+	default:
+	}
+	select {
+	case p.writers <- c.w:
+	default:
+	}
+	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
 	c.parked.Store(true)
 	key, err := e.park(c.rawConn, &c.parkArmed, c.resume)
 	if err != nil {
@@ -236,20 +268,23 @@ func (c *client) park() bool {
 func (c *client) unparked() {
 	c.parked.Store(false)
 	p := &c.l.parking
-	r, _ := p.readers.Get().(*wire.Reader)
-	if r == nil {
-		r = wire.NewReader(c.conn, clientReadBuffer, c.maxMessage)
-	} else {
+	var r *wire.Reader
+	var w *bufio.Writer
+	select {
+	case r = <-p.readers:
 		r.Reset(c.conn)
 		r.SetMax(c.maxMessage)
+	default:
+		r = wire.NewReader(c.conn, clientReadBuffer, c.maxMessage)
 	}
-	w, _ := p.writers.Get().(*bufio.Writer)
-	if w == nil {
-		w = bufio.NewWriterSize(c.conn, clientWriteBuffer)
-	} else {
+	select {
+	case w = <-p.writers:
 		w.Reset(c.conn)
+	default:
+		w = bufio.NewWriterSize(c.conn, clientWriteBuffer)
 	}
 	c.r, c.w = r, w
+	c.qBuf = make([]req, 0, clientQueue)
 }
 
 // resume serves a parked client whose socket woke, on the evloop's new
