@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -48,6 +49,12 @@ type parkedFn struct {
 // parkKey names one park of one socket: its file descriptor and token.
 type parkKey struct{ fd, token int32 }
 
+func (k parkKey) pack() uint64 { return uint64(uint32(k.fd))<<32 | uint64(uint32(k.token)) }
+
+func unpackParkKey(v uint64) parkKey {
+	return parkKey{fd: int32(uint32(v >> 32)), token: int32(uint32(v))}
+}
+
 var errEvloopClosed = errors.New("evloop: closed")
 
 // evloopEvents are the events a parked socket waits for: data, or the peer
@@ -78,8 +85,11 @@ func newEvloop() (*evloop, error) {
 
 // park arms the socket of rc and runs fn on a new goroutine when it wakes.
 // armed says whether the socket was added to the set before (by an earlier
-// park); park sets it. On error nothing is parked and fn never runs.
-func (e *evloop) park(rc syscall.RawConn, armed *bool, fn func()) (parkKey, error) {
+// park); park sets it. The key is also stored in last before the park can
+// wake, so that last always names the latest park of the socket, even when
+// fn runs and parks again before park returns. On error nothing is parked
+// and fn never runs.
+func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn func()) (parkKey, error) {
 	var key parkKey
 	var ctlErr error
 	err := rc.Control(func(fd uintptr) {
@@ -95,6 +105,7 @@ func (e *evloop) park(rc syscall.RawConn, armed *bool, fn func()) (parkKey, erro
 		// instance and run takes to look the event up: an event that
 		// fires at once finds the entry.
 		if ctlErr = e.arm(key, armed); ctlErr == nil {
+			last.Store(key.pack())
 			e.waiting[key.fd] = parkedFn{token: key.token, fn: fn}
 		}
 	})

@@ -4,6 +4,7 @@ package frontend
 
 import (
 	"errors"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -12,11 +13,13 @@ type evloop struct{}
 
 type parkKey struct{ fd, token int32 }
 
+func unpackParkKey(v uint64) parkKey { return parkKey{} }
+
 var errEvloopClosed = errors.New("evloop: closed")
 
 func newEvloop() (*evloop, error) { return nil, errors.New("evloop: needs Linux (epoll)") }
 
-func (e *evloop) park(rc syscall.RawConn, armed *bool, fn func()) (parkKey, error) {
+func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn func()) (parkKey, error) {
 	return parkKey{}, errEvloopClosed
 }
 func (e *evloop) wake(key parkKey) bool   { return false }

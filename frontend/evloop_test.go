@@ -5,6 +5,7 @@ package frontend
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func TestEvloopCycles(t *testing.T) {
 	srv, cli := tcpPair(t)
 	rc := rawConn(t, srv)
 	armed := false
+	var last atomic.Uint64
 	got := make(chan string, 1)
 	read := func() {
 		buf := make([]byte, 16)
@@ -75,7 +77,7 @@ func TestEvloopCycles(t *testing.T) {
 		got <- string(buf[:n])
 	}
 	for i := range 50 {
-		key, err := e.park(rc, &armed, read)
+		key, err := e.park(rc, &armed, &last, read)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +103,7 @@ func TestEvloopCycles(t *testing.T) {
 			t.Fatalf("cycle %d: a woken park woke again", i)
 		}
 	}
-	if _, err := e.park(rc, &armed, read); err != nil {
+	if _, err := e.park(rc, &armed, &last, read); err != nil {
 		t.Fatal(err)
 	}
 	cli.Close()
@@ -122,7 +124,8 @@ func TestEvloopClose(t *testing.T) {
 	for i := range 3 {
 		srv, _ := tcpPair(t)
 		armed := false
-		key, err := e.park(rawConn(t, srv), &armed, func() { ran <- i })
+		var last atomic.Uint64
+		key, err := e.park(rawConn(t, srv), &armed, &last, func() { ran <- i })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +146,8 @@ func TestEvloopClose(t *testing.T) {
 	}
 	srv, _ := tcpPair(t)
 	armed := false
-	if _, err := e.park(rawConn(t, srv), &armed, func() {}); err != errEvloopClosed {
+	var last atomic.Uint64
+	if _, err := e.park(rawConn(t, srv), &armed, &last, func() {}); err != errEvloopClosed {
 		t.Fatalf("park after close: %v, want errEvloopClosed", err)
 	}
 }
@@ -157,6 +161,7 @@ func BenchmarkParkResume(b *testing.B) {
 	srv, cli := tcpPair(b)
 	rc := rawConn(b, srv)
 	armed := false
+	var last atomic.Uint64
 	done := make(chan struct{})
 	buf := make([]byte, 1)
 	msg := []byte{1}
@@ -168,7 +173,7 @@ func BenchmarkParkResume(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.park(rc, &armed, read); err != nil {
+		if _, err := e.park(rc, &armed, &last, read); err != nil {
 			b.Fatal(err)
 		}
 		cli.Write(msg)

@@ -205,7 +205,7 @@ func (c *client) parkEligible() bool {
 // mayPark reports whether the client holds nothing that needs its
 // goroutine: it is between transactions with nothing buffered either way.
 func (c *client) mayPark() bool {
-	return c.canPark.Load() && c.server == nil && c.xs == nil && !c.pinned && c.tx == 'I' &&
+	return c.canPark.Load() && c.mode == config.PoolTransaction && c.server == nil && c.xs == nil && !c.pinned && c.tx == 'I' &&
 		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && len(c.batch) == 0 &&
 		c.stream == nil && c.lost == nil && c.clientErr == nil &&
 		c.r.Buffered() == 0 && c.w.Buffered() == 0
@@ -244,7 +244,7 @@ func (c *client) park() bool {
 	}
 	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
 	c.parked.Store(true)
-	key, err := e.park(c.rawConn, &c.parkArmed, c.resume)
+	key, err := e.park(c.rawConn, &c.parkArmed, &c.parkKey, c.resume)
 	if err != nil {
 		if !errors.Is(err, errEvloopClosed) {
 			c.log.Warn("client cannot park", "err", err)
@@ -252,9 +252,9 @@ func (c *client) park() bool {
 		c.unparked()
 		return false
 	}
-	c.parkKey.Store(uint64(uint32(key.fd))<<32 | uint64(uint32(key.token)))
 	// A KILL or Shutdown that came before the park was stored saw nothing
-	// to wake: the client takes itself back (see nudge).
+	// to wake: the client takes itself back (see nudge). If it already
+	// woke, whoever serves it now sees the flag.
 	if c.killed.Load() || c.l.shutting.Load() {
 		if e.unpark(key) {
 			c.unparked()
@@ -307,6 +307,5 @@ func (c *client) wakeParked() {
 	if e == nil {
 		return // closeParking resumed it
 	}
-	k := c.parkKey.Load()
-	e.wake(parkKey{fd: int32(uint32(k >> 32)), token: int32(uint32(k))})
+	e.wake(unpackParkKey(c.parkKey.Load()))
 }
