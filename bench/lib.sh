@@ -20,7 +20,7 @@ PG_STARTED=""
 BENCH_EXTRA_PIDS=() # scripts may add helpers (perf, strace) to be stopped too
 # More shardgate processes, by target name (start_shardgate_variant): another
 # binary or GOMAXPROCS measured in the same run as the main one.
-declare -A SG_PORT=() SG_PID=()
+declare -A SG_PORT=() SG_PID=() SG_METRICS=() # SG_METRICS: /metrics ports, by target
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -177,7 +177,7 @@ pool_mode = transaction
 default_pool_size = $BENCH_POOL_SIZE
 min_pool_size = 0
 reserve_pool_size = 0
-max_client_conn = 1000
+max_client_conn = ${BENCH_PGBOUNCER_MAX_CLIENTS:-1000}
 max_db_connections = 0
 server_tls_sslmode = disable
 log_connections = 0
@@ -235,6 +235,14 @@ databases:
     shards:
       - { host: 127.0.0.1, port: $PORT_DIRECT, database: $BENCH_DB }
 EOF
+	# BENCH_SHARDGATE_LIMITS: a limits section for shardgate, such as
+	# "{ max_client_conn: 20000 }" (bench/idle.sh).
+	[ -z "${BENCH_SHARDGATE_LIMITS:-}" ] || echo "limits: $BENCH_SHARDGATE_LIMITS" >>"$BENCH_TMP/shardgate.yaml"
+	# BENCH_SHARDGATE_METRICS=1: serve /metrics (Go runtime figures too).
+	if [ -n "${BENCH_SHARDGATE_METRICS:-}" ]; then
+		SG_METRICS[shardgate]=$(free_port 59930)
+		echo "metrics: { listen: 127.0.0.1:${SG_METRICS[shardgate]} }" >>"$BENCH_TMP/shardgate.yaml"
+	fi
 	"$BENCH_TMP/proxy" check-config "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/check-config.log" 2>&1 ||
 		{ cat "$BENCH_TMP/check-config.log" >&2; die "generated shardgate config is invalid"; }
 	SHARDGATE_VERSION=${SHARDGATE_VERSION:-$(cd "$REPO_DIR" && git describe --always --dirty 2>/dev/null || echo unknown)}
@@ -257,13 +265,22 @@ build_ref() {
 	(cd "$src" && go build -o "$out" ./cmd/proxy) || die "go build of $ref failed"
 }
 
-# start_shardgate_variant NAME BIN [GOMAXPROCS] starts one more shardgate,
-# BIN with the main one's configuration on a port of its own, as target
-# NAME. BIN's file name is its comm (at most 15 characters).
+# start_shardgate_variant NAME BIN [GOMAXPROCS [LIMITS]] starts one more
+# shardgate, BIN with the main one's configuration on a port of its own, as
+# target NAME; LIMITS replaces the limits section (as BENCH_SHARDGATE_LIMITS).
+# BIN's file name is its comm (at most 15 characters).
 start_shardgate_variant() {
-	local name=$1 bin=$2 gmp=${3:-} port pid
+	local name=$1 bin=$2 gmp=${3:-} limits=${4:-} port pid
 	port=$(free_port $((PORT_SHARDGATE + 1)))
 	sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/shardgate-$name.yaml"
+	if [ -n "$limits" ]; then
+		sed -i '/^limits:/d' "$BENCH_TMP/shardgate-$name.yaml"
+		echo "limits: $limits" >>"$BENCH_TMP/shardgate-$name.yaml"
+	fi
+	if [ -n "${SG_METRICS[shardgate]:-}" ]; then
+		SG_METRICS[$name]=$(free_port $((SG_METRICS[shardgate] + 1 + ${#SG_METRICS[@]})))
+		sed -i "s/^metrics: .*/metrics: { listen: 127.0.0.1:${SG_METRICS[$name]} }/" "$BENCH_TMP/shardgate-$name.yaml"
+	fi
 	log "starting shardgate variant $name ($(basename "$bin"), GOMAXPROCS=${gmp:-default}) on 127.0.0.1:$port"
 	env ${gmp:+GOMAXPROCS=$gmp} "$bin" -config "$BENCH_TMP/shardgate-$name.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate-$name.log" 2>&1 &
 	pid=$!

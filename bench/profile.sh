@@ -19,7 +19,8 @@
 # Environment: PROFILE_SECONDS (default 10), PROFILE_CLIENTS (16),
 # PROFILE_WORKLOADS ("select1 select-only"; PROFILE_WORKLOAD is the old
 # name), PROFILE_MODES ("simple extended prepared"), PROFILE_GOMAXPROCS ("1";
-# empty for none), PROFILE_BASE_REF (none), PROFILE_OUT
+# empty for none), PROFILE_BASE_REF (none), PROFILE_PARK_AFTER (values of
+# limits.client_park_after, each a variant parkV; none), PROFILE_OUT
 # (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
 # PROFILE_RECORD=0 to skip perf record, plus BENCH_POOL_SIZE and BENCH_SCALE
 # as in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
@@ -35,6 +36,7 @@ PROFILE_WORKLOADS=${PROFILE_WORKLOADS:-${PROFILE_WORKLOAD:-select1 select-only}}
 PROFILE_MODES=${PROFILE_MODES:-simple extended prepared}
 PROFILE_GOMAXPROCS=${PROFILE_GOMAXPROCS-1}
 PROFILE_BASE_REF=${PROFILE_BASE_REF:-}
+PROFILE_PARK_AFTER=${PROFILE_PARK_AFTER:-}
 PROFILE_RECORD=${PROFILE_RECORD:-1}
 PROFILE_STRACE=${PROFILE_STRACE:-1}
 PROFILE_OUT=${PROFILE_OUT:-$BENCH_DIR/results/profile.md}
@@ -67,6 +69,10 @@ VARIANTS=()
 for g in $PROFILE_GOMAXPROCS; do
 	start_shardgate_variant "gomaxprocs$g" "$BENCH_TMP/proxy" "$g"
 	VARIANTS+=("gomaxprocs$g")
+done
+for a in $PROFILE_PARK_AFTER; do
+	start_shardgate_variant "park$a" "$BENCH_TMP/proxy" "" "{ client_park_after: $a }"
+	VARIANTS+=("park$a")
 done
 if [ -n "$PROFILE_BASE_REF" ]; then
 	build_ref "$PROFILE_BASE_REF" "$BENCH_TMP/proxy-base"

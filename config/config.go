@@ -136,6 +136,11 @@ type Limits struct {
 	// proxy's resolver rolls it back (default 10s). It bounds how long a
 	// proxy that died in the middle of COMMIT leaves locks held.
 	InDoubtTimeout time.Duration `yaml:"in_doubt_timeout"`
+	// ClientParkAfter is how long a transaction-mode client waits idle
+	// before its connection is parked: served by an epoll set instead of
+	// a goroutine of its own (frontend/park.go). 0 parks at every idle
+	// point; negative never parks.
+	ClientParkAfter time.Duration `yaml:"client_park_after"`
 }
 
 // TLS configures TLS towards clients and the sslmode towards servers.

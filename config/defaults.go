@@ -19,6 +19,7 @@ const (
 	defaultLoginTimeout    = 60 * time.Second
 	defaultMaxMessageSize  = 1 << 30 // PostgreSQL's own limit
 	defaultInDoubtTimeout  = 10 * time.Second
+	defaultClientParkAfter = time.Second
 )
 
 // defaultPool is the top-level pool when the file says nothing.
@@ -59,6 +60,7 @@ func defaultConfig() *Config {
 			ClientLoginTimeout: defaultLoginTimeout,
 			MaxMessageSize:     defaultMaxMessageSize,
 			InDoubtTimeout:     defaultInDoubtTimeout,
+			ClientParkAfter:    defaultClientParkAfter,
 		},
 		AuthType: AuthSCRAM,
 	}

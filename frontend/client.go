@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -144,18 +145,40 @@ type client struct {
 	killed       atomic.Bool
 	infoMu       sync.Mutex // guards appName
 	appName      string
+
+	// Parking (park.go). The owner is whichever goroutine serves the
+	// client: the one that parked it and the one that resumes it never run
+	// at the same time.
+	ctx        context.Context // the client's, for the loop of a resumed client
+	maxMessage int             // limits.max_message_size at login, for new readers
+	rawConn    syscall.RawConn // the socket, to park it (set when canPark)
+	parkArmed  bool            // the socket is in the evloop's epoll set
+	wantPark   bool            // the sweep interrupted the read: park before reading again
+	resumed    bool            // the loop resumed from a park and has not read yet
+	sweepSeen  uint64          // the sweep goroutine's: queries at its previous pass
+	canPark    atomic.Bool     // the client parks when idle (parkEligible)
+	parked     atomic.Bool     // parked now: no goroutine serves the client
+	parkNudge  atomic.Bool     // the sweep set a read deadline for the client to park
+	parkKey    atomic.Uint64   // the current park (fd<<32 | token), for wakeParked
 }
+
+// The client's buffer sizes.
+const (
+	clientReadBuffer  = 16 << 10
+	clientWriteBuffer = 32 << 10
+	clientQueue       = 8 // answers expected, before qBuf grows
+)
 
 func newClient(l *Listener, conn net.Conn) *client {
 	c := &client{
 		l:        l,
 		conn:     conn,
-		r:        wire.NewReader(conn, 16<<10, 1<<30),
-		w:        bufio.NewWriterSize(conn, 32<<10),
+		r:        wire.NewReader(conn, clientReadBuffer, 1<<30),
+		w:        bufio.NewWriterSize(conn, clientWriteBuffer),
 		id:       l.nextID.Add(1),
 		started:  time.Now(),
 		tx:       'I',
-		qBuf:     make([]req, 0, 8),
+		qBuf:     make([]req, 0, clientQueue),
 		stmts:    map[string]*stmt{},
 		sqlStmts: map[string]*sqlStmt{},
 	}
@@ -190,7 +213,11 @@ func (c *client) setState(s ClientState) {
 	c.wakeMu.Lock()
 	old := ClientState(c.state.Swap(int32(s)))
 	c.wakeMu.Unlock()
-	if old == ClientIdle && c.l.shutting.Load() && !c.killed.Load() {
+	if old != ClientIdle {
+		return
+	}
+	nudged := c.parkNudge.Swap(false) // the sweep's, see sweepPark
+	if (nudged || c.l.shutting.Load()) && !c.killed.Load() {
 		c.conn.SetReadDeadline(time.Time{})
 	}
 }
@@ -230,9 +257,9 @@ func (c *client) run(ctx context.Context, st *State) error {
 		return c.loginFailed(err)
 	}
 	c.conn.SetDeadline(time.Time{})
-	c.r.SetMax(st.Config.Limits.MaxMessageSize)
-	c.l.register(c)
-	defer c.l.unregister(c)
+	c.maxMessage = st.Config.Limits.MaxMessageSize
+	c.r.SetMax(c.maxMessage)
+	c.l.register(c) // finish unregisters it
 	// BackendKeyData with the proxy's own pid and secret, then ready.
 	key := []byte{'K', 0, 0, 0, 12}
 	key = wire.AppendInt32(key, int32(c.pid))
@@ -247,6 +274,10 @@ func (c *client) run(ctx context.Context, st *State) error {
 	}
 	c.leaveGateIdle()
 	c.setState(ClientIdle)
+	c.ctx = ctx
+	if c.parkEligible() && c.l.evloop() != nil {
+		c.canPark.Store(true)
+	}
 	return c.loop(ctx)
 }
 
@@ -330,7 +361,8 @@ func (c *client) detach() {
 	c.setState(ClientIdle)
 }
 
-// loop reads and serves client messages until the client leaves.
+// loop reads and serves client messages until the client leaves or parks
+// (errParked).
 func (c *client) loop(ctx context.Context) error {
 	for {
 		if c.l.shutting.Load() && c.holdsNothing() || c.killed.Load() {
@@ -338,6 +370,9 @@ func (c *client) loop(ctx context.Context) error {
 			c.sendFatal(wire.Fatalf(code, "terminating connection due to administrator command"))
 			c.abandon() // a killed client may hold a server: roll back, return it
 			return nil
+		}
+		if c.parkNow() && c.park() {
+			return errParked
 		}
 		stopWatch := c.watchServer()
 		typ, raw, body, err := c.r.Next()
@@ -351,6 +386,12 @@ func (c *client) loop(ctx context.Context) error {
 				// loop ends an idle or killed client; one in a
 				// transaction finishes it first.
 				c.conn.SetReadDeadline(time.Time{})
+				continue
+			}
+			if errors.As(err, &ne) && ne.Timeout() && c.parkNudge.Swap(false) {
+				// The sweep found the client idle: park it (parkNow).
+				c.conn.SetReadDeadline(time.Time{})
+				c.wantPark = true
 				continue
 			}
 			if e, ok := wire.AsError(err); ok {
@@ -517,6 +558,7 @@ func (c *client) syncServer() bool {
 // nudge wakes a client blocked reading so it notices shutdown or kill.
 func (c *client) nudge() {
 	c.conn.SetReadDeadline(time.Now())
+	c.wakeParked()
 }
 
 // holdsNothing reports whether the client holds no server: no open

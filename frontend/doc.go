@@ -4,9 +4,16 @@
 // # Layers and files
 //
 //   - listener.go: Listener accepts TCP connections, enforces
-//     max_client_conn, and runs one goroutine per client; it routes
+//     max_client_conn, and runs one goroutine per client (serve); it routes
 //     CancelRequests to the client that owns the key, and shuts down
 //     gracefully (Shutdown).
+//   - park.go, evloop.go: idle clients without goroutines. A client of a
+//     non-sharded transaction-mode database (plain TCP, not admin) that
+//     holds nothing and has nothing buffered parks: its buffers go back to
+//     the Listener's pools, its socket into the evloop's epoll set, and its
+//     goroutine returns; the socket becoming readable (or hung up) resumes
+//     the client loop on a new goroutine. limits.client_park_after says
+//     when (0: at every idle point).
 //   - startup.go, auth.go, login.go: the startup phase (SSLRequest,
 //     GSSENCRequest, CancelRequest, StartupMessage), authentication
 //     (SCRAM-SHA-256, MD5, cleartext, trust), the proxy's own
@@ -34,7 +41,8 @@
 // # Lifecycle of a client
 //
 // A client is ClientLogin until it is authenticated, then ClientIdle
-// between transactions, ClientWaiting while
+// between transactions (with or without a goroutine: parked clients are
+// idle ones), ClientWaiting while
 // the pool has no server for it, ClientActive while it holds one, and
 // ClientClosed (state.go). What it holds is its binding: nothing, one
 // server (c.server), servers of several shards (c.xs), or the admin
@@ -84,6 +92,10 @@
 //
 // # Invariants
 //
+//   - A client is served by at most one goroutine at a time: the one
+//     that parks it returns without touching it again, and only the evloop
+//     starts the next (park.go). Everything the client loop needs between
+//     messages lives in the client struct, not in goroutine locals.
 //   - A checked-out server is touched only by the client goroutine that owns
 //     it; cancel requests read the owner's cancel targets (every server it
 //     holds: one per shard on a sharded database) through an atomic

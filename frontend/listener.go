@@ -74,6 +74,8 @@ type Listener struct {
 	clientsNum atomic.Int64
 	shutting   atomic.Bool
 
+	parking parker // idle clients without goroutines (park.go)
+
 	mu      sync.Mutex // guards the following
 	ln      net.Listener
 	clients map[uint32]*client // by the pid handed out in BackendKeyData
@@ -153,27 +155,55 @@ func (l *Listener) track() bool {
 }
 
 func (l *Listener) handle(ctx context.Context, conn net.Conn) {
-	defer l.wg.Done()
 	n := l.clientsNum.Add(1)
-	defer l.clientsNum.Add(-1)
 	c := newClient(l, conn)
+	c.serve(func() error {
+		st := l.State()
+		if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
+			c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
+				fmt.Sprintf("max_client_conn (%d) reached", max))
+			return nil
+		}
+		return c.run(ctx, st)
+	})
+}
+
+// serve runs fn, a part of the client's life, on the current goroutine,
+// and ends the client when fn returns, unless the client parked (then its
+// life goes on in a later serve, see park.go). It is the one place a
+// client goroutine recovers a panic.
+func (c *client) serve(fn func() error) {
+	parked := false
 	defer func() {
 		if r := recover(); r != nil {
-			l.log.Error("client goroutine panicked", "client", c.id, "panic", r, "stack", string(debug.Stack()))
+			c.log.Error("client goroutine panicked", "client", c.id, "panic", r, "stack", string(debug.Stack()))
+			if c.w == nil {
+				c.unparked()
+			}
 			c.sendFatal(wire.Fatalf(wire.InternalError, "internal error in shardgate: %v", r))
 			c.dropServers()
+		} else if parked {
+			return
 		}
-		c.close()
+		c.finish()
 	}()
-	st := l.State()
-	if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
-		c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
-			fmt.Sprintf("max_client_conn (%d) reached", max))
+	err := fn()
+	if err == errParked {
+		parked = true
 		return
 	}
-	if err := c.run(ctx, st); err != nil {
+	if err != nil {
 		c.log.Debug("client closed", "err", err)
 	}
+}
+
+// finish ends the client: it leaves the table of cancel keys, its socket
+// is closed, and Shutdown stops waiting for it.
+func (c *client) finish() {
+	c.l.unregister(c)
+	c.close()
+	c.l.clientsNum.Add(-1)
+	c.l.wg.Done()
 }
 
 // dropServers gives back what a client whose goroutine panicked holds:
@@ -298,6 +328,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 		c.wakeIfIdle()
 	}
 	l.mu.Unlock()
+	l.closeParking() // resumes every parked client, which the nudge may have missed
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
 	// With every client gone, nothing plans any more: close the catalog

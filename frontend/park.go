@@ -1,0 +1,311 @@
+package frontend
+
+import (
+	"bufio"
+	"errors"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Parking.
+//
+// A client waiting for its next message between transactions needs no
+// goroutine. When it parks, its goroutine gives its read and write buffers
+// back to the Listener's pools, registers the socket in the evloop's epoll
+// set (evloop.go) and returns, freeing its stack; everything the client is
+// (session state, prepared statements, counters) lives in the client
+// struct. When the socket is readable or hung up, the evloop starts a new
+// goroutine that takes buffers again and goes on with the client loop,
+// whose first read finds the data (or the EOF, cleaned up as always).
+//
+// Which clients park: those of a transaction-mode database that is not
+// sharded, over plain TCP or a Unix socket, at the top of the client loop
+// while they hold nothing — no server (so not pinned, not in a
+// transaction), no extended-protocol batch open or answered in part,
+// nothing buffered from or for the client, not in COPY (mayPark). Session
+// mode, TLS (crypto/tls may hold decrypted bytes the socket no longer
+// has), admin connections and sharded databases keep their goroutine.
+//
+// When: limits.client_park_after (config). 0 parks at every idle point;
+// a positive duration parks only clients that stayed idle that long: a
+// sweep of the Listener's clients every such period interrupts the read of
+// each client that is idle and ran no statement since the previous sweep
+// (a read deadline in the past, as Shutdown's nudge), and the client parks
+// instead of reading. Nothing is done per round trip. A negative value
+// never parks.
+//
+// Wake-ups: Shutdown and KILL nudge a client (nudge), which also resumes
+// it when parked; it then finds the reason at the top of its loop. A
+// client that parks after such a nudge sees the flag once parked and
+// unparks itself (park). Cancel requests and the gate never need the
+// client's goroutine: a parked client holds no server and is not admitted.
+
+// errParked ends a client goroutine whose client parked: serve does not
+// close it.
+var errParked = errors.New("client parked")
+
+// parker is the Listener's evloop, made at the first park, and the sweep
+// that parks clients idle for limits.client_park_after.
+type parker struct {
+	mu     sync.Mutex // guards the following
+	loop   *evloop
+	failed bool // the evloop could not be made: clients do not park
+	closed bool
+	stop   chan struct{}
+	swept  chan struct{} // closed when the sweep goroutine returns
+
+	// Buffers parked clients gave back, for the next clients to resume: a
+	// few only (parkedBuffers), so that the memory of many parked clients
+	// is freed, not kept for them.
+	readers chan *wire.Reader
+	writers chan *bufio.Writer
+}
+
+// parkedBuffers is how many read and write buffers the Listener keeps for
+// resuming clients: enough for the clients that park at every idle point
+// between their transactions to find one.
+const parkedBuffers = 64
+
+// evloop returns the Listener's evloop, starting it and the sweep on first
+// use; nil when clients cannot park (shutdown, or no epoll).
+func (l *Listener) evloop() *evloop {
+	p := &l.parking
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.loop != nil || p.closed || p.failed {
+		return p.loop
+	}
+	e, err := newEvloop()
+	if err != nil {
+		l.log.Warn("idle clients keep their goroutines", "err", err)
+		p.failed = true
+		return nil
+	}
+	p.loop = e
+	p.readers = make(chan *wire.Reader, parkedBuffers)
+	p.writers = make(chan *bufio.Writer, parkedBuffers)
+	p.stop = make(chan struct{})
+	p.swept = make(chan struct{})
+	go l.sweep(p.stop, p.swept)
+	return e
+}
+
+// Parked reports how many clients are parked now.
+func (l *Listener) Parked() int {
+	p := &l.parking
+	p.mu.Lock()
+	e := p.loop
+	p.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	return e.parked()
+}
+
+// closeParking resumes every parked client, and from then on no client
+// parks (Shutdown).
+func (l *Listener) closeParking() {
+	p := &l.parking
+	p.mu.Lock()
+	p.closed = true
+	e, stop, swept := p.loop, p.stop, p.swept
+	p.loop = nil
+	p.mu.Unlock()
+	if e == nil {
+		return
+	}
+	close(stop)
+	<-swept
+	e.close()
+}
+
+// freeAfterParking is how many more clients must have parked since the
+// last time the sweep gave memory back to the OS for it to do so again.
+const freeAfterParking = 1000
+
+// sweep nudges clients idle for limits.client_park_after into parking,
+// until stop is closed. When many clients parked since its last pass it
+// also returns the memory they freed to the OS: an idle proxy allocates
+// nothing, so without this the Go runtime would keep their stacks and
+// buffers until its forced collection every two minutes, and scavenge
+// them only after that.
+func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	freedAt := 0 // parked clients at the last FreeOSMemory
+	for {
+		if n := l.Parked(); n >= freedAt+freeAfterParking {
+			debug.FreeOSMemory()
+			freedAt = n
+		} else if n < freedAt {
+			freedAt = n
+		}
+		after := l.State().Config.Limits.ClientParkAfter
+		if after <= 0 {
+			after = time.Second // only to notice a reload that changes it
+		}
+		t.Reset(after)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if l.State().Config.Limits.ClientParkAfter <= 0 {
+			continue
+		}
+		l.mu.Lock()
+		for _, c := range l.clients {
+			c.sweepPark()
+		}
+		l.mu.Unlock()
+	}
+}
+
+// sweepPark nudges the client into parking if it stayed idle since the
+// previous sweep. Only the sweep goroutine calls it.
+func (c *client) sweepPark() {
+	q := c.queries.Load()
+	seen := c.sweepSeen
+	c.sweepSeen = q
+	if q != seen || !c.canPark.Load() || c.parked.Load() {
+		return
+	}
+	c.wakeMu.Lock()
+	defer c.wakeMu.Unlock()
+	if ClientState(c.state.Load()) == ClientIdle && !c.parkNudge.Load() {
+		c.parkNudge.Store(true)
+		c.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// parkEligible says whether the client may ever park (see the top of this
+// file); it is decided once, after login.
+func (c *client) parkEligible() bool {
+	if c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil {
+		return false
+	}
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	c.rawConn = rc
+	return true
+}
+
+// mayPark reports whether the client holds nothing that needs its
+// goroutine: it is between transactions with nothing buffered either way.
+func (c *client) mayPark() bool {
+	return c.canPark.Load() && c.mode == config.PoolTransaction && c.server == nil && c.xs == nil && !c.pinned && c.tx == 'I' &&
+		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && len(c.batch) == 0 &&
+		c.stream == nil && c.lost == nil && c.clientErr == nil &&
+		c.r.Buffered() == 0 && c.w.Buffered() == 0
+}
+
+// parkNow reports whether the loop should try to park the client before
+// it reads: it was nudged by the sweep, or parking happens at every idle
+// point.
+func (c *client) parkNow() bool {
+	if c.resumed {
+		c.resumed = false // woken for data: read it first
+		return false
+	}
+	if c.wantPark {
+		c.wantPark = false
+		return true
+	}
+	return c.canPark.Load() && c.l.State().Config.Limits.ClientParkAfter == 0
+}
+
+// park parks the client; true means it did, and the goroutine must return
+// without touching the client again (it may already run elsewhere).
+func (c *client) park() bool {
+	e := c.l.evloop()
+	if e == nil || !c.mayPark() {
+		return false
+	}
+	p := &c.l.parking
+	select {
+	case p.readers <- c.r:
+	default:
+	}
+	select {
+	case p.writers <- c.w:
+	default:
+	}
+	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
+	c.parked.Store(true)
+	key, err := e.park(c.rawConn, &c.parkArmed, &c.parkKey, c.resume)
+	if err != nil {
+		if !errors.Is(err, errEvloopClosed) {
+			c.log.Warn("client cannot park", "err", err)
+		}
+		c.unparked()
+		return false
+	}
+	// A KILL or Shutdown that came before the park was stored saw nothing
+	// to wake: the client takes itself back (see nudge). If it already
+	// woke, whoever serves it now sees the flag.
+	if c.killed.Load() || c.l.shutting.Load() {
+		if e.unpark(key) {
+			c.unparked()
+			return false
+		}
+	}
+	return true
+}
+
+// unparked gives the client buffers again: its goroutine goes on.
+func (c *client) unparked() {
+	c.parked.Store(false)
+	p := &c.l.parking
+	var r *wire.Reader
+	var w *bufio.Writer
+	select {
+	case r = <-p.readers:
+		r.Reset(c.conn)
+		r.SetMax(c.maxMessage)
+	default:
+		r = wire.NewReader(c.conn, clientReadBuffer, c.maxMessage)
+	}
+	select {
+	case w = <-p.writers:
+		w.Reset(c.conn)
+	default:
+		w = bufio.NewWriterSize(c.conn, clientWriteBuffer)
+	}
+	c.r, c.w = r, w
+	c.qBuf = make([]req, 0, clientQueue)
+}
+
+// resume serves a parked client whose socket woke, on the evloop's new
+// goroutine.
+func (c *client) resume() {
+	c.unparked()
+	c.resumed = true
+	c.serve(func() error { return c.loop(c.ctx) })
+}
+
+// wakeParked resumes the client if it is parked (nudge).
+func (c *client) wakeParked() {
+	if !c.parked.Load() {
+		return
+	}
+	p := &c.l.parking
+	p.mu.Lock()
+	e := p.loop
+	p.mu.Unlock()
+	if e == nil {
+		return // closeParking resumed it
+	}
+	e.wake(unpackParkKey(c.parkKey.Load()))
+}

@@ -1,0 +1,365 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Tests of idle clients parked in the evloop (frontend/park.go): a parked
+// client has no goroutine, and must behave exactly as one that has.
+
+// parkConfig is poolConfig for database app in transaction mode with
+// limits.client_park_after set to after.
+func parkConfig(cl *pgtest.Cluster, size int, after string) string {
+	c := poolConfig(cl, "transaction", size, "app")
+	old := "limits: { client_login_timeout: 5s }"
+	if !strings.Contains(c, old) {
+		panic("poolConfig changed: update parkConfig")
+	}
+	return strings.Replace(c, old, "limits: { client_login_timeout: 5s, client_park_after: "+after+" }", 1)
+}
+
+// parkModes are the two ways clients park: at every idle point, and after
+// a short idle time (through the sweep).
+var parkModes = []struct{ name, after string }{
+	{"every-idle-point", "0s"},
+	{"after-idle", "50ms"},
+}
+
+func waitParked(t testing.TB, p *proxy, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d parked clients", n), func() bool { return p.Listener.Parked() == n })
+}
+
+// TestXParkManyIdle: many clients make session state (SETs, a prepared
+// statement), park, and are all used again at once: each sees its own
+// settings and answers, and while they are parked they hold no goroutine.
+func TestXParkManyIdle(t *testing.T) {
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			cl := cluster(t, "app")
+			p := startProxy(t, parkConfig(cl, 4, m.after))
+			ctx := context.Background()
+			const n = 100
+			g0 := runtime.NumGoroutine()
+			conns := make([]*pgx.Conn, n)
+			for i := range conns {
+				conns[i] = connect(t, p.AppURL("app"))
+				mustExec(t, conns[i], fmt.Sprintf("SET work_mem = '%dkB'", 64+i))
+				mustExec(t, conns[i], fmt.Sprintf("SET application_name = 'park%d'", i))
+			}
+			waitParked(t, p, n)
+			// The n parked clients have no goroutine (the proxy keeps a few
+			// of its own: sweep, evloop, pools).
+			if g := runtime.NumGoroutine() - g0; g > n/2 {
+				t.Errorf("%d more goroutines with %d clients parked than before they connected, want fewer than %d", g, n, n/2)
+			}
+			for round := range 3 {
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				for i, c := range conns {
+					wg.Go(func() {
+						var wm, app string
+						var k int
+						err := c.QueryRow(ctx, "SELECT current_setting('work_mem'), current_setting('application_name'), $1::int",
+							i*10+round).Scan(&wm, &app, &k)
+						if err != nil {
+							errs <- fmt.Errorf("client %d: %w", i, err)
+						} else if wm != fmt.Sprintf("%dkB", 64+i) || app != fmt.Sprintf("park%d", i) || k != i*10+round {
+							errs <- fmt.Errorf("client %d round %d: work_mem %s, application_name %s, $1 %d", i, round, wm, app, k)
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				waitParked(t, p, n)
+			}
+		})
+	}
+}
+
+// TestXParkDisconnect: clients that hang up or send Terminate while parked
+// are cleaned up as unparked ones: they leave SHOW CLIENTS, and no server
+// stays checked out.
+func TestXParkDisconnect(t *testing.T) {
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			cl := cluster(t, "app")
+			o := startOperated(t, parkConfig(cl, 2, m.after))
+			p := o.proxy
+			ctx := context.Background()
+			admin := connect(t, o.AdminURL())
+			conns := make([]*pgx.Conn, 6)
+			for i := range conns {
+				conns[i] = connect(t, p.AppURL("app"))
+				mustExec(t, conns[i], "SELECT 1")
+			}
+			waitParked(t, p, 6)
+			for _, c := range conns[:3] {
+				c.PgConn().Conn().Close() // a hang-up, no Terminate
+			}
+			conns[3].Close(ctx) // Terminate
+			waitParked(t, p, 2)
+			appPool := map[string]string{"database": "app", "user": "app", "shard": "0"}
+			eventually(t, 10*time.Second, "two app clients in SHOW CLIENTS", func() bool {
+				tb, err := adminPgx(admin, "SHOW CLIENTS")
+				if err != nil {
+					t.Fatal(err)
+				}
+				app := 0
+				for _, r := range tb.rows {
+					if r[tb.col(t, "database")] == "app" {
+						app++
+					}
+				}
+				return app == 2
+			})
+			tb, err := adminPgx(admin, "SHOW POOLS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, w, sa := tb.num(t, appPool, "cl_active"), tb.num(t, appPool, "cl_waiting"), tb.num(t, appPool, "sv_active"); a != 0 || w != 0 || sa != 0 {
+				t.Fatalf("SHOW POOLS: cl_active %d cl_waiting %d sv_active %d, want 0 (%v)", a, w, sa, tb.rows)
+			}
+			if tot := tb.num(t, appPool, "sv_total"); tot > 2 {
+				t.Fatalf("SHOW POOLS: sv_total %d, pool size 2", tot)
+			}
+			for _, c := range conns[4:] {
+				mustExec(t, c, "SELECT 1")
+			}
+		})
+	}
+}
+
+// TestXParkCancel: a CancelRequest carrying a parked client's key finds no
+// server to cancel: it has no effect, neither on that client's next
+// statements nor on another client's running one.
+func TestXParkCancel(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	p := startProxy(t, parkConfig(cl, 2, "0s"))
+	ctx := context.Background()
+	a := connect(t, p.AppURL("app"))
+	b := connect(t, p.AppURL("app"))
+	mustExec(t, a, "SELECT 1")
+	mustExec(t, b, "SELECT 1")
+	waitParked(t, p, 2)
+	running := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "SELECT pg_sleep(0.5)")
+		running <- err
+	}()
+	waitParked(t, p, 1) // b is running
+	if err := a.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatalf("cancel request: %v", err)
+	}
+	if err := <-running; err != nil {
+		t.Fatalf("the other client's statement: %v", err)
+	}
+	if _, err := a.Exec(ctx, "SELECT pg_sleep(0.2)"); err != nil {
+		t.Fatalf("the parked client's next statement: %v", err)
+	}
+}
+
+// hijacked logs in to the proxy with pgconn and takes over the connection,
+// to write frames as the test chooses.
+func hijacked(t *testing.T, url string) *pgconn.HijackedConn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Conn.Close() })
+	return hc
+}
+
+// receiveUntilReady reads messages up to ReadyForQuery and returns them as
+// short strings: the type and, for DataRow, its first column.
+func receiveUntilReady(t *testing.T, hc *pgconn.HijackedConn) []string {
+	t.Helper()
+	hc.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var got []string
+	for {
+		msg, err := hc.Frontend.Receive()
+		if err != nil {
+			t.Fatalf("receive after %v: %v", got, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			got = append(got, "D"+string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			got = append(got, "E"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			return append(got, "Z"+string(m.TxStatus))
+		default:
+			got = append(got, fmt.Sprintf("%T", msg)[len("*pgproto3."):])
+		}
+	}
+}
+
+func encode(t *testing.T, msgs ...pgproto3.FrontendMessage) []byte {
+	t.Helper()
+	var b []byte
+	for _, m := range msgs {
+		var err error
+		if b, err = m.Encode(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// TestXParkSlowFrames: a parked client's next messages come a byte at a
+// time, so that the frame is split across many reads (the first of them by
+// the resumed goroutine); then an extended batch split at odd places.
+func TestXParkSlowFrames(t *testing.T) {
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			cl := cluster(t, "app")
+			p := startProxy(t, parkConfig(cl, 2, m.after))
+			hc := hijacked(t, p.AppURL("app"))
+			waitParked(t, p, 1)
+			for _, b := range encode(t, &pgproto3.Query{String: "SELECT 42"}) {
+				if _, err := hc.Conn.Write([]byte{b}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Millisecond) // pacing the bytes, not synchronisation
+			}
+			want := "RowDescription D42 CommandComplete ZI"
+			if got := strings.Join(receiveUntilReady(t, hc), " "); got != want {
+				t.Fatalf("slow Query: %s, want %s", got, want)
+			}
+			waitParked(t, p, 1)
+			batch := encode(t, &pgproto3.Parse{Query: "SELECT $1::int + 1"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("6")}},
+				&pgproto3.Execute{}, &pgproto3.Sync{})
+			for _, part := range [][]byte{batch[:3], batch[3:11], batch[11 : len(batch)-2], batch[len(batch)-2:]} {
+				if _, err := hc.Conn.Write(part); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond) // pacing, as above
+			}
+			want = "ParseComplete BindComplete D7 CommandComplete ZI"
+			if got := strings.Join(receiveUntilReady(t, hc), " "); got != want {
+				t.Fatalf("split batch: %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestXParkPipelineAfterWake: the first thing a parked client sends is a
+// pipelined extended-protocol batch of several Syncs in one write; every
+// answer comes back in order, and the client parks again after it.
+func TestXParkPipelineAfterWake(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	p := startProxy(t, parkConfig(cl, 2, "0s"))
+	hc := hijacked(t, p.AppURL("app"))
+	waitParked(t, p, 1)
+	var msgs []pgproto3.FrontendMessage
+	for i := range 5 {
+		msgs = append(msgs, &pgproto3.Parse{Name: fmt.Sprintf("s%d", i), Query: fmt.Sprintf("SELECT $1::int * %d", i)},
+			&pgproto3.Bind{PreparedStatement: fmt.Sprintf("s%d", i), Parameters: [][]byte{[]byte("10")}},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	}
+	msgs = append(msgs, &pgproto3.Query{String: "SELECT 1/0"}, &pgproto3.Query{String: "SELECT 'after'"})
+	if _, err := hc.Conn.Write(encode(t, msgs...)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		want := fmt.Sprintf("ParseComplete BindComplete RowDescription D%d CommandComplete ZI", 10*i)
+		if got := strings.Join(receiveUntilReady(t, hc), " "); got != want {
+			t.Fatalf("batch %d: %s, want %s", i, got, want)
+		}
+	}
+	if got := strings.Join(receiveUntilReady(t, hc), " "); got != "E"+wire.DivisionByZero+" ZI" {
+		t.Fatalf("SELECT 1/0: %s", got)
+	}
+	if got := strings.Join(receiveUntilReady(t, hc), " "); got != "RowDescription Dafter CommandComplete ZI" {
+		t.Fatalf("SELECT 'after': %s", got)
+	}
+	waitParked(t, p, 1)
+}
+
+// TestXParkShutdownAndKill: KILL ends a parked client with 57P01, and
+// Shutdown ends every parked client with 57P01, as it ends idle clients
+// that were not parked, and returns.
+func TestXParkShutdownAndKill(t *testing.T) {
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			cl := cluster(t, "app")
+			p := startProxy(t, parkConfig(cl, 2, m.after))
+			ctx := context.Background()
+			conns := make([]*pgx.Conn, 4)
+			for i := range conns {
+				conns[i] = connect(t, p.AppURL("app"))
+				mustExec(t, conns[i], "SELECT 1")
+			}
+			waitParked(t, p, 4)
+			var victim uint64
+			for _, ci := range p.Listener.Clients() {
+				if ci.Database == "app" {
+					victim = ci.ID
+				}
+			}
+			if !p.Listener.Kill(victim) {
+				t.Fatal("KILL found no client")
+			}
+			waitParked(t, p, 3)
+			killed := 0
+			for _, c := range conns {
+				if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+					if sqlstate(err) != wire.AdminShutdown {
+						t.Fatalf("killed client: %v, want 57P01", err)
+					}
+					killed++
+				}
+			}
+			if killed != 1 {
+				t.Fatalf("%d clients killed, want 1", killed)
+			}
+			waitParked(t, p, 3)
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := p.Listener.Shutdown(sctx); err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			ended := 0
+			for _, c := range conns {
+				_, err := c.Exec(ctx, "SELECT 1")
+				if got := sqlstate(err); got == wire.AdminShutdown {
+					ended++
+				} else if err == nil {
+					t.Fatal("a client ran a statement after Shutdown")
+				}
+			}
+			if ended != 3 {
+				t.Fatalf("%d clients saw 57P01 at shutdown, want 3", ended)
+			}
+		})
+	}
+}
