@@ -125,8 +125,14 @@ func (l *Listener) closeParking() {
 }
 
 // freeAfterParking is how many more clients must have parked since the
-// last time the sweep gave memory back to the OS for it to do so again.
-const freeAfterParking = 1000
+// last time the sweep gave memory back to the OS for it to do so again,
+// and freeEvery how long it waits at least between two such times (each
+// is a full collection: a number of parked clients that swings by
+// thousands every second must not cost one per second).
+const (
+	freeAfterParking = 1000
+	freeEvery        = 10 * time.Second
+)
 
 // sweep nudges clients idle for limits.client_park_after into parking,
 // until stop is closed. When many clients parked since its last pass it
@@ -139,10 +145,11 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	freedAt := 0 // parked clients at the last FreeOSMemory
+	var freed time.Time
 	for {
-		if n := l.Parked(); n >= freedAt+freeAfterParking {
+		if n := l.Parked(); n >= freedAt+freeAfterParking && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
-			freedAt = n
+			freedAt, freed = n, time.Now()
 		} else if n < freedAt {
 			freedAt = n
 		}
