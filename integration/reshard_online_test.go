@@ -238,36 +238,7 @@ func TestReshardCutoverSessionMode(t *testing.T) {
 	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	type run struct {
-		stdout, stderr string
-		code           int
-	}
-	modes := []string{"simple", "prepared"}
-	runs := make([]run, len(modes))
-	var wg sync.WaitGroup
-	for i, mode := range modes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, errOut, code := runShardPgbench(t, o.proxy, pgbench, 90*time.Second,
-				"-n", "-c", "2", "-j", "1", "-T", "12", "-R", "60", "-M", mode, "-f", script)
-			runs[i] = run{out, errOut, code}
-		}()
-	}
-	time.Sleep(time.Second) // pgbench is under way
-	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
-		t.Fatal(err)
-	}
-	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
-	wg.Wait()
-	var done int64
-	for i, r := range runs {
-		res, err := parseShardPgbench(r.stdout, 1)
-		if r.code != 0 || err != nil || res.failed != 0 {
-			t.Errorf("pgbench -M %s: exit %d, %v, %d failed\nstdout:\n%s\nstderr:\n%s", modes[i], r.code, err, res.failed, r.stdout, r.stderr)
-		}
-		done += res.done
-	}
+	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
 	// The idle session moved with its setting and its statement.
 	var timeout string
 	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {

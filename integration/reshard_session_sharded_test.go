@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
@@ -73,36 +74,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i WHERE i = ANY (
 	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	modes := []string{"simple", "prepared"}
-	type run struct {
-		stdout, stderr string
-		code           int
-	}
-	runs := make([]run, len(modes))
-	var wg sync.WaitGroup
-	for i, mode := range modes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, errOut, code := runShardPgbench(t, o.proxy, pgbench, 90*time.Second,
-				"-n", "-c", "2", "-j", "1", "-T", "12", "-R", "60", "-M", mode, "-f", script)
-			runs[i] = run{out, errOut, code}
-		}()
-	}
-	time.Sleep(time.Second) // pgbench is under way
-	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
-		t.Fatal(err)
-	}
-	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
-	wg.Wait()
-	var done int64
-	for i, r := range runs {
-		res, err := parseShardPgbench(r.stdout, 1)
-		if r.code != 0 || err != nil || res.failed != 0 {
-			t.Errorf("pgbench -M %s: exit %d, %v, %d failed\nstdout:\n%s\nstderr:\n%s", modes[i], r.code, err, res.failed, r.stdout, r.stderr)
-		}
-		done += res.done
-	}
+	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
 	var timeout string
 	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
 		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
@@ -176,4 +148,42 @@ databases:
 	if err := reshardConnect(t, ctx, c.DSN("app_new_0")).QueryRow(ctx, "SELECT balance FROM accounts WHERE id = 1000").Scan(&b); err != nil || b != 7 {
 		t.Errorf("a new session's write is not on the new shard: %d, %v", b, err)
 	}
+}
+
+// pgbenchAcrossReshard runs pgbench through o's proxy, 2 clients at 60
+// transactions/s each for 12 s in each of modes, with script, while
+// RESHARD app app_new cuts over. It fails t for a run that failed any
+// transaction and returns how many they completed.
+func pgbenchAcrossReshard(t *testing.T, o *operated, adm *pgx.Conn, pgbench, script string, modes ...string) int64 {
+	t.Helper()
+	type run struct {
+		stdout, stderr string
+		code           int
+	}
+	runs := make([]run, len(modes))
+	var wg sync.WaitGroup
+	for i, mode := range modes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, errOut, code := runShardPgbench(t, o.proxy, pgbench, 90*time.Second,
+				"-n", "-c", "2", "-j", "1", "-T", "12", "-R", "60", "-M", mode, "-f", script)
+			runs[i] = run{out, errOut, code}
+		}()
+	}
+	time.Sleep(time.Second) // pgbench is under way
+	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+		t.Fatal(err)
+	}
+	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
+	wg.Wait()
+	var done int64
+	for i, r := range runs {
+		res, err := parseShardPgbench(r.stdout, 1)
+		if r.code != 0 || err != nil || res.failed != 0 {
+			t.Errorf("pgbench -M %s: exit %d, %v, %d failed\nstdout:\n%s\nstderr:\n%s", modes[i], r.code, err, res.failed, r.stdout, r.stderr)
+		}
+		done += res.done
+	}
+	return done
 }
