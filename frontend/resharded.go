@@ -92,8 +92,7 @@ func (c *client) leaveSessionServer() (map[string]*sStmt, error) {
 	s := c.server
 	pinned, err := c.probe(s)
 	if err == nil && pinned {
-		err = &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
-			Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", c.db.Name)}
+		err = errSessionPinned(c.db.Name)
 	}
 	if err == nil {
 		err = c.readBack(s)
@@ -168,6 +167,13 @@ func (c *client) movable() bool {
 	return false
 }
 
+// errSessionPinned ends a session that a cutover of database db would
+// move but that holds what cannot move (probe).
+func errSessionPinned(db string) *wire.Error {
+	return &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
+		Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", db)}
+}
+
 // errResharded ends a one-shard client that meets its database sharded
 // where it cannot change paths (see becomeSharded).
 func errResharded(db string) error {
@@ -201,8 +207,7 @@ func (c *client) shardsMoved() bool {
 		return true
 	}
 	for i, sh := range db.Shards {
-		old := c.db.Shards[i]
-		if sh.Host != old.Host || sh.Port != old.Port || sh.Database != old.Database {
+		if !sameServer(sh, c.db.Shards[i]) {
 			return true
 		}
 	}
@@ -224,8 +229,7 @@ func (c *client) leaveSessionShards() error {
 		c.server = s
 		var pinned bool
 		if pinned, err = c.probe(s); err == nil && pinned {
-			err = &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
-				Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", c.db.Name)}
+			err = errSessionPinned(c.db.Name)
 		}
 	}
 	for i := range c.ext {
