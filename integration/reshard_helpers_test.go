@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -57,4 +58,19 @@ func waitOnlyTaskDone(t *testing.T, adm *pgx.Conn, timeout time.Duration, what s
 		}
 		return state == "done"
 	})
+}
+
+// createShardDBs creates databases name_0 … name_<n-1> on c and returns
+// them as the YAML list items of a database's shards.
+func createShardDBs(t *testing.T, ctx context.Context, c *pgtest.Cluster, name string, n int) string {
+	t.Helper()
+	var s []string
+	for i := range n {
+		db := fmt.Sprintf("%s_%d", name, i)
+		if err := c.CreateDatabase(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		s = append(s, fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db))
+	}
+	return strings.Join(s, ", ")
 }

@@ -217,17 +217,7 @@ func startProxyReshardEnv(t *testing.T, ctx context.Context, nsrc, ndst int) (o 
 		"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20",
 		"max_prepared_transactions": "50",
 	}})
-	shards := func(name string, n int) string {
-		var s []string
-		for i := range n {
-			db := fmt.Sprintf("%s_%d", name, i)
-			if err := c.CreateDatabase(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			s = append(s, fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db))
-		}
-		return strings.Join(s, ", ")
-	}
+	shards := func(name string, n int) string { return createShardDBs(t, ctx, c, name, n) }
 	const rules = `
     sharded_tables:
       - { table: accounts, column: id, type: bigint }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,17 +27,7 @@ func TestReshardCutoverShardedSessionMode(t *testing.T) {
 	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10", "max_prepared_transactions": "20",
 	}})
-	shards := func(name string, n int) string {
-		var s []string
-		for i := range n {
-			db := fmt.Sprintf("%s_%d", name, i)
-			if err := c.CreateDatabase(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			s = append(s, fmt.Sprintf("{ host: %s, port: %d, database: %s }", c.Host, c.Port, db))
-		}
-		return strings.Join(s, ", ")
-	}
+	shards := func(name string, n int) string { return createShardDBs(t, ctx, c, name, n) }
 	const rules = "\n    sharded_tables: [{ table: accounts, column: id, type: bigint }]"
 	yml := fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
