@@ -245,7 +245,7 @@ func (c *client) refresh() error {
 	if p == nil {
 		return wire.Errorf(wire.InternalError, "database %q has no shard 0 after reload", db.Name)
 	}
-	c.st, c.pool = st, p
+	c.st, c.user, c.db, c.pool = st, u, db, p
 	return nil
 }
 
@@ -341,10 +341,12 @@ func (c *client) enterGateHolding(ctx context.Context) error {
 	case db != nil && len(db.Shards) == 1 && len(c.db.Shards) == 1 && !sameServer(db.Shards[0], c.db.Shards[0]):
 		// A cutover moved the one-shard database to another server: the
 		// session's server is on the old one, fenced and being retired.
-		// Its protocol-level statements are not the proxy's to replay in
-		// session pooling, so it ends rather than read stale rows there.
-		c.release()
-		return errResharded(db.Name)
+		// The session moves to the new one (moveSession).
+		if !c.movable() {
+			c.release()
+			return errResharded(db.Name)
+		}
+		return c.moveSession(ctx)
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 package frontend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
@@ -82,13 +84,29 @@ func parseBody(body []byte) (query, tail []byte, ok bool) {
 }
 
 // leaveSessionServer takes what a session-pooled client's session holds
-// on its one server — its settings (read back, as for a transaction the
-// proxy does not follow: readBack) and its protocol-level prepared
-// statements (pg_prepared_statements) — and closes that server, so that
-// the session goes on over the shards. A session holding what cannot move
-// (temporary objects, advisory locks, WITH HOLD cursors, LISTEN, SQL-level
-// prepared statements: probe) ends with 57P01 instead.
+// on its one server (takeSession) as the sharded path's settings and
+// statements, so that the session goes on over the shards.
 func (c *client) leaveSessionServer() (map[string]*sStmt, error) {
+	ps, err := c.takeSession()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*sStmt, len(ps))
+	for _, p := range ps {
+		query, _, _ := wire.CString(p.tail)
+		out[p.name] = &sStmt{sql: string(query), st: c.l.stmts.get(p.tail), query: query}
+	}
+	return out, nil
+}
+
+// takeSession takes what a session-pooled client's session holds on its
+// one server — its settings (read back, as for a transaction the proxy
+// does not follow: readBack) and its protocol-level prepared statements
+// (pg_prepared_statements) — and closes that server, which is on a
+// database a cutover retired. A session holding what cannot move
+// (temporary objects, advisory locks, WITH HOLD cursors, LISTEN,
+// SQL-level prepared statements: probe) ends with 57P01 instead.
+func (c *client) takeSession() ([]protoStmt, error) {
 	s := c.server
 	pinned, err := c.probe(s)
 	if err == nil && pinned {
@@ -97,30 +115,45 @@ func (c *client) leaveSessionServer() (map[string]*sStmt, error) {
 	if err == nil {
 		err = c.readBack(s)
 	}
-	var stmts map[string]*sStmt
+	var stmts []protoStmt
 	if err == nil {
-		stmts, err = c.serverStatements(s)
+		stmts, err = sessionStatements(s, c.toClient)
 	}
-	s.Broken = true // the old shard's connection: closed, never pooled again
+	s.Broken = true // the old database's connection: closed, never pooled again
 	c.detach()
 	if err != nil {
-		if _, ok := wire.AsError(err); !ok {
-			err = wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
-		}
-		return nil, err
+		return nil, errCannotMove(err)
 	}
 	return stmts, nil
 }
 
-// serverStatements returns the protocol-level prepared statements of s's
-// session as the sharded path's statements.
-func (c *client) serverStatements(s *pool.Server) (map[string]*sStmt, error) {
+// errCannotMove is the 57P01 that ends a session whose state could not be
+// taken from, or replayed on, the servers a cutover moved it to; err
+// itself when it is one already.
+func errCannotMove(err error) error {
+	if _, ok := wire.AsError(err); ok {
+		return err
+	}
+	return wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
+}
+
+// protoStmt is a protocol-level prepared statement of a server's session:
+// its name and the body of the Parse message that prepares it after the
+// name (text, NUL, parameter types).
+type protoStmt struct {
+	name string
+	tail []byte
+}
+
+// sessionStatements returns the protocol-level prepared statements of s's
+// session, with the parameter types the server resolved.
+func sessionStatements(s *pool.Server, notify func(raw []byte)) ([]protoStmt, error) {
 	rows, err := idleQuery(s, "SELECT name, statement, pg_catalog.array_to_string(parameter_types::pg_catalog.oid[], ',') "+
-		"FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql", c.toClient)
+		"FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql", notify)
 	if err != nil {
 		return nil, fmt.Errorf("reading the session's prepared statements: %w", err)
 	}
-	out := map[string]*sStmt{}
+	var out []protoStmt
 	for _, r := range rows {
 		if len(r) != 3 || r[0] == nil || r[1] == nil {
 			continue
@@ -141,9 +174,88 @@ func (c *client) serverStatements(s *pool.Server) (map[string]*sStmt, error) {
 		for _, oid := range oids {
 			tail = wire.AppendInt32(tail, int32(oid))
 		}
-		out[string(r[0])] = &sStmt{sql: string(r[1]), st: c.l.stmts.get(tail), query: append([]byte{}, r[1]...)}
+		out = append(out, protoStmt{name: string(r[0]), tail: tail})
 	}
 	return out, nil
+}
+
+// moveSession moves a session-pooled client of a one-shard database that a
+// cutover moved to another server (a one-shard destination), at its
+// transaction boundary: it takes the session's settings and protocol-level
+// prepared statements from its server on the old database (takeSession),
+// checks a server of the new one out with those settings (attach, as any
+// session starts), and prepares the statements there under the client's
+// names. The client notices nothing; a session that cannot move ends with
+// 57P01.
+func (c *client) moveSession(ctx context.Context) error {
+	ps, err := c.takeSession()
+	if err != nil {
+		return err
+	}
+	if err := c.attach(ctx); err != nil {
+		if e, ok := wire.AsError(err); ok && !e.Fatal() {
+			// The new server refused a setting: the session is not what
+			// the client had; it cannot go on as if it moved.
+			err = fmt.Errorf("restoring its settings: %s", e.Message)
+		}
+		return errCannotMove(err)
+	}
+	if err := prepareAll(c.server, ps, c.toClient); err != nil {
+		c.server.Broken = true
+		c.detach()
+		return errCannotMove(err)
+	}
+	c.log.Info("database moved: the session continues on its new server", "server", c.server.Addr, "statements", len(ps))
+	return nil
+}
+
+// prepareAll prepares the statements ps on the idle server s under their
+// names, in one round trip.
+func prepareAll(s *pool.Server, ps []protoStmt, notify func(raw []byte)) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
+	defer s.Conn.SetDeadline(time.Time{})
+	var out []byte
+	for _, p := range ps {
+		start := len(out)
+		out = append(append(append(out, 'P', 0, 0, 0, 0), p.name...), 0)
+		out = wire.FinishMessage(append(out, p.tail...), start)
+	}
+	out = append(out, 'S', 0, 0, 0, 4)
+	s.W.Write(out)
+	if err := s.Flush(); err != nil {
+		return fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
+	}
+	var serr *wire.Error
+	for {
+		typ, raw, body, err := s.R.Next()
+		if err != nil {
+			return fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
+		}
+		switch typ {
+		case 'A':
+			if notify != nil {
+				notify(raw)
+			}
+		case 'E':
+			if serr == nil {
+				serr = wire.ParseError(body)
+				s.NoteError(serr)
+			}
+		case 'S':
+			s.NoteParameter(body)
+		case 'Z':
+			if serr != nil {
+				return fmt.Errorf("preparing the session's statements on %s: %s", s.Addr, serr.Message)
+			}
+			if len(body) != 1 || body[0] != 'I' {
+				return fmt.Errorf("preparing the session's statements on %s: not idle after Sync", s.Addr)
+			}
+			return nil
+		}
+	}
 }
 
 // errBecameSharded tells the caller of attach that the client's database
@@ -241,10 +353,7 @@ func (c *client) leaveSessionShards() error {
 	saved = nil
 	c.detachShards()
 	if err != nil {
-		if _, ok := wire.AsError(err); !ok {
-			err = wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
-		}
-		return err
+		return errCannotMove(err)
 	}
 	c.log.Info("database resharded: the session continues on its new shards")
 	return nil

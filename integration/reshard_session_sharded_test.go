@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
@@ -92,10 +93,15 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i WHERE i = ANY (
 
 // TestReshardMoveOneShardSessionMode moves a one-shard database to
 // another server (RESHARD to a one-shard destination) under session
-// pooling: an idle session, whose server is on the old, fenced shard,
-// ends with 57P01 at its next statement instead of reading stale rows
-// there, and a new session reads and writes the new shard.
+// pooling while pgbench writes through the proxy in simple and prepared
+// mode: no transaction fails. An idle session, whose server is on the
+// old, fenced database, moves at its next statement to the new one with
+// its setting and its prepared statements (describe-only and a pipeline
+// with one Sync use them there); a session holding a temporary table
+// cannot move and ends with 57P01; a new session reads and writes the new
+// database.
 func TestReshardMoveOneShardSessionMode(t *testing.T) {
+	pgbench := need(t, "pgbench")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	c := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{
@@ -107,7 +113,7 @@ func TestReshardMoveOneShardSessionMode(t *testing.T) {
 		}
 	}
 	reshardExec(t, ctx, reshardConnect(t, ctx, c.DSN("app_0")), `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
-INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100) i`)
+INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i`)
 	o := startOperated(t, fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
 pool: { mode: session, size: 10, checkout_timeout: 5s }
@@ -119,23 +125,76 @@ databases:
 `, appPassword, c.User, c.Password, c.Host, c.Port, c.Host, c.Port))
 	adm := connect(t, o.AdminURL())
 	idle := connect(t, o.AppURL("app"))
-	var n int
-	if err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil || n != 100 {
-		t.Fatalf("count(*) before the move: %d, %v", n, err)
-	}
-	if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
+	mustExec(t, idle, "SET statement_timeout = '12345ms'")
+	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
 		t.Fatal(err)
 	}
-	waitOnlyTaskDone(t, adm, 60*time.Second, "the task to cut over")
-	err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n)
+	if _, err := idle.Prepare(ctx, "one", "SELECT balance, current_database() FROM accounts WHERE id = $1::int8"); err != nil {
+		t.Fatal(err)
+	}
+	var db string
+	if err := idle.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db != "app_0" {
+		t.Fatalf("the session's database before the move: %q, %v", db, err)
+	}
+	pinned := connect(t, o.AppURL("app"))
+	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
+	script := filepath.Join(t.TempDir(), "update.sql")
+	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
+
+	// The idle session moved with its setting and its statements.
+	var timeout string
+	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
+		t.Errorf("after the move the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
+	}
+	for _, id := range []int64{1, 2, 3} {
+		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
+			t.Errorf("the session's prepared statement after the move: %v", err)
+		}
+	}
+	// Describe-only, then a pipeline of two Bind/Execute with one Sync,
+	// of a statement prepared before the move.
+	pc := idle.PgConn()
+	sd, err := pc.Prepare(ctx, "one", "SELECT balance, current_database() FROM accounts WHERE id = $1::int8", nil)
+	if pe := pgErr(err); pe == nil || pe.Code != "42P05" {
+		t.Errorf("preparing \"one\" again after the move: %v, want 42P05 (the statement moved)", err)
+	}
+	sd, err = pc.Prepare(ctx, "", "SELECT balance FROM accounts WHERE id = $1::int8", nil)
+	if err != nil || len(sd.Fields) != 1 || string(sd.Fields[0].Name) != "balance" {
+		t.Errorf("describe-only after the move: %+v, %v", sd, err)
+	}
+	batch := &pgconn.Batch{}
+	batch.ExecPrepared("one", [][]byte{[]byte("1")}, nil, nil)
+	batch.ExecPrepared("one", [][]byte{[]byte("2")}, nil, nil)
+	results, err := pc.ExecBatch(ctx, batch).ReadAll()
+	if err != nil || len(results) != 2 {
+		t.Fatalf("a pipeline after the move: %d results, %v", len(results), err)
+	}
+	for i, r := range results {
+		if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][1]) != "app_new_0" {
+			t.Errorf("pipeline result %d after the move: %v %q, want one row of app_new_0", i, r.Err, r.Rows)
+		}
+	}
+	var bumped int64
+	if err := reshardConnect(t, ctx, c.DSN("app_new_0")).QueryRow(ctx, "SELECT coalesce(sum(balance), 0) FROM accounts").Scan(&bumped); err != nil {
+		t.Fatal(err)
+	}
+	if bumped != done+3000 {
+		t.Errorf("the new database holds %d of balance, want %d (pgbench) + 3000", bumped, done)
+	}
+	// The session with a temporary table cannot move.
+	var x int
+	err = pinned.QueryRow(ctx, "SELECT count(*) FROM scratch").Scan(&x)
 	if pe := pgErr(err); pe == nil || pe.Code != "57P01" || pe.Severity != "FATAL" {
-		t.Errorf("the idle session after its database moved: %v (count %d), want FATAL 57P01", err, n)
+		t.Errorf("the session with a temporary table after the move: %v, want FATAL 57P01", err)
 	}
 	fresh := connect(t, o.AppURL("app"))
-	mustExec(t, fresh, "INSERT INTO accounts VALUES (1000, 7)")
+	mustExec(t, fresh, "INSERT INTO accounts VALUES (100000, 7)")
 	var b int
-	if err := reshardConnect(t, ctx, c.DSN("app_new_0")).QueryRow(ctx, "SELECT balance FROM accounts WHERE id = 1000").Scan(&b); err != nil || b != 7 {
-		t.Errorf("a new session's write is not on the new shard: %d, %v", b, err)
+	if err := reshardConnect(t, ctx, c.DSN("app_new_0")).QueryRow(ctx, "SELECT balance FROM accounts WHERE id = 100000").Scan(&b); err != nil || b != 7 {
+		t.Errorf("a new session's write is not on the new database: %d, %v", b, err)
 	}
 }
 
