@@ -240,6 +240,11 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 			return c.answerLocally(err, false)
 		}
 	} else {
+		if typ == 'P' && len(body) > 0 && body[0] == 0 {
+			// The session's unnamed statement, for a cutover that moves
+			// the session to another server (moveSession).
+			c.unnamed = append(c.unnamed[:0], body...)
+		}
 		c.out = append(c.out, raw...)
 		c.expect(typ)
 	}

@@ -200,7 +200,12 @@ func (c *client) moveSession(ctx context.Context) error {
 		}
 		return errCannotMove(err)
 	}
-	if err := prepareAll(c.server, ps, c.toClient); err != nil {
+	unnamed := false
+	if _, tail, ok := parseBody(c.unnamed); ok {
+		ps = append(ps, protoStmt{tail: tail})
+		unnamed = true
+	}
+	if err := prepareAll(c.server, ps, unnamed, c.toClient); err != nil {
 		c.server.Broken = true
 		c.detach()
 		return errCannotMove(err)
@@ -210,8 +215,11 @@ func (c *client) moveSession(ctx context.Context) error {
 }
 
 // prepareAll prepares the statements ps on the idle server s under their
-// names, in one round trip.
-func prepareAll(s *pool.Server, ps []protoStmt, notify func(raw []byte)) error {
+// names, in one round trip. When unnamed says the last one is the
+// session's unnamed statement, its failure is no error: the client may
+// not use it again (it could have failed on the old server too), and a
+// Bind of it then fails as it would there.
+func prepareAll(s *pool.Server, ps []protoStmt, unnamed bool, notify func(raw []byte)) error {
 	if len(ps) == 0 {
 		return nil
 	}
@@ -229,6 +237,7 @@ func prepareAll(s *pool.Server, ps []protoStmt, notify func(raw []byte)) error {
 		return fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
 	}
 	var serr *wire.Error
+	parsed := 0
 	for {
 		typ, raw, body, err := s.R.Next()
 		if err != nil {
@@ -239,10 +248,15 @@ func prepareAll(s *pool.Server, ps []protoStmt, notify func(raw []byte)) error {
 			if notify != nil {
 				notify(raw)
 			}
+		case '1':
+			parsed++
 		case 'E':
 			if serr == nil {
 				serr = wire.ParseError(body)
 				s.NoteError(serr)
+				if unnamed && parsed == len(ps)-1 {
+					serr = nil
+				}
 			}
 		case 'S':
 			s.NoteParameter(body)

@@ -136,6 +136,12 @@ databases:
 	if err := idle.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db != "app_0" {
 		t.Fatalf("the session's database before the move: %q, %v", db, err)
 	}
+	// A session whose next message after the move is a Bind of the
+	// unnamed statement it prepared before (describe-exec drivers).
+	unnamed := connect(t, o.AppURL("app"))
+	if _, err := unnamed.PgConn().Prepare(ctx, "", "SELECT current_database(), $1::int8 + 1", nil); err != nil {
+		t.Fatal(err)
+	}
 	pinned := connect(t, o.AppURL("app"))
 	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
 	script := filepath.Join(t.TempDir(), "update.sql")
@@ -153,6 +159,10 @@ databases:
 		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
 			t.Errorf("the session's prepared statement after the move: %v", err)
 		}
+	}
+	res := unnamed.PgConn().ExecPrepared(ctx, "", [][]byte{[]byte("41")}, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "app_new_0" || string(res.Rows[0][1]) != "42" {
+		t.Errorf("Bind of the unnamed statement prepared before the move: %v %q, want app_new_0, 42", res.Err, res.Rows)
 	}
 	// Describe-only, then a pipeline of two Bind/Execute with one Sync,
 	// of a statement prepared before the move.
