@@ -176,40 +176,8 @@ func TestShardSuspendedPortal(t *testing.T) {
 	if err := pc.Exec(ctx, "INSERT INTO accounts (id) VALUES (1)").Close(); err != nil {
 		t.Fatal(err)
 	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Conn.Close()
-	hc.Conn.SetDeadline(time.Now().Add(30 * time.Second))
-	fe := hc.Frontend
-	// answer returns the types of the messages up to ReadyForQuery, and
-	// the data rows' first column.
-	answer := func(msgs ...pgproto3.FrontendMessage) (types string, rows []string) {
-		for _, m := range msgs {
-			fe.Send(m)
-		}
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch m := m.(type) {
-			case *pgproto3.DataRow:
-				rows = append(rows, string(m.Values[0]))
-			case *pgproto3.ErrorResponse:
-				types += "E" + m.Code + " "
-				continue
-			}
-			types += fmt.Sprintf("%T ", m)[len("*pgproto3."):]
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				return types, rows
-			}
-		}
-	}
+	pc.Close(ctx)
+	answer := dialFrontend(t, ctx, p.AppURL("app")).answer
 	answer(&pgproto3.Query{String: "BEGIN"})
 	_, rows := answer(&pgproto3.Parse{Name: "s", Query: "SELECT g FROM generate_series(1, 5) g, accounts WHERE id = $1"},
 		&pgproto3.Bind{DestinationPortal: "c", PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}},
