@@ -39,13 +39,26 @@ func (c *client) statsPool() *pool.Pool {
 	return c.pool
 }
 
+// lbView returns the configuration and database entry that a transaction
+// starting now runs under: the running ones when a reload installed a
+// configuration that the client meets only at its checkout (refresh).
+func (c *client) lbView() (*State, *config.Database) {
+	if st := c.l.State(); st != c.st {
+		if db := st.Config.Database(c.db.Name); db != nil {
+			return st, db
+		}
+	}
+	return c.st, c.db
+}
+
 // balanced reports whether the client's transactions may use replicas.
 func (c *client) balanced() bool {
 	if c.mode != config.PoolTransaction || c.db == nil {
 		return false
 	}
-	for i := range c.db.Shards {
-		if len(c.db.Shards[i].Replicas) > 0 {
+	_, db := c.lbView()
+	for i := range db.Shards {
+		if len(db.Shards[i].Replicas) > 0 {
 			return true
 		}
 	}
@@ -111,7 +124,8 @@ func (c *client) extendedSQL(typ byte, body []byte) (string, bool) {
 // readOnlyBegin, BEGIN READ ONLY counts as a read. Anything the router
 // cannot plan is not a read (the primary reports its errors).
 func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
-	rp, err := c.st.planner(c.db)
+	st, db := c.lbView()
+	rp, err := st.planner(db)
 	if err != nil {
 		return false
 	}
@@ -119,11 +133,11 @@ func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
 	if !ok {
 		return false
 	}
-	st, err := r.r.Analyze(sql)
+	stmt, err := r.r.Analyze(sql)
 	if err != nil {
 		return false
 	}
-	p, err := st.Route(nil, nil, router.Hints{})
+	p, err := stmt.Route(nil, nil, router.Hints{})
 	if err != nil {
 		return false
 	}

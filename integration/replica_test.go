@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,4 +284,54 @@ databases:
 	eventually(t, 15*time.Second, "reads to reach the restarted replica", func() bool {
 		return inRecovery("SELECT pg_is_in_recovery() FROM items WHERE id = 3")
 	})
+}
+
+// TestReloadReplicasConnectedClient adds a replica by RELOAD and removes
+// it again while a client stays connected: the client's reads outside
+// transactions go to the replica from its next statement after the first
+// reload, and back to the primary after the second, as a new client's do.
+func TestReloadReplicasConnectedClient(t *testing.T) {
+	ctx := context.Background()
+	primary := cluster(t, "app")
+	replica, err := primary.StartReplica(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Stop() })
+	withReplica := replicaConfig(primary.Host, primary.Port, replica.Port, primary.User, primary.Password)
+	without := strings.Replace(withReplica, fmt.Sprintf(", replicas: [{ host: %s, port: %d }]", primary.Host, replica.Port), "", 1)
+	if without == withReplica {
+		t.Fatal("could not take the replica out of the configuration")
+	}
+	o := startOperated(t, without)
+	adm := connect(t, o.AdminURL())
+	app := connect(t, o.AppURL("app"))
+	inRecovery := func(c *pgx.Conn) bool {
+		t.Helper()
+		var r bool
+		if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return r
+	}
+	if inRecovery(app) {
+		t.Fatal("a read ran on a replica the configuration does not name")
+	}
+	o.rewrite(t, withReplica)
+	mustRun(t, adm, "RELOAD")
+	if fresh := connect(t, o.AppURL("app")); !inRecovery(fresh) {
+		t.Fatal("a new client's read after the reload ran on the primary")
+	}
+	for i := range 5 {
+		if !inRecovery(app) {
+			t.Fatalf("read %d of the connected client after the reload that added the replica ran on the primary", i)
+		}
+	}
+	o.rewrite(t, without)
+	mustRun(t, adm, "RELOAD")
+	for i := range 5 {
+		if inRecovery(app) {
+			t.Fatalf("read %d of the connected client after the reload that removed the replica ran on it", i)
+		}
+	}
 }
