@@ -339,21 +339,47 @@ pgbench_args() {
 	echo "-n $w -M $mode -c $clients -j $jobs -T $secs -U $BENCH_USER $BENCH_DB"
 }
 
+# BENCH_LATENCY_SAMPLE is the fraction of transactions whose latency
+# run_pgbench has pgbench log (--sampling-rate) for P50_MS and P99_MS; 0 logs
+# none.
+BENCH_LATENCY_SAMPLE=${BENCH_LATENCY_SAMPLE:-0.1}
+
+# latency_stats prints "n p50 p99 max" (ms) of the latencies (µs, one a
+# line) on stdin.
+latency_stats() {
+	sort -n | awk '{v[NR] = $1} END {
+		if (NR == 0) { print "0 - - -"; exit }
+		i50 = int(NR * 0.50 + 0.999); i99 = int(NR * 0.99 + 0.999)
+		printf "%d %.2f %.2f %.2f\n", NR, v[i50] / 1000, v[i99] / 1000, v[NR] / 1000 }'
+}
+
 # run_pgbench TARGET WORKLOAD MODE CLIENTS SECONDS LOGFILE runs one pgbench
-# and sets TPS, TXNS and CPU_TICKS (the proxy's CPU during the run; empty for
-# direct). Any pgbench error, failed transaction or aborted client is fatal.
+# and sets TPS, TXNS, CPU_TICKS (the proxy's CPU during the run; empty for
+# direct), and P50_MS and P99_MS, the median and 99th percentile of the
+# sampled transactions' latencies ("-" when none was sampled). Any pgbench
+# error, failed transaction or aborted client is fatal.
 run_pgbench() {
 	local target=$1 workload=$2 mode=$3 clients=$4 secs=$5 out=$6
-	local port pid before after rc=0
+	local port pid before after rc=0 lat=()
 	port=$(target_port "$target")
 	pid=$(target_pid "$target")
+	rm -f "$out".lat.*
+	if [ "$BENCH_LATENCY_SAMPLE" != 0 ]; then
+		lat=(--log "--sampling-rate=$BENCH_LATENCY_SAMPLE" "--log-prefix=$out.lat")
+	fi
 	[ -n "$pid" ] && before=$(proc_cpu_ticks "$pid")
 	# shellcheck disable=SC2046
-	"$PGBENCH" -h 127.0.0.1 -p "$port" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
+	"$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
 	CPU_TICKS=""
 	if [ -n "$pid" ]; then
 		after=$(proc_cpu_ticks "$pid")
 		CPU_TICKS=$((after - before))
+	fi
+	P50_MS=- P99_MS=-
+	if [ ${#lat[@]} -gt 0 ]; then
+		# pgbench --log lines: client txn latency_us script epoch_s epoch_us.
+		read -r _ P50_MS P99_MS _ < <(cat "$out".lat.* 2>/dev/null | awk '$3 ~ /^[0-9]+$/ { print $3 }' | latency_stats)
+		rm -f "$out".lat.*
 	fi
 	local failed
 	failed=$(awk -F'[:(]' '/number of failed transactions/ {gsub(/ /,"",$2); print $2}' "$out")

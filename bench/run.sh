@@ -7,7 +7,9 @@
 # mode × client count it runs pgbench against direct, pgbouncer and shardgate
 # back to back (interleaved, so machine noise hits all three alike), and
 # records TPS and the proxy process's CPU time (utime+stime from
-# /proc/PID/stat) per transaction. Prints a table and writes it as Markdown.
+# /proc/PID/stat) per transaction, and the 99th percentile of the transaction
+# latencies (pgbench --log, a sample: BENCH_LATENCY_SAMPLE in lib.sh). Prints a
+# table and writes it as Markdown.
 #
 # Environment:
 #   BENCH_SECONDS    seconds per pgbench run (default 10)
@@ -71,7 +73,7 @@ for r in $(seq "$BENCH_REPEAT"); do
 				line="$w	$m	$c	$load1"
 				for t in direct pgbouncer shardgate; do
 					if [ "$t" = pgbouncer ] && [ "$m" = prepared ] && ! pgbouncer_prepared_ok; then
-						line="$line	n/a	-"
+						line="$line	n/a	-	-"
 						continue
 					fi
 					run_pgbench "$t" "$w" "$m" "$c" "$BENCH_SECONDS" "$BENCH_TMP/run-$w-$m-$c-$t-$r.log"
@@ -80,11 +82,11 @@ for r in $(seq "$BENCH_REPEAT"); do
 					else
 						cpu_us=-
 					fi
-					line="$line	$TPS	$cpu_us"
+					line="$line	$TPS	$cpu_us	$P99_MS"
 				done
 				echo "$line" >>"$RAW"
-				IFS=$'\t' read -r _ _ _ _ td _ tb cb ts cs <<<"$line"
-				log "[$n/$n_total] $w -M $m -c $c: direct $td, pgbouncer $tb (${cb} µs/txn), shardgate $ts (${cs} µs/txn) tps"
+				IFS=$'\t' read -r _ _ _ _ td _ pd tb cb pb ts cs ps <<<"$line"
+				log "[$n/$n_total] $w -M $m -c $c: direct $td (p99 $pd ms), pgbouncer $tb (${cb} µs/txn, p99 $pb ms), shardgate $ts (${cs} µs/txn, p99 $ps ms) tps"
 			done
 		done
 	done
@@ -104,7 +106,7 @@ awk -F'\t' -v OFS='\t' '
 	{
 		key = $1 OFS $2 OFS $3
 		if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
-		for (col = 4; col <= 10; col++) {
+		for (col = 4; col <= 13; col++) {
 			if ($col ~ /^[0-9.]+$/) vals[key, col] = vals[key, col] " " $col
 			else other[key, col] = $col
 		}
@@ -112,7 +114,7 @@ awk -F'\t' -v OFS='\t' '
 	END {
 		for (k = 1; k <= nk; k++) {
 			key = order[k]; line = key
-			for (col = 4; col <= 10; col++) line = line OFS (((key, col) in vals) ? median(key, col) : other[key, col])
+			for (col = 4; col <= 13; col++) line = line OFS (((key, col) in vals) ? median(key, col) : other[key, col])
 			print line
 		}
 	}' "$RAW" >"$MEDIAN"
@@ -122,11 +124,11 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
 int() { awk -v a="$1" 'BEGIN{ if (a ~ /^[0-9.]+$/) printf "%.0f", a; else print a }'; }
 
-HEADER="workload|mode|clients|direct tps|pgbouncer tps|shardgate tps|sg/pgb tps|sg/direct tps|pgb µs CPU/txn|sg µs CPU/txn|sg/pgb CPU|load1"
+HEADER="workload|mode|clients|direct tps|pgbouncer tps|shardgate tps|sg/pgb tps|sg/direct tps|pgb µs CPU/txn|sg µs CPU/txn|sg/pgb CPU|direct p99 ms|pgb p99 ms|sg p99 ms|sg/pgb p99|load1"
 ROWS=$BENCH_TMP/rows.txt
 : >"$ROWS"
-while IFS=$'\t' read -r w m c load1 td _ tb cb ts cs; do
-	echo "$w|$m|$c|$(int "$td")|$(int "$tb")|$(int "$ts")|$(ratio "$ts" "$tb")|$(ratio "$ts" "$td")|$cb|$cs|$(ratio "$cs" "$cb")|$load1" >>"$ROWS"
+while IFS=$'\t' read -r w m c load1 td _ pd tb cb pb ts cs ps; do
+	echo "$w|$m|$c|$(int "$td")|$(int "$tb")|$(int "$ts")|$(ratio "$ts" "$tb")|$(ratio "$ts" "$td")|$cb|$cs|$(ratio "$cs" "$cb")|$pd|$pb|$ps|$(ratio "$ps" "$pb")|$load1" >>"$ROWS"
 done <"$MEDIAN"
 
 GO_VERSION=$( (go version 2>/dev/null || echo "? unknown-go") | awk '{print $3}')
@@ -150,6 +152,7 @@ mkdir -p "$(dirname "$BENCH_OUT")"
 	echo "CPU columns: the proxy process's utime+stime during the run divided by the transactions pgbench processed."
 	echo "\"sg/pgb\" is shardgate divided by PgBouncer (for TPS higher is better, for CPU lower is better)."
 	echo "load1 is the 1-minute load average just before each triple of runs (median over rounds)."
+	echo "p99 ms: the 99th percentile of the transaction latencies pgbench logged (a sample of BENCH_LATENCY_SAMPLE=$BENCH_LATENCY_SAMPLE of the transactions)."
 	if ! pgbouncer_prepared_ok; then
 		echo "PgBouncer $PGBOUNCER_VERSION cannot serve protocol-level prepared statements in transaction mode (1.21+ can): pgbench fails with \"prepared statement P_0 already exists\" or \"does not exist\" as clients move between server connections, so its \`-M prepared\` runs are n/a."
 	fi
@@ -161,7 +164,7 @@ mkdir -p "$(dirname "$BENCH_OUT")"
 } >"$BENCH_OUT"
 # Every run, unaggregated, next to the Markdown.
 {
-	printf 'workload\tmode\tclients\tload1\tdirect_tps\tdirect_cpu_us\tpgbouncer_tps\tpgbouncer_cpu_us\tshardgate_tps\tshardgate_cpu_us\n'
+	printf 'workload\tmode\tclients\tload1\tdirect_tps\tdirect_cpu_us\tdirect_p99_ms\tpgbouncer_tps\tpgbouncer_cpu_us\tpgbouncer_p99_ms\tshardgate_tps\tshardgate_cpu_us\tshardgate_p99_ms\n'
 	cat "$RAW"
 } >"${BENCH_OUT%.md}.tsv"
 log "wrote $BENCH_OUT and ${BENCH_OUT%.md}.tsv"
