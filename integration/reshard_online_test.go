@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,10 +26,7 @@ func TestReshardCutoverPgbench(t *testing.T) {
 	// the cutover up between its transactions; it cannot move, and ends.
 	pinned := connect(t, o.AppURL("app"))
 	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
-	script := filepath.Join(t.TempDir(), "update.sql")
-	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	script := updateScript(t)
 	type run struct {
 		mode           string
 		stdout, stderr string
@@ -227,28 +222,13 @@ func TestReshardCutoverSessionMode(t *testing.T) {
 	defer cancel()
 	c, o, _ := startCutoverEnvMode(t, ctx, "session")
 	adm := connect(t, o.AdminURL())
-	idle := connect(t, o.AppURL("app"))
-	mustExec(t, idle, "SET statement_timeout = '12345ms'")
-	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
-		t.Fatal(err)
-	}
+	idle := idleSession(t, ctx, o.AppURL("app"))
 	pinned := connect(t, o.AppURL("app"))
 	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
-	script := filepath.Join(t.TempDir(), "update.sql")
-	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	script := updateScript(t)
 	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
 	// The idle session moved with its setting and its statement.
-	var timeout string
-	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
-		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
-	}
-	for _, id := range []int64{1, 2, 3} {
-		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
-			t.Errorf("the session's prepared statement after the cutover: %v", err)
-		}
-	}
+	checkIdleSession(t, ctx, idle)
 	var bumped int64
 	for _, db := range []string{"app_new_0", "app_new_1"} {
 		var s int64

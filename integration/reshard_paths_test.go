@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -28,7 +27,7 @@ func TestReshardCutoverProtocolPaths(t *testing.T) {
 			defer cancel()
 			c, o, _ := startCutoverEnvMode(t, ctx, mode)
 			adm := connect(t, o.AdminURL())
-			fe := dialFrontend(t, ctx, o.AppURL("app"))
+			fe := dialFrontend(t, o.AppURL("app"))
 			fe.want("SET", "CommandComplete ReadyForQuery ", nil, queryMsg("SET statement_timeout = '23456ms'"))
 			fe.want("Parse byid", "ParseComplete ReadyForQuery ", nil,
 				parseMsg("byid", "SELECT balance FROM accounts WHERE id = $1::int8"), syncMsg)
@@ -114,18 +113,10 @@ type rawFrontend struct {
 }
 
 // dialFrontend connects to url and hands the connection over for raw
-// messages; it is closed with the test.
-func dialFrontend(t *testing.T, ctx context.Context, url string) *rawFrontend {
+// messages (hijack); it is closed with the test.
+func dialFrontend(t *testing.T, url string) *rawFrontend {
 	t.Helper()
-	pc, err := pgconn.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hc.Conn.Close() })
+	hc := hijack(t, url)
 	hc.Conn.SetDeadline(time.Now().Add(90 * time.Second))
 	return &rawFrontend{t: t, fe: hc.Frontend}
 }

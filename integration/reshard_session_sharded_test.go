@@ -49,31 +49,16 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 2000) i WHERE i = ANY (
 	}
 	o := startOperated(t, yml)
 	adm := connect(t, o.AdminURL())
-	idle := connect(t, o.AppURL("app"))
-	mustExec(t, idle, "SET statement_timeout = '12345ms'")
-	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
-		t.Fatal(err)
-	}
+	idle := idleSession(t, ctx, o.AppURL("app"))
 	var n int
 	if err := idle.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil || n != 2000 {
 		t.Fatalf("count(*) through the proxy: %d, %v", n, err) // the session now holds both shards' servers
 	}
 	pinned := connect(t, o.AppURL("app"))
 	mustExec(t, pinned, "SELECT pg_advisory_lock(42)")
-	script := filepath.Join(t.TempDir(), "update.sql")
-	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	script := updateScript(t)
 	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
-	var timeout string
-	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
-		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
-	}
-	for _, id := range []int64{1, 2, 3} {
-		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
-			t.Errorf("the session's prepared statement after the cutover: %v", err)
-		}
-	}
+	checkIdleSession(t, ctx, idle)
 	var bumped int64
 	for d := range 3 {
 		var s int64
@@ -124,11 +109,7 @@ databases:
   - { name: app_new, shards: [{ host: %s, port: %d, database: app_new_0 }] }
 `, appPassword, c.User, c.Password, c.Host, c.Port, c.Host, c.Port))
 	adm := connect(t, o.AdminURL())
-	idle := connect(t, o.AppURL("app"))
-	mustExec(t, idle, "SET statement_timeout = '12345ms'")
-	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
-		t.Fatal(err)
-	}
+	idle := idleSession(t, ctx, o.AppURL("app"))
 	if _, err := idle.Prepare(ctx, "one", "SELECT balance, current_database() FROM accounts WHERE id = $1::int8"); err != nil {
 		t.Fatal(err)
 	}
@@ -144,22 +125,11 @@ databases:
 	}
 	pinned := connect(t, o.AppURL("app"))
 	mustExec(t, pinned, "CREATE TEMP TABLE scratch (x int)")
-	script := filepath.Join(t.TempDir(), "update.sql")
-	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	script := updateScript(t)
 	done := pgbenchAcrossReshard(t, o, adm, pgbench, script, "simple", "prepared")
 
 	// The idle session moved with its setting and its statements.
-	var timeout string
-	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
-		t.Errorf("after the move the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
-	}
-	for _, id := range []int64{1, 2, 3} {
-		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
-			t.Errorf("the session's prepared statement after the move: %v", err)
-		}
-	}
+	checkIdleSession(t, ctx, idle)
 	res := unnamed.PgConn().ExecPrepared(ctx, "", [][]byte{[]byte("41")}, nil, nil).Read()
 	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "app_new_0" || string(res.Rows[0][1]) != "42" {
 		t.Errorf("Bind of the unnamed statement prepared before the move: %v %q, want app_new_0, 42", res.Err, res.Rows)
@@ -244,4 +214,44 @@ func pgbenchAcrossReshard(t *testing.T, o *operated, adm *pgx.Conn, pgbench, scr
 		done += res.done
 	}
 	return done
+}
+
+// idleSession connects to url, sets statement_timeout and prepares
+// "bump", for a session that sits idle through a cutover
+// (checkIdleSession).
+func idleSession(t *testing.T, ctx context.Context, url string) *pgx.Conn {
+	t.Helper()
+	idle := connect(t, url)
+	mustExec(t, idle, "SET statement_timeout = '12345ms'")
+	if _, err := idle.Prepare(ctx, "bump", "UPDATE accounts SET balance = balance + $2 WHERE id = $1"); err != nil {
+		t.Fatal(err)
+	}
+	return idle
+}
+
+// checkIdleSession checks that idleSession's session kept its setting and
+// its statement through the cutover, with which it adds 1000 to the
+// balances of accounts 1, 2 and 3.
+func checkIdleSession(t *testing.T, ctx context.Context, idle *pgx.Conn) {
+	t.Helper()
+	var timeout string
+	if err := idle.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "12345ms" {
+		t.Errorf("after the cutover the session's statement_timeout is %q (%v), want 12345ms", timeout, err)
+	}
+	for _, id := range []int64{1, 2, 3} {
+		if _, err := idle.Exec(ctx, "bump", id, 1000); err != nil {
+			t.Errorf("the session's prepared statement after the cutover: %v", err)
+		}
+	}
+}
+
+// updateScript writes a pgbench script that adds 1 to the balance of a
+// random account of 1–2000, and returns its path.
+func updateScript(t *testing.T) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "update.sql")
+	if err := os.WriteFile(script, []byte("\\set id random(1, 2000)\nUPDATE accounts SET balance = balance + 1 WHERE id = :id;\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }

@@ -177,7 +177,7 @@ func TestShardSuspendedPortal(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.Close(ctx)
-	answer := dialFrontend(t, ctx, p.AppURL("app")).answer
+	answer := dialFrontend(t, p.AppURL("app")).answer
 	answer(&pgproto3.Query{String: "BEGIN"})
 	_, rows := answer(&pgproto3.Parse{Name: "s", Query: "SELECT g FROM generate_series(1, 5) g, accounts WHERE id = $1"},
 		&pgproto3.Bind{DestinationPortal: "c", PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}},
