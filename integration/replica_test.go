@@ -8,7 +8,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
+
+// withReplica starts a cluster holding dbs (cluster) and a streaming
+// replica of it, stopped with the test.
+func withReplica(t *testing.T, dbs ...string) (primary, replica *pgtest.Cluster) {
+	t.Helper()
+	primary = cluster(t, dbs...)
+	replica, err := primary.StartReplica(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Stop() })
+	return primary, replica
+}
 
 // replicaConfig is a single-shard database "app" on primary with one
 // streaming replica, with fast health checks.
@@ -34,12 +48,7 @@ databases:
 // replica serves reads again after a health check.
 func TestReplicaReadWriteSplit(t *testing.T) {
 	ctx := context.Background()
-	primary := cluster(t, "app")
-	replica, err := primary.StartReplica(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { replica.Stop() })
+	primary, replica := withReplica(t, "app")
 	o := startOperated(t, replicaConfig(primary.Host, primary.Port, replica.Port, primary.User, primary.Password))
 
 	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
@@ -195,12 +204,7 @@ func TestReplicaReadWriteSplit(t *testing.T) {
 // primaries, and a stopped replica costs no client errors.
 func TestReplicaSharded(t *testing.T) {
 	ctx := context.Background()
-	primary := cluster(t, "shard0", "shard1")
-	replica, err := primary.StartReplica(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { replica.Stop() })
+	primary, replica := withReplica(t, "shard0", "shard1")
 	p := startProxy(t, fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
 pool: { mode: transaction, size: 4, checkout_timeout: 2s, connect_timeout: 2s }
@@ -292,15 +296,10 @@ databases:
 // reload, and back to the primary after the second, as a new client's do.
 func TestReloadReplicasConnectedClient(t *testing.T) {
 	ctx := context.Background()
-	primary := cluster(t, "app")
-	replica, err := primary.StartReplica(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { replica.Stop() })
-	withReplica := replicaConfig(primary.Host, primary.Port, replica.Port, primary.User, primary.Password)
-	without := strings.Replace(withReplica, fmt.Sprintf(", replicas: [{ host: %s, port: %d }]", primary.Host, replica.Port), "", 1)
-	if without == withReplica {
+	primary, replica := withReplica(t, "app")
+	withCfg := replicaConfig(primary.Host, primary.Port, replica.Port, primary.User, primary.Password)
+	without := strings.Replace(withCfg, fmt.Sprintf(", replicas: [{ host: %s, port: %d }]", primary.Host, replica.Port), "", 1)
+	if without == withCfg {
 		t.Fatal("could not take the replica out of the configuration")
 	}
 	o := startOperated(t, without)
@@ -317,7 +316,7 @@ func TestReloadReplicasConnectedClient(t *testing.T) {
 	if inRecovery(app) {
 		t.Fatal("a read ran on a replica the configuration does not name")
 	}
-	o.rewrite(t, withReplica)
+	o.rewrite(t, withCfg)
 	mustRun(t, adm, "RELOAD")
 	if fresh := connect(t, o.AppURL("app")); !inRecovery(fresh) {
 		t.Fatal("a new client's read after the reload ran on the primary")
