@@ -103,6 +103,14 @@ func appendFields(buf []byte, typ byte, e *Error) []byte {
 	for _, f := range e.More {
 		buf = appendField(buf, f.Type, f.Value)
 	}
+	if typ == 'E' && e.More == nil && e.Routine == "" {
+		// The proxy's own: where PostgreSQL raises the same (origin.go).
+		if o := originOf(e); o != nil {
+			buf = appendField(buf, 'F', o.file)
+			buf = appendField(buf, 'L', o.line)
+			buf = appendField(buf, 'R', o.routine)
+		}
+	}
 	buf = append(buf, 0)
 	return FinishMessage(buf, start)
 }

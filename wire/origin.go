@@ -1,0 +1,68 @@
+package wire
+
+import "strings"
+
+// Where PostgreSQL raises the errors the proxy answers in its place.
+//
+// A server's ErrorResponse ends with the source file, line and function
+// that raised it (fields F, L and R): psql prints them as LOCATION under
+// \set VERBOSITY verbose, and drivers keep them (pgx's PgError.File, Line
+// and Routine, pgjdbc's ServerErrorMessage). Where the proxy answers a
+// client itself with an error that PostgreSQL gives in the same situation —
+// an unknown prepared statement or portal, a malformed Bind, a failed
+// login, a full server, a statement in an aborted transaction — it sends
+// the fields of PostgreSQL 15.18 too (read off the server: see
+// TestOriginsMatchPostgres), so that the error is the server's down to
+// them. Errors of the proxy's own (the 0A000 refusals, routing, pooling)
+// get none: they have no place in PostgreSQL's source. A server's error
+// that the proxy relays keeps the fields the server sent (More).
+
+// origin is where PostgreSQL raises one error: its SQLSTATE and message,
+// and the F, L and R fields it sends. In message, one % stands for what
+// PostgreSQL formats into it (a name, a number); a message without one is
+// matched whole.
+type origin struct {
+	code, message       string
+	file, line, routine string
+}
+
+// origins are PostgreSQL 15.18's, for the errors the proxy makes in its
+// place. Where PostgreSQL raises an error in several places (a portal
+// missing at Execute or at Describe), the one the proxy meets most often is
+// listed.
+var origins = []origin{
+	{InvalidSQLStatementName, `prepared statement "%" does not exist`, "prepare.c", "451", "FetchPreparedStatement"},
+	{InvalidSQLStatementName, `unnamed prepared statement does not exist`, "postgres.c", "1616", "exec_bind_message"},
+	{DuplicatePreparedStatement, `prepared statement "%" already exists`, "prepare.c", "412", "StorePreparedStatement"},
+	{InvalidCursorName, `portal "%" does not exist`, "postgres.c", "2071", "exec_execute_message"},
+	{SyntaxError, `cannot insert multiple commands into a prepared statement`, "postgres.c", "1419", "exec_parse_message"},
+	{ProtocolViolation, `bind message supplies %`, "postgres.c", "1674", "exec_bind_message"},
+	{ProtocolViolation, `bind message has % parameters`, "postgres.c", "1668", "exec_bind_message"},
+	{ProtocolViolation, `invalid frontend message type %`, "postgres.c", "446", "SocketBackend"},
+	{ProtocolViolation, `invalid startup packet layout: expected terminator as last byte`, "postmaster.c", "2334", "ProcessStartupPacket"},
+	{NoActiveSQLTransaction, `% can only be used in transaction blocks`, "xact.c", "3587", "CheckTransactionBlock"},
+	{InFailedSQLTransaction, `current transaction is aborted, commands ignored until end of transaction block`, "postgres.c", "1081", "exec_simple_query"},
+	{UndefinedParameter, `there is no parameter $%`, "parse_expr.c", "838", "transformParamRef"},
+	{InvalidTextRepresentation, `invalid input syntax for type numeric: %`, "numeric.c", "6896", "set_var_from_str"},
+	{InvalidCatalogName, `database "%" does not exist`, "postinit.c", "948", "InitPostgres"},
+	{TooManyConnections, `sorry, too many clients already`, "proc.c", "357", "InitProcess"},
+	{AdminShutdown, `terminating connection due to administrator command`, "postgres.c", "3211", "ProcessInterrupts"},
+	{InvalidPassword, `password authentication failed for user "%"`, "auth.c", "334", "auth_failed"},
+}
+
+// originOf returns where PostgreSQL raises e, or nil when e is not one of
+// origins.
+func originOf(e *Error) *origin {
+	for i := range origins {
+		o := &origins[i]
+		if o.code != e.Code {
+			continue
+		}
+		before, after, wild := strings.Cut(o.message, "%")
+		if !wild && e.Message == o.message ||
+			wild && len(e.Message) > len(before)+len(after) && strings.HasPrefix(e.Message, before) && strings.HasSuffix(e.Message, after) {
+			return o
+		}
+	}
+	return nil
+}
