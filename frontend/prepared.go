@@ -345,7 +345,7 @@ func (c *client) notePortal(portal, name []byte, st *stmt) {
 // name of an existing prepared statement.
 func duplicateStatement(name []byte) *wire.Error {
 	return &wire.Error{Severity: "ERROR", Code: wire.DuplicatePreparedStatement,
-		Message: fmt.Sprintf("prepared statement %q already exists", name)}
+		Message: fmt.Sprintf("prepared statement \"%s\" already exists", name)}
 }
 
 // failInOrder makes the server fail at this point of the batch, as if the

@@ -245,6 +245,11 @@ func (c *client) sParse(ctx context.Context, body []byte) error {
 	if err := c.validateParse(ctx, st, plan); err != nil {
 		return err
 	}
+	if _, ok := c.sstmts[string(name)]; len(name) > 0 && (ok || c.sqlStmts[string(name)] != nil) {
+		// As PostgreSQL's StorePreparedStatement, after the statement's
+		// own errors: a name in use is not replaced.
+		return duplicateStatement(name)
+	}
 	if c.sstmts == nil {
 		c.sstmts = map[string]*sStmt{}
 	}

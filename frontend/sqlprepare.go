@@ -240,17 +240,20 @@ func (c *client) ensurePrepared(s *pool.Server, sts []*sqlStmt) error {
 // protocol-level (DEALLOCATE serves both); false if it has none.
 func (c *client) deallocate(name string) bool {
 	_, proto := c.stmts[name]
+	_, sharded := c.sstmts[name]
 	sql := c.sqlStmts[name] != nil
 	delete(c.stmts, name)
+	delete(c.sstmts, name)
 	delete(c.sqlStmts, name)
-	return proto || sql
+	return proto || sharded || sql
 }
 
 // duplicateSQLName reports whether name is taken by one of the client's
 // prepared statements (SQL-level and protocol-level share one namespace).
 func (c *client) duplicateSQLName(name string) bool {
 	_, proto := c.stmts[name]
-	return proto || c.sqlStmts[name] != nil
+	_, sharded := c.sstmts[name]
+	return proto || sharded && name != "" || c.sqlStmts[name] != nil
 }
 
 // sqlPrepared serves a transaction-mode simple Query on a one-shard
@@ -307,7 +310,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 	switch {
 	case sp.dealloc:
 		if !c.deallocate(sp.prepName) {
-			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", sp.prepName)
+			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", sp.prepName)
 		}
 		return &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE"}, nil
 	case sp.prepare:
@@ -325,7 +328,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 	}
 	for _, ex := range sp.execs {
 		if c.sqlStmts[ex.name] == nil {
-			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement %q does not exist", ex.name)
+			return nil, wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", ex.name)
 		}
 	}
 	if len(sp.execs) != 1 {
