@@ -87,13 +87,13 @@ func convertConst(v []byte, col Column) ([]byte, error) {
 	case oidInt2, oidInt4, oidInt8:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type bigint: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type bigint: \"%s\"", s)
 		}
 		return binary.BigEndian.AppendUint64(nil, uint64(n)), nil
 	case oidFloat4, oidFloat8:
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type double precision: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type double precision: \"%s\"", s)
 		}
 		if col.OID == oidFloat4 {
 			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
@@ -102,7 +102,7 @@ func convertConst(v []byte, col Column) ([]byte, error) {
 	case oidNumeric:
 		d, err := parseDecimal(s)
 		if err != nil {
-			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type numeric: %q", s)
+			return nil, wire.Errorf(wire.InvalidTextRepresentation, "invalid input syntax for type numeric: \"%s\"", s)
 		}
 		return encodeBinaryNumeric(d), nil
 	case oidBool:

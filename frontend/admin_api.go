@@ -109,7 +109,7 @@ func (l *Listener) DatabaseStatus(db string) DatabaseStatus {
 // checkDatabase returns 3D000 unless db ("" for all) is configured.
 func (l *Listener) checkDatabase(db string) error {
 	if db != "" && l.State().Config.Database(db) == nil {
-		return wire.Errorf(wire.InvalidCatalogName, "database %q does not exist", db)
+		return wire.Errorf(wire.InvalidCatalogName, "database \"%s\" does not exist", db)
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func (v *verifiers) get(user, password string) config.SCRAMVerifier {
 }
 
 func authFailed(user string) *wire.Error {
-	return wire.Fatalf(wire.InvalidPassword, "password authentication failed for user %q", user)
+	return wire.Fatalf(wire.InvalidPassword, "password authentication failed for user \"%s\"", user)
 }
 
 // authenticate runs the authentication exchange for user u (nil when the

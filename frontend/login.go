@@ -71,7 +71,7 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	}
 	db := cfg.Database(s.database)
 	if db == nil {
-		return wire.Fatalf(wire.InvalidCatalogName, "database %q does not exist", s.database)
+		return wire.Fatalf(wire.InvalidCatalogName, "database \"%s\" does not exist", s.database)
 	}
 	if !u.Allows(db.Name) {
 		return &wire.Error{Severity: "FATAL", Code: wire.InsufficientPrivilege,

@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestProxyErrorsLikePostgres makes the proxy answer errors itself that
+// PostgreSQL gives in the same situation — on a sharded database, whose
+// statements and portals are the proxy's, and at login — and compares each
+// with the error one PostgreSQL server gives: severity, SQLSTATE, message,
+// and the source file, function and (on PostgreSQL 15.18, the version
+// wire/origin.go was read from) line that psql shows as LOCATION.
+func TestProxyErrorsLikePostgres(t *testing.T) {
+	cl, p := twoShards(t, "transaction")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := cl.Exec(ctx, "postgres", fmt.Sprintf("CREATE ROLE app LOGIN PASSWORD '%s'", appPassword)); err != nil {
+		t.Fatal(err)
+	}
+	direct := cl.DSN("shard0")
+	var version string
+	if err := connect(t, direct).QueryRow(ctx, "SHOW server_version_num").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	fields := func(pe *pgconn.PgError) string {
+		if pe == nil {
+			return "no error"
+		}
+		line := "-"
+		if version == "150018" {
+			line = fmt.Sprint(pe.Line)
+		}
+		return fmt.Sprintf("%s %s %q F=%s L=%s R=%s", pe.Severity, pe.Code, pe.Message, pe.File, line, pe.Routine)
+	}
+	// raw returns the first error the messages get on a new connection.
+	raw := func(url string, msgs ...pgproto3.FrontendMessage) *pgconn.PgError {
+		t.Helper()
+		fe := dialFrontend(t, url)
+		var first *pgconn.PgError
+		for _, step := range msgs {
+			fe.fe.Send(step)
+			if _, ok := step.(*pgproto3.Sync); !ok {
+				if _, ok := step.(*pgproto3.Query); !ok {
+					continue
+				}
+			}
+			if err := fe.fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				m, err := fe.fe.Receive()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e, ok := m.(*pgproto3.ErrorResponse); ok && first == nil {
+					first = pgconn.ErrorResponseToPgError(e)
+				}
+				if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+					break
+				}
+			}
+		}
+		return first
+	}
+	login := func(url string) *pgconn.PgError {
+		_, err := pgconn.Connect(ctx, url)
+		var pe *pgconn.PgError
+		errors.As(err, &pe)
+		return pe
+	}
+	sync := &pgproto3.Sync{}
+	for _, tc := range []struct {
+		name string
+		msgs []pgproto3.FrontendMessage
+	}{
+		{"Bind of an unknown statement", []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "nope"}, sync}},
+		{"Execute of an unknown portal", []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "nope"}, sync}},
+		{"Parse of a statement name in use", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"},
+			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"}, sync}},
+		{"Parse of a name that DEALLOCATE freed, then Bind of it", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"}, sync,
+			&pgproto3.Query{String: "DEALLOCATE s"},
+			&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}}, sync,
+			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"},
+			&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, sync}},
+		{"Parse of the name of an SQL-level statement", []pgproto3.FrontendMessage{
+			&pgproto3.Query{String: "PREPARE q AS SELECT count(*) FROM accounts"},
+			&pgproto3.Parse{Name: "q", Query: "SELECT 1"}, sync}},
+		{"PREPARE of the name of a protocol-level statement", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "r", Query: "SELECT 1"}, sync,
+			&pgproto3.Query{String: "PREPARE r AS SELECT count(*) FROM accounts"}}},
+		{"SAVEPOINT outside a transaction", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT a"}}},
+		{"a statement in an aborted transaction", []pgproto3.FrontendMessage{
+			&pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "SELECT 1/0"}, &pgproto3.Query{String: "ROLLBACK TO nope"},
+			&pgproto3.Query{String: "SELECT count(*) FROM accounts"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, got := fields(raw(direct, tc.msgs...)), fields(raw(p.AppURL("app"), tc.msgs...))
+			if got != want {
+				t.Errorf("through the proxy %s\n                 directly  %s", got, want)
+			}
+		})
+	}
+	t.Run("login to an unknown database", func(t *testing.T) {
+		want, got := fields(login(cl.DSN("no_such_db"))), fields(login(p.AppURL("no_such_db")))
+		if got != want {
+			t.Errorf("through the proxy %s\n                 directly  %s", got, want)
+		}
+	})
+	t.Run("login with a wrong password", func(t *testing.T) {
+		want := fields(login(fmt.Sprintf("postgres://app:wrong@%s:%d/shard0?sslmode=disable", cl.Host, cl.Port)))
+		got := fields(login(p.URL("app", "wrong", "app")))
+		if got != want {
+			t.Errorf("through the proxy %s\n                 directly  %s", got, want)
+		}
+	})
+}
