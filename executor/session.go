@@ -461,7 +461,11 @@ func (s *Session) Savepoint(kind SavepointKind, name, sql string, mark int) (tag
 			}
 		}
 		if at < 0 {
-			return "", restore, wire.Errorf(wire.InvalidSavepointSpecification, "savepoint \"%s\" does not exist", name), nil
+			e := wire.Errorf(wire.InvalidSavepointSpecification, "savepoint \"%s\" does not exist", name)
+			if kind == SavepointRelease {
+				e.At = wire.AtRelease
+			}
+			return "", restore, e, nil
 		}
 	}
 	for i := range s.shards {

@@ -610,7 +610,14 @@ func (c *client) beginTx(sql string) string {
 // progress.
 func (c *client) endTxTag(commit bool) (string, error) {
 	if !c.xs.InTx() || c.xs.Implicit() {
-		c.w.Write(wire.AppendNotice(nil, &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}))
+		w := &wire.Error{Severity: "WARNING", Code: wire.NoActiveSQLTransaction, Message: "there is no transaction in progress"}
+		switch {
+		case !commit:
+			w.At = wire.AtRollbackOutside
+		case c.xs.InTx():
+			w.At = wire.AtCommitImplicit
+		}
+		c.w.Write(wire.AppendNotice(nil, w))
 	}
 	if !c.xs.InTx() {
 		if commit {

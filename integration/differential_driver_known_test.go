@@ -2,7 +2,6 @@ package integration
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -25,21 +24,9 @@ type diffKnownClass struct {
 	why  string
 }
 
-// diffKnownClasses are the known classes of differences.
-var diffKnownClasses = []diffKnownClass{
-	{
-		name:    "proxy-made errors without LOCATION",
-		runners: []string{"psql"},
-		match: func(got, want stmtResult) bool {
-			return got.Err == want.Err && got.Tag == want.Tag &&
-				slices.Equal(withoutLocation(got.Rows), withoutLocation(want.Rows))
-		},
-		why: "an error or notice that the proxy makes or re-makes itself (on a sharded database: 25P02 in an aborted " +
-			"transaction, 3B001 for an unknown savepoint, the WARNING of a split Query; in transaction mode also on one shard: " +
-			"42P05 for a SQL PREPARE of a name in use) " +
-			"has no routine, file and line fields, which PostgreSQL sends and psql prints with VERBOSITY verbose as LOCATION",
-	},
-}
+// diffKnownClasses are the known classes of differences: none today (the
+// last, proxy-made errors without psql's LOCATION, went with wire/origin.go).
+var diffKnownClasses = []diffKnownClass{}
 
 // diffKnownClassOf returns the known class of the difference between got
 // and want in runner on db, or nil.
@@ -50,17 +37,6 @@ func diffKnownClassOf(db, runner string, got, want stmtResult) *diffKnownClass {
 		}
 	}
 	return nil
-}
-
-// withoutLocation drops psql's LOCATION lines.
-func withoutLocation(lines []string) []string {
-	var out []string
-	for _, l := range lines {
-		if !strings.HasPrefix(l, "LOCATION:  ") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // diffExpectKnown fails the test unless every class named was seen: a

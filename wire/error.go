@@ -34,6 +34,10 @@ type Error struct {
 	// and position), in the order it sent them: a server's error the proxy
 	// re-encodes reaches the client with every field PostgreSQL gave it.
 	More []ErrorField
+
+	// At is where PostgreSQL raises the proxy-made e, when it raises the
+	// same error in several places (origin.go); nil takes origins' place.
+	At *Location
 }
 
 // ErrorField is one field of an ErrorResponse or NoticeResponse.
@@ -103,12 +107,12 @@ func appendFields(buf []byte, typ byte, e *Error) []byte {
 	for _, f := range e.More {
 		buf = appendField(buf, f.Type, f.Value)
 	}
-	if typ == 'E' && e.More == nil && e.Routine == "" {
+	if e.More == nil && e.Routine == "" {
 		// The proxy's own: where PostgreSQL raises the same (origin.go).
-		if o := originOf(e); o != nil {
-			buf = appendField(buf, 'F', o.file)
-			buf = appendField(buf, 'L', o.line)
-			buf = appendField(buf, 'R', o.routine)
+		if at := locationOf(e); at != nil {
+			buf = appendField(buf, 'F', at.file)
+			buf = appendField(buf, 'L', at.line)
+			buf = appendField(buf, 'R', at.routine)
 		}
 	}
 	buf = append(buf, 0)

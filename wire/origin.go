@@ -13,7 +13,7 @@ import "strings"
 // login, a full server, a statement in an aborted transaction — it sends
 // the fields of PostgreSQL 15.18 too (read off the server: see
 // TestOriginsMatchPostgres), so that the error is the server's down to
-// them. Errors of the proxy's own (the 0A000 refusals, routing, pooling)
+// them; so do its notices (the WARNING of a COMMIT outside a transaction). Errors of the proxy's own (the 0A000 refusals, routing, pooling)
 // get none: they have no place in PostgreSQL's source. A server's error
 // that the proxy relays keeps the fields the server sent (More).
 
@@ -48,6 +48,40 @@ var origins = []origin{
 	{TooManyConnections, `sorry, too many clients already`, "proc.c", "357", "InitProcess"},
 	{AdminShutdown, `terminating connection due to administrator command`, "postgres.c", "3211", "ProcessInterrupts"},
 	{InvalidPassword, `password authentication failed for user "%"`, "auth.c", "334", "auth_failed"},
+	{ActiveSQLTransaction, `there is already a transaction in progress`, "xact.c", "3789", "BeginTransactionBlock"},
+	{NoActiveSQLTransaction, `there is no transaction in progress`, "xact.c", "3987", "EndTransactionBlock"},
+	{InvalidSavepointSpecification, `savepoint "%" does not exist`, "xact.c", "4428", "RollbackToSavepoint"},
+}
+
+// Location is where PostgreSQL raises an error that it raises in more than
+// one place with the same message: the proxy's code that answers for one
+// of them names it (Error.At) rather than taking origins' choice.
+type Location struct{ file, line, routine string }
+
+// The places of PostgreSQL 15.18 that origins does not choose.
+var (
+	// AtRollbackOutside: ROLLBACK outside a transaction block or in an
+	// implicit one (WARNING 25P01; origins has COMMIT's).
+	AtRollbackOutside = &Location{"xact.c", "4110", "UserAbortTransactionBlock"}
+	// AtCommitImplicit: COMMIT inside the implicit transaction of a
+	// multi-statement Query (WARNING 25P01; origins has that of a COMMIT
+	// outside any).
+	AtCommitImplicit = &Location{"xact.c", "3908", "EndTransactionBlock"}
+	// AtRelease: RELEASE of an unknown savepoint (3B001; origins has
+	// ROLLBACK TO's).
+	AtRelease = &Location{"xact.c", "4317", "ReleaseSavepoint"}
+)
+
+// locationOf returns where PostgreSQL raises e, a proxy-made error or
+// notice: e.At, else the place origins gives; nil when it has none.
+func locationOf(e *Error) *Location {
+	if e.At != nil {
+		return e.At
+	}
+	if o := originOf(e); o != nil {
+		return &Location{o.file, o.line, o.routine}
+	}
+	return nil
 }
 
 // originOf returns where PostgreSQL raises e, or nil when e is not one of

@@ -68,6 +68,10 @@ func TestOriginsMatchPostgres(t *testing.T) {
 				if first == nil {
 					first = pgconn.ErrorResponseToPgError(m)
 				}
+			case *pgproto3.NoticeResponse:
+				if first == nil && m.Severity == "WARNING" {
+					first = pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
+				}
 			case *pgproto3.ReadyForQuery:
 				return first
 			}
@@ -158,6 +162,13 @@ func TestOriginsMatchPostgres(t *testing.T) {
 			errors.As(err, &pe)
 			return pe
 		},
+		`there is already a transaction in progress`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("BEGIN; BEGIN"))
+		},
+		`there is no transaction in progress`: func(t *testing.T) *pgconn.PgError { return raw(t, query("COMMIT")) },
+		`savepoint "%" does not exist`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("BEGIN; ROLLBACK TO nope"))
+		},
 		`sorry, too many clients already`: func(t *testing.T) *pgconn.PgError {
 			for range 20 {
 				pc, err := pgconn.Connect(ctx, dsn)
@@ -173,6 +184,36 @@ func TestOriginsMatchPostgres(t *testing.T) {
 			return nil
 		},
 	}
+	check := func(t *testing.T, pe *pgconn.PgError, at *wire.Location) {
+		t.Helper()
+		got := wire.AppendError(nil, &wire.Error{Severity: pe.Severity, Code: pe.Code, Message: pe.Message, At: at})
+		be := &pgproto3.ErrorResponse{}
+		if err := be.Decode(got[5:]); err != nil {
+			t.Fatal(err)
+		}
+		if be.File != pe.File || be.Routine != pe.Routine || version == 150018 && be.Line != pe.Line {
+			t.Errorf("the proxy's %q: F=%s L=%d R=%s; PostgreSQL %d sends F=%s L=%d R=%s", pe.Message,
+				be.File, be.Line, be.Routine, version, pe.File, pe.Line, pe.Routine)
+		}
+	}
+	for _, at := range []struct {
+		name string
+		at   *wire.Location
+		sql  string
+	}{
+		{"AtRollbackOutside", wire.AtRollbackOutside, "ROLLBACK"},
+		{"AtRelease", wire.AtRelease, "BEGIN; RELEASE nope"},
+		{"AtCommitImplicit", wire.AtCommitImplicit, "SELECT 1; COMMIT"},
+		{"AtRollbackOutside in an implicit transaction", wire.AtRollbackOutside, "SELECT 1; ROLLBACK"},
+	} {
+		t.Run(at.name, func(t *testing.T) {
+			pe := raw(t, query(at.sql))
+			if pe == nil {
+				t.Fatalf("%s raised nothing", at.sql)
+			}
+			check(t, pe, at.at)
+		})
+	}
 	for _, o := range wire.OriginsForTest() {
 		t.Run(o.Message, func(t *testing.T) {
 			f := raise[o.Message]
@@ -183,15 +224,7 @@ func TestOriginsMatchPostgres(t *testing.T) {
 			if pe == nil || pe.Code != o.Code {
 				t.Fatalf("PostgreSQL answered %v, want SQLSTATE %s", pe, o.Code)
 			}
-			got := wire.AppendError(nil, &wire.Error{Severity: pe.Severity, Code: pe.Code, Message: pe.Message})
-			be := &pgproto3.ErrorResponse{}
-			if err := be.Decode(got[5:]); err != nil {
-				t.Fatal(err)
-			}
-			if be.File != pe.File || be.Routine != pe.Routine || version == 150018 && be.Line != pe.Line {
-				t.Errorf("the proxy's %q: F=%s L=%d R=%s; PostgreSQL %d sends F=%s L=%d R=%s", pe.Message,
-					be.File, be.Line, be.Routine, version, pe.File, pe.Line, pe.Routine)
-			}
+			check(t, pe, nil)
 		})
 	}
 }
