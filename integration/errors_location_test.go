@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +40,12 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 		}
 		return fmt.Sprintf("%s %s %q F=%s L=%s R=%s", pe.Severity, pe.Code, pe.Message, pe.File, line, pe.Routine)
 	}
-	// raw returns the first error the messages get on a new connection.
-	raw := func(url string, msgs ...pgproto3.FrontendMessage) *pgconn.PgError {
+	// raw returns what the messages get on a new connection, message by
+	// message: each one's type, an error or notice with its fields.
+	raw := func(url string, msgs ...pgproto3.FrontendMessage) string {
 		t.Helper()
 		fe := dialFrontend(t, url)
-		var first *pgconn.PgError
+		var out strings.Builder
 		for _, step := range msgs {
 			fe.fe.Send(step)
 			if _, ok := step.(*pgproto3.Sync); !ok {
@@ -59,15 +61,21 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e, ok := m.(*pgproto3.ErrorResponse); ok && first == nil {
-					first = pgconn.ErrorResponseToPgError(e)
+				switch m := m.(type) {
+				case *pgproto3.ErrorResponse:
+					out.WriteString(fields(pgconn.ErrorResponseToPgError(m)) + "\n")
+				case *pgproto3.NoticeResponse:
+					out.WriteString(fields(pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))) + "\n")
+				default:
+					fmt.Fprintf(&out, "%T ", m)
 				}
 				if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+					out.WriteString("\n")
 					break
 				}
 			}
 		}
-		return first
+		return out.String()
 	}
 	login := func(url string) *pgconn.PgError {
 		_, err := pgconn.Connect(ctx, url)
@@ -103,9 +111,9 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 			&pgproto3.Query{String: "SELECT count(*) FROM accounts"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want, got := fields(raw(direct, tc.msgs...)), fields(raw(p.AppURL("app"), tc.msgs...))
+			want, got := raw(direct, tc.msgs...), raw(p.AppURL("app"), tc.msgs...)
 			if got != want {
-				t.Errorf("through the proxy %s\n                 directly  %s", got, want)
+				t.Errorf("through the proxy:\n%s\ndirectly:\n%s", got, want)
 			}
 		})
 	}
