@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -336,7 +337,7 @@ func checkoutError(p *pool.Pool, err error) error {
 	if errors.As(err, &pe) && pool.IsStartupRejected(err) {
 		// The server refused the client's own startup parameters: the
 		// client hears PostgreSQL's answer unchanged.
-		return &wire.Error{Severity: "ERROR", Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+		return pgError(pe, "ERROR")
 	}
 	if errors.As(err, &pe) {
 		return &wire.Error{Severity: "ERROR", Code: pe.Code,
@@ -347,6 +348,26 @@ func checkoutError(p *pool.Pool, err error) error {
 	}
 	return &wire.Error{Severity: "ERROR", Code: wire.ConnectionFailure,
 		Message: fmt.Sprintf("cannot connect to server for %s", p.Key), Detail: err.Error()}
+}
+
+// pgError is a server's error as pgconn read it, to be sent to the client
+// with severity as the server sent it: with its location fields (which the
+// proxy does not otherwise make up for it, see wire/origin.go).
+func pgError(pe *pgconn.PgError, severity string) *wire.Error {
+	e := &wire.Error{Severity: severity, Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint, Routine: pe.Routine}
+	if pe.Position > 0 {
+		e.Position = strconv.Itoa(int(pe.Position))
+	}
+	if pe.File != "" {
+		e.More = append(e.More, wire.ErrorField{Type: 'F', Value: pe.File})
+	}
+	if pe.Line > 0 {
+		e.More = append(e.More, wire.ErrorField{Type: 'L', Value: strconv.Itoa(int(pe.Line))})
+	}
+	if pe.Routine != "" {
+		e.More = append(e.More, wire.ErrorField{Type: 'R', Value: pe.Routine})
+	}
+	return e
 }
 
 // detach returns the server to the pool.

@@ -119,7 +119,9 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 		if e == nil {
 			return err
 		}
-		return &wire.Error{Severity: "FATAL", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+		fatal := *e // the server's fields and all
+		fatal.Severity = "FATAL"
+		return &fatal
 	}
 	for k, v := range c.server.Params {
 		c.w.Write(wire.AppendParameterStatus(nil, k, v))

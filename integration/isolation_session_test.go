@@ -162,6 +162,10 @@ func TestIsoFailedLogin(t *testing.T) {
 					if got == nil || got.Code != want.Code || got.Message != want.Message {
 						t.Fatalf("login %d: got %s, want %s (as direct)", i, errText(err), errText(derr))
 					}
+					if got.Severity != want.Severity || got.File != want.File || got.Line != want.Line || got.Routine != want.Routine {
+						t.Fatalf("login %d: %s F=%s L=%d R=%s, want %s F=%s L=%d R=%s (as direct)", i,
+							got.Severity, got.File, got.Line, got.Routine, want.Severity, want.File, want.Line, want.Routine)
+					}
 				}
 				c, err := tryConnect(p.AppURL("app"), simple, nil)
 				if err != nil {
