@@ -229,7 +229,11 @@ func (c *client) ensurePrepared(s *pool.Server, sts []*sqlStmt) error {
 			return err
 		}
 		if e != nil {
-			return &wire.Error{Severity: "ERROR", Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
+			// The server's error, fields and all, but not a position in
+			// the proxy's own PREPARE text.
+			f := *e
+			f.Position = ""
+			return &f
 		}
 		s.Prepared[st.name] = struct{}{}
 	}
