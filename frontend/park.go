@@ -49,6 +49,16 @@ import (
 // close it.
 var errParked = errors.New("client parked")
 
+// resumer is what a parked socket runs when it wakes: resume, on a new
+// goroutine. An interface rather than a func, so that a parked client
+// (which is one) needs no closure.
+type resumer interface{ resume() }
+
+// resumeFunc makes a func a resumer.
+type resumeFunc func()
+
+func (f resumeFunc) resume() { f() }
+
 // parker is the Listener's evloop, made at the first park, and the sweep
 // that parks clients idle for limits.client_park_after.
 type parker struct {
@@ -197,24 +207,27 @@ func (c *client) parkEligible() bool {
 	if c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil {
 		return false
 	}
+	_, err := c.syscallConn()
+	return err == nil
+}
+
+// syscallConn returns the client's socket, to park it. It is not kept in
+// the client: a park, after an idle second, can afford the allocation, and
+// a parked client the bytes no longer.
+func (c *client) syscallConn() (syscall.RawConn, error) {
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
-		return false
+		return nil, errors.New("not a socket")
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	c.rawConn = rc
-	return true
+	return sc.SyscallConn()
 }
 
 // mayPark reports whether the client holds nothing that needs its
 // goroutine: it is between transactions with nothing buffered either way.
 func (c *client) mayPark() bool {
 	return c.canPark.Load() && c.mode == config.PoolTransaction && c.server == nil && c.xs == nil && !c.pinned && c.tx == 'I' &&
-		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && len(c.batch) == 0 &&
-		c.stream == nil && c.lost == nil && c.clientErr == nil &&
+		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && (c.shardedState == nil || len(c.batch) == 0 && c.stream == nil) &&
+		c.lost == nil && c.clientErr == nil &&
 		c.r.Buffered() == 0 && c.w.Buffered() == 0
 }
 
@@ -240,6 +253,10 @@ func (c *client) park() bool {
 	if e == nil || !c.mayPark() {
 		return false
 	}
+	rc, err := c.syscallConn()
+	if err != nil {
+		return false
+	}
 	p := &c.l.parking
 	select {
 	case p.readers <- c.r:
@@ -250,8 +267,9 @@ func (c *client) park() bool {
 	default:
 	}
 	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
+	c.shed()
 	c.parked.Store(true)
-	key, err := e.park(c.rawConn, &c.parkArmed, &c.parkKey, c.resume)
+	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c)
 	if err != nil {
 		if !errors.Is(err, errEvloopClosed) {
 			c.log.Warn("client cannot park", "err", err)
@@ -271,9 +289,30 @@ func (c *client) park() bool {
 	return true
 }
 
+// shed drops what a parked client can do without and the next round trip
+// makes again (see unparked): its per-round-trip slices, the cancel
+// target of its last server, and its statement maps while they are empty.
+// A parked client costs its memory for as long as it stays idle; once
+// resumed the allocations come back once, after an idle second at least.
+func (c *client) shed() {
+	c.out, c.lastTag, c.batchOps, c.lastTarget = nil, nil, nil, nil
+	if len(c.stmts) == 0 {
+		c.stmts = nil
+	}
+	if len(c.sqlStmts) == 0 {
+		c.sqlStmts = nil
+	}
+}
+
 // unparked gives the client buffers again: its goroutine goes on.
 func (c *client) unparked() {
 	c.parked.Store(false)
+	if c.stmts == nil {
+		c.stmts = map[string]*stmt{}
+	}
+	if c.sqlStmts == nil {
+		c.sqlStmts = map[string]*sqlStmt{}
+	}
 	p := &c.l.parking
 	var r *wire.Reader
 	var w *bufio.Writer
@@ -295,7 +334,8 @@ func (c *client) unparked() {
 }
 
 // resume serves a parked client whose socket woke, on the evloop's new
-// goroutine.
+// goroutine (the client is its own resumer: a method value made at each
+// park would be one more allocation kept by every parked client).
 func (c *client) resume() {
 	c.unparked()
 	c.resumed = true
