@@ -40,7 +40,8 @@ type evloop struct {
 	// than a map: 24 bytes a descriptor instead of a map slot and its
 	// share of the map's growth, for every parked client.
 	waiting []parkedFn
-	n       int // entries of waiting with a fn
+	n       int    // entries of waiting with a fn
+	total   uint64 // parks so far
 	token   int32
 	closed  bool
 }
@@ -118,6 +119,7 @@ func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn r
 			if e.waiting[key.fd].fn == nil {
 				e.n++
 			}
+			e.total++
 			e.waiting[key.fd] = parkedFn{token: key.token, fn: fn}
 		}
 	})
@@ -186,6 +188,13 @@ func (e *evloop) parked() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n
+}
+
+// parks is the number of parks so far.
+func (e *evloop) parks() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.total
 }
 
 // close resumes every parked socket, refuses further parks, and stops the

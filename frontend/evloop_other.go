@@ -25,4 +25,5 @@ func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn r
 func (e *evloop) wake(key parkKey) bool   { return false }
 func (e *evloop) unpark(key parkKey) bool { return false }
 func (e *evloop) parked() int             { return 0 }
+func (e *evloop) parks() uint64           { return 0 }
 func (e *evloop) close()                  {}

@@ -23,6 +23,12 @@ import (
 // goroutine that takes buffers again and goes on with the client loop,
 // whose first read finds the data (or the EOF, cleaned up as always).
 //
+// What a parked client keeps is what it costs while idle, in thousands:
+// its client struct (the 768-byte size class, TestClientSizeClass: the
+// sharded-only state is behind a pointer, the logger adds the client's
+// attributes at log time), its net.Conn and the evloop's entry; shed drops
+// the rest (TestXParkMemory in integration measures it).
+//
 // Which clients park: those of a transaction-mode database that is not
 // sharded, over plain TCP or a Unix socket, at the top of the client loop
 // while they hold nothing — no server (so not pinned, not in a
@@ -117,6 +123,18 @@ func (l *Listener) Parked() int {
 	return e.parked()
 }
 
+// parks reports how many times clients parked so far.
+func (l *Listener) parks() uint64 {
+	p := &l.parking
+	p.mu.Lock()
+	e := p.loop
+	p.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	return e.parks()
+}
+
 // closeParking resumes every parked client, and from then on no client
 // parks (Shutdown).
 func (l *Listener) closeParking() {
@@ -134,19 +152,24 @@ func (l *Listener) closeParking() {
 	e.close()
 }
 
-// freeAfterParking is how many more clients must have parked since the
-// last time the sweep gave memory back to the OS for it to do so again,
-// and freeEvery how long it waits at least between two such times (each
-// is a full collection: a number of parked clients that swings by
-// thousands every second must not cost one per second).
+// freeAfterParks is how many parks must have happened since the last time
+// the sweep gave memory back to the OS for it to do so again, and
+// freeEvery how long it waits at least between two such times (each is a
+// full collection: clients that park and wake by thousands every second
+// must not cost one per second). Parks, not the number of parked clients:
+// with a count that had to grow by a thousand, the buffers of up to a
+// thousand clients that parked last (48 KiB each) stayed resident, 2 kB
+// per client with 10 000 parked (bench/idle.sh, 2026-12-02). 64 parks
+// free at least 3 MiB of buffers beyond the ones the Listener keeps
+// (parkedBuffers).
 const (
-	freeAfterParking = 1000
-	freeEvery        = 10 * time.Second
+	freeAfterParks = 64
+	freeEvery      = 10 * time.Second
 )
 
 // sweep nudges clients idle for limits.client_park_after into parking,
-// until stop is closed. When many clients parked since its last pass it
-// also returns the memory they freed to the OS: an idle proxy allocates
+// until stop is closed. When clients parked since it last did so it also
+// returns the memory they freed to the OS: an idle proxy allocates
 // nothing, so without this the Go runtime would keep their stacks and
 // buffers until its forced collection every two minutes, and scavenge
 // them only after that.
@@ -154,14 +177,12 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
-	freedAt := 0 // parked clients at the last FreeOSMemory
+	var freedAt uint64 // parks at the last FreeOSMemory
 	var freed time.Time
 	for {
-		if n := l.Parked(); n >= freedAt+freeAfterParking && time.Since(freed) >= freeEvery {
+		if n := l.parks(); n >= freedAt+freeAfterParks && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
 			freedAt, freed = n, time.Now()
-		} else if n < freedAt {
-			freedAt = n
 		}
 		after := l.State().Config.Limits.ClientParkAfter
 		if after <= 0 {

@@ -436,7 +436,11 @@ func (c sysClient) close() { syscall.Close(int(c)) }
 // idleConfig is parkConfig (clients park at every idle point) with a
 // trust user "idle", for sysClient.
 func idleConfig(cl *pgtest.Cluster) string {
-	c := parkConfig(cl, 2, "0s")
+	after := "0s"
+	if a := os.Getenv("PARK_AFTER"); a != "" {
+		after = a
+	}
+	c := parkConfig(cl, 2, after)
 	old := "users:\n"
 	return strings.Replace(c, old, fmt.Sprintf("%s  - { name: idle, auth_type: trust, server_user: %s, server_password: %s }\n", old, cl.User, cl.Password), 1)
 }
@@ -470,9 +474,23 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
-	for range n {
-		conns = append(conns, dialSys(t, port, "idle", "app"))
+	par := 1
+	if v, _ := strconv.Atoi(os.Getenv("PARK_PAR")); v > 0 {
+		par = v
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range par {
+		wg.Go(func() {
+			for i := w; i < n; i += par {
+				c := dialSys(t, port, "idle", "app")
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	waitParked(t, p, warm+n)
 	runtime.GC()
 	runtime.GC()
@@ -509,6 +527,12 @@ func TestXParkMemory(t *testing.T) {
 // client (parkedHeap) for 2 000 clients. Run it once; with
 // PARK_HEAP_PROFILE set, parkedHeap writes there the heap profile taken
 // while the clients are parked, by allocation site:
+//
+// PARK_AFTER sets limits.client_park_after (default 0s: each client parks
+// after its SELECT 1; with 1s the clients keep their goroutines until the
+// sweep parks them, and the runtime keeps the g of every goroutine that
+// ran at once, about 450 bytes each, for good) and PARK_PAR how many
+// clients log in at once (default 1).
 //
 //	PARK_HEAP_PROFILE=/tmp/park.mem go test -run '^$' -bench ParkedClientMemory -benchtime 1x -memprofilerate 1 -o /tmp/integration.test ./integration
 //	go tool pprof -sample_index inuse_space -top /tmp/integration.test /tmp/park.mem
