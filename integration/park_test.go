@@ -532,14 +532,18 @@ func TestXParkMemory(t *testing.T) {
 // after its SELECT 1; with 1s the clients keep their goroutines until the
 // sweep parks them, and the runtime keeps the g of every goroutine that
 // ran at once, about 450 bytes each, for good) and PARK_PAR how many
-// clients log in at once (default 1).
+// clients log in at once (default 1), PARK_N how many clients park
+// (default 2000).
 //
 //	PARK_HEAP_PROFILE=/tmp/park.mem go test -run '^$' -bench ParkedClientMemory -benchtime 1x -memprofilerate 1 -o /tmp/integration.test ./integration
 //	go tool pprof -sample_index inuse_space -top /tmp/integration.test /tmp/park.mem
 func BenchmarkParkedClientMemory(b *testing.B) {
 	cl := cluster(b, "app")
 	p := startProxy(b, idleConfig(cl))
-	const n = 2000
+	n := 2000
+	if v, _ := strconv.Atoi(os.Getenv("PARK_N")); v > 0 {
+		n = v
+	}
 	var live, inUse, objects float64
 	runs := 0
 	for b.Loop() {
