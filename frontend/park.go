@@ -158,9 +158,9 @@ func (l *Listener) closeParking() {
 // full collection: clients that park and wake by thousands every second
 // must not cost one per second). Parks, not the number of parked clients:
 // with a count that had to grow by a thousand, the buffers of up to a
-// thousand clients that parked last (48 KiB each) stayed resident, 2 kB
-// per client with 10 000 parked (bench/idle.sh, 2026-12-02). 64 parks
-// free at least 3 MiB of buffers beyond the ones the Listener keeps
+// thousand clients that parked last (48 KiB each, 48 MiB) could stay
+// resident until the runtime's own scavenger got to them. 64 parks free
+// about 3 MiB of buffers beyond the ones the Listener keeps
 // (parkedBuffers).
 const (
 	freeAfterParks = 64
