@@ -49,16 +49,19 @@ TARGETS="pgbouncer shardgate base"
 CLK_TCK=$(getconf CLK_TCK)
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-# go_stats TARGET: goroutines, heap in use and stacks in use (kB) of a
-# shardgate target, from its /metrics; "-" for PgBouncer.
+# go_stats TARGET: goroutines, heap in use, heap free but not returned to
+# the OS (idle - released: resident, counted in RSS) and stacks in use (kB)
+# of a shardgate target, from its /metrics; "-" for PgBouncer.
 go_stats() {
 	local port=${SG_METRICS[$1]:-}
-	[ -n "$port" ] || { echo "- | - | -"; return; }
+	[ -n "$port" ] || { echo "- | - | - | -"; return; }
 	curl -s "http://127.0.0.1:$port/metrics" | awk '
 		$1 == "go_goroutines" { g = $2 }
 		$1 == "go_memstats_heap_inuse_bytes" { h = $2 }
+		$1 == "go_memstats_heap_idle_bytes" { i = $2 }
+		$1 == "go_memstats_heap_released_bytes" { r = $2 }
 		$1 == "go_memstats_stack_inuse_bytes" { s = $2 }
-		END { printf "%d | %d | %d", g, h / 1024, s / 1024 }'
+		END { printf "%d | %d | %d | %d", g, h / 1024, (i - r) / 1024, s / 1024 }'
 }
 
 log "warm-up"
@@ -135,8 +138,8 @@ mkdir -p "$(dirname "$IDLE_OUT")"
 	echo
 	echo "Go runtime of the shardgate targets (from /metrics), before the idle clients and after ${IDLE_SETTLE}s with them:"
 	echo
-	echo "| proxy | goroutines before | heap in use before (kB) | stacks before (kB) | goroutines with idle | heap in use with idle (kB) | stacks with idle (kB) |"
-	echo "|---|---|---|---|---|---|---|"
+	echo "| proxy | goroutines before | heap in use before (kB) | heap free, not released, before (kB) | stacks before (kB) | goroutines with idle | heap in use with idle (kB) | heap free, not released, with idle (kB) | stacks with idle (kB) |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	for t in $TARGETS; do echo "| $t | ${GO0[$t]} | ${GO1[$t]} |"; done
 	echo
 	echo "## Load figures without and with the idle clients"

@@ -9,10 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,13 +51,12 @@ type client struct {
 	conn net.Conn
 	r    *wire.Reader
 	w    *bufio.Writer
-	log  *slog.Logger
+	log  clientLog
 
 	id      uint64
 	pid     uint32
 	secret  [4]byte
-	tls     bool
-	started time.Time
+	started int64 // time.Time.UnixNano of the connection (a time.Time is three words)
 
 	st   *State
 	user *config.User
@@ -68,7 +66,6 @@ type client struct {
 
 	server  *pool.Server
 	startup pool.Startup // the startup parameters servers are opened with (see serverStartup)
-	tx      byte         // transaction status of the last ReadyForQuery sent: I, T or E
 
 	sess  session
 	stmts map[string]*stmt // client statement name → proxy-wide statement
@@ -88,12 +85,6 @@ type client struct {
 	// transaction's executed statements may have left behind.
 	unnamedEff stmtEffect
 	portals    map[string]stmtEffect
-	txEff      effect
-	// pinned keeps the server of a transaction-mode client between
-	// transactions while its session holds objects that cannot move
-	// (temporary tables, session advisory locks, WITH HOLD cursors,
-	// LISTEN, SQL-level prepared statements); see settle.
-	pinned bool
 	// lost is set when the proxy's own statements failed on a server
 	// that carried the client's session: the client is ended after its
 	// current message.
@@ -102,37 +93,37 @@ type client struct {
 	out       []byte    // messages waiting to be written to the server
 	q         []req     // answers expected from the server, in order
 	qBuf      []req     // q's reusable backing array (queued)
-	pipe      pipe      // where the extended-protocol pipeline is (state.go)
 	lastTag   []byte    // tag of the last CommandComplete relayed
 	clientErr error     // the client socket failed while relaying
-	inCopy    bool      // relaying COPY FROM STDIN data (see copyIn)
 	answers   int       // messages the server sent in this round trip (see roundTrip's retry)
 	tripStart time.Time // when the batch went to the server (see deadServerWindow)
 	batchOps  []setOp   // session ops of Executes completed since the last Sync
-	loggingIn bool      // keep the server attached through login
-	admin     bool      // the client talks to the admin database (see bound)
+
+	// One-byte fields, together so that the struct has no padding (its
+	// size class is what a parked client costs; see TestClientSizeClass).
+	tx    byte   // transaction status of the last ReadyForQuery sent: I, T or E
+	txEff effect // see unnamedEff
+	// pinned keeps the server of a transaction-mode client between
+	// transactions while its session holds objects that cannot move
+	// (temporary tables, session advisory locks, WITH HOLD cursors,
+	// LISTEN, SQL-level prepared statements); see settle.
+	pinned    bool
+	pipe      pipe // where the extended-protocol pipeline is (state.go)
+	inCopy    bool // relaying COPY FROM STDIN data (see copyIn)
+	loggingIn bool // keep the server attached through login
+	admin     bool // the client talks to the admin database (see bound)
+	tls       bool
 
 	// Sharded databases only (see sharded.go).
-	xs      *executor.Session // the shards' servers and the transaction over them
-	ext     []shardExt        // per shard, what the frontend keeps beside xs
-	reports [][]byte          // ParameterStatus for the next ReadyForQuery (report)
-	multi   bool              // running a multi-statement Query part by part (runParts)
-	partErr bool              // an error answered a part of it
-	rt      planner
-	hints   hints
-	rc      *routeCounts // route counters of database rcDB (routestats.go)
-	rcDB    string
-	// Extended protocol on sharded databases (sharded_ext.go).
-	batch          []batchMsg
-	sstmts         map[string]*sStmt
-	sportals       map[string]*sPortal
-	pendingPrepare string
-	suppressDesc   bool
-	// bindPending: the client's BindComplete is held back until the shard
-	// binds the portal, so that an error PostgreSQL raises at Bind takes
-	// its place (see deferBind).
-	bindPending bool
-	stream      *portalStream // a cross-shard read paused between Executes
+	xs     *executor.Session // the shards' servers and the transaction over them
+	ext    []shardExt        // per shard, what the frontend keeps beside xs
+	rt     planner
+	sstmts map[string]*sStmt // extended protocol on sharded databases (sharded_ext.go)
+	// The rest of the sharded state, allocated with xs (setShards): nil,
+	// and so not to be touched, while xs is nil. Kept apart so that the
+	// struct of a client of an unsharded database (thousands of them
+	// parked, see park.go) stays in a smaller size class.
+	*shardedState
 
 	adm admission // gate and pool counters (gate.go)
 	lb  lbState   // replica or primary for the next transaction (balance.go)
@@ -142,8 +133,8 @@ type client struct {
 	lastTarget   *cancelTarget // the one-server target attach stored last (owner only)
 	wakeMu       sync.Mutex    // orders Shutdown's wake-ups with the client leaving ClientIdle
 	state        atomic.Int32
-	queries      atomic.Uint64
 	killed       atomic.Bool
+	queries      atomic.Uint64
 	infoMu       sync.Mutex // guards appName
 	appName      string
 
@@ -152,15 +143,16 @@ type client struct {
 	// at the same time.
 	ctx        context.Context // the client's, for the loop of a resumed client
 	maxMessage int             // limits.max_message_size at login, for new readers
-	rawConn    syscall.RawConn // the socket, to park it (set when canPark)
-	parkArmed  bool            // the socket is in the evloop's epoll set
-	wantPark   bool            // the sweep interrupted the read: park before reading again
-	resumed    bool            // the loop resumed from a park and has not read yet
 	sweepSeen  uint64          // the sweep goroutine's: queries at its previous pass
+	parkKey    atomic.Uint64   // the current park (fd<<32 | token), for wakeParked
 	canPark    atomic.Bool     // the client parks when idle (parkEligible)
 	parked     atomic.Bool     // parked now: no goroutine serves the client
 	parkNudge  atomic.Bool     // the sweep set a read deadline for the client to park
-	parkKey    atomic.Uint64   // the current park (fd<<32 | token), for wakeParked
+	parkArmed  bool            // the socket is in the evloop's epoll set
+	wantPark   bool            // the sweep interrupted the read: park before reading again
+	resumed    bool            // the loop resumed from a park and has not read yet
+
+	multi bool // sharded: running a multi-statement Query part by part (runParts); here for packing
 }
 
 // The client's buffer sizes.
@@ -177,7 +169,7 @@ func newClient(l *Listener, conn net.Conn) *client {
 		r:        wire.NewReader(conn, clientReadBuffer, 1<<30),
 		w:        bufio.NewWriterSize(conn, clientWriteBuffer),
 		id:       l.nextID.Add(1),
-		started:  time.Now(),
+		started:  time.Now().UnixNano(),
 		tx:       'I',
 		qBuf:     make([]req, 0, clientQueue),
 		stmts:    map[string]*stmt{},
@@ -188,8 +180,36 @@ func newClient(l *Listener, conn net.Conn) *client {
 		c.pid = 1
 	}
 	copy(c.secret[:], randomBytes(4))
-	c.log = l.log.With("client", c.id, "addr", conn.RemoteAddr().String())
+	c.log = clientLog{c}
 	return c
+}
+
+// clientLog is the client's logger: the Listener's, with the client's
+// attributes (id, address, and once logged in user and database) added to
+// each record as it is logged. A logger made with slog.Logger.With per
+// client would keep a handler and its preformatted attributes for the
+// client's whole life, a few hundred bytes that idle clients (parked in
+// thousands, see park.go) would pay for nothing.
+type clientLog struct{ c *client }
+
+func (cl clientLog) Debug(msg string, args ...any) { cl.log(slog.LevelDebug, msg, args) }
+func (cl clientLog) Info(msg string, args ...any)  { cl.log(slog.LevelInfo, msg, args) }
+func (cl clientLog) Warn(msg string, args ...any)  { cl.log(slog.LevelWarn, msg, args) }
+func (cl clientLog) Error(msg string, args ...any) { cl.log(slog.LevelError, msg, args) }
+
+func (cl clientLog) log(level slog.Level, msg string, args []any) {
+	l := cl.c.l.log
+	ctx := context.Background()
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	c := cl.c
+	attrs := make([]any, 0, 8+len(args))
+	attrs = append(attrs, "client", c.id, "addr", c.conn.RemoteAddr().String())
+	if c.user != nil && c.db != nil {
+		attrs = append(attrs, "user", c.user.Name, "database", c.db.Name)
+	}
+	l.Log(ctx, level, msg, append(attrs, args...)...)
 }
 
 // setCancelTarget points the client's cancel requests at t (nil: none).
@@ -228,7 +248,7 @@ func (c *client) info() ClientInfo {
 	app := c.appName
 	c.infoMu.Unlock()
 	ci := ClientInfo{ID: c.id, Addr: c.conn.RemoteAddr().String(), AppName: app,
-		State: ClientState(c.state.Load()), TLS: c.tls, ConnectedAt: c.started, Queries: c.queries.Load(),
+		State: ClientState(c.state.Load()), TLS: c.tls, ConnectedAt: time.Unix(0, c.started), Queries: c.queries.Load(),
 		Session: c.mode == config.PoolSession}
 	if c.user != nil {
 		ci.User = c.user.Name

@@ -34,8 +34,14 @@ type evloop struct {
 	raw  syscall.RawConn // ep's, for non-blocking epoll_wait calls
 	done chan struct{}   // closed when run returns
 
-	mu      sync.Mutex // guards the following
-	waiting map[int32]parkedFn
+	mu sync.Mutex // guards the following
+	// waiting is indexed by file descriptor (descriptors are small and
+	// dense): an entry with a nil fn waits for nothing. A slice rather
+	// than a map: 24 bytes a descriptor instead of a map slot and its
+	// share of the map's growth, for every parked client.
+	waiting []parkedFn
+	n       int    // entries of waiting with a fn
+	total   uint64 // parks so far
 	token   int32
 	closed  bool
 }
@@ -43,7 +49,7 @@ type evloop struct {
 // parkedFn is what runs when a parked socket wakes.
 type parkedFn struct {
 	token int32
-	fn    func()
+	fn    resumer
 }
 
 // parkKey names one park of one socket: its file descriptor and token.
@@ -78,18 +84,19 @@ func newEvloop() (*evloop, error) {
 		f.Close()
 		return nil, fmt.Errorf("evloop: %w", err)
 	}
-	e := &evloop{ep: f, epfd: fd, raw: raw, done: make(chan struct{}), waiting: map[int32]parkedFn{}}
+	e := &evloop{ep: f, epfd: fd, raw: raw, done: make(chan struct{})}
 	go e.run()
 	return e, nil
 }
 
-// park arms the socket of rc and runs fn on a new goroutine when it wakes.
+// park arms the socket of rc and runs fn.resume on a new goroutine when it
+// wakes.
 // armed says whether the socket was added to the set before (by an earlier
 // park); park sets it. The key is also stored in last before the park can
 // wake, so that last always names the latest park of the socket, even when
 // fn runs and parks again before park returns. On error nothing is parked
 // and fn never runs.
-func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn func()) (parkKey, error) {
+func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn resumer) (parkKey, error) {
 	var key parkKey
 	var ctlErr error
 	err := rc.Control(func(fd uintptr) {
@@ -106,6 +113,13 @@ func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn f
 		// fires at once finds the entry.
 		if ctlErr = e.arm(key, armed); ctlErr == nil {
 			last.Store(key.pack())
+			if int(key.fd) >= len(e.waiting) {
+				e.waiting = append(e.waiting, make([]parkedFn, int(key.fd)+1-len(e.waiting))...)
+			}
+			if e.waiting[key.fd].fn == nil {
+				e.n++
+			}
+			e.total++
 			e.waiting[key.fd] = parkedFn{token: key.token, fn: fn}
 		}
 	})
@@ -137,16 +151,20 @@ func (e *evloop) arm(key parkKey, armed *bool) error {
 	return nil
 }
 
-// take removes the park key and returns its function, or nil when the
+// take removes the park key and returns its resumer, or nil when the
 // park already woke (or never was).
-func (e *evloop) take(key parkKey) func() {
+func (e *evloop) take(key parkKey) resumer {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, ok := e.waiting[key.fd]
-	if !ok || p.token != key.token {
+	if key.fd < 0 || int(key.fd) >= len(e.waiting) {
 		return nil
 	}
-	delete(e.waiting, key.fd)
+	p := e.waiting[key.fd]
+	if p.fn == nil || p.token != key.token {
+		return nil
+	}
+	e.waiting[key.fd] = parkedFn{}
+	e.n--
 	return p.fn
 }
 
@@ -155,7 +173,7 @@ func (e *evloop) take(key parkKey) func() {
 func (e *evloop) wake(key parkKey) bool {
 	fn := e.take(key)
 	if fn != nil {
-		go fn()
+		go fn.resume()
 	}
 	return fn != nil
 }
@@ -169,7 +187,14 @@ func (e *evloop) unpark(key parkKey) bool { return e.take(key) != nil }
 func (e *evloop) parked() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.waiting)
+	return e.n
+}
+
+// parks is the number of parks so far.
+func (e *evloop) parks() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.total
 }
 
 // close resumes every parked socket, refuses further parks, and stops the
@@ -182,14 +207,16 @@ func (e *evloop) close() {
 		return
 	}
 	e.closed = true
-	fns := make([]func(), 0, len(e.waiting))
-	for fd, p := range e.waiting {
-		fns = append(fns, p.fn)
-		delete(e.waiting, fd)
+	fns := make([]resumer, 0, e.n)
+	for _, p := range e.waiting {
+		if p.fn != nil {
+			fns = append(fns, p.fn)
+		}
 	}
+	e.waiting, e.n = nil, 0
 	e.mu.Unlock()
 	for _, fn := range fns {
-		go fn()
+		go fn.resume()
 	}
 	e.ep.Close() // ends run's wait
 	<-e.done

@@ -77,7 +77,7 @@ func TestEvloopCycles(t *testing.T) {
 		got <- string(buf[:n])
 	}
 	for i := range 50 {
-		key, err := e.park(rc, &armed, &last, read)
+		key, err := e.park(rc, &armed, &last, resumeFunc(read))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestEvloopCycles(t *testing.T) {
 			t.Fatalf("cycle %d: a woken park woke again", i)
 		}
 	}
-	if _, err := e.park(rc, &armed, &last, read); err != nil {
+	if _, err := e.park(rc, &armed, &last, resumeFunc(read)); err != nil {
 		t.Fatal(err)
 	}
 	cli.Close()
@@ -125,7 +125,7 @@ func TestEvloopClose(t *testing.T) {
 		srv, _ := tcpPair(t)
 		armed := false
 		var last atomic.Uint64
-		key, err := e.park(rawConn(t, srv), &armed, &last, func() { ran <- i })
+		key, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() { ran <- i }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestEvloopClose(t *testing.T) {
 	srv, _ := tcpPair(t)
 	armed := false
 	var last atomic.Uint64
-	if _, err := e.park(rawConn(t, srv), &armed, &last, func() {}); err != errEvloopClosed {
+	if _, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() {})); err != errEvloopClosed {
 		t.Fatalf("park after close: %v, want errEvloopClosed", err)
 	}
 }
@@ -173,7 +173,7 @@ func BenchmarkParkResume(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.park(rc, &armed, &last, read); err != nil {
+		if _, err := e.park(rc, &armed, &last, resumeFunc(read)); err != nil {
 			b.Fatal(err)
 		}
 		cli.Write(msg)

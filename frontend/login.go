@@ -79,7 +79,6 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 			Detail:  fmt.Sprintf("user %q is not allowed to connect to database %q", u.Name, db.Name)}
 	}
 	c.user, c.db, c.mode = u, db, db.Pool.Mode
-	c.log = c.log.With("user", u.Name, "database", db.Name)
 	c.pool = st.Pools.Get(db, u, 0)
 	if len(db.Shards) > 1 {
 		if err := c.initShards(st); err != nil {

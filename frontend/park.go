@@ -23,6 +23,12 @@ import (
 // goroutine that takes buffers again and goes on with the client loop,
 // whose first read finds the data (or the EOF, cleaned up as always).
 //
+// What a parked client keeps is what it costs while idle, in thousands:
+// its client struct (the 768-byte size class, TestClientSizeClass: the
+// sharded-only state is behind a pointer, the logger adds the client's
+// attributes at log time), its net.Conn and the evloop's entry; shed drops
+// the rest (TestXParkMemory in integration measures it).
+//
 // Which clients park: those of a transaction-mode database that is not
 // sharded, over plain TCP or a Unix socket, at the top of the client loop
 // while they hold nothing — no server (so not pinned, not in a
@@ -48,6 +54,16 @@ import (
 // errParked ends a client goroutine whose client parked: serve does not
 // close it.
 var errParked = errors.New("client parked")
+
+// resumer is what a parked socket runs when it wakes: resume, on a new
+// goroutine. An interface rather than a func, so that a parked client
+// (which is one) needs no closure.
+type resumer interface{ resume() }
+
+// resumeFunc makes a func a resumer.
+type resumeFunc func()
+
+func (f resumeFunc) resume() { f() }
 
 // parker is the Listener's evloop, made at the first park, and the sweep
 // that parks clients idle for limits.client_park_after.
@@ -107,6 +123,18 @@ func (l *Listener) Parked() int {
 	return e.parked()
 }
 
+// parks reports how many times clients parked so far.
+func (l *Listener) parks() uint64 {
+	p := &l.parking
+	p.mu.Lock()
+	e := p.loop
+	p.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	return e.parks()
+}
+
 // closeParking resumes every parked client, and from then on no client
 // parks (Shutdown).
 func (l *Listener) closeParking() {
@@ -124,19 +152,24 @@ func (l *Listener) closeParking() {
 	e.close()
 }
 
-// freeAfterParking is how many more clients must have parked since the
-// last time the sweep gave memory back to the OS for it to do so again,
-// and freeEvery how long it waits at least between two such times (each
-// is a full collection: a number of parked clients that swings by
-// thousands every second must not cost one per second).
+// freeAfterParks is how many parks must have happened since the last time
+// the sweep gave memory back to the OS for it to do so again, and
+// freeEvery how long it waits at least between two such times (each is a
+// full collection: clients that park and wake by thousands every second
+// must not cost one per second). Parks, not the number of parked clients:
+// with a count that had to grow by a thousand, the buffers of up to a
+// thousand clients that parked last (48 KiB each, 48 MiB) could stay
+// resident until the runtime's own scavenger got to them. 64 parks free
+// about 3 MiB of buffers beyond the ones the Listener keeps
+// (parkedBuffers).
 const (
-	freeAfterParking = 1000
-	freeEvery        = 10 * time.Second
+	freeAfterParks = 64
+	freeEvery      = 10 * time.Second
 )
 
 // sweep nudges clients idle for limits.client_park_after into parking,
-// until stop is closed. When many clients parked since its last pass it
-// also returns the memory they freed to the OS: an idle proxy allocates
+// until stop is closed. When clients parked since it last did so it also
+// returns the memory they freed to the OS: an idle proxy allocates
 // nothing, so without this the Go runtime would keep their stacks and
 // buffers until its forced collection every two minutes, and scavenge
 // them only after that.
@@ -144,14 +177,12 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
-	freedAt := 0 // parked clients at the last FreeOSMemory
+	var freedAt uint64 // parks at the last FreeOSMemory
 	var freed time.Time
 	for {
-		if n := l.Parked(); n >= freedAt+freeAfterParking && time.Since(freed) >= freeEvery {
+		if n := l.parks(); n >= freedAt+freeAfterParks && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
 			freedAt, freed = n, time.Now()
-		} else if n < freedAt {
-			freedAt = n
 		}
 		after := l.State().Config.Limits.ClientParkAfter
 		if after <= 0 {
@@ -197,24 +228,27 @@ func (c *client) parkEligible() bool {
 	if c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil {
 		return false
 	}
+	_, err := c.syscallConn()
+	return err == nil
+}
+
+// syscallConn returns the client's socket, to park it. It is not kept in
+// the client: a park, after an idle second, can afford the allocation, and
+// a parked client the bytes no longer.
+func (c *client) syscallConn() (syscall.RawConn, error) {
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
-		return false
+		return nil, errors.New("not a socket")
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	c.rawConn = rc
-	return true
+	return sc.SyscallConn()
 }
 
 // mayPark reports whether the client holds nothing that needs its
 // goroutine: it is between transactions with nothing buffered either way.
 func (c *client) mayPark() bool {
 	return c.canPark.Load() && c.mode == config.PoolTransaction && c.server == nil && c.xs == nil && !c.pinned && c.tx == 'I' &&
-		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && len(c.batch) == 0 &&
-		c.stream == nil && c.lost == nil && c.clientErr == nil &&
+		c.pipe == 0 && len(c.q) == 0 && len(c.out) == 0 && !c.inCopy && (c.shardedState == nil || len(c.batch) == 0 && c.stream == nil) &&
+		c.lost == nil && c.clientErr == nil &&
 		c.r.Buffered() == 0 && c.w.Buffered() == 0
 }
 
@@ -240,6 +274,10 @@ func (c *client) park() bool {
 	if e == nil || !c.mayPark() {
 		return false
 	}
+	rc, err := c.syscallConn()
+	if err != nil {
+		return false
+	}
 	p := &c.l.parking
 	select {
 	case p.readers <- c.r:
@@ -250,8 +288,9 @@ func (c *client) park() bool {
 	default:
 	}
 	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
+	c.shed()
 	c.parked.Store(true)
-	key, err := e.park(c.rawConn, &c.parkArmed, &c.parkKey, c.resume)
+	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c)
 	if err != nil {
 		if !errors.Is(err, errEvloopClosed) {
 			c.log.Warn("client cannot park", "err", err)
@@ -271,9 +310,30 @@ func (c *client) park() bool {
 	return true
 }
 
+// shed drops what a parked client can do without and the next round trip
+// makes again (see unparked): its per-round-trip slices, the cancel
+// target of its last server, and its statement maps while they are empty.
+// A parked client costs its memory for as long as it stays idle; once
+// resumed the allocations come back once, after an idle second at least.
+func (c *client) shed() {
+	c.out, c.lastTag, c.batchOps, c.lastTarget = nil, nil, nil, nil
+	if len(c.stmts) == 0 {
+		c.stmts = nil
+	}
+	if len(c.sqlStmts) == 0 {
+		c.sqlStmts = nil
+	}
+}
+
 // unparked gives the client buffers again: its goroutine goes on.
 func (c *client) unparked() {
 	c.parked.Store(false)
+	if c.stmts == nil {
+		c.stmts = map[string]*stmt{}
+	}
+	if c.sqlStmts == nil {
+		c.sqlStmts = map[string]*sqlStmt{}
+	}
 	p := &c.l.parking
 	var r *wire.Reader
 	var w *bufio.Writer
@@ -295,7 +355,8 @@ func (c *client) unparked() {
 }
 
 // resume serves a parked client whose socket woke, on the evloop's new
-// goroutine.
+// goroutine (the client is its own resumer: a method value made at each
+// park would be one more allocation kept by every parked client).
 func (c *client) resume() {
 	c.unparked()
 	c.resumed = true

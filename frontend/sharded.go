@@ -66,8 +66,32 @@ type shardExt struct {
 	portal *sPortal
 }
 
+// shardedState is the part of a sharded client's state that the client
+// struct keeps behind a pointer (client.shardedState), made with the
+// client's executor.Session by setShards: every path that touches it runs
+// with c.xs set.
+type shardedState struct {
+	hints   hints
+	rc      *routeCounts // route counters of database rcDB (routestats.go)
+	rcDB    string
+	stream  *portalStream // a cross-shard read paused between Executes
+	reports [][]byte      // ParameterStatus for the next ReadyForQuery (report)
+	partErr bool          // an error answered a part of a multi-statement Query (runParts)
+	// bindPending: the client's BindComplete is held back until the shard
+	// binds the portal, so that an error PostgreSQL raises at Bind takes
+	// its place (see deferBind).
+	bindPending bool
+	// Extended protocol on sharded databases (sharded_ext.go).
+	batch          []batchMsg
+	sportals       map[string]*sPortal
+	pendingPrepare string
+}
+
 // setShards makes the client a sharded one over pools (one per shard).
 func (c *client) setShards(pools []*pool.Pool) {
+	if c.shardedState == nil {
+		c.shardedState = &shardedState{}
+	}
 	c.xs = executor.NewSession(pools, c.l.coord)
 	c.xs.Ready = c.useShard
 	c.xs.Settings = c.settingsPrefix

@@ -82,6 +82,11 @@ type batchMsg struct {
 // shardedExtended buffers one extended-protocol message; at Sync or Flush
 // the batch runs.
 func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) error {
+	if c.shardedState == nil {
+		// Only setShards makes it, and a becomeSharded that left the
+		// client as it was (not movable) comes here all the same.
+		c.shardedState = &shardedState{}
+	}
 	c.batch = append(c.batch, batchMsg{typ: typ, body: append([]byte{}, body...)})
 	if typ != 'S' && typ != 'H' {
 		return nil
