@@ -224,6 +224,14 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 		if err := c.becomeSharded(); err != nil {
 			return c.answerLocally(err, false)
 		}
+		if c.xs == nil {
+			// Another reload made the database one-shard again
+			// meanwhile: the message goes through this path after all.
+			if typ == 'E' {
+				c.queries.Add(^uint64(0)) // counted again
+			}
+			return c.extended(ctx, typ, raw, body)
+		}
 		return c.shardedExtended(ctx, typ, body)
 	} else if err != nil {
 		return c.answerLocally(err, false)
