@@ -75,6 +75,9 @@ type Plan struct {
 	Merge          *router.Merge  // how to merge rows of several shards
 	Params         [][]byte       // Bind parameters (LIMIT $n, HAVING … $n)
 	Formats        []int16
+	// ParamTypes are the parameter types of the client's Parse, for a
+	// probe that only parses the statement (Merge.ParseOnly, probe.go).
+	ParamTypes []uint32
 
 	// InsertSelect is how RouteInsertSelect reads its rows and sends them
 	// on.

@@ -203,6 +203,13 @@ type Merge struct {
 	// the client's. When every shard answers without an error, the
 	// executor discards their rows and answers Probe, a 0A000.
 	Probe error
+	// ParseOnly goes with Probe for a statement that writes, or that the
+	// router refuses: the shards only Parse it (as the extended protocol's
+	// unnamed statement, closed again), which analyses it — every
+	// relation, column, function and type resolved — and runs nothing. A
+	// shard's error is the client's; when every shard parses it, Probe
+	// is.
+	ParseOnly bool
 }
 
 // Outer is a statement that computes, for one combined row (group) of a

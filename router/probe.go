@@ -2,7 +2,7 @@ package router
 
 import pg_query "github.com/pganalyze/pg_query_go/v6"
 
-// Tables the analysis cannot place.
+// Tables the analysis cannot place, and statements it refuses.
 //
 // A table that only a column-only sharding rule could cover, and that
 // neither the catalog (ColumnOrder) nor the statement shows to have the
@@ -19,29 +19,76 @@ import pg_query "github.com/pganalyze/pg_query_go/v6"
 // that does not exist fails on each of them, at Parse in the extended
 // protocol), the client gets their error, PostgreSQL's own; when they
 // answer, the executor discards the rows and answers the 0A000 refusal,
-// so a wrong answer is never sent. Any other statement (a write, whose
-// effects could not be undone, INSERT … SELECT, which would write the
-// rows) is refused with that 0A000 as before.
+// so a wrong answer is never sent.
+//
+// A statement that writes — INSERT, UPDATE, DELETE, MERGE, INSERT …
+// SELECT, SELECT … INTO, a SELECT with a data-modifying WITH query or a
+// locking clause — could not be undone, so the shards only parse it
+// (Merge.ParseOnly): Parse of the unnamed statement, Close and Sync, which
+// analyses the statement as PostgreSQL does before running it (every
+// relation, column, function and type resolved) and runs nothing. A table
+// that does not exist fails that Parse, with PostgreSQL's own error and
+// position; when every shard parses the statement, the 0A000 refusal
+// stands. A statement the analysis refuses for another reason
+// (unroutable: an INSERT into a sharded table that does not set its
+// sharding column, …) is parsed first the same way, since PostgreSQL
+// rejects a column that does not exist before anything else. Statements
+// whose Parse analyses nothing (COPY, DO and the other utility
+// statements) stay refused at once.
+//
+// The executor runs a probe on the client's own servers, after its
+// settings (search_path decides what a name resolves to) and inside its
+// transaction, which the error aborts as PostgreSQL's would.
 
-// probeUnknown decides what an unknown table of part p, the analysis of
-// statement n, makes of it: a probe or a refusal.
-func (a *analyzer) probeUnknown(p *part, n *pg_query.Node) {
-	if a.unknown == nil || p.unroutable != nil {
+// probe decides what an unknown table, or a refusal, of part p, the
+// analysis of statement n, makes of it: a probe or a refusal.
+func (a *analyzer) probe(p *part, n *pg_query.Node) {
+	refusal := p.unroutable
+	if refusal == nil {
+		refusal = a.unknown
+	}
+	if refusal == nil && p.source != nil && p.source.probe != nil {
+		refusal = p.source.probe.Merge.Probe // INSERT … SELECT: its rows would be written
+	}
+	if refusal == nil {
 		return
 	}
 	sel := n.GetSelectStmt()
-	if sel == nil || p.write || sel.IntoClause != nil || p.fanout != nil {
-		p.unroutable = a.unknown
-		return
+	switch {
+	case p.unroutable == nil && sel != nil && !p.write && sel.IntoClause == nil && p.fanout == nil:
+		p.probe = &Plan{Kind: All, Shards: a.r.all, Merge: &Merge{Probe: refusal}}
+	case analysedAtParse(n):
+		p.probe = &Plan{Kind: All, Shards: a.r.all, Merge: &Merge{Probe: refusal, ParseOnly: true}}
+		p.probeRefusal = p.unroutable != nil
+		p.unroutable = nil
+	default:
+		p.unroutable = refusal
 	}
-	p.probe = &Plan{Kind: All, Shards: a.r.all, Merge: &Merge{Probe: a.unknown}}
 }
 
-// probePlan is the plan of a probe (probeUnknown): every shard, or the
-// only one.
+// analysedAtParse reports whether PostgreSQL's Parse of statement n runs
+// parse analysis over it (transformStmt), which resolves every name it
+// uses; every other statement is a utility statement, analysed only when
+// it runs.
+func analysedAtParse(n *pg_query.Node) bool {
+	switch n.Node.(type) {
+	case *pg_query.Node_SelectStmt, *pg_query.Node_InsertStmt, *pg_query.Node_UpdateStmt,
+		*pg_query.Node_DeleteStmt, *pg_query.Node_MergeStmt, *pg_query.Node_DeclareCursorStmt,
+		*pg_query.Node_CreateTableAsStmt, *pg_query.Node_CallStmt:
+		return true
+	}
+	return false
+}
+
+// probePlan is the plan of a probe (probe): every shard, or the only one,
+// where a statement naming an unknown table runs as written (one shard
+// answers as one PostgreSQL would) and a refused one stays refused.
 func (p *part) probePlan(r *Router, env *routeEnv) (*Plan, error) {
 	if env.shards == 1 {
-		return r.direct(0, false), nil
+		if p.probeRefusal {
+			return nil, p.probe.Merge.Probe
+		}
+		return r.direct(0, p.write), nil
 	}
 	return p.probe, nil
 }
