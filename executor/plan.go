@@ -251,6 +251,16 @@ func taggingOf(t *router.Tagged, idx func(router.Column) (int, error)) (*Tagging
 		if out.Values[s.Tag], err = idx(s.Value); err != nil {
 			return nil, err
 		}
+		for _, c := range s.More {
+			k, err := idx(c)
+			if err != nil {
+				return nil, err
+			}
+			if out.More == nil {
+				out.More = map[int64][]int{}
+			}
+			out.More[s.Tag] = append(out.More[s.Tag], k)
+		}
 	}
 	return out, nil
 }

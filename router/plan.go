@@ -256,6 +256,9 @@ type Tagged struct {
 type TaggedSet struct {
 	Tag   int64
 	Value Column
+	// More are the further columns of the set of a row value (a, b),
+	// whose rows are grouped by each of its fields.
+	More []Column
 }
 
 // SortKey is one ORDER BY item.
