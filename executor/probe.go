@@ -11,7 +11,9 @@ import (
 // A plan whose Merge is a ParseOnly probe (router/probe.go) is a
 // statement the router refuses, most often a write naming a table it
 // cannot place: the shards must tell the client PostgreSQL's own error
-// when the statement does not even parse, and must not run it. Each
+// when the statement does not even parse, and must not run it (COPY,
+// which Parse does not analyse, has its query parsed or its table looked
+// up instead: probeMessages). Each
 // shard's server gets, after the settings sync and the transaction's
 // BEGIN and log (Prefix), Parse of the statement as the unnamed
 // statement, Close of it and Sync. Parse analyses the statement — every
@@ -25,6 +27,28 @@ var errMalformedReady = errors.New("malformed ReadyForQuery from server")
 
 // closeUnnamedSync closes the unnamed statement and syncs.
 var closeUnnamedSync = []byte{'C', 0, 0, 0, 6, 'S', 0, 'S', 0, 0, 0, 4}
+
+// probeMessages are the messages of the probe of plan p on shard i: the
+// statement's Parse, or its COPY query's (Merge.ProbeSQL), or the lookup
+// of its COPY table (Merge.ProbeRelation), which runs a SELECT of one
+// cast; then Close and Sync.
+func probeMessages(p *Plan, i int) []byte {
+	m := p.Merge
+	var out []byte
+	switch {
+	case m.ProbeRelation != "":
+		// A text parameter, cast when the SELECT runs: an error while
+		// Bind reads a parameter would carry a CONTEXT line of its own.
+		out = appendParse(out, "SELECT $1::pg_catalog.regclass", []uint32{oidText})
+		out = appendBind(out, [][]byte{[]byte(m.ProbeRelation)}, nil)
+		out = append(out, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+	case m.ProbeSQL != "":
+		out = appendParse(out, m.ProbeSQL, nil)
+	default:
+		out = appendParse(out, p.SQLFor(i), p.ParamTypes)
+	}
+	return append(out, closeUnnamedSync...)
+}
 
 // parseProbe runs the probe of Answer a's plan on each of its shards and
 // returns the first error a shard answered, else the plan's refusal
@@ -43,8 +67,7 @@ func (s *Session) parseProbe(a *Answer) error {
 			srv.W.Write(wire.AppendQuery(nil, q))
 			prefixed[k]++
 		}
-		srv.W.Write(appendParse(nil, p.SQLFor(i), p.ParamTypes))
-		srv.W.Write(closeUnnamedSync)
+		srv.W.Write(probeMessages(p, i))
 		if err := srv.Flush(); err != nil {
 			return s.lost(i, err)
 		}

@@ -62,6 +62,7 @@ var multiDistinctQueries = []string{
 	"SELECT m.g, count(DISTINCT g), count(DISTINCT m.a), sum(DISTINCT b) FROM md m GROUP BY m.g ORDER BY 1",
 	"SELECT public.md.h, count(DISTINCT md.h), count(DISTINCT public.md.a), count(DISTINCT (md.s, s)) FROM public.md GROUP BY h ORDER BY 1",
 	"SELECT g, md.flag, count(DISTINCT md.g), count(DISTINCT flag), count(DISTINCT a) FROM md GROUP BY md.g, flag ORDER BY 1, 2",
+	"SELECT m.g AS k, count(DISTINCT g), count(DISTINCT (m.g, a)), count(DISTINCT a) FROM md AS m GROUP BY k ORDER BY k",
 	// More values than grouping sets the proxy asks of the shards.
 	"SELECT count(DISTINCT a)" + manyDistinct(16) + " FROM md",
 }

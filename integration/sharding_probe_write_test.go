@@ -213,6 +213,43 @@ func probeSame(t *testing.T, what string, got, want [][]string) {
 	}
 }
 
+// probeCopyCases are COPY statements naming a table that does not exist,
+// which Parse does not analyse: the shards look the table up, or parse
+// the query.
+var probeCopyCases = []string{
+	"COPY nosuch FROM STDIN",
+	"COPY nosuch (shard_key, v) FROM STDIN",
+	"COPY nosuch TO STDOUT",
+	`COPY "NoSuch" TO STDOUT`,
+	"COPY nosuch_schema.nosuch TO STDOUT",
+	"COPY (SELECT * FROM nosuch) TO STDOUT",
+	"COPY (SELECT a.id FROM accounts a JOIN nosuch n ON n.v = a.id) TO STDOUT (FORMAT csv)",
+	"COPY (DELETE FROM nosuch RETURNING *) TO STDOUT",
+}
+
+// TestProbeWriteCopy compares COPY's errors with PostgreSQL's, alone, in
+// a multi-statement Query and inside a transaction.
+func TestProbeWriteCopy(t *testing.T) {
+	checkGoroutines(t)
+	e, ps := probeEnv(t)
+	before := e.rowsEverywhere(t)
+	for _, sql := range probeCopyCases {
+		for _, steps := range [][]wireStep{
+			{{send: msgs(queryMsg(sql))}},
+			{{send: msgs(queryMsg("INSERT INTO accounts VALUES (100, 'é'); " + sql + "; SELECT 2"))}},
+			{{send: msgs(queryMsg("BEGIN"))}, {send: msgs(queryMsg(sql))}, {send: msgs(queryMsg("SELECT 1"))}, {send: msgs(queryMsg("ROLLBACK"))}},
+		} {
+			want := probeRun(t, e.cl.DSN("ref"), nil, steps)
+			for db, url := range probeURLs(ps) {
+				probeSame(t, fmt.Sprintf("%s %q", db, steps[0].send[0].(*pgproto3.Query).String), probeRun(t, url, nil, steps), want)
+			}
+		}
+	}
+	if after := e.rowsEverywhere(t); after != before {
+		t.Fatalf("rows changed:\n before %s\n after  %s", before, after)
+	}
+}
+
 // TestProbeWritePgx runs every case through pgx in each of its exec
 // modes and compares the errors field by field.
 func TestProbeWritePgx(t *testing.T) {

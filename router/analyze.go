@@ -40,6 +40,11 @@ func (r *Router) analyze(sql string) (*Statement, error) {
 		}
 		p.node = raw.Stmt
 		p.text, p.at = stmtText(sql, raw)
+		p.copyProbe(sql)
+		if p.onPath != nil {
+			p.onPath.node, p.onPath.text, p.onPath.at = p.node, p.text, p.at
+			p.onPath.copyProbe(sql)
+		}
 		s.parts = append(s.parts, p)
 	}
 	if hint != nil {

@@ -210,6 +210,16 @@ type Merge struct {
 	// shard's error is the client's; when every shard parses it, Probe
 	// is.
 	ParseOnly bool
+	// ProbeSQL, for a ParseOnly probe of COPY (query) TO, is what the
+	// shards parse instead: the query, after one space for each character
+	// of the client's text before it, so that an error's position is the
+	// one PostgreSQL gives.
+	ProbeSQL string
+	// ProbeRelation, for a ParseOnly probe of COPY of a table, is the
+	// table's name, which the shards look up as $1::regclass instead:
+	// PostgreSQL's error for a table (or schema) that does not exist, as
+	// COPY's, without a position.
+	ProbeRelation string
 }
 
 // Outer is a statement that computes, for one combined row (group) of a

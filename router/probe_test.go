@@ -56,8 +56,22 @@ func TestRouteUnknownProbe(t *testing.T) {
 	// A refusal of the analysis is parsed first too, for a column that
 	// does not exist.
 	checkParseProbe(t, r, "INSERT INTO accounts (nosuch) VALUES (1)", "does not set its sharding column")
+	// COPY has its table looked up, or its query parsed, after one space
+	// for each character before the query.
+	for sql, want := range map[string][2]string{
+		"COPY mystery FROM STDIN":                           {`"mystery"`, ""},
+		`COPY "My".mystery (x) TO STDOUT`:                   {`"My"."mystery"`, ""},
+		"COPY ( SELECT (1) FROM mystery ) TO STDOUT":        {"", "      " + " SELECT (1) FROM mystery "},
+		"COPY /* ( */ (SELECT 'é(' FROM mystery) TO STDOUT": {"", strings.Repeat(" ", 14) + "SELECT 'é(' FROM mystery"},
+	} {
+		checkParseProbe(t, r, sql, "cannot tell whether table")
+		p, _ := r.mustRoute(t, sql)
+		if p == nil || p.Merge == nil || p.Merge.ProbeRelation != want[0] || p.Merge.ProbeSQL != want[1] {
+			t.Errorf("%s: probe %+v, want relation %q, SQL %q", sql, p, want[0], want[1])
+		}
+	}
 	// Statements Parse does not analyse stay refused at once.
-	for _, sql := range []string{"COPY mystery FROM STDIN", "DO 'BEGIN END'"} {
+	for _, sql := range []string{"DO 'BEGIN END'"} {
 		if p, err := r.mustRoute(t, sql); err == nil || errCode(err) != wire.FeatureNotSupported {
 			t.Errorf("%s: plan %v, error %v; want 0A000", sql, p, err)
 		}
