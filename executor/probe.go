@@ -88,7 +88,7 @@ func (s *Session) parseProbe(a *Answer) error {
 				}
 			}
 		}
-		serr, err := s.readProbe(i, a)
+		serr, err := s.readProbe(i, a, k == 0)
 		if err != nil {
 			return err
 		}
@@ -103,8 +103,10 @@ func (s *Session) parseProbe(a *Answer) error {
 }
 
 // readProbe reads shard i's answer to a probe up to ReadyForQuery and
-// returns its error; notices go to the client's sink.
-func (s *Session) readProbe(i int, a *Answer) (*wire.Error, error) {
+// returns its error; notices go to the client's sink when notices is
+// set (from the first shard only: every shard parses alike, and
+// PostgreSQL warns once).
+func (s *Session) readProbe(i int, a *Answer, notices bool) (*wire.Error, error) {
 	srv := s.shards[i].server
 	var serr *wire.Error
 	for {
@@ -122,7 +124,7 @@ func (s *Session) readProbe(i int, a *Answer) (*wire.Error, error) {
 				srv.Broken = true
 			}
 		case 'N':
-			if a.Sink != nil {
+			if notices && a.Sink != nil {
 				a.Sink.Write(raw)
 			}
 		case 'S':

@@ -199,6 +199,19 @@ func TestProbeWriteErrors(t *testing.T) {
 			}
 		}
 	}
+	// A warning the Parse raises reaches the client once, as from one
+	// server, before the error. (In a multi-statement Query PostgreSQL's
+	// lexer warns before the first statement runs; the proxy, which runs
+	// the statements one by one, warns at the statement's place.)
+	warn := []string{"SET standard_conforming_strings = off"}
+	for _, m := range []int{0, 2, 3, 4} {
+		m := probeWriteModes[m]
+		steps := m.steps(`INSERT INTO nosuch VALUES ('a\b')`)
+		want := probeRun(t, e.cl.DSN("ref"), warn, steps)
+		for db, url := range probeURLs(ps) {
+			probeSame(t, db+" warning "+m.name, probeRun(t, url, warn, steps), want)
+		}
+	}
 	if after := e.rowsEverywhere(t); after != before {
 		t.Fatalf("rows changed:\n before %s\n after  %s", before, after)
 	}
