@@ -40,6 +40,9 @@ var probeWriteCases = []string{
 	"INSERT INTO accounts VALUES (100, 'x') RETURNING nosuchcol",
 	"UPDATE accounts SET email = 'x' WHERE id = 1 RETURNING nosuchcol",
 	"INSERT INTO things VALUES (1)", // other.things, not on search_path
+	"EXPLAIN INSERT INTO nosuch VALUES (1)",
+	"EXPLAIN ANALYZE INSERT INTO nosuch VALUES (1)",
+	"EXPLAIN (ANALYZE, COSTS OFF) SELECT * FROM nosuch",
 }
 
 // probeWriteModes send one statement in each protocol path: each is a

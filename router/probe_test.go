@@ -153,3 +153,16 @@ func TestRouteProbeOneShard(t *testing.T) {
 		t.Errorf("unknown table: plan %+v, error %v; want the write on shard 0", p, err)
 	}
 }
+
+// TestRouteProbeExplain: EXPLAIN ANALYZE of a statement the shards would
+// probe, which it would run, is parsed only; EXPLAIN alone goes to one
+// shard, which runs nothing.
+func TestRouteProbeExplain(t *testing.T) {
+	r := newTestRouter(t, testCatalog)
+	for _, sql := range []string{"EXPLAIN ANALYZE DELETE FROM mystery", "EXPLAIN (ANALYZE) SELECT * FROM mystery"} {
+		checkParseProbe(t, r, sql, "cannot tell whether table mystery")
+	}
+	if p, err := r.mustRoute(t, "EXPLAIN DELETE FROM mystery"); err != nil || p.Kind != Direct {
+		t.Errorf("EXPLAIN: plan %v, error %v; want one shard", p, err)
+	}
+}

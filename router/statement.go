@@ -275,6 +275,16 @@ func (o operand) single(k *keyFunc, env *routeEnv) (int, error) {
 
 // explainPlan routes EXPLAIN to one of the shards its statement needs.
 func (p *part) explainPlan(r *Router, env *routeEnv) (*Plan, error) {
+	ex := p.explain
+	if env.pathShard >= 0 && ex.onPath != nil {
+		ex = ex.onPath
+	}
+	if p.explainAnalyze && env.shards > 1 && ex.probe != nil {
+		// EXPLAIN ANALYZE runs its statement: the shards parse it, which
+		// analyses the statement explained, for PostgreSQL's error
+		// (probe.go).
+		return &Plan{Kind: All, Shards: r.all, Merge: &Merge{Probe: ex.probe.Merge.Probe, ParseOnly: true}}, nil
+	}
 	inner, err := p.explain.plan(r, env)
 	if err != nil {
 		return nil, err
