@@ -60,7 +60,11 @@ func (s *Session) CopyIn(p *Plan, cl CopyClient) (string, error) {
 			return "", ce
 		}
 		cp.abort("COPY aborted by shardgate: " + err.Error())
-		s.Rollback()
+		if implicit {
+			s.Rollback()
+		}
+		// Else the client's transaction is aborted, on every shard that
+		// ran the COPY as in PostgreSQL, until its ROLLBACK.
 		return "", err
 	}
 	return cp.finish(cl, implicit)
@@ -125,7 +129,9 @@ func (cp *copyIn) start(implicit bool) ([]byte, error) {
 	}
 	if firstErr != nil {
 		cp.abort("COPY aborted: " + firstErr.Message)
-		s.Rollback()
+		if implicit {
+			s.Rollback()
+		}
 		return nil, firstErr
 	}
 	return response, nil
@@ -258,7 +264,9 @@ func (cp *copyIn) finish(cl CopyClient, implicit bool) (string, error) {
 		}
 	}
 	if firstErr != nil {
-		s.Rollback()
+		if implicit {
+			s.Rollback()
+		}
 		return "", firstErr
 	}
 	if cp.p.Copy.Column < 0 {

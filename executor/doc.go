@@ -127,7 +127,10 @@
 //
 // A plan whose Merge has only a Probe (a SELECT naming a table the router
 // cannot place) ran on every shard only for their error: when they answer
-// instead, combine discards the rows and returns the Probe's refusal.
+// instead, combine discards the rows and returns the Probe's refusal. A
+// ParseOnly probe (a write, or a statement the router refuses) never runs:
+// each shard only parses it (probe.go), and the first shard's error, or
+// else the refusal, is the answer.
 //
 // Hidden columns the router appended (ORDER BY or avg helpers not in the
 // select list) are stripped from RowDescription and every DataRow.

@@ -385,6 +385,9 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 // proxy's own, a write to several shards outside a transaction block).
 func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 	p := a.Plan
+	if p.Merge != nil && p.Merge.ParseOnly {
+		return "", s.parseProbe(a) // the statement must not run (probe.go)
+	}
 	prefixed := make([]int, len(p.Shards)) // internal Queries sent ahead
 	for k, i := range p.Shards {
 		srv := s.shards[i].server

@@ -75,6 +75,9 @@ type Plan struct {
 	Merge          *router.Merge  // how to merge rows of several shards
 	Params         [][]byte       // Bind parameters (LIMIT $n, HAVING … $n)
 	Formats        []int16
+	// ParamTypes are the parameter types of the client's Parse, for a
+	// probe that only parses the statement (Merge.ParseOnly, probe.go).
+	ParamTypes []uint32
 
 	// InsertSelect is how RouteInsertSelect reads its rows and sends them
 	// on.
@@ -247,6 +250,16 @@ func taggingOf(t *router.Tagged, idx func(router.Column) (int, error)) (*Tagging
 	for _, s := range t.Sets {
 		if out.Values[s.Tag], err = idx(s.Value); err != nil {
 			return nil, err
+		}
+		for _, c := range s.More {
+			k, err := idx(c)
+			if err != nil {
+				return nil, err
+			}
+			if out.More == nil {
+				out.More = map[int64][]int{}
+			}
+			out.More[s.Tag] = append(out.More[s.Tag], k)
 		}
 	}
 	return out, nil

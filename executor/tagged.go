@@ -23,8 +23,10 @@ type Tagging struct {
 	Col   int // the tag column (int4)
 	Plain int64
 	// Values maps each other tag to the column of the value its rows are
-	// grouped by too.
+	// grouped by too, and More to the further columns of a row value's
+	// set (a, b), whose rows are grouped by each.
 	Values map[int64]int
+	More   map[int64][]int
 }
 
 // distinctRun follows, within a group, the run of rows of one DISTINCT
@@ -37,6 +39,11 @@ type distinctRun struct {
 	buf   []byte
 	tag   int64 // the run's tag, when tagged
 	plain bool  // the group has rows of the query's groups alone
+	// more are the further columns of a row value's set, and lastMore
+	// their values in the run (each in its bufMore).
+	more     []int
+	lastMore [][]byte
+	bufMore  [][]byte
 }
 
 // newDistinctRun returns the run tracker of a sorted merge: for one
@@ -62,10 +69,11 @@ func (r *distinctRun) start(cols [][]byte) error {
 			return err
 		}
 		r.tag, r.value = tag, col
+		r.more = r.m.spec.Tagged.More[tag]
 		r.plain = tag == r.m.spec.Tagged.Plain
 	}
 	if r.value >= 0 {
-		r.keep(cols[r.value])
+		r.keep(cols)
 	}
 	return nil
 }
@@ -80,9 +88,10 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 		}
 		if tag != r.tag {
 			r.tag, r.value = tag, col
+			r.more = r.m.spec.Tagged.More[tag]
 			r.plain = r.plain || tag == r.m.spec.Tagged.Plain
 			if col >= 0 {
-				r.keep(cols[col])
+				r.keep(cols)
 			}
 			return true, nil
 		}
@@ -91,25 +100,39 @@ func (r *distinctRun) next(cols [][]byte) (fresh bool, err error) {
 		return false, nil
 	}
 	seen, err := r.m.sameValue(r.value, r.last, cols[r.value])
+	for k := 0; err == nil && seen && k < len(r.more); k++ {
+		seen, err = r.m.sameValue(r.more[k], r.lastMore[k], cols[r.more[k]])
+	}
 	if err != nil || seen {
 		return false, err
 	}
-	r.keep(cols[r.value])
+	r.keep(cols)
 	return true, nil
 }
 
-// keep makes v the run's value, in the run's own buffer: a row's values
-// last only until the next row of its shard.
-func (r *distinctRun) keep(v []byte) {
+// keep makes row cols' value the run's, in the run's own buffers: a row's
+// values last only until the next row of its shard.
+func (r *distinctRun) keep(cols [][]byte) {
+	r.last = keepIn(&r.buf, cols[r.value])
+	for len(r.bufMore) < len(r.more) {
+		r.bufMore = append(r.bufMore, nil)
+		r.lastMore = append(r.lastMore, nil)
+	}
+	for k, c := range r.more {
+		r.lastMore[k] = keepIn(&r.bufMore[k], cols[c])
+	}
+}
+
+// keepIn copies v into *buf and returns the copy, nil for NULL.
+func keepIn(buf *[]byte, v []byte) []byte {
 	if v == nil {
-		r.last = nil
-		return
+		return nil
 	}
-	if r.buf == nil {
-		r.buf = make([]byte, 0, 64) // never nil: an empty value is not NULL
+	if *buf == nil {
+		*buf = make([]byte, 0, 64) // never nil: an empty value is not NULL
 	}
-	r.buf = append(r.buf[:0], v...)
-	r.last = r.buf
+	*buf = append((*buf)[:0], v...)
+	return *buf
 }
 
 // end checks a tagged group g (nil: none) once its rows are read: each

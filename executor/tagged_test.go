@@ -148,3 +148,30 @@ func TestDistinctEmptyValue(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestTaggedMergeRowValue: the set of a row value (a, b) groups by both
+// fields (Tagging.More), so that rows equal in a but not in b are two
+// values, and a row equal in both on two shards is one. Shards run SELECT
+// g, count(DISTINCT (a, b)), count(DISTINCT b) … GROUP BY g, GROUPING SETS
+// ((), (a, b), b) with a (3), b (4) and GROUPING(a, b) (5) hidden: tag 0
+// is g with a and b, 2 is g and b, 3 is g alone. Shard A holds (x,1,10)
+// (x,1,20) (x,NULL,NULL), shard B (x,1,10) (x,2,10).
+func TestTaggedMergeRowValue(t *testing.T) {
+	cols := []Column{{Name: "g", OID: oidText}, {Name: "count", OID: oidInt8}, {Name: "count", OID: oidInt8},
+		{Name: "a", OID: oidInt4}, {Name: "b", OID: oidInt4}, {Name: "grouping", OID: oidInt4}}
+	spec := Spec{Limit: -1, GroupBy: []int{0}, Visible: 3,
+		SortedBy: []SortKey{{Col: 0}, {Col: 5}, {Col: 3}, {Col: 4}},
+		Tagged:   &Tagging{Col: 5, Plain: 3, Values: map[int64]int{0: 3, 2: 4}, More: map[int64][]int{0: {4}}},
+		Aggs:     []Agg{{Col: 1, Kind: AggCount, Distinct: true, Tag: 0}, {Col: 2, Kind: AggCount, Distinct: true, Tag: 2}}}
+	a := [][]string{
+		{"x", "1", "99", "1", "10", "0"}, {"x", "1", "99", "1", "20", "0"}, {"x", "1", "99", "NULL", "NULL", "0"},
+		{"x", "99", "1", "NULL", "10", "2"}, {"x", "99", "1", "NULL", "20", "2"}, {"x", "99", "NULL", "NULL", "NULL", "2"},
+		{"x", "99", "99", "NULL", "NULL", "3"}}
+	b := [][]string{
+		{"x", "1", "99", "1", "10", "0"}, {"x", "1", "99", "2", "10", "0"},
+		{"x", "99", "1", "NULL", "10", "2"}, {"x", "99", "99", "NULL", "NULL", "3"}}
+	got := run(t, spec, cols, a, b)
+	if want := [][]string{{"x", "4", "2"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

@@ -74,6 +74,16 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		}
 		break
 	}
+	if plan.Merge != nil && plan.Merge.ParseOnly {
+		// The shards only parse the statement, with the client's
+		// parameter types, for its error (router/probe.go).
+		c.bindDone()
+		plan.ParamTypes = p.stmt.tailTypes()
+		_, err := c.xs.Execute(c.answer(plan, executor.DescribeNone), false)
+		c.ranOn(plan.Shards)
+		_, err = c.gatherMany("", err)
+		return err
+	}
 	c.routeCounts().count(len(plan.Shards), c.xs.Len())
 	c.txEff |= p.stmt.effect().eff
 	if plan.Kind == executor.RouteInsertSelect || len(plan.Shards) > 1 && maxRows > 0 {

@@ -39,7 +39,12 @@ func (r *Router) analyze(sql string) (*Statement, error) {
 			}
 		}
 		p.node = raw.Stmt
-		p.text = stmtText(sql, raw)
+		p.text, p.at = stmtText(sql, raw)
+		p.copyProbe(sql)
+		if p.onPath != nil {
+			p.onPath.node, p.onPath.text, p.onPath.at = p.node, p.text, p.at
+			p.onPath.copyProbe(sql)
+		}
 		s.parts = append(s.parts, p)
 	}
 	if hint != nil {
@@ -132,7 +137,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	if err := a.finishPart(p); err != nil {
 		return nil, err
 	}
-	a.probeUnknown(p, n)
+	a.probe(p, n)
 	if !path && len(r.schemas) > 0 && (a.unqualified() || p.source != nil && p.source.pathDependent) {
 		p.pathDependent = true
 	}
@@ -275,6 +280,11 @@ func (a *analyzer) finishPart(p *part) error {
 			continue
 		}
 		p.omniWrite = w.name
+		if a.unknown != nil {
+			// The table may not exist, or be sharded: the shards parse the
+			// statement for PostgreSQL's error (probe.go).
+			continue
+		}
 		for _, g := range a.groups {
 			return unsupported("Write omni tables in statements of their own.",
 				"statement writes omni table %s, which must change on every shard, and reads sharded table %s", w.name, g.tables[0])
@@ -580,16 +590,17 @@ func defBool(n *pg_query.Node) bool {
 	return true
 }
 
-// stmtText is the text of one statement of sql: its location and length
-// in bytes, the whole rest of sql for the last one (StmtLen 0).
-func stmtText(sql string, raw *pg_query.RawStmt) string {
+// stmtText is the text of one statement of sql and its byte offset in
+// sql: its location and length in bytes, the whole rest of sql for the
+// last one (StmtLen 0).
+func stmtText(sql string, raw *pg_query.RawStmt) (string, int) {
 	start := int(raw.StmtLocation)
 	if start < 0 || start > len(sql) {
-		return ""
+		return "", 0
 	}
 	end := len(sql)
 	if raw.StmtLen > 0 && start+int(raw.StmtLen) <= len(sql) {
 		end = start + int(raw.StmtLen)
 	}
-	return sql[start:end]
+	return sql[start:end], start
 }

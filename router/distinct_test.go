@@ -95,7 +95,49 @@ var multiDistinctCases = []mergeCase{
 			Rewritten: "SELECT CASE WHEN false THEN bit_xor(DISTINCT id) ELSE pg_catalog.bit_or(id) END AS bit_xor, string_agg(DISTINCT name, ','), " +
 				"CASE WHEN false THEN pg_catalog.string_agg(name, ',') ELSE ',' END AS __shardgate_1, id AS __shardgate_2, name AS __shardgate_3, " +
 				"GROUPING(id, name) AS __shardgate_4 FROM accounts GROUP BY GROUPING SETS ((), id, name) ORDER BY 6, 4, 5"}},
-	{name: "row value", sql: "SELECT count(DISTINCT (name, id)), count(DISTINCT id) FROM accounts", msg: "row value"},
+	// A row value's set groups by its fields: GROUPING SETS reads (name,
+	// id) as two columns, and grouping by them is grouping by the row.
+	// count counts ROW(NULL, NULL), so its rows count 1 without a FILTER.
+	{name: "row value", sql: "SELECT count(DISTINCT (name, id)), count(DISTINCT id) FROM accounts",
+		want: &Merge{Grouped: true, HiddenColumns: 3,
+			Aggregates: []Aggregate{{Column: 0, Func: AggCount, Distinct: true, Tag: 0}, {Column: 1, Func: AggCount, Distinct: true, Tag: 2}},
+			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
+			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 0, Value: -3, More: []Column{-2}}, {Tag: 2, Value: -2}}},
+			Rewritten: "SELECT CASE WHEN false THEN count(DISTINCT (name, id)) ELSE pg_catalog.max(1::bigint) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE id IS NOT NULL) END AS count, " +
+				"name AS __shardgate_1, id AS __shardgate_2, GROUPING(name, id) AS __shardgate_3 FROM accounts " +
+				"GROUP BY GROUPING SETS ((), (name, id), id) ORDER BY 5, 3, 4"}},
 }
 
 func TestMergeMultiDistinctAggregates(t *testing.T) { testMerge(t, multiDistinctCases) }
+
+// TestMultiDistinctSpelling: a DISTINCT value written otherwise than the
+// GROUP BY item it equals — qualified by the only table's name or alias,
+// or not — is that item: it gets no grouping set of its own, so that the
+// shards' tags are the ones the merge expects. With a join the names may
+// differ, and the value keeps its set.
+func TestMultiDistinctSpelling(t *testing.T) {
+	r := newTestRouter(t, nil)
+	sets := func(sql string) int {
+		t.Helper()
+		p, err := route(r, sql, nil, nil, Hints{})
+		if err != nil || p.Merge == nil || p.Merge.Tagged == nil {
+			t.Fatalf("%s: plan %v, error %v; want a tagged merge", sql, p, err)
+		}
+		return len(p.Merge.Tagged.Sets)
+	}
+	for sql, want := range map[string]int{
+		"SELECT accounts.country, count(DISTINCT country), count(DISTINCT name) FROM accounts GROUP BY accounts.country":                     1,
+		"SELECT country, count(DISTINCT accounts.country), count(DISTINCT name) FROM accounts GROUP BY country":                              1,
+		"SELECT country, count(DISTINCT public.accounts.country), count(DISTINCT name) FROM public.accounts GROUP BY country":                1,
+		"SELECT a.country, count(DISTINCT country), count(DISTINCT a.name), sum(DISTINCT balance) FROM accounts a GROUP BY 1":                2,
+		"SELECT country, name, count(DISTINCT accounts.name), count(DISTINCT balance) FROM accounts GROUP BY country, name":                  1,
+		"SELECT country, count(DISTINCT (country, name)), count(DISTINCT balance) FROM accounts GROUP BY country":                            2,
+		"SELECT country, count(DISTINCT (name, balance)), count(DISTINCT ROW(balance, name)), count(DISTINCT name) FROM accounts GROUP BY 1": 2,
+		"SELECT country, count(DISTINCT (accounts.country, country)), count(DISTINCT name) FROM accounts GROUP BY 1":                         1,
+	} {
+		if got := sets(sql); got != want {
+			t.Errorf("%s: %d grouping sets, want %d", sql, got, want)
+		}
+	}
+}

@@ -100,7 +100,8 @@
 // collecting ones (string_agg, array_agg, json_agg, jsonb_agg) do,
 // window.go which window functions run on every shard, outer.go
 // builds the Outer statement of expressions over aggregates, probe.go plans
-// a SELECT naming a table the analysis cannot place, and colname.go
+// a statement naming a table the analysis cannot place (run, or for a
+// write only parsed, on the shards for PostgreSQL's error), and colname.go
 // the names PostgreSQL gives select list items; statement.go routes;
 // hint.go reads comment hints; cache.go is the statement cache; errors.go
 // builds the errors; plan.go holds the Plan and the types it refers to.

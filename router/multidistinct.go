@@ -1,6 +1,9 @@
 package router
 
 import (
+	"fmt"
+	"slices"
+
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
 )
@@ -37,10 +40,18 @@ import (
 //
 // A value that is also a GROUP BY expression is constant in a group and
 // needs no set: its aggregates fold once per group, from the first row of
-// the query's set. A value written differently from the GROUP BY item it
-// equals (t.a and a) would make GROUPING tag two sets alike; the tags of
-// the other sets then differ from the expected ones, and the executor
-// refuses the answer instead of merging it.
+// the query's set. A column qualified by the name of the query's only
+// table, or not, is the same column (md.a and a). A value written
+// differently in another way from the GROUP BY item it equals would make
+// GROUPING tag two sets alike; the tags of the other sets then differ
+// from the expected ones, and the executor refuses the answer instead of
+// merging it.
+//
+// A row value (a, b) gets the set of its fields, GROUPING SETS ((), (a,
+// b), …): grouping by them is grouping by the row (record equality is its
+// fields', NULL equal to NULL), and each field is a column of a type the
+// proxy compares, where the record is not. Its count is 1 in each of its
+// set's rows: a row is never NULL, even ROW(NULL, NULL).
 
 // maxTagSets bounds the grouping sets of a query's DISTINCT values:
 // GROUPING takes at most 31 arguments, and each set costs the shards a
@@ -48,12 +59,18 @@ import (
 const maxTagSets = 16
 
 // tagBuilder holds the grouping sets of the DISTINCT values while the
-// Merge is built.
+// Merge is built. A set groups by one column or more: a value's own, or
+// the fields of a row value (a, b) that are not GROUP BY expressions —
+// grouping by them is grouping by the row, whose equality is its
+// fields'. GROUPING's arguments are every set's columns, each once, so
+// that the tag of a set has a 0 for each of its columns and a 1 for the
+// others.
 type tagBuilder struct {
-	sets   []*pg_query.Node // the values that have a grouping set
-	setOf  []int            // for each of distinctArgs, its index in sets or -1
-	values []ref            // the hidden column of each of sets
-	at     ref              // the hidden tag column
+	sets  [][]*pg_query.Node // the columns of each grouping set
+	setOf []int              // for each of distinctArgs, its index in sets or -1
+	args  []*pg_query.Node   // GROUPING's arguments: the sets' columns
+	cols  []ref              // the hidden column of each of args
+	at    ref                // the hidden tag column
 }
 
 // taggedGroups gives each DISTINCT value that is not a GROUP BY
@@ -65,70 +82,213 @@ func (b *mergeBuilder) taggedGroups() error {
 	}
 	t := &tagBuilder{}
 	for _, v := range b.distinctArgs {
-		if b.isGroupExpr(v) {
-			t.setOf = append(t.setOf, -1)
+		cols := b.setColumns(v)
+		if len(cols) == 0 {
+			t.setOf = append(t.setOf, -1) // constant in a group
 			continue
 		}
-		if v.GetRowExpr() != nil {
-			// GROUPING SETS would read (x, y) as a set of two columns.
-			return rejectf("DISTINCT aggregates of a row value together with DISTINCT aggregates of other values")
+		t.setOf = append(t.setOf, t.set(cols))
+	}
+	if len(t.sets) > maxTagSets || len(t.args) > maxGroupingArgs {
+		e := unsupported(hintOneShard, "DISTINCT aggregates of more than %d different values (or FILTERs) are not supported across shards", maxTagSets)
+		e.Detail = fmt.Sprintf("The query has %d; each costs every shard one more grouping of all its rows.", len(t.sets))
+		if len(t.args) > maxGroupingArgs {
+			e.Message = fmt.Sprintf("DISTINCT aggregates of more than %d different columns are not supported across shards", maxGroupingArgs)
+			e.Detail = fmt.Sprintf("The query's DISTINCT values have %d; GROUPING, which tells their grouping sets apart, takes at most %d.", len(t.args), maxGroupingArgs)
 		}
-		t.setOf = append(t.setOf, len(t.sets))
-		t.sets = append(t.sets, v)
+		return e
 	}
-	if len(t.sets) > maxTagSets {
-		return rejectf("DISTINCT aggregates of more than %d different values (or FILTERs)", maxTagSets)
-	}
-	for _, v := range t.sets {
-		t.values = append(t.values, b.hide(proto.Clone(v).(*pg_query.Node)))
+	for _, c := range t.args {
+		t.cols = append(t.cols, b.hide(proto.Clone(c).(*pg_query.Node)))
 	}
 	t.at = b.hide(t.expr())
-	b.sortRefs = append(append(append([]ref{}, b.groupRefs...), t.at), t.values...)
+	b.sortRefs = append(append(append([]ref{}, b.groupRefs...), t.at), t.cols...)
 	b.tag = t
 	return nil
 }
 
-// isGroupExpr reports whether n is written like a GROUP BY expression.
+// maxGroupingArgs is the most arguments GROUPING takes.
+const maxGroupingArgs = 31
+
+// setColumns returns what a grouping set of DISTINCT value v groups by:
+// v, or the fields of a row value written (a, b) or ROW(a, b); without
+// those that are GROUP BY expressions, constant in a group. None when v
+// is constant in a group.
+func (b *mergeBuilder) setColumns(v *pg_query.Node) []*pg_query.Node {
+	fields := []*pg_query.Node{v}
+	if f, _ := rowFields(v); f != nil {
+		fields = f
+	}
+	var out []*pg_query.Node
+	for _, f := range fields {
+		if !b.isGroupExpr(f) && !slices.ContainsFunc(out, func(o *pg_query.Node) bool { return sameExpr(o, f) }) {
+			out = append(out, f)
+		}
+	}
+	if len(fields) > 1 && b.isGroupExpr(v) {
+		return nil
+	}
+	return out
+}
+
+// rowFields returns the columns that group a row value v as the row
+// does: the fields of ROW(a, b) or (a, b); for a FILTERed one, CASE WHEN
+// filter THEN (a, b) END, each field under the filter and the filter
+// (IS TRUE), so that a row the filter drops and one of NULL fields
+// differ. filter is the FILTER's condition, nil without one; fields is
+// nil when v is no row value.
+func rowFields(v *pg_query.Node) (fields []*pg_query.Node, filter *pg_query.Node) {
+	if r := v.GetRowExpr(); r != nil && len(r.Args) > 0 {
+		return r.Args, nil
+	}
+	c := v.GetCaseExpr()
+	if c == nil || c.Arg != nil || c.Defresult != nil || len(c.Args) != 1 {
+		return nil, nil
+	}
+	w := c.Args[0].GetCaseWhen()
+	if w == nil || w.Result.GetRowExpr() == nil || len(w.Result.GetRowExpr().Args) == 0 {
+		return nil, nil
+	}
+	for _, f := range w.Result.GetRowExpr().Args {
+		when := &pg_query.CaseWhen{Expr: proto.Clone(w.Expr).(*pg_query.Node), Result: proto.Clone(f).(*pg_query.Node)}
+		fields = append(fields, &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
+			Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: when}}},
+		}}})
+	}
+	fields = append(fields, &pg_query.Node{Node: &pg_query.Node_BooleanTest{BooleanTest: &pg_query.BooleanTest{
+		Arg: proto.Clone(w.Expr).(*pg_query.Node), Booltesttype: pg_query.BoolTestType_IS_TRUE,
+	}}})
+	return fields, w.Expr
+}
+
+// set returns the index of the grouping set of cols, adding it unless a
+// set of the same columns exists ((a, b) and (b, a) group alike).
+func (t *tagBuilder) set(cols []*pg_query.Node) int {
+	same := func(x, y *pg_query.Node) bool { return sameExpr(x, y) }
+	for i, s := range t.sets {
+		if len(s) == len(cols) && !slices.ContainsFunc(cols, func(c *pg_query.Node) bool {
+			return !slices.ContainsFunc(s, func(x *pg_query.Node) bool { return same(x, c) })
+		}) {
+			return i
+		}
+	}
+	for _, c := range cols {
+		if !slices.ContainsFunc(t.args, func(a *pg_query.Node) bool { return same(a, c) }) {
+			t.args = append(t.args, c)
+		}
+	}
+	t.sets = append(t.sets, cols)
+	return len(t.sets) - 1
+}
+
+// isGroupExpr reports whether n is written like a GROUP BY expression,
+// or differs from one only in how its columns name the query's only
+// table (md.a and a): both are the same column then.
 func (b *mergeBuilder) isGroupExpr(n *pg_query.Node) bool {
 	for _, g := range b.groupExprs {
 		if sameExpr(g.expr, n) {
 			return true
 		}
 	}
+	names := onlyTable(b.sel)
+	if names == nil {
+		return false
+	}
+	bare := unqualified(n, names)
+	for _, g := range b.groupExprs {
+		if sameExpr(unqualified(g.expr, names), bare) {
+			return true
+		}
+	}
 	return false
 }
 
-// expr is the tag column: GROUPING over the values that have a set, or
-// 0 when every value is a GROUP BY expression (one set).
+// onlyTable returns the qualifiers that name the only FROM item of sel
+// when it is a table — its alias, else its name, with its schema or
+// without — and nil otherwise: with a join or a subquery an unqualified
+// name may be another item's column.
+func onlyTable(sel *pg_query.SelectStmt) [][]string {
+	if len(sel.FromClause) != 1 {
+		return nil
+	}
+	rv := sel.FromClause[0].GetRangeVar()
+	if rv == nil {
+		return nil
+	}
+	if rv.Alias != nil {
+		return [][]string{{rv.Alias.Aliasname}}
+	}
+	out := [][]string{{rv.Relname}}
+	if rv.Schemaname != "" {
+		out = append(out, []string{rv.Schemaname, rv.Relname})
+		if rv.Catalogname != "" {
+			out = append(out, []string{rv.Catalogname, rv.Schemaname, rv.Relname})
+		}
+	}
+	return out
+}
+
+// unqualified returns a copy of n whose column references drop a
+// qualifier that names the only table (onlyTable's names).
+func unqualified(n *pg_query.Node, names [][]string) *pg_query.Node {
+	c := proto.Clone(n).(*pg_query.Node)
+	walkExpr(c, func(x *pg_query.Node) bool {
+		cr := x.GetColumnRef()
+		f := columnRef(x)
+		if cr == nil || len(f) < 2 || len(f) != len(cr.Fields) {
+			return true // not a plain column (t.*), or none
+		}
+		for _, q := range names {
+			if slices.Equal(f[:len(f)-1], q) {
+				cr.Fields = cr.Fields[len(f)-1:]
+				break
+			}
+		}
+		return true
+	}, nil)
+	return c
+}
+
+// expr is the tag column: GROUPING over the sets' columns, or 0 when
+// every value is constant in a group (one set).
 func (t *tagBuilder) expr() *pg_query.Node {
 	if len(t.sets) == 0 {
 		return pg_query.MakeAConstIntNode(0, -1)
 	}
 	f := &pg_query.GroupingFunc{}
-	for _, v := range t.sets {
-		f.Args = append(f.Args, proto.Clone(v).(*pg_query.Node))
+	for _, c := range t.args {
+		f.Args = append(f.Args, proto.Clone(c).(*pg_query.Node))
 	}
 	return &pg_query.Node{Node: &pg_query.Node_GroupingFunc{GroupingFunc: f}}
 }
 
 // groupingSets is what the shards add to GROUP BY: GROUPING SETS ((),
-// v1, v2, …), which crossed with the query's GROUP BY gives its groups
-// alone and with each value; nil when no value has a set.
+// v1, (a, b), …), which crossed with the query's GROUP BY gives its groups
+// alone and with each set's columns; nil when no value has a set.
 func (t *tagBuilder) groupingSets() *pg_query.Node {
 	if len(t.sets) == 0 {
 		return nil
 	}
 	s := &pg_query.GroupingSet{Kind: pg_query.GroupingSetKind_GROUPING_SET_SETS}
 	s.Content = append(s.Content, &pg_query.Node{Node: &pg_query.Node_GroupingSet{GroupingSet: &pg_query.GroupingSet{Kind: pg_query.GroupingSetKind_GROUPING_SET_EMPTY}}})
-	for _, v := range t.sets {
-		s.Content = append(s.Content, proto.Clone(v).(*pg_query.Node))
+	for _, cols := range t.sets {
+		if len(cols) == 1 {
+			s.Content = append(s.Content, proto.Clone(cols[0]).(*pg_query.Node))
+			continue
+		}
+		// A parenthesised list is a set of several columns.
+		r := &pg_query.RowExpr{RowFormat: pg_query.CoercionForm_COERCE_IMPLICIT_CAST}
+		for _, c := range cols {
+			r.Args = append(r.Args, proto.Clone(c).(*pg_query.Node))
+		}
+		s.Content = append(s.Content, &pg_query.Node{Node: &pg_query.Node_RowExpr{RowExpr: r}})
 	}
 	return &pg_query.Node{Node: &pg_query.Node_GroupingSet{GroupingSet: s}}
 }
 
 // plain is the tag of the rows of the query's groups alone: GROUPING's
-// bit of every value set.
-func (t *tagBuilder) plain() int64 { return 1<<len(t.sets) - 1 }
+// bit of every column.
+func (t *tagBuilder) plain() int64 { return 1<<len(t.args) - 1 }
 
 // tagOf is the tag of the rows an aggregate deduping distinctArgs[value]
 // combines (value -1: one that dedupes nothing). GROUPING's first
@@ -137,26 +297,36 @@ func (t *tagBuilder) tagOf(value int) int64 {
 	if value < 0 || t.setOf[value] < 0 {
 		return t.plain()
 	}
-	return t.plain() &^ (1 << (len(t.sets) - 1 - t.setOf[value]))
+	return t.setTag(t.setOf[value])
+}
+
+// setTag is the tag of the rows of set i: a 0 for each of its columns.
+func (t *tagBuilder) setTag(i int) int64 {
+	tag := t.plain()
+	for k, a := range t.args {
+		if slices.ContainsFunc(t.sets[i], func(c *pg_query.Node) bool { return sameExpr(c, a) }) {
+			tag &^= 1 << (len(t.args) - 1 - k)
+		}
+	}
+	return tag
 }
 
 // merge describes the tags for the executor, once columns are final.
 func (t *tagBuilder) merge(b *mergeBuilder) *Tagged {
 	m := &Tagged{Column: b.column(t.at), Plain: t.plain()}
-	for i, v := range t.values {
-		m.Sets = append(m.Sets, TaggedSet{Tag: t.tagOf(t.setIndex(i)), Value: b.column(v)})
+	for i, cols := range t.sets {
+		ts := TaggedSet{Tag: t.setTag(i)}
+		for n, c := range cols {
+			k := slices.IndexFunc(t.args, func(a *pg_query.Node) bool { return sameExpr(a, c) })
+			if n == 0 {
+				ts.Value = b.column(t.cols[k])
+			} else {
+				ts.More = append(ts.More, b.column(t.cols[k]))
+			}
+		}
+		m.Sets = append(m.Sets, ts)
 	}
 	return m
-}
-
-// setIndex returns the index in distinctArgs of the value of set i.
-func (t *tagBuilder) setIndex(i int) int {
-	for k, s := range t.setOf {
-		if s == i {
-			return k
-		}
-	}
-	return -1
 }
 
 // cheapen replaces, in the shards' select list, the partials of the
@@ -227,12 +397,20 @@ func catalogCall(name string, arg *pg_query.Node) *pg_query.Node {
 }
 
 // presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL).
+// A row value is never NULL (count counts ROW(NULL, NULL); IS NOT NULL
+// tests its fields): it has no FILTER, or its own aggregate's.
 func presentOne(v *pg_query.Node) *pg_query.Node {
 	one := &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
 		Arg:      pg_query.MakeAConstIntNode(1, -1),
 		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
 	}}}
 	n := catalogCall("max", one)
+	if fields, filter := rowFields(v); fields != nil {
+		if filter != nil {
+			n.GetFuncCall().AggFilter = proto.Clone(filter).(*pg_query.Node)
+		}
+		return n
+	}
 	n.GetFuncCall().AggFilter = &pg_query.Node{Node: &pg_query.Node_NullTest{NullTest: &pg_query.NullTest{
 		Arg: proto.Clone(v).(*pg_query.Node), Nulltesttype: pg_query.NullTestType_IS_NOT_NULL,
 	}}}

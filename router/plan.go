@@ -203,6 +203,23 @@ type Merge struct {
 	// the client's. When every shard answers without an error, the
 	// executor discards their rows and answers Probe, a 0A000.
 	Probe error
+	// ParseOnly goes with Probe for a statement that writes, or that the
+	// router refuses: the shards only Parse it (as the extended protocol's
+	// unnamed statement, closed again), which analyses it — every
+	// relation, column, function and type resolved — and runs nothing. A
+	// shard's error is the client's; when every shard parses it, Probe
+	// is.
+	ParseOnly bool
+	// ProbeSQL, for a ParseOnly probe of COPY (query) TO, is what the
+	// shards parse instead: the query, after one space for each character
+	// of the client's text before it, so that an error's position is the
+	// one PostgreSQL gives.
+	ProbeSQL string
+	// ProbeRelation, for a ParseOnly probe of COPY of a table, is the
+	// table's name, which the shards look up as $1::regclass instead:
+	// PostgreSQL's error for a table (or schema) that does not exist, as
+	// COPY's, without a position.
+	ProbeRelation string
 }
 
 // Outer is a statement that computes, for one combined row (group) of a
@@ -249,6 +266,9 @@ type Tagged struct {
 type TaggedSet struct {
 	Tag   int64
 	Value Column
+	// More are the further columns of the set of a row value (a, b),
+	// whose rows are grouped by each of its fields.
+	More []Column
 }
 
 // SortKey is one ORDER BY item.

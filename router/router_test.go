@@ -57,7 +57,13 @@ func route(r *Router, sql string, params [][]byte, formats []int16, h Hints) (*P
 	if err != nil {
 		return nil, err
 	}
-	return s.Route(params, formats, h)
+	p, err := s.Route(params, formats, h)
+	if err == nil && p.Merge != nil && p.Merge.ParseOnly {
+		// The shards only parse the statement: when they accept it, the
+		// client gets the refusal (probe.go).
+		return nil, p.Merge.Probe
+	}
+	return p, err
 }
 
 // TestVectors checks the expected shards the other tests compute against

@@ -3,6 +3,8 @@ package router
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 
@@ -28,6 +30,7 @@ type Statement struct {
 type part struct {
 	node  *pg_query.Node
 	text  string // the statement's own text in the client's SQL
+	at    int    // the byte offset of text in the client's SQL
 	kind  Kind   // non-zero: the route needs no shard computation
 	write bool
 
@@ -43,9 +46,11 @@ type part struct {
 	fanout error
 	// unroutable means the analysis cannot route the statement; a hint can.
 	unroutable error
-	// probe is the plan of a SELECT naming a table the analysis cannot
-	// place (probe.go).
-	probe *Plan
+	// probe is the plan of a statement naming a table the analysis cannot
+	// place, or one it refuses (probeRefusal), that the shards run or
+	// parse for their error (probe.go).
+	probe        *Plan
+	probeRefusal bool
 
 	insert   *insertRows // INSERT … VALUES into a sharded table
 	keySets  []keyAssign // UPDATE … SET key = value of a sharded table
@@ -270,6 +275,16 @@ func (o operand) single(k *keyFunc, env *routeEnv) (int, error) {
 
 // explainPlan routes EXPLAIN to one of the shards its statement needs.
 func (p *part) explainPlan(r *Router, env *routeEnv) (*Plan, error) {
+	ex := p.explain
+	if env.pathShard >= 0 && ex.onPath != nil {
+		ex = ex.onPath
+	}
+	if p.explainAnalyze && env.shards > 1 && ex.probe != nil {
+		// EXPLAIN ANALYZE runs its statement: the shards parse it, which
+		// analyses the statement explained, for PostgreSQL's error
+		// (probe.go).
+		return &Plan{Kind: All, Shards: r.all, Merge: &Merge{Probe: ex.probe.Merge.Probe, ParseOnly: true}}, nil
+	}
 	inner, err := p.explain.plan(r, env)
 	if err != nil {
 		return nil, err
@@ -457,10 +472,11 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 func (s *Statement) Count() int { return len(s.parts) }
 
 // hasInsertSelect reports whether a statement of s is an INSERT … SELECT
-// into a sharded table.
+// into a sharded table (one the shards only parse does not count: it never
+// runs).
 func (s *Statement) hasInsertSelect() bool {
 	for _, p := range s.parts {
-		if p.insertSelect != nil {
+		if p.insertSelect != nil && p.probe == nil {
 			return true
 		}
 	}
@@ -472,9 +488,32 @@ func (s *Statement) hasInsertSelect() bool {
 func (s *Statement) partsPlan() *Plan {
 	p := &Plan{Kind: Parts}
 	for _, pt := range s.parts {
-		p.Parts = append(p.Parts, pt.text)
+		p.Parts = append(p.Parts, pt.placed(s.sql))
 	}
 	return p
+}
+
+// maxPartPad bounds the padding placed puts before a statement (in
+// characters), so that a long text of many statements does not grow
+// quadratically; the positions of errors further into a text are the
+// statement's own.
+const maxPartPad = 16 << 10
+
+// placed is the statement's text as it runs on its own (Plan.Parts): after
+// one space for each character of the client's text before it, so that the
+// position a server gives an error in it (parser_errposition counts
+// characters from the start of the Query) is the one PostgreSQL gives for
+// the whole text. Transaction control and settings need no padding: they
+// are replayed on shards that join the transaction later.
+func (pt *part) placed(sql string) string {
+	if pt.at <= 0 || pt.kind == Transaction || pt.kind == Session || pt.at > len(sql) {
+		return pt.text
+	}
+	n := utf8.RuneCountInString(sql[:pt.at])
+	if n > maxPartPad {
+		return pt.text
+	}
+	return strings.Repeat(" ", n) + pt.text
 }
 
 // String describes a plan for logs and tests.
