@@ -2,11 +2,13 @@ package frontend
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -35,6 +37,32 @@ type sStmt struct {
 	eff     stmtEffect
 	spOnce  sync.Once
 	sp      *sqlPrep
+	npOnce  sync.Once
+	np      int // parameters a Bind must supply, -1 unknown (see params)
+}
+
+// params returns how many parameters a Bind of the statement must supply,
+// as PostgreSQL counts them (router.ParamCount), or -1 when the proxy
+// cannot tell.
+func (st *sStmt) params() int {
+	st.npOnce.Do(func() {
+		st.np = -1
+		if st.st == nil || len(st.st.parse) < 5 {
+			return
+		}
+		_, tail, ok := parseBody(st.st.parse[5:])
+		if !ok {
+			return
+		}
+		_, types, ok := wire.CString(tail)
+		if !ok || len(types) < 2 {
+			return
+		}
+		if n, ok := router.ParamCount(st.sql, int(binary.BigEndian.Uint16(types))); ok {
+			st.np = n
+		}
+	})
+	return st.np
 }
 
 // effect returns what executing the statement does to the session.
@@ -323,6 +351,9 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	formats, params, err := parseBindParams(tail)
 	if err != nil {
 		return err
+	}
+	if n := st.params(); n >= 0 && len(params) != n {
+		return wire.Errorf(wire.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d", len(params), name, n)
 	}
 	p := &sPortal{stmt: st, params: params, formats: formats, tail: tail}
 	if err := c.planPortal(p); err != nil {

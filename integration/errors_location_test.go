@@ -38,7 +38,7 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 		if version == "150018" {
 			line = fmt.Sprint(pe.Line)
 		}
-		return fmt.Sprintf("%s %s %q F=%s L=%s R=%s", pe.Severity, pe.Code, pe.Message, pe.File, line, pe.Routine)
+		return fmt.Sprintf("%s %s %q P=%d F=%s L=%s R=%s", pe.Severity, pe.Code, pe.Message, pe.Position, pe.File, line, pe.Routine)
 	}
 	// raw returns what the messages get on a new connection, message by
 	// message: each one's type, an error or notice with its fields.
@@ -105,6 +105,16 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 		{"PREPARE of the name of a protocol-level statement", []pgproto3.FrontendMessage{
 			&pgproto3.Parse{Name: "r", Query: "SELECT 1"}, sync,
 			&pgproto3.Query{String: "PREPARE r AS SELECT count(*) FROM accounts"}}},
+		{"a simple Query routed by a parameter it does not have", []pgproto3.FrontendMessage{
+			&pgproto3.Query{String: "INSERT INTO accounts VALUES ($1, 'x')"},
+			&pgproto3.Query{String: "SELECT 1; /* é */ SELECT email FROM accounts WHERE id = $2"}}},
+		{"a Bind with too few parameters, then too many", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT email FROM accounts WHERE id = $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, sync,
+			&pgproto3.Parse{Name: "n", Query: "SELECT email FROM accounts WHERE id = 1", ParameterOIDs: []uint32{20}},
+			&pgproto3.Bind{PreparedStatement: "n"}, &pgproto3.Execute{}, sync,
+			&pgproto3.Bind{PreparedStatement: "n", Parameters: [][]byte{[]byte("1"), []byte("2")}}, &pgproto3.Execute{}, sync,
+			&pgproto3.Parse{Query: "SELECT email FROM accounts WHERE id = 1 AND email <> '$1' -- $2"},
+			&pgproto3.Bind{}, &pgproto3.Execute{}, sync}},
 		{"SAVEPOINT outside a transaction", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT a"}}},
 		{"a statement in an aborted transaction", []pgproto3.FrontendMessage{
 			&pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "SELECT 1/0"}, &pgproto3.Query{String: "ROLLBACK TO nope"},

@@ -93,6 +93,15 @@ func (s *Statement) SQL() string { return s.sql }
 // statement wins over Hints, which win over the analysis. Errors are
 // *wire.Error.
 func (s *Statement) Route(params [][]byte, formats []int16, h Hints) (*Plan, error) {
+	p, err := s.route(params, formats, h)
+	if err != nil {
+		return nil, withParamPosition(err, s.sql)
+	}
+	return p, nil
+}
+
+// route is Route without the position of a missing parameter.
+func (s *Statement) route(params [][]byte, formats []int16, h Hints) (*Plan, error) {
 	if s.static != nil {
 		return s.static, nil
 	}

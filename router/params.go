@@ -1,0 +1,63 @@
+package router
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// Parameter references ($1, $2, …) in a statement's text, found by
+// PostgreSQL's own lexer (pg_query.Scan), so that a $1 inside a string, a
+// quoted identifier, a comment or a dollar-quoted body does not count.
+
+// ParamCount returns how many parameters a statement with text sql and
+// types explicit parameter types needs in a Bind: as PostgreSQL's
+// parse analysis, the highest $n it references or the number of types
+// given, whichever is larger. ok is false when sql cannot be scanned (the
+// server then reports the error).
+func ParamCount(sql string, types int) (n int, ok bool) {
+	res, err := pg_query.Scan(sql)
+	if err != nil {
+		return 0, false
+	}
+	n = types
+	for _, t := range res.Tokens {
+		if t.Token != pg_query.Token_PARAM || int(t.End) > len(sql) || t.Start+1 >= t.End {
+			continue
+		}
+		if v, err := strconv.Atoi(sql[t.Start+1 : t.End]); err == nil && v > n {
+			n = v
+		}
+	}
+	return n, true
+}
+
+// withParamPosition gives err, PostgreSQL's 42P02 "there is no parameter
+// $n" for a statement routed without that parameter, the position
+// PostgreSQL's parse analysis reports: the character position of the
+// first reference to $n in sql.
+func withParamPosition(err error, sql string) error {
+	e, ok := wire.AsError(err)
+	if !ok || e.Code != wire.UndefinedParameter || e.Position != "" {
+		return err
+	}
+	const prefix = "there is no parameter $"
+	if len(e.Message) <= len(prefix) || e.Message[:len(prefix)] != prefix {
+		return err
+	}
+	want := e.Message[len(prefix)-1:]
+	res, serr := pg_query.Scan(sql)
+	if serr != nil {
+		return err
+	}
+	for _, t := range res.Tokens {
+		if t.Token == pg_query.Token_PARAM && int(t.End) <= len(sql) && sql[t.Start:t.End] == want {
+			f := *e
+			f.Position = strconv.Itoa(utf8.RuneCountInString(sql[:t.Start]) + 1)
+			return &f
+		}
+	}
+	return err
+}
