@@ -2,11 +2,13 @@ package frontend
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -22,6 +24,31 @@ type stmt struct {
 
 	effOnce sync.Once
 	eff     stmtEffect // what executing it does to the session (see analyze)
+
+	npOnce sync.Once
+	np     int // parameters a Bind must supply, -1 unknown (see params)
+}
+
+// params returns how many parameters a Bind of st must supply, as
+// PostgreSQL counts them (router.ParamCount), or -1 when the proxy cannot
+// tell. The proxy checks it itself where the server's error would name
+// the proxy-wide statement, or come from a shard.
+func (st *stmt) params() int {
+	st.npOnce.Do(func() {
+		st.np = -1
+		_, tail, ok := wire.CString(st.parse[5:])
+		if !ok {
+			return
+		}
+		text, types, ok := wire.CString(tail)
+		if !ok || len(types) < 2 {
+			return
+		}
+		if n, ok := router.ParamCount(string(text), int(binary.BigEndian.Uint16(types))); ok {
+			st.np = n
+		}
+	})
+	return st.np
 }
 
 // effect returns what executing st does to the session.
@@ -128,6 +155,14 @@ func genKey(gen *atomic.Uint64, key []byte) string {
 // client's Parse names a statement the server already has.
 var emptyParse = []byte{'P', 0, 0, 0, 8, 0, 0, 0, 0}
 
+// appendUnnamedParse appends a Parse of the unnamed statement whose body
+// after the name is tail (text, NUL, parameter types).
+func appendUnnamedParse(out, tail []byte) []byte {
+	start := len(out)
+	out = append(append(out, 'P', 0, 0, 0, 0, 0), tail...)
+	return wire.FinishMessage(out, start)
+}
+
 // closeNoop closes a statement that never exists: the server answers
 // CloseComplete in the position of the client's Close, without touching
 // shared statements.
@@ -186,15 +221,23 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
 		return nil
 	}
-	if _, dup := c.stmts[string(name)]; dup {
+	if c.duplicateSQLName(string(name)) {
 		c.failInOrder(duplicateStatement(name))
 		return nil
 	}
 	st := c.l.stmts.get(tail)
 	c.stmts[string(name)] = st
 	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
-		c.out = append(c.out, emptyParse...)
-		s.Unnamed = s.Unnamed[:0]
+		if c.ownSearchPath() {
+			// The server parsed it in another session's search_path:
+			// parse the text again, unnamed, so that its errors in this
+			// one's answer the client's Parse.
+			c.out = appendUnnamedParse(c.out, tail)
+			s.Unnamed = append(append(s.Unnamed[:0], 0), tail...)
+		} else {
+			c.out = append(c.out, emptyParse...)
+			s.Unnamed = s.Unnamed[:0]
+		}
 		c.q = append(c.queued(), req{kind: reqParse, client: string(name)})
 		return nil
 	}
@@ -216,6 +259,13 @@ func (c *client) rewriteBind(raw, body []byte) error {
 	}
 	c.rebindStatement(name)
 	st := c.resolve(name)
+	if st != nil {
+		if n, want := bindParams(rest), st.params(); n >= 0 && want >= 0 && n != want {
+			// The server's error would name the proxy-wide statement.
+			c.failInOrder(wire.Errorf(wire.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d", n, name, want))
+			return nil
+		}
+	}
 	c.notePortal(portal, name, st)
 	if st == nil {
 		if isProxyName(name) {
@@ -239,6 +289,21 @@ func (c *client) rewriteBind(raw, body []byte) error {
 	c.out = wire.FinishMessage(c.out, start)
 	c.expect('B')
 	return nil
+}
+
+// bindParams returns the number of parameters of a Bind body after the
+// portal and statement names, or -1 when it is malformed (the server
+// reports that).
+func bindParams(rest []byte) int {
+	d := wire.NewBody(rest)
+	for nf := d.Uint16(); nf > 0 && d.Err() == nil; nf-- {
+		d.Uint16()
+	}
+	n := d.Uint16()
+	if d.Err() != nil {
+		return -1
+	}
+	return int(n)
 }
 
 // rewriteDescribeClose renames a Describe of a statement, and answers a
@@ -412,9 +477,10 @@ func (c *client) pendingParse(st *stmt) bool {
 // Clients that prepare synchronously (libpq's PQprepare, as in pgbench -M
 // prepared) would otherwise need a free server just to hear
 // ParseComplete; when the servers are held by open transactions of other
-// clients driven by the same blocked thread, that wait never ends. The
-// price is that a Parse that would fail in this client's session (another
-// search_path, say) reports its error at the first Bind or Describe.
+// clients driven by the same blocked thread, that wait never ends. A
+// client with a search_path of its own (ownSearchPath) is not answered so:
+// the statement may not resolve in its session, and PostgreSQL would fail
+// its Parse.
 func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 	switch typ {
 	case 'P':
@@ -422,8 +488,11 @@ func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 		if !ok || len(name) == 0 {
 			return false
 		}
-		if _, dup := c.stmts[string(name)]; dup {
+		if c.duplicateSQLName(string(name)) {
 			return false // the error must come in its place: see rewrite
+		}
+		if c.ownSearchPath() {
+			return false // the statement may not resolve in this session
 		}
 		if hasPrepareKeyword(parseText(tail)) {
 			return false // SQL-level statement names are rewritten (see rewrite)

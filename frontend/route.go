@@ -248,6 +248,20 @@ func (h *hints) forRouter(c *client) router.Hints {
 	return out
 }
 
+// ownSearchPath reports whether the client resolves names with a
+// search_path of its own (a startup parameter or option, or a SET): a
+// statement some other session's server accepted may then not resolve in
+// its session, so the proxy does not answer its Parse on that word
+// (stmt.valid).
+func (c *client) ownSearchPath() bool {
+	if _, ok := c.sess.sets["search_path"]; ok {
+		return true
+	}
+	params := c.startup.Params()
+	_, ok := params["search_path"]
+	return ok || strings.Contains(params["options"], "search_path")
+}
+
 // searchPathOf extracts schema names from a tracked SET search_path
 // statement.
 func searchPathOf(stmt string) []string {

@@ -2,13 +2,11 @@ package frontend
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"sync"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
-	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -37,32 +35,15 @@ type sStmt struct {
 	eff     stmtEffect
 	spOnce  sync.Once
 	sp      *sqlPrep
-	npOnce  sync.Once
-	np      int // parameters a Bind must supply, -1 unknown (see params)
 }
 
-// params returns how many parameters a Bind of the statement must supply,
-// as PostgreSQL counts them (router.ParamCount), or -1 when the proxy
-// cannot tell.
+// params returns how many parameters a Bind of the statement must supply
+// (stmt.params).
 func (st *sStmt) params() int {
-	st.npOnce.Do(func() {
-		st.np = -1
-		if st.st == nil || len(st.st.parse) < 5 {
-			return
-		}
-		_, tail, ok := parseBody(st.st.parse[5:])
-		if !ok {
-			return
-		}
-		_, types, ok := wire.CString(tail)
-		if !ok || len(types) < 2 {
-			return
-		}
-		if n, ok := router.ParamCount(st.sql, int(binary.BigEndian.Uint16(types))); ok {
-			st.np = n
-		}
-	})
-	return st.np
+	if st.st == nil {
+		return -1
+	}
+	return st.st.params()
 }
 
 // effect returns what executing the statement does to the session.
@@ -298,7 +279,7 @@ func (c *client) sParse(ctx context.Context, body []byte) error {
 // usually follows. Statements the proxy answers or plans itself
 // (transaction control, SQL-level EXECUTE) are not sent.
 func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) error {
-	if st.st.valid.Load() || plan == nil || st.sqlPrep() != nil {
+	if st.st.valid.Load() && !c.ownSearchPath() || plan == nil || st.sqlPrep() != nil {
 		return nil
 	}
 	switch plan.Kind {
@@ -326,7 +307,14 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	}
 	out := c.ensureParsed(nil, st)
 	if len(out) == 0 {
-		return nil // the server has it
+		if !c.ownSearchPath() {
+			return nil // the server has it
+		}
+		// The server has it, parsed in another session's search_path:
+		// parse the text again, unnamed, in this one's.
+		_, tail, _ := wire.CString(st.st.parse[5:])
+		out = appendUnnamedParse(nil, tail)
+		c.server.Unnamed = c.server.Unnamed[:0]
 	}
 	out = append(out, 'S', 0, 0, 0, 4)
 	if err := c.serverExchange(out, func(byte, []byte) {}); err != nil {

@@ -14,7 +14,8 @@ import (
 
 // TestProxyErrorsLikePostgres makes the proxy answer errors itself that
 // PostgreSQL gives in the same situation — on a sharded database, whose
-// statements and portals are the proxy's, and at login — and compares each
+// statements and portals are the proxy's, on a one-shard database in
+// transaction pooling, and at login — and compares each
 // with the error one PostgreSQL server gives: severity, SQLSTATE, message,
 // and the source file, function and (on PostgreSQL 15.18, the version
 // wire/origin.go was read from) line that psql shows as LOCATION.
@@ -26,6 +27,7 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := cl.DSN("shard0")
+	one := startProxy(t, poolConfig(cl, "transaction", 2, "shard0"))
 	var version string
 	if err := connect(t, direct).QueryRow(ctx, "SHOW server_version_num").Scan(&version); err != nil {
 		t.Fatal(err)
@@ -115,15 +117,25 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 			&pgproto3.Bind{PreparedStatement: "n", Parameters: [][]byte{[]byte("1"), []byte("2")}}, &pgproto3.Execute{}, sync,
 			&pgproto3.Parse{Query: "SELECT email FROM accounts WHERE id = 1 AND email <> '$1' -- $2"},
 			&pgproto3.Bind{}, &pgproto3.Execute{}, sync}},
+		{"Parse of a statement that another search_path accepted", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "a", Query: "SELECT count(*) FROM accounts WHERE id = 1"}, sync,
+			&pgproto3.Query{String: "SET search_path = pg_catalog"},
+			&pgproto3.Parse{Name: "b", Query: "SELECT count(*) FROM accounts WHERE id = 1"}, sync,
+			&pgproto3.Query{String: "RESET search_path"},
+			&pgproto3.Parse{Name: "c", Query: "SELECT count(*) FROM accounts WHERE id = 1"}, sync}},
 		{"SAVEPOINT outside a transaction", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SAVEPOINT a"}}},
 		{"a statement in an aborted transaction", []pgproto3.FrontendMessage{
 			&pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "SELECT 1/0"}, &pgproto3.Query{String: "ROLLBACK TO nope"},
 			&pgproto3.Query{String: "SELECT count(*) FROM accounts"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want, got := raw(direct, tc.msgs...), raw(p.AppURL("app"), tc.msgs...)
-			if got != want {
-				t.Errorf("through the proxy:\n%s\ndirectly:\n%s", got, want)
+			want := raw(direct, tc.msgs...)
+			for _, via := range []struct{ what, url string }{
+				{"the sharded database", p.AppURL("app")}, {"a one-shard database", one.AppURL("shard0")},
+			} {
+				if got := raw(via.url, tc.msgs...); got != want {
+					t.Errorf("through %s:\n%s\ndirectly:\n%s", via.what, got, want)
+				}
 			}
 		})
 	}

@@ -12,14 +12,23 @@ import (
 // PostgreSQL's own lexer (pg_query.Scan), so that a $1 inside a string, a
 // quoted identifier, a comment or a dollar-quoted body does not count.
 
-// ParamCount returns how many parameters a statement with text sql and
-// types explicit parameter types needs in a Bind: as PostgreSQL's
-// parse analysis, the highest $n it references or the number of types
-// given, whichever is larger. ok is false when sql cannot be scanned (the
-// server then reports the error).
+// ParamCount returns how many parameters a query (SELECT, INSERT, UPDATE,
+// DELETE, MERGE, WITH, VALUES, TABLE) with text sql and types explicit
+// parameter types needs in a Bind: as PostgreSQL's parse analysis, the
+// highest $n it references or the number of types given, whichever is
+// larger. ok is false for other statements and when sql cannot be scanned
+// (the server then counts, or reports the error).
 func ParamCount(sql string, types int) (n int, ok bool) {
 	res, err := pg_query.Scan(sql)
-	if err != nil {
+	if err != nil || len(res.Tokens) == 0 {
+		return 0, false
+	}
+	switch res.Tokens[0].Token {
+	case pg_query.Token_SELECT, pg_query.Token_INSERT, pg_query.Token_UPDATE, pg_query.Token_DELETE_P,
+		pg_query.Token_WITH, pg_query.Token_VALUES, pg_query.Token_TABLE, pg_query.Token_MERGE:
+	default:
+		// Elsewhere a $n may be another statement's (PREPARE … AS,
+		// a function's BEGIN ATOMIC body): the server counts.
 		return 0, false
 	}
 	n = types

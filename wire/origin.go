@@ -51,6 +51,14 @@ var origins = []origin{
 	{ActiveSQLTransaction, `there is already a transaction in progress`, "xact.c", "3789", "BeginTransactionBlock"},
 	{NoActiveSQLTransaction, `there is no transaction in progress`, "xact.c", "3987", "EndTransactionBlock"},
 	{InvalidSavepointSpecification, `savepoint "%" does not exist`, "xact.c", "4428", "RollbackToSavepoint"},
+	// The merges of aggregates across shards (executor), as the
+	// aggregate's own function raises them on one server.
+	{NumericValueOutOfRange, `money out of range`, "cash.c", "96", "cash_pl_cash"},
+	{DatetimeFieldOverflow, `interval out of range`, "timestamp.c", "3208", "interval_pl"},
+	{StringDataLengthMismatch, `cannot AND bit strings of different sizes`, "varbit.c", "1259", "bit_and"},
+	{StringDataLengthMismatch, `cannot OR bit strings of different sizes`, "varbit.c", "1300", "bit_or"},
+	{StringDataLengthMismatch, `cannot XOR bit strings of different sizes`, "varbit.c", "1340", "bitxor"},
+	{ArraySubscriptError, `cannot accumulate arrays of different dimensionality`, "arrayfuncs.c", "5623", "accumArrayResultArr"},
 }
 
 // Location is where PostgreSQL raises an error that it raises in more than

@@ -169,6 +169,24 @@ func TestOriginsMatchPostgres(t *testing.T) {
 		`savepoint "%" does not exist`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, query("BEGIN; ROLLBACK TO nope"))
 		},
+		`money out of range`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT sum(x) FROM (VALUES ('92233720368547758.07'::money), ('1'::money)) v(x)"))
+		},
+		`interval out of range`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT sum(x) FROM (VALUES ('178956970 years'::interval), ('178956970 years'::interval)) v(x)"))
+		},
+		`cannot AND bit strings of different sizes`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT bit_and(x) FROM (VALUES (B'101'), (B'10')) v(x)"))
+		},
+		`cannot OR bit strings of different sizes`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT bit_or(x) FROM (VALUES (B'101'), (B'10')) v(x)"))
+		},
+		`cannot XOR bit strings of different sizes`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT bit_xor(x) FROM (VALUES (B'101'), (B'10')) v(x)"))
+		},
+		`cannot accumulate arrays of different dimensionality`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT array_agg(x) FROM (VALUES (ARRAY[1]), (ARRAY[1, 2])) v(x)"))
+		},
 		`sorry, too many clients already`: func(t *testing.T) *pgconn.PgError {
 			for range 20 {
 				pc, err := pgconn.Connect(ctx, dsn)
