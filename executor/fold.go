@@ -314,7 +314,15 @@ func addBinary(oid uint32, a, b []byte) ([]byte, error) {
 	days, ok2 := addInt32(x.days, y.days)
 	usecs, ok3 := addInt64(x.usecs, y.usecs)
 	if !ok1 || !ok2 || !ok3 {
-		return nil, wire.Errorf(wire.DatetimeFieldOverflow, "interval out of range")
+		e := wire.Errorf(wire.DatetimeFieldOverflow, "interval out of range")
+		switch {
+		case !ok1: // PostgreSQL checks the months first, then the days
+		case !ok2:
+			e.At = wire.AtIntervalDays
+		default:
+			e.At = wire.AtIntervalTime
+		}
+		return nil, e
 	}
 	return appendBinaryInterval(nil, interval{months: months, days: days, usecs: usecs}), nil
 }

@@ -75,6 +75,10 @@ var (
 	// multi-statement Query (WARNING 25P01; origins has that of a COMMIT
 	// outside any).
 	AtCommitImplicit = &Location{"xact.c", "3908", "EndTransactionBlock"}
+	// AtIntervalDays, AtIntervalTime: interval addition overflowing its
+	// days or its time (22008; origins has the months').
+	AtIntervalDays = &Location{"timestamp.c", "3215", "interval_pl"}
+	AtIntervalTime = &Location{"timestamp.c", "3222", "interval_pl"}
 	// AtRelease: RELEASE of an unknown savepoint (3B001; origins has
 	// ROLLBACK TO's).
 	AtRelease = &Location{"xact.c", "4317", "ReleaseSavepoint"}

@@ -221,6 +221,8 @@ func TestOriginsMatchPostgres(t *testing.T) {
 	}{
 		{"AtRollbackOutside", wire.AtRollbackOutside, "ROLLBACK"},
 		{"AtRelease", wire.AtRelease, "BEGIN; RELEASE nope"},
+		{"AtIntervalDays", wire.AtIntervalDays, "SELECT sum(x) FROM (VALUES ('2147483647 days'::interval), ('1 day'::interval)) v(x)"},
+		{"AtIntervalTime", wire.AtIntervalTime, "SELECT sum(x) FROM (VALUES ('2562047788 hours'::interval), ('2562047788 hours'::interval)) v(x)"},
 		{"AtCommitImplicit", wire.AtCommitImplicit, "SELECT 1; COMMIT"},
 		{"AtRollbackOutside in an implicit transaction", wire.AtRollbackOutside, "SELECT 1; ROLLBACK"},
 	} {
