@@ -14,7 +14,8 @@ import (
 
 // schema is the control database's bookkeeping. A member's row names the
 // backend of its listening session (pid, with application_name
-// appPrefix+name), which is how the others tell whether it is alive.
+// appPrefix+name), which is how the others tell whether it is alive. The
+// ALTER brings a control database created by an older proxy up to date.
 const schema = `
 CREATE SCHEMA IF NOT EXISTS shardgate_cluster;
 CREATE TABLE IF NOT EXISTS shardgate_cluster.members (
@@ -70,6 +71,17 @@ CREATE TABLE IF NOT EXISTS shardgate_cluster.acks (
 	error text,
 	at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (cutover, member)
+);
+ALTER TABLE shardgate_cluster.cutovers ADD COLUMN IF NOT EXISTS task bigint;
+CREATE TABLE IF NOT EXISTS shardgate_cluster.pauses (
+	database text NOT NULL,
+	proxy text NOT NULL,
+	task bigint,
+	role text NOT NULL,
+	outcome text NOT NULL,
+	pause_us bigint NOT NULL,
+	at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (database, proxy)
 );`
 
 // channel is the LISTEN/NOTIFY channel of the cluster.
