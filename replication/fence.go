@@ -113,6 +113,18 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) e
 		_, err := conn.Exec(ctx, "ALTER DATABASE "+db+" RESET default_transaction_read_only")
 		return err
 	}
+	// The fence's commit flushes the WAL (synchronous_commit = local
+	// whatever the server's, role's or database's setting): every source
+	// transaction that committed before it, asynchronously too, is then
+	// written, so pg_current_wal_lsn() afterwards — the catch-up's target
+	// (CurrentLSN) — is past its commit, and the walsender may send it
+	// without waiting for the WAL writer. With an asynchronous fence the
+	// write position could still be short of a commit that a client had
+	// been told of during the drain, and the cutover lost it
+	// (TestReshardCutoverAsyncCommit).
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+		return err
+	}
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+db+" SET default_transaction_read_only = on"); err != nil {
 		return err
 	}

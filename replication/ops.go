@@ -51,7 +51,11 @@ func (t *Task) Lag(ctx context.Context) ([]SlotLag, error) {
 }
 
 // CurrentLSN returns pg_current_wal_lsn() of every source shard: the
-// positions WaitCaughtUp waits for at cutover, once writes are paused.
+// positions WaitCaughtUp waits for at cutover, once writes are paused and
+// the fence's synchronous commit flushed the WAL. pg_current_wal_lsn() is
+// the WAL's write position: it covers every committed transaction only
+// once their commits are written, which an asynchronous commit
+// (synchronous_commit = off) leaves to the WAL writer.
 func (t *Task) CurrentLSN(ctx context.Context) ([]pglogrepl.LSN, error) {
 	lags, err := t.Lag(ctx)
 	if err != nil {
