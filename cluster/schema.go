@@ -15,7 +15,9 @@ import (
 // schema is the control database's bookkeeping. A member's row names the
 // backend of its listening session (pid, with application_name
 // appPrefix+name), which is how the others tell whether it is alive. The
-// ALTER brings a control database created by an older proxy up to date.
+// DO block brings a control database created by an older proxy up to
+// date; it runs ALTER TABLE only then, as ALTER TABLE locks the table
+// against the members' reads of cutovers even when there is nothing to do.
 const schema = `
 CREATE SCHEMA IF NOT EXISTS shardgate_cluster;
 CREATE TABLE IF NOT EXISTS shardgate_cluster.members (
@@ -72,7 +74,11 @@ CREATE TABLE IF NOT EXISTS shardgate_cluster.acks (
 	at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (cutover, member)
 );
-ALTER TABLE shardgate_cluster.cutovers ADD COLUMN IF NOT EXISTS task bigint;
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'shardgate_cluster.cutovers'::regclass AND attname = 'task' AND NOT attisdropped) THEN
+		ALTER TABLE shardgate_cluster.cutovers ADD COLUMN task bigint;
+	END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS shardgate_cluster.pauses (
 	database text NOT NULL,
 	proxy text NOT NULL,
