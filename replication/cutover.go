@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -159,11 +160,23 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		}
 		return pids
 	}
-	if err := t.Task.Fence(cctx, spare); err != nil {
+	target, err := t.Task.Fence(cctx, spare)
+	if err != nil {
 		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
+	if slices.Contains(target, 0) { // a source shard that is also a destination is not fenced
+		current, err := t.Task.CurrentLSN(cctx)
+		if err != nil {
+			return abort(err, false)
+		}
+		for s, lsn := range target {
+			if lsn == 0 {
+				target[s] = current[s]
+			}
+		}
+	}
 	step("fence")
-	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
+	if err := t.Task.WaitCaughtUp(cctx, target); err != nil {
 		return abort(err, false)
 	}
 	step("catch_up")
