@@ -17,6 +17,22 @@ type Cluster interface {
 	// Forward runs command ("cutover" or "stop") on the proxy that runs
 	// task id, and waits for it.
 	Forward(ctx context.Context, command string, id int) error
+	// Pauses lists each proxy's own pause in the last cutover of each
+	// database, for SHOW CUTOVERS.
+	Pauses(ctx context.Context) ([]ClusterPause, error)
+}
+
+// ClusterPause is one proxy's pause in the last cutover of a database:
+// the coordinator's runs from the cutover's start to its resume (the
+// pause of SHOW TASKS), a member's from the coordinator's notification to
+// its own resume.
+type ClusterPause struct {
+	Database, Proxy string
+	Task            int    // 0: unknown
+	Role            string // coordinator | member
+	Outcome         string // done | aborted
+	Pause           time.Duration
+	At              time.Time // when the proxy resumed
 }
 
 // ClusterTask is a task of another proxy, as SHOW TASKS lists it.
@@ -53,6 +69,13 @@ var clusterSpecs = []*spec{
 		columns: clusterColumns, tag: "SHOW", run: (*Handler).showCluster},
 	{words: []string{"SHOW", "TOPOLOGY"}, usage: "SHOW TOPOLOGY", help: "the cluster's recorded topology generations (cutovers)",
 		columns: topologyColumns, tag: "SHOW", run: (*Handler).showTopology},
+	{words: []string{"SHOW", "CUTOVERS"}, usage: "SHOW CUTOVERS",
+		help:    "each proxy's traffic pause in the last cutover of each database (pause in microseconds)",
+		columns: cutoverColumns, tag: "SHOW", run: (*Handler).showCutovers},
+}
+
+var cutoverColumns = []column{
+	text("database"), num("task"), text("proxy"), text("role"), text("outcome"), num("pause"), text("resumed"),
 }
 
 var clusterColumns = []column{text("name"), flag("self"), flag("live"), num("pid"), text("joined")}
@@ -93,6 +116,21 @@ func (h *Handler) showTopology(ctx context.Context, x *call) (*result, error) {
 	r := &result{}
 	for _, g := range gs {
 		r.add(g.Database, g.Generation, g.TakenFrom, g.Switched.UTC().Format(time.RFC3339), g.SwitchedBy, g.Running)
+	}
+	return r, nil
+}
+
+func (h *Handler) showCutovers(ctx context.Context, x *call) (*result, error) {
+	if h.Cluster == nil {
+		return nil, errNoCluster()
+	}
+	ps, err := h.Cluster.Pauses(ctx)
+	if err != nil {
+		return nil, wire.Errorf(wire.SystemError, "%v", err)
+	}
+	r := &result{}
+	for _, p := range ps {
+		r.add(p.Database, p.Task, p.Proxy, p.Role, p.Outcome, p.Pause, p.At)
 	}
 	return r, nil
 }

@@ -110,17 +110,27 @@ func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 	}
 	ack("pausing", nil, nil)
 	serves := m.local.Config().Database(db)
-	timeout, err := m.cutoverTimeout(ctx, conn, id)
+	timeout, task, err := m.cutoverOf(ctx, conn, id)
 	if err != nil {
 		ack("failed", nil, err)
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// resumed ends this member's own pause: the metric at once, the
+	// control database's row (SHOW CUTOVERS) after the acknowledgement.
+	start := time.Now()
+	resumed := func(outcome string) (record func()) {
+		p := pausedHere{db: db, task: task, role: roleMember, outcome: outcome, pause: time.Since(start)}
+		m.observePause(p)
+		return func() { m.recordPause(ctx, p) }
+	}
 	if serves != nil {
 		if err := m.local.Pause(pctx, db); err != nil {
 			m.local.Resume(db)
+			record := resumed(replication.PauseAborted)
 			ack("failed", nil, fmt.Errorf("proxy %s could not pause %q: %w", m.name, db, err))
+			record()
 			return
 		}
 	}
@@ -140,20 +150,33 @@ func (m *Member) pauseForCutover(ctx context.Context, id int64, db string) {
 			log.Error("cluster: the cutover switched, but following the new topology failed", "err", err)
 		}
 	}
+	record := func() {}
 	if serves != nil {
 		m.local.Resume(db)
+		outcome := replication.PauseAborted
+		if state == "switched" {
+			outcome = replication.PauseDone
+		}
+		record = resumed(outcome)
 	}
 	ack("resumed", nil, nil)
+	record()
 	log.Info("cluster: resumed after another proxy's cutover", "outcome", state)
 }
 
-// cutoverTimeout reads how long cutover id waits for the members to pause.
-func (m *Member) cutoverTimeout(ctx context.Context, conn *pgx.Conn, id int64) (time.Duration, error) {
+// cutoverOf reads how long cutover id waits for the members to pause, and
+// the task it cuts over (0 when a proxy that records none began it).
+func (m *Member) cutoverOf(ctx context.Context, conn *pgx.Conn, id int64) (time.Duration, int, error) {
 	var ms int64
-	if err := conn.QueryRow(ctx, "SELECT timeout_ms FROM shardgate_cluster.cutovers WHERE id = $1", id).Scan(&ms); err != nil {
-		return 0, fmt.Errorf("cluster: read cutover %d: %w", id, err)
+	var task *int64
+	if err := conn.QueryRow(ctx, "SELECT timeout_ms, task FROM shardgate_cluster.cutovers WHERE id = $1", id).Scan(&ms, &task); err != nil {
+		return 0, 0, fmt.Errorf("cluster: read cutover %d: %w", id, err)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	t := 0
+	if task != nil {
+		t = int(*task)
+	}
+	return time.Duration(ms) * time.Millisecond, t, nil
 }
 
 // awaitDecision waits until cutover id is switched or aborted, or its
@@ -244,18 +267,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// BeginCutover starts a cutover of db across the cluster (step 1): the
-// other members start pausing it. timeout bounds their pause as it bounds
-// this proxy's.
-func (m *Member) BeginCutover(ctx context.Context, db string, timeout time.Duration) (replication.ClusterCutover, error) {
+// BeginCutover starts a cutover of db for task across the cluster (step
+// 1): the other members start pausing it. timeout bounds their pause as it
+// bounds this proxy's.
+func (m *Member) BeginCutover(ctx context.Context, db string, task int, timeout time.Duration) (replication.ClusterCutover, error) {
 	conn, err := m.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := &cutover{m: m, conn: conn, db: db, started: time.Now(), release: m.hold(db)}
+	c := &cutover{m: m, conn: conn, db: db, task: task, started: time.Now(), release: m.hold(db)}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO shardgate_cluster.cutovers (database, coordinator, state, timeout_ms)
-			VALUES ($1, $2, 'pausing', $3) RETURNING id`, db, m.name, timeout.Milliseconds()).Scan(&c.id); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO shardgate_cluster.cutovers (database, coordinator, state, timeout_ms, task)
+			VALUES ($1, $2, 'pausing', $3, $4) RETURNING id`, db, m.name, timeout.Milliseconds(), task).Scan(&c.id); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", channel, fmt.Sprintf("pause %d %s %s", c.id, db, m.name))
@@ -274,6 +297,7 @@ type cutover struct {
 	m       *Member
 	conn    *pgx.Conn
 	db      string
+	task    int
 	id      int64
 	started time.Time
 	pids    map[int][]uint32 // the members' server connections, by source shard
@@ -442,6 +466,11 @@ func (c *cutover) Abort(ctx context.Context, reason error) {
 			"cutover", c.id, "err", err)
 	}
 	c.m.log.Info("cluster: cutover aborted", "cutover", c.id, "reason", reason)
+}
+
+// Resumed records the coordinator's own pause (see Member.recordPause).
+func (c *cutover) Resumed(ctx context.Context, pause time.Duration, outcome string) {
+	c.m.recordPause(ctx, pausedHere{db: c.db, task: c.task, role: roleCoordinator, outcome: outcome, pause: pause})
 }
 
 // Close ends the coordinator's control session.

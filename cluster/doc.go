@@ -14,7 +14,9 @@
 //   - a proxy that was stopped or cut off during a cutover is left out
 //     after cluster.ack_timeout; the cutover's fence on the old shards
 //     (package replication) keeps it from writing there, and it follows
-//     the new generation when it reaches the control database again.
+//     the new generation when it reaches the control database again;
+//   - each proxy's own pause in a cutover is observed in its metrics and
+//     recorded in the control database (pauses.go), for SHOW CUTOVERS.
 //
 // Coordination uses only what PostgreSQL provides: rows (members,
 // cutovers, acknowledgements, topology), one transaction as the commit

@@ -46,8 +46,9 @@ type Member struct {
 	busy     map[string]int          // databases a cutover holds here (this proxy's or another's)
 	followMu sync.Mutex              // one follow at a time
 	hooks    TaskHooks
-	noted    map[string]bool // overlay notes logged already
-	ready    chan struct{}   // closed once joined the first time
+	pauses   replication.PauseObserver // nil: pauses are not observed
+	noted    map[string]bool           // overlay notes logged already
+	ready    chan struct{}             // closed once joined the first time
 	once     sync.Once
 }
 

@@ -14,7 +14,10 @@ import (
 
 // schema is the control database's bookkeeping. A member's row names the
 // backend of its listening session (pid, with application_name
-// appPrefix+name), which is how the others tell whether it is alive.
+// appPrefix+name), which is how the others tell whether it is alive. The
+// DO block brings a control database created by an older proxy up to
+// date; it runs ALTER TABLE only then, as ALTER TABLE locks the table
+// against the members' reads of cutovers even when there is nothing to do.
 const schema = `
 CREATE SCHEMA IF NOT EXISTS shardgate_cluster;
 CREATE TABLE IF NOT EXISTS shardgate_cluster.members (
@@ -70,6 +73,21 @@ CREATE TABLE IF NOT EXISTS shardgate_cluster.acks (
 	error text,
 	at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (cutover, member)
+);
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'shardgate_cluster.cutovers'::regclass AND attname = 'task' AND NOT attisdropped) THEN
+		ALTER TABLE shardgate_cluster.cutovers ADD COLUMN task bigint;
+	END IF;
+END $$;
+CREATE TABLE IF NOT EXISTS shardgate_cluster.pauses (
+	database text NOT NULL,
+	proxy text NOT NULL,
+	task bigint,
+	role text NOT NULL,
+	outcome text NOT NULL,
+	pause_us bigint NOT NULL,
+	at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (database, proxy)
 );`
 
 // channel is the LISTEN/NOTIFY channel of the cluster.

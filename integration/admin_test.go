@@ -66,6 +66,7 @@ func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *ope
 	o := &operated{File: file, Gate: admin.Gate{L: view}, shutdowns: make(chan struct{}, 1)}
 	h.Shutdown = func() { o.shutdowns <- struct{}{} }
 	h.Tasks = replication.NewManager(o.Gate, log)
+	h.Tasks.Pauses = m
 	o.Tasks = h.Tasks
 	l.Admin = sgproxy.AdminHandler(h)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -23,6 +23,7 @@ import (
 // clusterProxy is one proxy process of a cluster test.
 type clusterProxy struct {
 	name, addr, path string
+	metricsAddr      string // host:port of its /metrics
 	p                *proxyProcess
 }
 
@@ -62,13 +63,14 @@ INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i
 	var out []*clusterProxy
 	for _, name := range names {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		yml := strings.Replace(cutoverYAML(c), "listen: 127.0.0.1:0", "listen: "+addr, 1) +
-			fmt.Sprintf("cluster: { name: %s, ack_timeout: 2s, control: '%s' }\n", name, control(c))
+			fmt.Sprintf("cluster: { name: %s, ack_timeout: 2s, control: '%s' }\nmetrics: { listen: %s }\n", name, control(c), metricsAddr)
 		path := filepath.Join(t.TempDir(), "shardgate.yaml")
 		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cp := &clusterProxy{name: name, addr: addr, path: path, p: startProxyProcess(t, bin, path, addr)}
+		cp := &clusterProxy{name: name, addr: addr, path: path, metricsAddr: metricsAddr, p: startProxyProcess(t, bin, path, addr)}
 		out = append(out, cp)
 		t.Cleanup(func() {
 			if t.Failed() {
@@ -253,6 +255,7 @@ func TestClusterCutover(t *testing.T) {
 	}
 	waitOnlyTaskDone(t, admA, 90*time.Second, "the task to cut over")
 	eventually(t, 10*time.Second, "B to run generation 1", func() bool { return runningGeneration(t, admB) == 1 })
+	checkClusterCutoverPauses(t, a, b, admA, admB)
 	na, _ := wa.counts()
 	nb, _ := wb.counts()
 	eventually(t, 10*time.Second, "both writers to go on after the cutover", func() bool {
@@ -340,6 +343,48 @@ func TestClusterCutover(t *testing.T) {
 	}
 	checkIDPlacement(t, ctx, c, okR, 11_000_000)
 	t.Logf("A %d and B %d writes acknowledged across the cutover, none failed", len(okA), len(okB))
+}
+
+// checkClusterCutoverPauses checks how the one cutover of TestClusterCutover
+// (coordinated by a, b paused for it) reports its pause: the task's pause
+// in SHOW TASKS on both proxies, each proxy's own pause in SHOW CUTOVERS on
+// both, and shardgate_reshard_cutover_pause_seconds on each (one done
+// cutover, as long as SHOW CUTOVERS says, under the cutover timeout). An
+// aborted attempt before it (a loaded machine) is not an error here.
+func checkClusterCutoverPauses(t *testing.T, a, b *clusterProxy, admA, admB *pgx.Conn) {
+	t.Helper()
+	tb, err := adminPgx(admA, "SHOW TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tb.get(t, map[string]string{"source": "app"}, "id")
+	pause := taskPause(t, admA, id)
+	if pause <= 0 || pause >= 10*time.Second {
+		t.Fatalf("SHOW TASKS on A: task %s paused %v, want 0 < pause < the cutover timeout (10s)", id, pause)
+	}
+	// B lists A's task as A last published it (at A's next poll).
+	eventually(t, 10*time.Second, "B's SHOW TASKS to show A's pause", func() bool { return taskPause(t, admB, id) == pause })
+	var pauses map[string]cutoverPause
+	for _, adm := range []*pgx.Conn{admA, admB} {
+		eventually(t, 10*time.Second, "SHOW CUTOVERS to list both proxies' pauses", func() bool {
+			pauses = cutoverPauses(t, adm, "app")
+			return len(pauses) == 2
+		})
+		want := map[string]cutoverPause{"a": {task: id, role: "coordinator", outcome: "done", pause: pause},
+			"b": {task: id, role: "member", outcome: "done", pause: pauses["b"].pause}}
+		// B's pause starts at A's notification and ends when B resumed
+		// on the new shards, which may be after A resumed.
+		if pauses["a"] != want["a"] || pauses["b"] != want["b"] || pauses["b"].pause <= 0 || pauses["b"].pause >= 10*time.Second {
+			t.Fatalf("SHOW CUTOVERS: %+v, want %+v with 0 < B's pause < the cutover timeout", pauses, want)
+		}
+	}
+	for _, p := range []*clusterProxy{a, b} {
+		sum := checkCutoverPauseMetric(t, p.metricsAddr, "app", "done", 1, 10*time.Second)
+		if d := sum - pauses[p.name].pause; d < -time.Millisecond || d > time.Millisecond {
+			t.Fatalf("proxy %s: the metric's pause %v differs from SHOW CUTOVERS's %v", p.name, sum, pauses[p.name].pause)
+		}
+	}
+	t.Logf("pauses: A %v (coordinator), B %v (member)", pauses["a"].pause, pauses["b"].pause)
 }
 
 // TestClusterStoppedProxy: B is stopped (SIGSTOP) through a cutover on A.

@@ -82,6 +82,11 @@ func TestReshardCutover(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("task %s done in %v: %v", id, time.Since(start), final)
+	// The pause in SHOW TASKS is the one the metric observed.
+	pause := taskPause(t, adm, id)
+	if sum := checkCutoverPauseMetric(t, o.MetricsAddr, "app", "done", 1, 10*time.Second); sum.Microseconds() != pause.Microseconds() {
+		t.Errorf("shardgate_reshard_cutover_pause_seconds sums to %v, SHOW TASKS says the pause was %v", sum, pause)
+	}
 	copies, err := adminPgx(adm, "SHOW TABLE_COPIES")
 	if err != nil {
 		t.Fatal(err)
@@ -628,6 +633,11 @@ func TestReshardCutoverAbort(t *testing.T) {
 		t.Fatalf("CUTOVER with an open transaction: %v", err)
 	}
 	t.Logf("aborted: %v", err)
+	// The aborted pause lasted the cutover timeout (1s), and the metric
+	// counts it as aborted.
+	if sum := checkCutoverPauseMetric(t, o.MetricsAddr, "app", "aborted", 1, 10*time.Second); sum < time.Second {
+		t.Errorf("the aborted cutover's pause: %v, want at least the cutover timeout (1s)", sum)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("the open transaction after the abort: %v", err)
 	}
@@ -663,6 +673,8 @@ func TestReshardCutoverAbort(t *testing.T) {
 	if st := done.get(t, map[string]string{"id": id}, "state"); st != "done" {
 		t.Errorf("after CUTOVER: state %s", st)
 	}
+	checkCutoverPauseMetric(t, o.MetricsAddr, "app", "done", 1, 10*time.Second)
+	checkCutoverPauseMetric(t, o.MetricsAddr, "app", "aborted", 1, 10*time.Second)
 	// app had one shard: its transaction-pooled session goes on as a
 	// sharded one, with its setting and its prepared statement.
 	if err := other.QueryRow(ctx, "SELECT balance FROM accounts WHERE id = $1", 2).Scan(&balance); err != nil || balance != 6 {

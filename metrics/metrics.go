@@ -25,7 +25,15 @@ type Metrics struct {
 	reloads       *prometheus.CounterVec
 	reloadSuccess prometheus.Gauge
 	reloadTime    prometheus.Gauge
+	cutoverPause  *prometheus.HistogramVec
 }
+
+// cutoverPauseBuckets are the upper bounds, in seconds, of
+// shardgate_reshard_cutover_pause_seconds: from a quick cutover's pause
+// (tens of milliseconds) to the longest a member holds a database for
+// another proxy's cutover (two minutes); the default cutover timeout is
+// 10 s.
+var cutoverPauseBuckets = []float64{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
 
 // New returns the metrics of src.
 func New(src Source) *Metrics {
@@ -44,11 +52,16 @@ func New(src Source) *Metrics {
 			Name: "shardgate_last_reload_timestamp_seconds",
 			Help: "Unix time of the last reload attempt (0 before the first).",
 		}),
+		cutoverPause: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardgate_reshard_cutover_pause_seconds",
+			Help:    "How long each resharding cutover held this proxy's traffic to the source database, by outcome: done (cut over) or aborted (resumed on the source). In a cluster every proxy observes its own pause.",
+			Buckets: cutoverPauseBuckets,
+		}, []string{"database", "outcome"}),
 	}
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	m.reloadSuccess.Set(1)
-	m.reg.MustRegister(newCollector(src), m.reloads, m.reloadSuccess, m.reloadTime,
+	m.reg.MustRegister(newCollector(src), m.reloads, m.reloadSuccess, m.reloadTime, m.cutoverPause,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,6 +80,15 @@ func (m *Metrics) Reloaded(err error) {
 	}
 	m.reloads.WithLabelValues("success").Inc()
 	m.reloadSuccess.Set(1)
+}
+
+// ObserveCutoverPause records how long a resharding cutover held the
+// traffic of database db (the source) on this proxy, with its outcome
+// ("done" or "aborted"). The task manager calls it for the cutovers this
+// proxy coordinates, the cluster member for those it paused for
+// (replication.PauseObserver).
+func (m *Metrics) ObserveCutoverPause(db, outcome string, pause time.Duration) {
+	m.cutoverPause.WithLabelValues(db, outcome).Observe(pause.Seconds())
 }
 
 // healthTimeout bounds one /healthz request.

@@ -163,6 +163,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	m := New(src)
 	m.Reloaded(nil)
 	m.Reloaded(errors.New("bad file"))
+	m.ObserveCutoverPause("app", "done", 250*time.Millisecond)
+	m.ObserveCutoverPause("app", "aborted", 3*time.Second)
+	m.ObserveCutoverPause("app", "done", 50*time.Millisecond)
 	srv, err := m.Listen("127.0.0.1:0", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -195,10 +198,20 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"shardgate_reloads_total", map[string]string{"result": "success"}, 1},
 		{"shardgate_reloads_total", map[string]string{"result": "failure"}, 1},
 		{"shardgate_last_reload_success", nil, 0},
+		{"shardgate_reshard_cutover_pause_seconds", map[string]string{"database": "app", "outcome": "done"}, 2},
+		{"shardgate_reshard_cutover_pause_seconds", map[string]string{"database": "app", "outcome": "aborted"}, 1},
 	}
 	for _, c := range checks {
 		if got := value(t, mfs, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+	for _, pm := range mfs["shardgate_reshard_cutover_pause_seconds"].GetMetric() {
+		if pm.GetLabel()[1].GetValue() != "done" { // labels sorted: database, outcome
+			continue
+		}
+		if sum := pm.GetHistogram().GetSampleSum(); sum < 0.3-1e-9 || sum > 0.3+1e-9 {
+			t.Errorf("cutover pauses (done) sum to %g s, want 0.3", sum)
 		}
 	}
 	if mfs["go_goroutines"] == nil {

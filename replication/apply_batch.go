@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -232,7 +233,9 @@ func (a *applier) queueRun(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		var args [][]byte
+		// Every row of the shape has the same parameters: the new
+		// tuple's values present and the identity's.
+		args := make([][]byte, 0, n*(bits.OnesCount64(r.sh.set)+bits.OnesCount64(r.sh.where)))
 		for _, c := range rows {
 			args = appendChangeArgs(args, c)
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -15,9 +16,23 @@ import (
 // Coordinator makes a cutover act on every proxy of a cluster
 // (cluster.Member implements it); Manager.Cluster nil: this proxy alone.
 type Coordinator interface {
-	// BeginCutover tells the other proxies to pause db; timeout bounds
-	// their drain as it bounds this proxy's.
-	BeginCutover(ctx context.Context, db string, timeout time.Duration) (ClusterCutover, error)
+	// BeginCutover tells the other proxies to pause db for the cutover of
+	// task id; timeout bounds their drain as it bounds this proxy's.
+	BeginCutover(ctx context.Context, db string, task int, timeout time.Duration) (ClusterCutover, error)
+}
+
+// The outcomes of a cutover's pause, as PauseObserver and the cluster's
+// record of each proxy's pause name them.
+const (
+	PauseDone    = "done"    // cut over: traffic resumed on the new shards
+	PauseAborted = "aborted" // resumed on the source
+)
+
+// PauseObserver records how long each cutover held this proxy's traffic
+// (metrics.Metrics implements it). The Manager observes the cutovers this
+// proxy coordinates; in a cluster the member observes those it pauses for.
+type PauseObserver interface {
+	ObserveCutoverPause(db, outcome string, pause time.Duration)
 }
 
 // ClusterCutover is one cutover across the cluster.
@@ -35,6 +50,9 @@ type ClusterCutover interface {
 	Switch(ctx context.Context, before *config.Database, from string, next *config.Config) error
 	// Abort tells the other proxies to resume on the source.
 	Abort(ctx context.Context, reason error)
+	// Resumed records this proxy's pause and its outcome (PauseDone,
+	// PauseAborted) next to the other proxies' own, once traffic resumed.
+	Resumed(ctx context.Context, pause time.Duration, outcome string)
 	// Close releases the cutover's control session.
 	Close()
 }
@@ -68,11 +86,20 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	_, _, timeout, _ := t.m.limits()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	record := func() time.Duration {
+	var cc ClusterCutover // nil: this proxy alone
+	// record ends the pause: SHOW TASKS, the metric, and in a cluster
+	// the control database's record of each proxy's pause.
+	record := func(outcome string) time.Duration {
 		pause := time.Since(start)
 		t.mu.Lock()
 		t.pause = pause
 		t.mu.Unlock()
+		if o := t.m.Pauses; o != nil {
+			o.ObserveCutoverPause(t.Source, outcome, pause)
+		}
+		if cc != nil {
+			cc.Resumed(ctx, pause, outcome)
+		}
 		return pause
 	}
 	// steps times each step of the pause, for the log line of its end.
@@ -84,7 +111,6 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		last = now
 	}
 	fenced := false
-	var cc ClusterCutover // nil: this proxy alone
 	abort := func(err error, stopped bool) error {
 		if cc != nil {
 			cc.Abort(ctx, err)
@@ -102,13 +128,13 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		if rerr := g.Resume(t.Source); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("resume: %w", rerr))
 		}
-		log.Warn("cutover aborted; traffic resumed on the source", "pause", record(), "err", err, slog.Group("steps", steps...))
+		log.Warn("cutover aborted; traffic resumed on the source", "pause", record(PauseAborted), "err", err, slog.Group("steps", steps...))
 		return &abortError{err: err, streamStopped: stopped}
 	}
 	log.Info("cutover: pausing", "database", t.Source)
 	if c := t.m.Cluster; c != nil {
 		var err error
-		if cc, err = c.BeginCutover(cctx, t.Source, timeout); err != nil {
+		if cc, err = c.BeginCutover(cctx, t.Source, t.ID, timeout); err != nil {
 			return abort(err, false)
 		}
 		defer cc.Close()
@@ -134,11 +160,23 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		}
 		return pids
 	}
-	if err := t.Task.Fence(cctx, spare); err != nil {
+	target, err := t.Task.Fence(cctx, spare)
+	if err != nil {
 		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
 	}
+	if slices.Contains(target, 0) { // a source shard that is also a destination is not fenced
+		current, err := t.Task.CurrentLSN(cctx)
+		if err != nil {
+			return abort(err, false)
+		}
+		for s, lsn := range target {
+			if lsn == 0 {
+				target[s] = current[s]
+			}
+		}
+	}
 	step("fence")
-	if err := t.Task.WaitCaughtUp(cctx, nil); err != nil {
+	if err := t.Task.WaitCaughtUp(cctx, target); err != nil {
 		return abort(err, false)
 	}
 	step("catch_up")
@@ -159,7 +197,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 	}
 	step("switch")
 	rerr := g.Resume(t.Source)
-	pause := record()
+	pause := record(PauseDone)
 	log.Info("cutover: done", "database", t.Source, "shards", len(next.Database(t.Source).Shards),
 		"pause", pause, "config", old.Path, "backup", backup, slog.Group("steps", steps...))
 	if rerr != nil {

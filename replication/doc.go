@@ -64,8 +64,10 @@
 // change, and hands each destination shard its changes as ops over a queue
 // bounded in ops and bytes; a full queue stops the reader (backpressure),
 // so the source's WAL waits in the slot rather than in memory. The reader
-// never buffers a whole source transaction: it hands changes over in chunks
-// (chunkChanges, chunkBytes) that the applier applies into one destination
+// decodes Insert, Update and Delete itself (decode.go: one copy of the
+// message and two allocations per tuple, where pglogrepl.Parse makes about
+// a dozen) and never buffers a whole source transaction: it hands changes
+// over in chunks (chunkChanges, chunkBytes) that the applier applies into one destination
 // transaction, open until the source's Commit. If the stream breaks before
 // that, the connection closes and the destination transaction rolls back.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardgate/shardgate/config"
@@ -72,15 +73,22 @@ func shardTarget(db *config.Database, i int) string {
 }
 
 // Fence makes the source shards refuse writes (see above); spare(s) are
-// the backend pids on source shard s that keep their sessions.
-func (t *Task) Fence(ctx context.Context, spare func(s int) []uint32) error {
+// the backend pids on source shard s that keep their sessions. It returns
+// the last catch-up's target per source shard: on a fenced shard, the
+// WAL's flush position after the fence (see fenceShard); on a source shard
+// that is also a destination, which is not fenced, 0 (the caller takes
+// CurrentLSN).
+func (t *Task) Fence(ctx context.Context, spare func(s int) []uint32) ([]pglogrepl.LSN, error) {
 	var errs []error
+	target := make([]pglogrepl.LSN, len(t.src.Shards))
 	for _, s := range t.fencedSources() {
-		if err := t.fenceShard(ctx, s, true, spare(s)); err != nil {
+		lsn, err := t.fenceShard(ctx, s, true, spare(s))
+		if err != nil {
 			errs = append(errs, fmt.Errorf("fence %s: %w", shardDesc("source", t.src, s), err))
 		}
+		target[s] = lsn
 	}
-	return errors.Join(errs...)
+	return target, errors.Join(errs...)
 }
 
 // Unfence lifts Fence: after an aborted cutover, and when a task that has
@@ -89,17 +97,21 @@ func (t *Task) Fence(ctx context.Context, spare func(s int) []uint32) error {
 func (t *Task) Unfence(ctx context.Context) error {
 	var errs []error
 	for _, s := range t.fencedSources() {
-		if err := t.fenceShard(ctx, s, false, nil); err != nil {
+		if _, err := t.fenceShard(ctx, s, false, nil); err != nil {
 			errs = append(errs, fmt.Errorf("unfence %s: %w", shardDesc("source", t.src, s), err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) error {
+// fenceShard fences (on) or unfences source shard s. Fencing returns the
+// WAL's flush position once the fence is up: every source transaction
+// that committed before it ends there or earlier, and the walsender can
+// send all of it at once, so the last catch-up waits for the stream only.
+func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) (pglogrepl.LSN, error) {
 	conn, err := t.connectSource(ctx, s)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	db := pgx.Identifier{shardDatabase(t.src, s)}.Sanitize()
@@ -108,23 +120,49 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) e
 		var fenced bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
 			WHERE d.datname = current_database() AND s.setrole = 0 AND 'default_transaction_read_only=on' = ANY (s.setconfig))`).Scan(&fenced); err != nil || !fenced {
-			return err
+			return 0, err
 		}
 		_, err := conn.Exec(ctx, "ALTER DATABASE "+db+" RESET default_transaction_read_only")
-		return err
+		return 0, err
 	}
-	if _, err := conn.Exec(ctx, "ALTER DATABASE "+db+" SET default_transaction_read_only = on"); err != nil {
-		return err
+	// The fence's commits flush the WAL (synchronous_commit = local
+	// whatever the server's, role's or database's setting): every source
+	// transaction that committed before them, asynchronously too, is then
+	// on disk, where the walsender reads. The target is the flush position
+	// after the second commit, not the write position
+	// (pg_current_wal_lsn()): that may be short of a commit that a client
+	// had been told of (with synchronous_commit = off the cutover lost it,
+	// TestReshardCutoverAsyncCommit), or ahead of the flush position by
+	// other sessions' asynchronous WAL, which the walsender sends only
+	// after the WAL writer's next cycles (up to 0.5 s of the pause at 200
+	// writes/s in bench/reshard.sh).
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+		return 0, err
+	}
+	alter := "ALTER DATABASE " + db + " SET default_transaction_read_only = on"
+	if _, err := conn.Exec(ctx, alter); err != nil {
+		return 0, err
 	}
 	// Sessions opened before the ALTER keep their setting: end them.
 	pids := make([]int64, len(spare))
 	for k, p := range spare {
 		pids[k] = int64(p)
 	}
-	_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	if _, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-		AND application_name <> $1 AND application_name NOT LIKE 'shardgate-cluster%' AND pid <> ALL ($2::int8[])`, taskAppName, pids)
-	return err
+		AND application_name <> $1 AND application_name NOT LIKE 'shardgate-cluster%' AND pid <> ALL ($2::int8[])`, taskAppName, pids); err != nil {
+		return 0, err
+	}
+	// Again, synchronously: what an ended session committed before it
+	// ended is flushed too.
+	if _, err := conn.Exec(ctx, alter); err != nil {
+		return 0, err
+	}
+	var flushed string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&flushed); err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(flushed)
 }
 
 // shardDatabase is the database name of shard i of db.

@@ -50,8 +50,12 @@ func (t *Task) Lag(ctx context.Context) ([]SlotLag, error) {
 	return out, nil
 }
 
-// CurrentLSN returns pg_current_wal_lsn() of every source shard: the
-// positions WaitCaughtUp waits for at cutover, once writes are paused.
+// CurrentLSN returns pg_current_wal_lsn() of every source shard, the
+// WAL's write position: WaitCaughtUp's target when it is given none. It
+// covers every committed transaction only once their commits are written,
+// which an asynchronous commit (synchronous_commit = off) leaves to the
+// WAL writer; the cutover waits for the flush position its fence returns
+// instead (fence.go).
 func (t *Task) CurrentLSN(ctx context.Context) ([]pglogrepl.LSN, error) {
 	lags, err := t.Lag(ctx)
 	if err != nil {

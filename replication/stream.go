@@ -323,6 +323,13 @@ func (r *reader) copyData(ctx context.Context, conn *pgconn.PgConn, data []byte)
 		if err != nil {
 			return err
 		}
+		if isRowChange(x.WALData) {
+			c, err := decodeRowChange(x.WALData)
+			if err != nil {
+				return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
+			}
+			return r.rowChange(ctx, c)
+		}
 		m, err := pglogrepl.Parse(x.WALData)
 		if err != nil {
 			return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
@@ -342,28 +349,6 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 		r.rels[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
 		r.inTxn, r.begin = true, *m
-	case *pglogrepl.InsertMessage:
-		rel, err := r.rel(m.RelationID)
-		if err != nil || rel.skip {
-			return err
-		}
-		return r.route(ctx, rel, m.Tuple.Columns, nil, changeInsert)
-	case *pglogrepl.UpdateMessage:
-		rel, err := r.rel(m.RelationID)
-		if err != nil || rel.skip {
-			return err
-		}
-		var old []*pglogrepl.TupleDataColumn
-		if m.OldTuple != nil {
-			old = m.OldTuple.Columns
-		}
-		return r.route(ctx, rel, m.NewTuple.Columns, old, changeUpdate)
-	case *pglogrepl.DeleteMessage:
-		rel, err := r.rel(m.RelationID)
-		if err != nil || rel.skip {
-			return err
-		}
-		return r.route(ctx, rel, nil, m.OldTuple.Columns, changeDelete)
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
 			rel, err := r.rel(id)
@@ -404,6 +389,15 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 		r.dispatched = max(r.dispatched, m.TransactionEndLSN)
 	}
 	return nil
+}
+
+// rowChange routes an Insert, Update or Delete (decode.go).
+func (r *reader) rowChange(ctx context.Context, c rowChange) error {
+	rel, err := r.rel(c.relation)
+	if err != nil || rel.skip {
+		return err
+	}
+	return r.route(ctx, rel, c.new, c.old, c.kind)
 }
 
 func (r *reader) rel(id uint32) (*relation, error) {

@@ -64,6 +64,9 @@ type Manager struct {
 	// (by its engine name) has the same id on every proxy, also after
 	// another proxy took it over. Set it before starting tasks.
 	TaskID func(ctx context.Context, name string) (int, error)
+	// Pauses, when set, records each cutover's pause (metrics.Metrics).
+	// Set it before starting tasks.
+	Pauses PauseObserver
 	// KnobsForTest are test seams handed to every task started from now
 	// on; production leaves them zero. Set them before starting tasks.
 	KnobsForTest Knobs

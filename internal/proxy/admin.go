@@ -110,6 +110,16 @@ func (v clusterView) Forward(ctx context.Context, command string, id int) error 
 	return v.m.Forward(ctx, command, id)
 }
 
+func (v clusterView) Pauses(ctx context.Context) ([]admin.ClusterPause, error) {
+	ps, err := v.m.Pauses(ctx)
+	out := make([]admin.ClusterPause, len(ps))
+	for i, p := range ps {
+		out[i] = admin.ClusterPause{Database: p.Database, Proxy: p.Proxy, Task: p.Task, Role: p.Role, Outcome: p.Outcome,
+			Pause: p.Pause, At: p.At}
+	}
+	return out, err
+}
+
 // taskHooks connect member to the task manager tasks of this proxy.
 func taskHooks(member *cluster.Member, tasks *replication.Manager) cluster.TaskHooks {
 	return cluster.TaskHooks{

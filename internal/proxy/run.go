@@ -81,9 +81,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	ah.Shutdown = shutdown
 	ah.Tasks = replication.NewManager(admin.Gate{L: view}, log)
 	ah.Tasks.KnobsForTest = opts.KnobsForTest.Replication
+	ah.Tasks.Pauses = m
 	var joined sync.WaitGroup
 	if member != nil {
 		member.SetLocal(admin.Gate{L: view})
+		member.SetPauseObserver(m)
 		ah.Tasks.Cluster = member
 		ah.Tasks.TaskID = member.TaskID
 		ah.Cluster = ClusterView(member, l)
