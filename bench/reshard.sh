@@ -42,6 +42,11 @@
 #   BENCH_RESHARD_MB   heap size of the source table in MB (default 1024)
 #   BENCH_RESHARD_APPLY_SECONDS  part 3 pgbench seconds (default 30; 0 skips it)
 #   BENCH_RESHARD_APPLY_CLIENTS  part 3 pgbench clients (default 8)
+#   BENCH_RESHARD_APPLY_RATE     part 3 pgbench -R, transactions/s for both
+#                                halves (default: none, a saturating load;
+#                                on a small machine the source then runs at
+#                                whatever rate the apply's CPU leaves it, a
+#                                different one in each half)
 #   BENCH_RESHARD_CUTOVER_SECONDS  part 4 pgbench seconds (default 20; 0 skips it)
 #   BENCH_RESHARD_CUTOVER_RATE     part 4 pgbench -R, transactions/s (default 200)
 #   BENCH_RESHARD_CUTOVER_CLIENTS  part 4 pgbench clients (default 4)
@@ -64,6 +69,7 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 PID_SYNC=""
 APPLY_SECONDS=${BENCH_RESHARD_APPLY_SECONDS:-30}
 APPLY_CLIENTS=${BENCH_RESHARD_APPLY_CLIENTS:-8}
+APPLY_RATE=${BENCH_RESHARD_APPLY_RATE:-}
 CUT_SECONDS=${BENCH_RESHARD_CUTOVER_SECONDS:-20}
 CUT_RATE=${BENCH_RESHARD_CUTOVER_RATE:-200}
 CUT_CLIENTS=${BENCH_RESHARD_CUTOVER_CLIENTS:-4}
@@ -268,9 +274,9 @@ apply_load() {
 	sample_lag "$slot" "$lagf" &
 	pid_s=$!
 	BENCH_EXTRA_PIDS+=("$pid_s")
-	log "apply ($name): pgbench -c $APPLY_CLIENTS -T $APPLY_SECONDS against src"
+	log "apply ($name): pgbench -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
 	"$PGBENCH" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" -n -M prepared -f "$BENCH_TMP/write.sql" \
-		-D rows="$ROWS" -c "$APPLY_CLIENTS" -j 2 -T "$APPLY_SECONDS" src >"$out" 2>&1 || rc=$?
+		-D rows="$ROWS" -c "$APPLY_CLIENTS" -j 2 -T "$APPLY_SECONDS" ${APPLY_RATE:+-R "$APPLY_RATE"} src >"$out" 2>&1 || rc=$?
 	local load
 	load=$(cut -d' ' -f1-3 /proc/loadavg)
 	if [ "$rc" -ne 0 ] || grep -qiE 'aborted|error' "$out"; then cat "$out" >&2; die "pgbench ($name) failed"; fi
@@ -552,7 +558,7 @@ if [ "$APPLY_SECONDS" -gt 0 ]; then
 ## Apply under a write load
 
 Right after the copy, with data-sync streaming (1 → 2 shards), pgbench writes to src
-directly for $APPLY_SECONDS s at $APPLY_CLIENTS clients (-j 2, -M prepared), each transaction
+directly for $APPLY_SECONDS s at $APPLY_CLIENTS clients (-j 2, -M prepared${APPLY_RATE:+, -R $APPLY_RATE: the same source rate in both halves}), each transaction
 \`UPDATE accounts SET balance = balance + 1 WHERE id = random(1, $ROWS)\` and
 \`INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160))\` (autocommit, 2
 statements). Then the same against PostgreSQL's native logical replication: dst_pipe
