@@ -429,7 +429,9 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	} else {
 		p = c.sportals[string(name)]
 		if p == nil {
-			return wire.Errorf(wire.InvalidCursorName, "portal \"%s\" does not exist", name)
+			e := wire.Errorf(wire.InvalidCursorName, "portal \"%s\" does not exist", name)
+			e.At = wire.AtDescribePortal
+			return e
 		}
 		if p.plan.Kind == executor.RouteLocal {
 			c.w.Write(wire.AppendNoData(nil))

@@ -92,6 +92,7 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 	}{
 		{"Bind of an unknown statement", []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "nope"}, sync}},
 		{"Execute of an unknown portal", []pgproto3.FrontendMessage{&pgproto3.Execute{Portal: "nope"}, sync}},
+		{"Describe of an unknown portal", []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'P', Name: "nope"}, sync}},
 		{"Parse of a statement name in use", []pgproto3.FrontendMessage{
 			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"},
 			&pgproto3.Parse{Name: "s", Query: "SELECT id FROM accounts WHERE id = $1::int8"}, sync}},

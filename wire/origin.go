@@ -79,6 +79,9 @@ var (
 	// days or its time (22008; origins has the months').
 	AtIntervalDays = &Location{"timestamp.c", "3215", "interval_pl"}
 	AtIntervalTime = &Location{"timestamp.c", "3222", "interval_pl"}
+	// AtDescribePortal: Describe of an unknown portal (34000; origins
+	// has Execute's).
+	AtDescribePortal = &Location{"postgres.c", "2669", "exec_describe_portal_message"}
 	// AtRelease: RELEASE of an unknown savepoint (3B001; origins has
 	// ROLLBACK TO's).
 	AtRelease = &Location{"xact.c", "4317", "ReleaseSavepoint"}

@@ -234,6 +234,13 @@ func TestOriginsMatchPostgres(t *testing.T) {
 			check(t, pe, at.at)
 		})
 	}
+	t.Run("AtDescribePortal", func(t *testing.T) {
+		pe := raw(t, &pgproto3.Describe{ObjectType: 'P', Name: "nope"}, sync)
+		if pe == nil {
+			t.Fatal("Describe of an unknown portal raised nothing")
+		}
+		check(t, pe, wire.AtDescribePortal)
+	})
 	for _, o := range wire.OriginsForTest() {
 		t.Run(o.Message, func(t *testing.T) {
 			f := raise[o.Message]
