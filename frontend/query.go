@@ -151,7 +151,12 @@ func (c *client) functionCall(ctx context.Context, raw []byte) error {
 	}
 	if err := c.attach(ctx); err != nil {
 		if err == errBecameSharded {
-			err = errResharded(c.db.Name) // no sharded FunctionCall
+			// The database became sharded while the call waited at the
+			// gate: it goes on as a sharded session, whose function calls
+			// run on shard 0.
+			if err = c.becomeSharded(); err == nil {
+				return c.functionCall(ctx, raw)
+			}
 		}
 		return c.answerLocally(err, true)
 	}

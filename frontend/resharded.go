@@ -23,9 +23,9 @@ import (
 // with the first message of its transaction in hand (a Query, or the
 // first message of an extended batch), learns of the cutover when the gate
 // opens (errBecameSharded) and serves that message again on the sharded
-// path. Only a client that cannot move (session pooling; a FunctionCall)
-// ends with 57P01 (errResharded); session-pooled clients are ended at the
-// cutover itself.
+// path, a FunctionCall included (a sharded session runs function calls on
+// shard 0). Only a client that cannot move (one holding session objects)
+// ends with 57P01 (errResharded).
 
 // becomeSharded makes a one-shard, transaction-pooled client that holds
 // nothing a sharded client when a reload made its database sharded. It
