@@ -99,12 +99,29 @@ func (s *CopySplitter) Finish() error {
 		return nil
 	}
 	if s.f.Format != "binary" {
-		// A last line without a newline is a row (PostgreSQL accepts it).
+		// A last line without a newline is a row (PostgreSQL accepts it);
+		// one that ends in a newline is a CSV row whose quoted field is
+		// still open, which goes on as it is, for the shard to fail as
+		// PostgreSQL would.
 		line := s.buf
 		s.buf = nil
-		return s.line(append(line, '\n'))
+		if !bytes.HasSuffix(line, []byte{'\n'}) {
+			line = append(line, '\n')
+		}
+		return s.line(line)
 	}
-	return wire.Errorf(wire.BadCopyFileFormat, "COPY data ends in the middle of a row")
+	if !s.header {
+		// PostgreSQL's ReceiveCopyBinaryHeader, on a header cut short.
+		switch b := s.buf; {
+		case len(b) < len(copySignature) || !bytes.Equal(b[:len(copySignature)], copySignature):
+			return wire.Errorf(wire.BadCopyFileFormat, "COPY file signature not recognized")
+		case len(b) < 15:
+			return wire.Errorf(wire.BadCopyFileFormat, "invalid COPY file header (missing flags)")
+		case len(b) < 19:
+			return wire.Errorf(wire.BadCopyFileFormat, "invalid COPY file header (missing length)")
+		}
+	}
+	return wire.Errorf(wire.BadCopyFileFormat, "unexpected EOF in COPY data")
 }
 
 func (s *CopySplitter) lines() (int, error) {

@@ -146,6 +146,41 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 			t.Errorf("through the proxy %s\n                 directly  %s", got, want)
 		}
 	})
+	t.Run("COPY of malformed rows", func(t *testing.T) {
+		copyErr := func(url, sql, data string) string {
+			pc, err := pgconn.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close(ctx)
+			_, err = pc.CopyFrom(ctx, strings.NewReader(data), sql)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				return fmt.Sprintf("no server error: %v", err)
+			}
+			return fields(pe) + " W=" + pe.Where
+		}
+		for _, c := range []struct{ sql, data string }{
+			{"COPY accounts FROM STDIN (FORMAT csv)", "1,a\n2,\"b\n"},
+			{"COPY accounts FROM STDIN", "1\ta\n2\n"},
+			{"COPY accounts FROM STDIN", "1\ta\tb\n"},
+			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n"},
+			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00"},
+			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00"},
+		} {
+			want, got := copyErr(direct, c.sql, c.data), copyErr(p.AppURL("app"), c.sql, c.data)
+			if got != want {
+				t.Errorf("%s with %q:\n through the proxy %s\n directly          %s", c.sql, c.data, got, want)
+			}
+		}
+	})
+	t.Run("login of an unknown user", func(t *testing.T) {
+		want := fields(login(fmt.Sprintf("postgres://nosuchuser:x@%s:%d/shard0?sslmode=disable", cl.Host, cl.Port)))
+		got := fields(login(p.URL("nosuchuser", "x", "app")))
+		if got != want {
+			t.Errorf("through the proxy %s\n                 directly  %s", got, want)
+		}
+	})
 	t.Run("login with a wrong password", func(t *testing.T) {
 		want := fields(login(fmt.Sprintf("postgres://app:wrong@%s:%d/shard0?sslmode=disable", cl.Host, cl.Port)))
 		got := fields(login(p.URL("app", "wrong", "app")))

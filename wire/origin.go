@@ -51,6 +51,12 @@ var origins = []origin{
 	{ActiveSQLTransaction, `there is already a transaction in progress`, "xact.c", "3789", "BeginTransactionBlock"},
 	{NoActiveSQLTransaction, `there is no transaction in progress`, "xact.c", "3987", "EndTransactionBlock"},
 	{InvalidSavepointSpecification, `savepoint "%" does not exist`, "xact.c", "4428", "RollbackToSavepoint"},
+	// COPY FROM STDIN data that the proxy splits across shards.
+	{BadCopyFileFormat, `COPY file signature not recognized`, "copyfromparse.c", "198", "ReceiveCopyBinaryHeader"},
+	{BadCopyFileFormat, `invalid COPY file header (missing flags)`, "copyfromparse.c", "203", "ReceiveCopyBinaryHeader"},
+	{BadCopyFileFormat, `invalid COPY file header (missing length)`, "copyfromparse.c", "218", "ReceiveCopyBinaryHeader"},
+	{BadCopyFileFormat, `unexpected EOF in COPY data`, "copyfromparse.c", "1902", "CopyReadBinaryAttribute"},
+	{BadCopyFileFormat, `unterminated CSV quoted field`, "copyfromparse.c", "1807", "CopyReadAttributesCSV"},
 	// The merges of aggregates across shards (executor), as the
 	// aggregate's own function raises them on one server.
 	{NumericValueOutOfRange, `money out of range`, "cash.c", "96", "cash_pl_cash"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,16 @@ func TestOriginsMatchPostgres(t *testing.T) {
 		}
 	}
 	query := func(sql string) *pgproto3.Query { return &pgproto3.Query{String: sql} }
+	if _, err := conn(t).Exec(ctx, "CREATE TABLE t (id bigint, v text)").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	copyErr := func(t *testing.T, sql, data string) *pgconn.PgError {
+		t.Helper()
+		_, err := conn(t).CopyFrom(ctx, strings.NewReader(data), sql)
+		var pe *pgconn.PgError
+		errors.As(err, &pe)
+		return pe
+	}
 	sync := &pgproto3.Sync{}
 	loginErr := func(t *testing.T, url string) *pgconn.PgError {
 		t.Helper()
@@ -168,6 +179,21 @@ func TestOriginsMatchPostgres(t *testing.T) {
 		`there is no transaction in progress`: func(t *testing.T) *pgconn.PgError { return raw(t, query("COMMIT")) },
 		`savepoint "%" does not exist`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, query("BEGIN; ROLLBACK TO nope"))
+		},
+		`COPY file signature not recognized`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT binary)", "PGCOPY\n")
+		},
+		`invalid COPY file header (missing flags)`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00")
+		},
+		`invalid COPY file header (missing length)`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00")
+		},
+		`unexpected EOF in COPY data`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x08\x00")
+		},
+		`unterminated CSV quoted field`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT csv)", "1,\"a\n")
 		},
 		`money out of range`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, query("SELECT sum(x) FROM (VALUES ('92233720368547758.07'::money), ('1'::money)) v(x)"))
