@@ -34,6 +34,7 @@ type copyIn struct {
 	inCopy  []bool         // the server is in copy-in mode
 	bufs    [][]byte       // rows not yet sent, per server
 	byShard map[int]int    // shard → index in p.Shards
+	lines   *copyLines     // which of the client's lines went where (copylines.go)
 }
 
 // CopyIn runs the plan's COPY FROM STDIN on its shards, reading the rows
@@ -146,17 +147,24 @@ func (cp *copyIn) splitter() (*CopySplitter, error) {
 		return nil, err
 	}
 	split := NewCopySplitter(f)
-	split.All = func(raw []byte) error {
+	cp.lines = newCopyLines(len(cp.servers), f.Format == "binary")
+	all := make([]int, len(cp.servers))
+	for k := range all {
+		all[k] = k
+	}
+	toAll := func(raw []byte, row bool) error {
 		for k := range cp.servers {
 			if err := cp.add(k, raw); err != nil {
 				return err
 			}
 		}
+		cp.lines.sent(cp.lines.lines(raw, row), all...)
 		return nil
 	}
+	split.All = func(raw []byte) error { return toAll(raw, false) }
 	split.Row = func(raw, key []byte) error {
 		if c.Column < 0 {
-			return split.All(raw)
+			return toAll(raw, true)
 		}
 		shard, err := c.Shard(key)
 		if err != nil {
@@ -166,6 +174,7 @@ func (cp *copyIn) splitter() (*CopySplitter, error) {
 		if !ok {
 			return wire.Errorf(wire.InternalError, "COPY row for shard %d, which the statement does not target", shard)
 		}
+		cp.lines.sent(cp.lines.lines(raw, true), k)
 		return cp.add(k, raw)
 	}
 	return split, nil
@@ -251,7 +260,7 @@ func (cp *copyIn) finish(cl CopyClient, implicit bool) (string, error) {
 			return "", s.lost(cp.p.Shards[k], r.ioErr)
 		}
 		if r.serr != nil && firstErr == nil {
-			firstErr = r.serr
+			firstErr = cp.lines.fix(k, r.serr)
 		}
 		tags[k] = r.tag
 	}

@@ -77,6 +77,9 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 				}
 			}
 		}
+		// Leave, so that a transaction left open gives its servers back.
+		fe.fe.Send(&pgproto3.Terminate{})
+		fe.fe.Flush()
 		return out.String()
 	}
 	login := func(url string) *pgconn.PgError {
@@ -164,6 +167,8 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 			{"COPY accounts FROM STDIN (FORMAT csv)", "1,a\n2,\"b\n"},
 			{"COPY accounts FROM STDIN", "1\ta\n2\n"},
 			{"COPY accounts FROM STDIN", "1\ta\tb\n"},
+			{"COPY accounts FROM STDIN", "101\ta\n102\tb\n103\tc\n104\td\n105\te\n101\tf\n"},
+			{"COPY accounts FROM STDIN (FORMAT csv, HEADER)", "id,email\n201,a\n202,b\n203,c\n204,d\n202,e\n"},
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n"},
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00"},
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00"},
