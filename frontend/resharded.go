@@ -7,7 +7,6 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
@@ -216,60 +215,44 @@ func (c *client) moveSession(ctx context.Context) error {
 
 // prepareAll prepares the statements ps on the idle server s under their
 // names, in one round trip. When unnamed says the last one is the
-// session's unnamed statement, its failure is no error: the client may
-// not use it again (it could have failed on the old server too), and a
-// Bind of it then fails as it would there.
+// session's unnamed statement, it goes in a round trip of its own whose
+// failure is no error: the client may not use it again (it could have
+// failed on the old server too), and a Bind of it then fails as it would
+// there.
 func prepareAll(s *pool.Server, ps []protoStmt, unnamed bool, notify func(raw []byte)) error {
-	if len(ps) == 0 {
-		return nil
-	}
-	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
-	defer s.Conn.SetDeadline(time.Time{})
-	var out []byte
-	for _, p := range ps {
-		start := len(out)
-		out = append(append(append(out, 'P', 0, 0, 0, 0), p.name...), 0)
-		out = wire.FinishMessage(append(out, p.tail...), start)
-	}
-	out = append(out, 'S', 0, 0, 0, 4)
-	s.W.Write(out)
-	if err := s.Flush(); err != nil {
-		return fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
-	}
-	var serr *wire.Error
-	parsed := 0
-	for {
-		typ, raw, body, err := s.R.Next()
+	batch := func(ps []protoStmt) (*wire.Error, error) {
+		var out []byte
+		for _, p := range ps {
+			start := len(out)
+			out = append(append(append(out, 'P', 0, 0, 0, 0), p.name...), 0)
+			out = wire.FinishMessage(append(out, p.tail...), start)
+		}
+		_, status, serr, err := serverBatch(s, append(out, 'S', 0, 0, 0, 4), notify)
 		if err != nil {
-			return fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
+			return nil, fmt.Errorf("preparing the session's statements on %s: %w", s.Addr, err)
 		}
-		switch typ {
-		case 'A':
-			if notify != nil {
-				notify(raw)
-			}
-		case '1':
-			parsed++
-		case 'E':
-			if serr == nil {
-				serr = wire.ParseError(body)
-				s.NoteError(serr)
-				if unnamed && parsed == len(ps)-1 {
-					serr = nil
-				}
-			}
-		case 'S':
-			s.NoteParameter(body)
-		case 'Z':
-			if serr != nil {
-				return fmt.Errorf("preparing the session's statements on %s: %s", s.Addr, serr.Message)
-			}
-			if len(body) != 1 || body[0] != 'I' {
-				return fmt.Errorf("preparing the session's statements on %s: not idle after Sync", s.Addr)
-			}
-			return nil
+		if status != 'I' {
+			return nil, fmt.Errorf("preparing the session's statements on %s: not idle after Sync", s.Addr)
+		}
+		return serr, nil
+	}
+	named := ps
+	if unnamed {
+		named = ps[:len(ps)-1]
+	}
+	if len(named) > 0 {
+		if serr, err := batch(named); err != nil {
+			return err
+		} else if serr != nil {
+			return fmt.Errorf("preparing the session's statements on %s: %s", s.Addr, serr.Message)
 		}
 	}
+	if unnamed {
+		if _, err := batch(ps[len(ps)-1:]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errBecameSharded tells the caller of attach that the client's database

@@ -42,13 +42,20 @@ const internalTimeout = 10 * time.Second
 // client (a NOTIFY on a channel it listens on): it goes to notify, or is
 // dropped when notify is nil (the client is gone).
 func serverQuery(s *pool.Server, sql string, notify func(raw []byte)) ([][][]byte, byte, *wire.Error, error) {
+	s.Unnamed = s.Unnamed[:0] // a simple Query drops the unnamed statement
+	return serverBatch(s, wire.AppendQuery(nil, sql), notify)
+}
+
+// serverBatch is serverQuery for any messages the proxy sends on its own
+// behalf, ending in one Query or Sync (out): it reads the server's answers
+// up to their ReadyForQuery.
+func serverBatch(s *pool.Server, out []byte, notify func(raw []byte)) ([][][]byte, byte, *wire.Error, error) {
 	s.Conn.SetDeadline(time.Now().Add(internalTimeout))
 	defer s.Conn.SetDeadline(time.Time{})
-	s.W.Write(wire.AppendQuery(nil, sql))
+	s.W.Write(out)
 	if err := s.Flush(); err != nil {
 		return nil, 0, nil, err
 	}
-	s.Unnamed = s.Unnamed[:0] // a simple Query drops the unnamed statement
 	var rows [][][]byte
 	var serr *wire.Error
 	for {
