@@ -211,6 +211,9 @@ func (t *Managed) run(ctx context.Context) {
 	} else {
 		err = t.phases(ctx)
 	}
+	if err != nil || ctx.Err() != nil {
+		t.tidyAfterOther(ctx)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finished = time.Now()
@@ -313,6 +316,38 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 	}
 	defer conn.Close(context.WithoutCancel(cctx))
 	return errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
+}
+
+// tidyAfterOther drops what this runner re-created on the destinations
+// after another proxy had finished the task and dropped its bookkeeping
+// (a runner that lost its lease for a moment restarts its stream, whose
+// connectDest creates the schema and whose appliers create their origins,
+// before it learns that the record is gone). It does nothing while the
+// record asks for a runner: the other proxy's, or the next process's after
+// Manager.Close.
+func (t *Managed) tidyAfterOther(ctx context.Context) {
+	t.mu.Lock()
+	stopping := t.stopping // Stop drops the task itself
+	t.mu.Unlock()
+	if t.lease == nil || stopping {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	conn, err := t.Task.connect(cctx, t.Task.dst, 0)
+	if err != nil {
+		return
+	}
+	gone := errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
+	conn.Close(cctx)
+	if !gone {
+		return
+	}
+	for d := range t.Task.dst.Shards {
+		if err := t.Task.dropDest(cctx, d); err != nil {
+			t.Task.log.Warn("task finished by another proxy: could not drop what this runner left on a destination", "id", t.ID, "err", err)
+		}
+	}
 }
 
 // leaseLost reports whether another session than this runner's holds the

@@ -258,8 +258,12 @@ func (t *Task) dropSource(ctx context.Context, s int) error {
 	return nil
 }
 
+// dropDest drops the task's origins and bookkeeping rows on destination
+// shard d, and the bookkeeping schema once no task uses it. It connects
+// plainly (not connectDest, which would create the schema first), so that
+// it can also tidy what a stale runner re-created after the drop.
 func (t *Task) dropDest(ctx context.Context, d int) error {
-	conn, err := t.connectDest(ctx, d)
+	conn, err := t.connect(ctx, t.dst, d)
 	if err != nil {
 		return err
 	}
@@ -279,6 +283,13 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 			return fmt.Errorf("%s: drop origin %s: %w", dst, name, err)
 		}
 	}
+	var kept bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&kept); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if !kept {
+		return nil
+	}
 	_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.table_copies WHERE task = $1`, t.Name)
 	if err == nil {
 		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.steps WHERE task = $1`, t.Name)
@@ -295,7 +306,7 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	if !left {
-		if _, err := conn.Exec(ctx, "DROP SCHEMA shardgate_reshard CASCADE"); err != nil {
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS shardgate_reshard CASCADE"); err != nil {
 			return fmt.Errorf("%s: %w", dst, err)
 		}
 	}
