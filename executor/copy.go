@@ -3,7 +3,9 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -17,6 +19,12 @@ type CopyFormat struct {
 	Null      string // text: \N, csv: empty unquoted field
 	Header    bool
 	KeyCol    int // the field whose value routes the row
+	// Table, KeyName and Fields (the plan's Copy) give the splitter's
+	// errors about a row PostgreSQL's message and CONTEXT; without them
+	// (Table "") the errors name only the field.
+	Table   string
+	KeyName string
+	Fields  int
 }
 
 // NewCopyFormat fills PostgreSQL's defaults for options given as "".
@@ -68,6 +76,8 @@ type CopySplitter struct {
 	buf    []byte
 	header bool // the header (csv/text HEADER line, binary signature) was seen
 	ended  bool // \. or the binary trailer was seen
+	lineno int  // PostgreSQL's line number of the current row: lines read (the header's too), binary rows
+	count  copyLineCount
 	// Row receives one complete row (raw bytes, as they must be sent on)
 	// and its key field (nil for NULL).
 	Row func(raw, key []byte) error
@@ -77,7 +87,9 @@ type CopySplitter struct {
 }
 
 // NewCopySplitter returns a splitter for f.
-func NewCopySplitter(f CopyFormat) *CopySplitter { return &CopySplitter{f: f} }
+func NewCopySplitter(f CopyFormat) *CopySplitter {
+	return &CopySplitter{f: f, count: newCopyLineCount(f)}
+}
 
 // Feed consumes one CopyData payload.
 func (s *CopySplitter) Feed(data []byte) error {
@@ -161,6 +173,7 @@ func (s *CopySplitter) line(l []byte) error {
 	if s.ended {
 		return nil // PostgreSQL ignores data after \.
 	}
+	s.lineno += s.count.line(l)
 	body := bytes.TrimRight(l, "\r\n")
 	if s.f.Format == "text" && string(body) == `\.` || s.f.Format == "csv" && string(body) == `\.` {
 		s.ended = true
@@ -172,9 +185,46 @@ func (s *CopySplitter) line(l []byte) error {
 	}
 	key, err := s.field(body)
 	if err != nil {
-		return err
+		return s.rowError(err, body)
 	}
 	return s.Row(l, key)
+}
+
+// missingKey is PostgreSQL's error for a row without the key field.
+func (s *CopySplitter) missingKey() *wire.Error {
+	if s.f.KeyName == "" {
+		return wire.Errorf(wire.BadCopyFileFormat, "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
+	}
+	return wire.Errorf(wire.BadCopyFileFormat, "missing data for column %q", s.f.KeyName)
+}
+
+// rowError gives err, the splitter's error about the current row,
+// PostgreSQL's CONTEXT: `COPY accounts, line 3: "…"` with the line as read
+// (text and csv), `COPY accounts, line 3` for binary (line nil).
+func (s *CopySplitter) rowError(err error, line []byte) error {
+	e, ok := err.(*wire.Error)
+	if !ok || s.f.Table == "" {
+		return err
+	}
+	where := fmt.Sprintf("COPY %s, line %d", s.f.Table, s.lineno)
+	if line != nil {
+		where += `: "` + copyPrintout(line) + `"`
+	}
+	return e.WithContext(where)
+}
+
+// copyPrintout is PostgreSQL's limit_printout_length: a line longer than
+// 100 bytes is cut there (at a character boundary) and ends in "...".
+func copyPrintout(line []byte) string {
+	const maxDisplay = 100
+	if len(line) <= maxDisplay {
+		return string(line)
+	}
+	cut := maxDisplay
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return string(line[:cut]) + "..."
 }
 
 // field returns the unescaped value of the key field of a text or csv
@@ -185,7 +235,7 @@ func (s *CopySplitter) field(line []byte) ([]byte, error) {
 	csv := s.f.Format == "csv"
 	for idx < s.f.KeyCol {
 		if i >= len(line) {
-			return nil, wire.Errorf(wire.BadCopyFileFormat, "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
+			return nil, s.missingKey()
 		}
 		c := line[i]
 		switch {
@@ -346,6 +396,10 @@ func (s *CopySplitter) binaryRows() (int, error) {
 			s.ended = true
 			return len(b), nil
 		}
+		if s.f.Fields > 0 && n != s.f.Fields {
+			s.lineno++
+			return pos, s.rowError(wire.Errorf(wire.BadCopyFileFormat, "row field count is %d, expected %d", n, s.f.Fields), nil)
+		}
 		if n < 0 {
 			return pos, wire.Errorf(wire.BadCopyFileFormat, "invalid field count %d in binary COPY data", n)
 		}
@@ -375,8 +429,9 @@ func (s *CopySplitter) binaryRows() (int, error) {
 		if !complete {
 			return pos, nil
 		}
+		s.lineno++
 		if s.f.KeyCol >= n {
-			return pos, wire.Errorf(wire.BadCopyFileFormat, "missing data for the sharding key column (field %d)", s.f.KeyCol+1)
+			return pos, s.rowError(s.missingKey(), nil)
 		}
 		if keyNull {
 			key = nil

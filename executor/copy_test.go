@@ -3,7 +3,10 @@ package executor
 import (
 	"encoding/binary"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/shardgate/shardgate/wire"
 )
 
 type copyRow struct {
@@ -105,4 +108,54 @@ func FuzzCopySplit(f *testing.F) {
 		}
 		s.Finish()
 	})
+}
+
+// TestCopySplitRowErrors: a row the splitter cannot route (its key field
+// missing, a binary row of the wrong width) fails with PostgreSQL's
+// message and CONTEXT, its line numbered as PostgreSQL numbers it (the
+// header counts; a quoted newline in CSV counts too, except in the first
+// line).
+func TestCopySplitRowErrors(t *testing.T) {
+	long := strings.Repeat("é", 60) // 120 bytes: cut at 100, on a character boundary
+	for _, tc := range []struct {
+		format string
+		header bool
+		data   string
+		msg    string
+		where  string
+	}{
+		{"text", false, "a\t1\nb\n", `missing data for column "id"`, `COPY accounts, line 2: "b"`},
+		{"text", false, "a\t1\r\nb\r\n", `missing data for column "id"`, `COPY accounts, line 2: "b"`},
+		{"csv", true, "email,id\n\"x\ny\",1\nb\n", `missing data for column "id"`, `COPY accounts, line 4: "b"`},
+		{"csv", false, "\"x\ny\",1\nb\n", `missing data for column "id"`, `COPY accounts, line 2: "b"`},
+		{"text", false, long + "\n", `missing data for column "id"`, `COPY accounts, line 1: "` + strings.Repeat("é", 50) + `..."`},
+		{"binary", false, string(copySignature) + "\x00\x00\x00\x00\x00\x00\x00\x00" + "\x00\x01\x00\x00\x00\x01x",
+			`row field count is 1, expected 2`, `COPY accounts, line 1`},
+	} {
+		f, err := NewCopyFormat(tc.format, "", "", "", "", tc.header, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Table, f.KeyName, f.Fields = "accounts", "id", 2
+		s := NewCopySplitter(f)
+		s.Row = func(raw, key []byte) error { return nil }
+		s.All = func(raw []byte) error { return nil }
+		err = s.Feed([]byte(tc.data))
+		if err == nil {
+			err = s.Finish()
+		}
+		e, ok := wire.AsError(err)
+		if !ok {
+			t.Fatalf("%s %q: %v, want a server error", tc.format, tc.data, err)
+		}
+		var where string
+		for _, m := range e.More {
+			if m.Type == 'W' {
+				where = m.Value
+			}
+		}
+		if e.Code != wire.BadCopyFileFormat || e.Message != tc.msg || where != tc.where {
+			t.Errorf("%s %q: %s %q CONTEXT %q; want 22P04 %q CONTEXT %q", tc.format, tc.data, e.Code, e.Message, where, tc.msg, tc.where)
+		}
+	}
 }

@@ -146,8 +146,11 @@ func (cp *copyIn) splitter() (*CopySplitter, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Column >= 0 {
+		f.Table, f.KeyName, f.Fields = c.Table, c.KeyName, c.Fields
+	}
 	split := NewCopySplitter(f)
-	cp.lines = newCopyLines(len(cp.servers), f.Format == "binary")
+	cp.lines = newCopyLines(len(cp.servers), f)
 	all := make([]int, len(cp.servers))
 	for k := range all {
 		all[k] = k
@@ -158,7 +161,7 @@ func (cp *copyIn) splitter() (*CopySplitter, error) {
 				return err
 			}
 		}
-		cp.lines.sent(cp.lines.lines(raw, row), all...)
+		cp.lines.sent(raw, row, all...)
 		return nil
 	}
 	split.All = func(raw []byte) error { return toAll(raw, false) }
@@ -174,7 +177,7 @@ func (cp *copyIn) splitter() (*CopySplitter, error) {
 		if !ok {
 			return wire.Errorf(wire.InternalError, "COPY row for shard %d, which the statement does not target", shard)
 		}
-		cp.lines.sent(cp.lines.lines(raw, true), k)
+		cp.lines.sent(raw, true, k)
 		return cp.add(k, raw)
 	}
 	return split, nil

@@ -30,40 +30,89 @@ const maxCopyLineBytes = 8 << 20
 // copyLines is the record of one split COPY.
 type copyLines struct {
 	binary bool
-	next   int // the client's lines consumed so far
+	next   int           // the client's lines consumed so far
+	count  copyLineCount // the client's line counting
 	shards []shardLines
 }
 
 // shardLines is one shard's part: enc holds the pieces, last is the
 // client's line count when the shard's previous piece ended.
 type shardLines struct {
-	enc  []byte
-	last int
-	full bool // enc reached maxCopyLineBytes: no more recording
+	enc   []byte
+	last  int
+	count copyLineCount // the shard's: its first line is not the client's
+	full  bool          // enc reached maxCopyLineBytes: no more recording
 }
 
-func newCopyLines(shards int, binaryFormat bool) *copyLines {
-	return &copyLines{binary: binaryFormat, shards: make([]shardLines, shards)}
-}
-
-// lines returns how many of PostgreSQL's COPY lines raw is: its newlines
-// in text and csv, one per row in binary (the header and trailer none).
-func (cl *copyLines) lines(raw []byte, row bool) int {
-	if cl.binary {
-		if row {
-			return 1
-		}
-		return 0
+func newCopyLines(shards int, f CopyFormat) *copyLines {
+	cl := &copyLines{binary: f.Format == "binary", count: newCopyLineCount(f), shards: make([]shardLines, shards)}
+	for k := range cl.shards {
+		cl.shards[k].count = cl.count
 	}
-	return bytes.Count(raw, []byte{'\n'})
+	return cl
 }
 
-// sent records that raw, n of the client's lines, went to the shards
-// ks (indexes into the plan's shards); the client's count then advances
-// by n.
-func (cl *copyLines) sent(n int, ks ...int) {
-	if n == 0 {
+// copyLineCount counts lines as PostgreSQL's COPY FROM does
+// (CopyReadLineText): one per line, and in CSV one more for each line
+// ending inside a quoted field — compared with '\r' until the end of the
+// first line told the file's line ending, so that a quoted newline of the
+// first line does not count.
+type copyLineCount struct {
+	csv           bool
+	quote, escape byte
+	eol           byte // 0 before the first line's end, else '\n' or '\r' (CR LF)
+}
+
+func newCopyLineCount(f CopyFormat) copyLineCount {
+	c := copyLineCount{csv: f.Format == "csv", quote: f.Quote, escape: f.Escape}
+	if c.escape == c.quote {
+		c.escape = 0 // as PostgreSQL: the quote then only toggles
+	}
+	return c
+}
+
+// line returns how many lines l, one line with its end, counts.
+func (c *copyLineCount) line(l []byte) int {
+	n := 1
+	if c.csv {
+		end := byte('\r')
+		if c.eol == '\n' {
+			end = '\n'
+		}
+		inQuote, lastEsc := false, false
+		for _, ch := range l {
+			if inQuote && ch == c.escape {
+				lastEsc = !lastEsc
+			}
+			if ch == c.quote && !lastEsc {
+				inQuote = !inQuote
+			}
+			if ch != c.escape {
+				lastEsc = false
+			}
+			if inQuote && ch == end {
+				n++
+			}
+		}
+	}
+	if c.eol == 0 {
+		c.eol = '\n'
+		if bytes.HasSuffix(l, []byte("\r\n")) {
+			c.eol = '\r'
+		}
+	}
+	return n
+}
+
+// sent records that raw went to shards ks: a line of text or csv (row or
+// not), a row of binary (the header and trailer are no line).
+func (cl *copyLines) sent(raw []byte, row bool, ks ...int) {
+	if cl.binary && !row {
 		return
+	}
+	n := 1
+	if !cl.binary {
+		n = cl.count.line(raw)
 	}
 	for _, k := range ks {
 		sh := &cl.shards[k]
@@ -74,8 +123,14 @@ func (cl *copyLines) sent(n int, ks ...int) {
 			sh.full = true
 			continue
 		}
-		sh.enc = binary.AppendUvarint(sh.enc, uint64(cl.next-sh.last))
-		sh.enc = binary.AppendUvarint(sh.enc, uint64(n))
+		// The shard may count the piece as fewer lines (it is the shard's
+		// first but not the client's): its last line is the client's last.
+		local := n
+		if !cl.binary {
+			local = min(sh.count.line(raw), n)
+		}
+		sh.enc = binary.AppendUvarint(sh.enc, uint64(cl.next+n-local-sh.last))
+		sh.enc = binary.AppendUvarint(sh.enc, uint64(local))
 		sh.last = cl.next + n
 	}
 	cl.next += n

@@ -172,6 +172,15 @@ func TestProxyErrorsLikePostgres(t *testing.T) {
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n"},
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00"},
 			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00"},
+			// Made by the proxy, which cannot route a row without its key.
+			{"COPY accounts (email, id) FROM STDIN", "a\t401\nb\n"},
+			{"COPY accounts (email, id) FROM STDIN (FORMAT csv, HEADER)", "email,id\n\"x\ny\",402\nb\n"},
+			{"COPY accounts FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x01\x93\xff\xff"},
+			// A shard's error after CSV rows with quoted newlines, which
+			// count as lines except in the first line.
+			{"COPY accounts FROM STDIN (FORMAT csv)", "301,\"a\nb\"\n302,c\n303,\"d\ne\"\n304,e\n305,\"f\ng\"\n301,f\n"},
+			{"COPY accounts FROM STDIN (FORMAT csv)", "311,\"a\nb\"\n312,\"c\nd\"\n313\n"},
+			{"COPY accounts FROM STDIN (FORMAT csv, HEADER)", "h\n321,a\n322,\"c\nd\"\n323,e\n324,\"x\ny\"\n321,z\n"},
 		} {
 			want, got := copyErr(direct, c.sql, c.data), copyErr(p.AppURL("app"), c.sql, c.data)
 			if got != want {

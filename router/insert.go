@@ -322,6 +322,7 @@ func (a *analyzer) copy(p *part, cs *pg_query.CopyStmt) {
 			return
 		}
 		p.copy.key, p.copyKey, p.kind = in.key, in.key, All
+		p.copy.Table, p.copy.KeyName, p.copy.Fields = in.rv.Relname, in.key.column, len(cols)
 	}
 }
 

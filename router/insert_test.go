@@ -121,11 +121,11 @@ func TestRouteCopy(t *testing.T) {
 		values map[string]int // field → shard
 	}{
 		{"COPY accounts (name, id) FROM STDIN WITH (FORMAT csv, HEADER, DELIMITER ';', NULL 'n', QUOTE '''', ESCAPE '\\')",
-			Copy{Format: "csv", Header: true, Delimiter: ";", Null: "n", Quote: "'", Escape: `\`, Column: 1},
+			Copy{Format: "csv", Header: true, Delimiter: ";", Null: "n", Quote: "'", Escape: `\`, Column: 1, Table: "accounts", KeyName: "id", Fields: 2},
 			map[string]int{"3": intShard(3), "2": intShard(2), "": -1}},
-		{"COPY accounts (id) FROM STDIN (FORMAT binary)", Copy{Format: "binary", Column: 0},
+		{"COPY accounts (id) FROM STDIN (FORMAT binary)", Copy{Format: "binary", Column: 0, Table: "accounts", KeyName: "id", Fields: 1},
 			map[string]int{string(int8Binary(3)): intShard(3)}},
-		{"COPY accounts (id) FROM STDIN CSV HEADER", Copy{Format: "csv", Header: true, Column: 0}, nil},
+		{"COPY accounts (id) FROM STDIN CSV HEADER", Copy{Format: "csv", Header: true, Column: 0, Table: "accounts", KeyName: "id", Fields: 1}, nil},
 	} {
 		plan, err := route(r, tc.sql, nil, nil, Hints{})
 		if err != nil {

@@ -442,6 +442,14 @@ type Copy struct {
 	// split between shards (Kind All), or -1 when every row goes to every
 	// target shard.
 	Column int
+	// Table is the table's name as PostgreSQL's COPY errors name it (not
+	// schema-qualified); KeyName is the sharding key column's name and
+	// Fields the number of columns each row has, when rows are split:
+	// the proxy's own errors about a row (its key field missing) are the
+	// server's.
+	Table   string
+	KeyName string
+	Fields  int
 
 	key *keyFunc
 }

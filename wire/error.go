@@ -54,6 +54,18 @@ func (e *Error) Error() string {
 	return s
 }
 
+// WithContext returns a copy of e, a proxy-made error, with PostgreSQL's
+// CONTEXT field where and, after it, the place PostgreSQL raises e (which
+// appendFields adds only to errors without More).
+func (e *Error) WithContext(where string) *Error {
+	c := *e
+	c.More = []ErrorField{{Type: 'W', Value: where}}
+	if at := locationOf(e); at != nil {
+		c.More = append(c.More, ErrorField{'F', at.file}, ErrorField{'L', at.line}, ErrorField{'R', at.routine})
+	}
+	return &c
+}
+
 // Fatal reports whether the client connection must close after sending e.
 func (e *Error) Fatal() bool { return e.Severity == "FATAL" || e.Severity == "PANIC" }
 

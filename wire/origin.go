@@ -57,6 +57,8 @@ var origins = []origin{
 	{BadCopyFileFormat, `invalid COPY file header (missing length)`, "copyfromparse.c", "218", "ReceiveCopyBinaryHeader"},
 	{BadCopyFileFormat, `unexpected EOF in COPY data`, "copyfromparse.c", "1902", "CopyReadBinaryAttribute"},
 	{BadCopyFileFormat, `unterminated CSV quoted field`, "copyfromparse.c", "1807", "CopyReadAttributesCSV"},
+	{BadCopyFileFormat, `missing data for column "%"`, "copyfromparse.c", "902", "NextCopyFrom"},
+	{BadCopyFileFormat, `row field count is %, expected %`, "copyfromparse.c", "987", "NextCopyFrom"},
 	// The merges of aggregates across shards (executor), as the
 	// aggregate's own function raises them on one server.
 	{NumericValueOutOfRange, `money out of range`, "cash.c", "96", "cash_pl_cash"},
@@ -113,11 +115,28 @@ func originOf(e *Error) *origin {
 		if o.code != e.Code {
 			continue
 		}
-		before, after, wild := strings.Cut(o.message, "%")
-		if !wild && e.Message == o.message ||
-			wild && len(e.Message) > len(before)+len(after) && strings.HasPrefix(e.Message, before) && strings.HasSuffix(e.Message, after) {
+		if matchMessage(o.message, e.Message) {
 			return o
 		}
 	}
 	return nil
+}
+
+// matchMessage reports whether msg is pattern with each % standing for a
+// non-empty text.
+func matchMessage(pattern, msg string) bool {
+	before, after, wild := strings.Cut(pattern, "%")
+	if !wild {
+		return msg == pattern
+	}
+	if !strings.HasPrefix(msg, before) {
+		return false
+	}
+	rest := msg[len(before):]
+	for i := 1; i <= len(rest); i++ {
+		if matchMessage(after, rest[i:]) {
+			return true
+		}
+	}
+	return false
 }

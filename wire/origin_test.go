@@ -195,6 +195,12 @@ func TestOriginsMatchPostgres(t *testing.T) {
 		`unterminated CSV quoted field`: func(t *testing.T) *pgconn.PgError {
 			return copyErr(t, "COPY t FROM STDIN (FORMAT csv)", "1,\"a\n")
 		},
+		`missing data for column "%"`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t (v, id) FROM STDIN", "a\n")
+		},
+		`row field count is %, expected %`: func(t *testing.T) *pgconn.PgError {
+			return copyErr(t, "COPY t FROM STDIN (FORMAT binary)", "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x01x\xff\xff")
+		},
 		`money out of range`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, query("SELECT sum(x) FROM (VALUES ('92233720368547758.07'::money), ('1'::money)) v(x)"))
 		},
