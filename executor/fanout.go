@@ -36,6 +36,8 @@ type ShardRows struct {
 	inRows bool
 	status byte
 
+	notices noticeCounter // see ShareNotices
+
 	// Extended: the answer to Parse/Bind/Describe/Execute/Sync, whose
 	// ParseComplete, BindComplete and NoData the reader skips.
 	Extended bool
@@ -53,6 +55,11 @@ type ShardRows struct {
 func NewShardRows(srv *pool.Server, sink io.Writer) *ShardRows {
 	return &ShardRows{srv: srv, sink: sink}
 }
+
+// ShareNotices makes the reader one of n's, the readers of one statement
+// on several shards: a notice that they all raise once per statement goes
+// to the sink once (notices.go).
+func (r *ShardRows) ShareNotices(n *Notices) { r.notices.share = n }
 
 // Server is the server the reader reads.
 func (r *ShardRows) Server() *pool.Server { return r.srv }
@@ -89,7 +96,14 @@ func (r *ShardRows) next() (typ byte, body []byte, ok bool) {
 		}
 		switch typ {
 		case 'N', 'A':
-			r.sink.Write(wire.FinishMessage(append([]byte{typ, 0, 0, 0, 0}, body...), 0))
+			if typ == 'N' && r.Parsing != "" {
+				// Raised by the Parse the proxy added: PostgreSQL
+				// raised it at the client's Parse, not again.
+				continue
+			}
+			if r.notices.send(typ, body) {
+				r.sink.Write(wire.FinishMessage(append([]byte{typ, 0, 0, 0, 0}, body...), 0))
+			}
 			continue
 		case 'S':
 			r.srv.NoteParameter(body)
@@ -407,9 +421,11 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 	}
 	readers := make([]*ShardRows, len(p.Shards))
 	var firstErr *wire.Error
+	notices := NewNotices()
 	for k, i := range p.Shards {
 		srv := s.shards[i].server
 		r := NewShardRows(srv, a.Sink)
+		r.ShareNotices(notices)
 		readers[k] = r
 		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
 			_, serr, err := ReadToReady(srv)

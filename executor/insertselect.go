@@ -72,6 +72,8 @@ type insertSelect struct {
 	restore  string   // the Query that restores a reader's output settings
 	cells    [][]byte
 	msg      []byte
+	notices  map[int]*noticeCounter // by shard: what the statement's shards raise once goes once (notices.go)
+	share    *Notices
 }
 
 // InsertSelect runs the plan's INSERT … SELECT into a sharded table and
@@ -602,6 +604,19 @@ func (x *insertSelect) exchange(i int, out []byte) (types []uint32, desc []byte,
 	return types, desc, nil
 }
 
+// notice returns shard i's notice counter.
+func (x *insertSelect) notice(i int) *noticeCounter {
+	if x.share == nil {
+		x.share, x.notices = NewNotices(), make(map[int]*noticeCounter)
+	}
+	c := x.notices[i]
+	if c == nil {
+		c = &noticeCounter{share: x.share}
+		x.notices[i] = c
+	}
+	return c
+}
+
 // read hands the answers of shard i's server up to ReadyForQuery to fn;
 // notices go to the client, ParameterStatus to the server's record.
 func (x *insertSelect) read(i int, fn func(typ byte, body []byte)) error {
@@ -613,7 +628,9 @@ func (x *insertSelect) read(i int, fn func(typ byte, body []byte)) error {
 		}
 		switch typ {
 		case 'N', 'A':
-			x.a.Sink.Write(raw)
+			if x.notice(i).send(typ, body) {
+				x.a.Sink.Write(raw)
+			}
 		case 'S':
 			srv.NoteParameter(body)
 		case 'E':

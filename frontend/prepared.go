@@ -21,6 +21,13 @@ type stmt struct {
 	// the same text can then be answered without a server (see
 	// answerWithoutServer).
 	valid atomic.Bool
+	// noisy is set once a server's parse of the text raised a notice
+	// (the scanner's nonstandard backslash, a truncated identifier):
+	// PostgreSQL raises those at every Parse, so that every client Parse
+	// of it has a server parse the text again, in the client's session
+	// (its settings decide whether they are raised), and the Parses the
+	// proxy makes for its own reasons have their notices dropped.
+	noisy atomic.Bool
 
 	effOnce sync.Once
 	eff     stmtEffect // what executing it does to the session (see analyze)
@@ -228,10 +235,11 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	st := c.l.stmts.get(tail)
 	c.stmts[string(name)] = st
 	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
-		if c.ownSearchPath() {
-			// The server parsed it in another session's search_path:
-			// parse the text again, unnamed, so that its errors in this
-			// one's answer the client's Parse.
+		if c.ownSearchPath() || st.noisy.Load() {
+			// The server parsed it in another session's search_path,
+			// or with notices PostgreSQL raises at every Parse: parse
+			// the text again, unnamed, so that its errors and notices
+			// in this session answer the client's Parse.
 			c.out = appendUnnamedParse(c.out, tail)
 			s.Unnamed = append(append(s.Unnamed[:0], 0), tail...)
 		} else {
@@ -498,7 +506,7 @@ func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 			return false // SQL-level statement names are rewritten (see rewrite)
 		}
 		st := c.l.stmts.get(tail)
-		if !st.valid.Load() {
+		if !st.valid.Load() || st.noisy.Load() {
 			return false
 		}
 		c.stmts[string(name)] = st

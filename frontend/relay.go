@@ -131,6 +131,17 @@ func (c *client) relayMessage(s *pool.Server, typ byte, raw, body []byte) error 
 		if typ == 'I' && !whole {
 			c.q = c.q[1:]
 		}
+		if typ == 'N' && head.kind == reqParse {
+			// A notice of a Parse (prepared.go: stmt.noisy): the
+			// client's, or one the proxy made, which the client did
+			// not send and PostgreSQL would not have raised.
+			if head.confirm != nil {
+				head.confirm.noisy.Store(true)
+			}
+			if head.injected {
+				return nil
+			}
+		}
 		if !internal {
 			c.toClient(raw)
 		}

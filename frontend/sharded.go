@@ -85,6 +85,11 @@ type shardedState struct {
 	batch          []batchMsg
 	sportals       map[string]*sPortal
 	pendingPrepare string
+	// clientParse: the exchange in progress is the client's Parse
+	// (validateParse), whose notices go to the client and are counted in
+	// parseNotices; other Parses' are the proxy's own (stmt.noisy).
+	clientParse  bool
+	parseNotices int
 }
 
 // setShards makes the client a sharded one over pools (one per shard).

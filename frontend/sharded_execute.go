@@ -298,6 +298,7 @@ func (c *client) startMany(p *sPortal, describe bool, sink io.Writer) (*manyExec
 	a := c.answer(plan, d)
 	a.Sink = sink
 	readers := make([]*executor.ShardRows, len(plan.Shards))
+	notices := executor.NewNotices()
 	for k, i := range plan.Shards {
 		c.server = c.xs.Server(i)
 		if err := c.useShard(i); err != nil {
@@ -318,6 +319,7 @@ func (c *client) startMany(p *sPortal, describe bool, sink io.Writer) (*manyExec
 		}
 		r := executor.NewShardRows(c.server, a.Sink)
 		r.Extended, r.Parsing = true, parsing
+		r.ShareNotices(notices)
 		readers[k] = r
 	}
 	c.ranOn(plan.Shards)

@@ -279,7 +279,7 @@ func (c *client) sParse(ctx context.Context, body []byte) error {
 // usually follows. Statements the proxy answers or plans itself
 // (transaction control, SQL-level EXECUTE) are not sent.
 func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) error {
-	if st.st.valid.Load() && !c.ownSearchPath() || plan == nil || st.sqlPrep() != nil {
+	if st.st.valid.Load() && !st.st.noisy.Load() && !c.ownSearchPath() || plan == nil || st.sqlPrep() != nil {
 		return nil
 	}
 	switch plan.Kind {
@@ -307,17 +307,24 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	}
 	out := c.ensureParsed(nil, st)
 	if len(out) == 0 {
-		if !c.ownSearchPath() {
+		if !c.ownSearchPath() && !st.st.noisy.Load() {
 			return nil // the server has it
 		}
-		// The server has it, parsed in another session's search_path:
-		// parse the text again, unnamed, in this one's.
+		// The server has it, parsed in another session's search_path or
+		// with notices PostgreSQL raises at every Parse: parse the text
+		// again, unnamed, in this session.
 		_, tail, _ := wire.CString(st.st.parse[5:])
 		out = appendUnnamedParse(nil, tail)
 		c.server.Unnamed = c.server.Unnamed[:0]
 	}
 	out = append(out, 'S', 0, 0, 0, 4)
-	if err := c.serverExchange(out, func(byte, []byte) {}); err != nil {
+	c.clientParse, c.parseNotices = true, 0
+	err := c.serverExchange(out, func(byte, []byte) {})
+	c.clientParse = false
+	if c.parseNotices > 0 {
+		st.st.noisy.Store(true)
+	}
+	if err != nil {
 		return err
 	}
 	st.st.valid.Store(true)
@@ -599,7 +606,17 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 			c.pendingPrepare = "" // the statement exists, whatever fails next
 			fn(typ, raw)
 		case 'N':
-			c.toClient(raw)
+			switch {
+			case c.clientParse:
+				c.parseNotices++
+				c.toClient(raw)
+			case c.pendingPrepare != "":
+				// Raised by the Parse the proxy added for a statement
+				// the client parsed before: PostgreSQL raised it at
+				// the client's Parse (stmt.noisy), not again.
+			default:
+				c.toClient(raw)
+			}
 		case 'S':
 			// A reported setting the statement changed (SET TimeZone):
 			// the client hears of it as from PostgreSQL.

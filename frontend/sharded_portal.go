@@ -129,6 +129,9 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 			c.pendingPrepare = "" // the statement exists, whatever fails next
 			fn(typ, raw)
 		case 'N', 'A':
+			if typ == 'N' && c.pendingPrepare != "" {
+				continue // the proxy's own Parse (see serverExchange)
+			}
 			c.toClient(raw)
 		case 'S':
 			srv.NoteParameter(body)
