@@ -113,6 +113,9 @@ type client struct {
 	loggingIn bool // keep the server attached through login
 	admin     bool // the client talks to the admin database (see bound)
 	tls       bool
+	// nonStandardLogin: the client logged in with standard_conforming_strings
+	// off, as its first ParameterStatus said (see standardStrings).
+	nonStandardLogin bool
 
 	// Sharded databases only (see sharded.go).
 	xs     *executor.Session // the shards' servers and the transaction over them

@@ -101,6 +101,7 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 		for k, v := range params {
 			c.w.Write(wire.AppendParameterStatus(nil, k, v))
 		}
+		c.nonStandardLogin = params["standard_conforming_strings"] == "off"
 		return nil
 	}
 	c.loggingIn = true
@@ -125,5 +126,6 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	for k, v := range c.server.Params {
 		c.w.Write(wire.AppendParameterStatus(nil, k, v))
 	}
+	c.nonStandardLogin = c.server.Params["standard_conforming_strings"] == "off"
 	return nil
 }

@@ -85,7 +85,7 @@ func (rp *routerPlanner) plan(sql string, c *client) (*routePlan, error) {
 }
 
 func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16, c *client) (*routePlan, error) {
-	st, err := rp.r.Analyze(sql)
+	st, err := rp.r.AnalyzeStrings(sql, c.standardStrings())
 	if err != nil {
 		return nil, err
 	}

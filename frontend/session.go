@@ -491,3 +491,51 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// standardStrings reports whether the client's standard_conforming_strings
+// is on, which decides what a backslash in a string literal means to the
+// router's parser (router.AnalyzeStrings): the value its SETs and RESETs
+// left (the committed ones, then the open transaction's), else the one it
+// logged in with. Not followed: SET LOCAL, and set_config until its
+// transaction ended (the settings are read back then).
+func (c *client) standardStrings() bool {
+	const name = "standard_conforming_strings"
+	stmt, set := c.sess.sets[name]
+	for _, op := range c.sess.pending {
+		switch {
+		case op.kind == opSet && op.name == name:
+			stmt, set = op.stmt, true
+		case op.kind == opReset && op.name == name, op.kind == opResetAll, op.kind == opDiscardAll:
+			stmt, set = "", false
+		}
+	}
+	if !set {
+		return !c.nonStandardLogin
+	}
+	return !boolOff(settingValue(stmt))
+}
+
+// settingValue returns the value a deparsed SET statement ("SET name TO
+// 'value'", or "value" as the deparser writes some) sets, unquoted
+// and lower-cased.
+func settingValue(stmt string) string {
+	i := strings.LastIndex(stmt, " TO ")
+	if i < 0 {
+		return ""
+	}
+	return strings.ToLower(strings.Trim(strings.TrimSpace(stmt[i+4:]), `'"`))
+}
+
+// boolOff reports whether v is a boolean setting's false, as PostgreSQL's
+// parse_bool reads it: a prefix of false or no, of or off, 0.
+func boolOff(v string) bool {
+	switch {
+	case v == "":
+		return false
+	case strings.HasPrefix("false", v), strings.HasPrefix("no", v):
+		return true
+	case v == "of", v == "off", v == "0":
+		return true
+	}
+	return false
+}

@@ -9,9 +9,9 @@ import (
 )
 
 // analyze parses sql and analyzes each statement in it.
-func (r *Router) analyze(sql string) (*Statement, error) {
+func (r *Router) analyze(sql string, standard bool) (*Statement, error) {
 	hint, hintErr := r.commentHint(sql)
-	tree, err := r.parse(sql)
+	tree, err := r.parse(sql, standard)
 	if err != nil {
 		if hint != nil && hintErr == nil {
 			// The proxy's parser may lag the server's grammar; a statement

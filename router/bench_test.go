@@ -97,7 +97,7 @@ func BenchmarkAnalyzeUncached(b *testing.B) {
 	r := newTestRouter(b, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		s, err := r.analyze("SELECT a.id, o.total FROM accounts a JOIN orders o ON o.account_id = a.id WHERE a.id = $1 ORDER BY o.total DESC LIMIT 10")
+		s, err := r.analyze("SELECT a.id, o.total FROM accounts a JOIN orders o ON o.account_id = a.id WHERE a.id = $1 ORDER BY o.total DESC LIMIT 10", true)
 		if err != nil || s == nil {
 			b.Fatal(err)
 		}

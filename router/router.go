@@ -228,26 +228,43 @@ func (r *Router) Shards() int { return r.shards }
 // SQL the parser rejects, 0A000 for statements the proxy cannot run
 // correctly across shards whatever the parameters.
 func (r *Router) Analyze(sql string) (*Statement, error) {
+	return r.AnalyzeStrings(sql, true)
+}
+
+// AnalyzeStrings is Analyze in a session whose standard_conforming_strings
+// is on (standard) or off: with it off, a backslash in a string literal
+// escapes the next character ('a\\b' is a\b), and the constants the
+// router reads or writes back are what the server makes of the text.
+func (r *Router) AnalyzeStrings(sql string, standard bool) (*Statement, error) {
 	if r.passthrough != nil {
 		return r.passthrough, nil
 	}
-	if s := r.cache.get(sql); s != nil {
+	key := sql
+	if !standard {
+		key = "\x00nonstandard\x00" + sql // no statement text holds a NUL
+	}
+	if s := r.cache.get(key); s != nil {
 		return s, nil
 	}
-	s, err := r.analyze(sql)
+	s, err := r.analyze(sql, standard)
 	if err != nil {
 		return nil, err
 	}
 	if len(sql) <= maxCachedSQL {
-		r.cache.put(sql, s)
+		r.cache.put(key, s)
 	}
 	return s, nil
 }
 
-// parse parses sql, counting parses for tests.
-func (r *Router) parse(sql string) (*pg_query.ParseResult, error) {
+// parse parses sql (with standard_conforming_strings on or off), counting
+// parses for tests.
+func (r *Router) parse(sql string, standard bool) (*pg_query.ParseResult, error) {
 	r.parses.Add(1)
-	tree, err := pg_query.Parse(sql)
+	parse := pg_query.Parse
+	if !standard {
+		parse = parseNonStandardStrings
+	}
+	tree, err := parse(sql)
 	if err != nil {
 		e := wire.Errorf(wire.SyntaxError, "%v", err)
 		var pe *parser.Error
