@@ -108,3 +108,38 @@ func TestSearchPathOfReadBack(t *testing.T) {
 		}
 	}
 }
+
+// TestStandardStrings follows standard_conforming_strings through the
+// deparsed SETs and RESETs a session records, in the forms PostgreSQL
+// accepts for a boolean, and the value the client logged in with.
+func TestStandardStrings(t *testing.T) {
+	for _, tc := range []struct {
+		login bool // logged in with it off
+		sql   []string
+		want  bool
+	}{
+		{false, nil, true},
+		{true, nil, false},
+		{false, []string{"SET standard_conforming_strings = off"}, false},
+		{false, []string{"set standard_conforming_strings to 'OFF'"}, false},
+		{false, []string{"SET standard_conforming_strings = false"}, false},
+		{false, []string{"SET standard_conforming_strings = 0"}, false},
+		{false, []string{"SET standard_conforming_strings = no"}, false},
+		{false, []string{"SET standard_conforming_strings = off", "SET standard_conforming_strings = on"}, true},
+		{false, []string{"SET standard_conforming_strings = off", "RESET standard_conforming_strings"}, true},
+		{true, []string{"SET standard_conforming_strings = on", "RESET ALL"}, false},
+		{false, []string{"SET standard_conforming_strings = off", "DISCARD ALL"}, true},
+	} {
+		c := &client{nonStandardLogin: tc.login}
+		for _, sql := range tc.sql {
+			ops, err := sessionOps(sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.sess.pending = append(c.sess.pending, ops...)
+		}
+		if got := c.standardStrings(); got != tc.want {
+			t.Errorf("login off %v, %q: standard %v, want %v", tc.login, tc.sql, got, tc.want)
+		}
+	}
+}
