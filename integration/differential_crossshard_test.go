@@ -39,6 +39,21 @@ var crossShardScripts = []diffScript{
 		"SELECT id FROM accounts WHERE email = 'c' ORDER BY id",
 		"SELECT count(*) FROM accounts; SELECT email FROM accounts WHERE id = 8",
 	}},
+	{name: "subqueries in FROM and WITH queries over both shards", stmts: []string{
+		"SELECT count(*) FROM (SELECT id FROM accounts WHERE id > 2) s",
+		"SELECT * FROM (SELECT id, email, id * 2 AS d FROM accounts) s ORDER BY d DESC LIMIT 3",
+		"WITH a AS (SELECT id, email FROM accounts WHERE id <> 4) SELECT count(*), max(email), sum(id) FROM a",
+		"WITH a AS (SELECT id FROM accounts) SELECT id % 3 AS k, count(*) FROM a GROUP BY 1 ORDER BY 1",
+		"SELECT s.email FROM (SELECT * FROM (SELECT id, email FROM accounts WHERE id IN (1, 2, 7)) a) s ORDER BY 1",
+		"SELECT count(*), min(id) FROM (SELECT id FROM accounts WHERE id = 3) s",
+		"SELECT s.id, g FROM (SELECT id FROM accounts WHERE id < 4) s, generate_series(1, 2) g ORDER BY 1, 2",
+	}},
+	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
+		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,
+	}, stmts: []string{
+		"SELECT g, a.id FROM generate_series(1, 3) g LEFT JOIN accounts a ON a.id = g ORDER BY 1",
+		"SELECT g, a.id FROM generate_series(1, 3) g LEFT JOIN accounts a ON a.id = g WHERE a.id = 2",
+	}},
 	{name: "COMMIT of an aborted transaction", stmts: []string{
 		"BEGIN",
 		"UPDATE accounts SET email = 'changed' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)",

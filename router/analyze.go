@@ -81,6 +81,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	switch {
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
+		a.rowScope = true // its rows are the shards' rows together
 		sc := a.query(sel, "")
 		a.group()
 		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
@@ -305,6 +306,9 @@ func (a *analyzer) finishPart(p *part) error {
 			break
 		}
 	}
+	if p.oneShard == nil && a.outerJoin != nil && len(a.groups) > 0 {
+		p.oneShard = a.outerJoin
+	}
 	if p.oneShard == nil && len(a.groups) > 1 {
 		p.oneShard = unsupported(hintJoin, "sharded tables %s and %s are not joined on their sharding keys, so their rows cannot be joined across shards",
 			a.groups[0].tables[0], a.groups[1].tables[0])
@@ -352,7 +356,7 @@ func (a *analyzer) commonKey() *keyFunc {
 // update analyzes UPDATE: its target and FROM tables form one scope.
 func (a *analyzer) update(u *pg_query.UpdateStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
-	a.with(u.WithClause)
+	a.with(u.WithClause, nil)
 	sc := a.enter(nested)
 	defer a.leave(sc)
 	target := a.addTable(sc, u.Relation)
@@ -396,7 +400,7 @@ func (a *analyzer) keyAssignments(target *instance, set []*pg_query.Node, nested
 // delete analyzes DELETE: its target and USING tables form one scope.
 func (a *analyzer) delete(d *pg_query.DeleteStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
-	a.with(d.WithClause)
+	a.with(d.WithClause, nil)
 	sc := a.enter(nested)
 	defer a.leave(sc)
 	target := a.addTable(sc, d.Relation)
@@ -416,7 +420,7 @@ func (a *analyzer) delete(d *pg_query.DeleteStmt, nested string) {
 // constrain, so MERGE into a sharded table is routed only by a hint.
 func (a *analyzer) merge(m *pg_query.MergeStmt, nested string) {
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
-	a.with(m.WithClause)
+	a.with(m.WithClause, nil)
 	sc := a.enter(nested)
 	defer a.leave(sc)
 	target := a.addTable(sc, m.Relation)

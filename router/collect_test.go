@@ -102,7 +102,7 @@ var windowCases = []mergeCase{
 	{name: "other column", sql: "SELECT sum(balance) OVER (PARTITION BY country) FROM accounts", msg: "not partitioned by the sharding key"},
 	{name: "expression of the key", sql: "SELECT sum(balance) OVER (PARTITION BY id + 1) FROM accounts", msg: "not partitioned by the sharding key"},
 	{name: "named window without key", sql: "SELECT sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY name)", msg: "not partitioned by the sharding key"},
-	{name: "key of a subquery", sql: "SELECT row_number() OVER (PARTITION BY s.id) FROM (SELECT id FROM accounts) s", msg: "cannot run across shards"},
+	{name: "key of a subquery", sql: "SELECT row_number() OVER (PARTITION BY s.id) FROM (SELECT id FROM accounts) s", msg: "not partitioned by the sharding key"},
 	{name: "NULL-extended key", sql: "SELECT row_number() OVER (PARTITION BY o.account_id) FROM accounts a LEFT JOIN orders o ON o.account_id = a.id", msg: "not partitioned by the sharding key"},
 	{name: "key of the outer side", sql: "SELECT row_number() OVER (PARTITION BY a.id) FROM accounts a LEFT JOIN orders o ON o.account_id = a.id"},
 	{name: "GROUP BY the key: plain", sql: "SELECT id, stddev(balance), row_number() OVER (PARTITION BY id) FROM accounts GROUP BY id HAVING count(*) > 1"},

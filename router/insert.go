@@ -63,7 +63,7 @@ func (a *analyzer) insert(ins *pg_query.InsertStmt, nested string) *insertRows {
 		a.insertSelect(ins, sel, target, cols)
 		return nil
 	}
-	a.with(ins.WithClause)
+	a.with(ins.WithClause, nil)
 	if values {
 		for _, row := range sel.ValuesLists {
 			a.exprs(nested, row)

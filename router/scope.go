@@ -39,6 +39,7 @@ type entry struct {
 	name   string    // the alias, or the table's name
 	schema string    // the schema of an unaliased, qualified table
 	inst   *instance // nil for subqueries, functions and WITH queries
+	rows   bool      // a subquery whose rows are split between the shards (scope.rows)
 }
 
 // scope is one level of a query: the FROM items of a SELECT, or the target
@@ -53,6 +54,11 @@ type scope struct {
 	joins    []*pg_query.Node // conditions that only pair rows (outer JOIN … ON): equalities only
 	exprs    []*pg_query.Node // every expression of the scope, for column references
 	pairs    [][2]*instance   // equal sharding keys from JOIN … USING and NATURAL JOIN
+	// rows: the scope's rows are the union of what each shard computes
+	// from its own rows — a statement's top-level SELECT, and a subquery
+	// in FROM or a WITH query read once there that only filters and
+	// computes per row (rowSource): its sharded tables count as top-level.
+	rows bool
 }
 
 // group is a set of co-located table instances: their sharding keys are
@@ -91,6 +97,17 @@ type analyzer struct {
 	// inselSource the analysis of its SELECT.
 	insel       *InsertSelect
 	inselSource *part
+	// rowScope: the next query analyzed is a row scope (scope.rows);
+	// rowCTEs are the WITH queries and rowSubs the subqueries in FROM
+	// analyzed as such whose rows are split between the shards.
+	rowScope bool
+	rowCTEs  map[string]bool
+	rowSubs  map[*pg_query.RangeSubselect]bool
+	// byRV finds the instance of a table reference.
+	byRV map[*pg_query.RangeVar]*instance
+	// outerJoin is the refusal of an outer join that would repeat
+	// replicated rows once per shard (see joinRows).
+	outerJoin error
 }
 
 func (a *analyzer) fail(err error) {
@@ -116,6 +133,10 @@ func (a *analyzer) addTable(sc *scope, rv *pg_query.RangeVar) *instance {
 	in := a.table(rv, sc.nested)
 	if in != nil {
 		in.sc = sc
+		if a.byRV == nil {
+			a.byRV = map[*pg_query.RangeVar]*instance{}
+		}
+		a.byRV[rv] = in
 	}
 	e := entry{name: rv.Relname, schema: rv.Schemaname, inst: in}
 	if rv.Alias != nil {
@@ -126,8 +147,11 @@ func (a *analyzer) addTable(sc *scope, rv *pg_query.RangeVar) *instance {
 }
 
 // with analyzes the queries of a WITH clause and brings their names into
-// scope; the caller pops them with a.ctes = a.ctes[:n].
-func (a *analyzer) with(wc *pg_query.WithClause) {
+// scope; the caller pops them with a.ctes = a.ctes[:n]. sel is the query
+// the clause belongs to, when it is a row scope: a WITH query that is a
+// rowSource and that sel reads once, in its own FROM, is analyzed as part
+// of it (its tables top-level), as if written there as a subquery.
+func (a *analyzer) with(wc *pg_query.WithClause, sel *pg_query.SelectStmt) {
 	if wc == nil {
 		return
 	}
@@ -137,10 +161,90 @@ func (a *analyzer) with(wc *pg_query.WithClause) {
 		}
 	}
 	for _, n := range wc.Ctes {
-		if c := n.GetCommonTableExpr(); c != nil {
-			a.stmt(c.Ctequery, "WITH query")
+		c := n.GetCommonTableExpr()
+		if c == nil {
+			continue
+		}
+		if sel != nil && !wc.Recursive && rowSource(c.Ctequery.GetSelectStmt()) && readOnceInFrom(sel, c.Ctename) {
+			a.rowScope = true
+			if inner := a.stmt(c.Ctequery, ""); inner != nil && shardedRows(inner) {
+				if a.rowCTEs == nil {
+					a.rowCTEs = map[string]bool{}
+				}
+				a.rowCTEs[c.Ctename] = true
+			}
+			continue
+		}
+		a.stmt(c.Ctequery, "WITH query")
+	}
+}
+
+// rowSource reports whether sel, a subquery in FROM or a WITH query, only
+// filters and computes per row: a SELECT over FROM items without grouping,
+// aggregates, window functions, DISTINCT, LIMIT or OFFSET. Over sharded
+// tables, each shard then computes exactly its own rows of it.
+func rowSource(sel *pg_query.SelectStmt) bool {
+	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED ||
+		len(sel.FromClause) == 0 || len(sel.ValuesLists) > 0 || sel.IntoClause != nil ||
+		len(sel.GroupClause) > 0 || sel.HavingClause != nil || len(sel.DistinctClause) > 0 ||
+		sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.WindowClause) > 0 {
+		return false
+	}
+	perRow := true
+	for _, list := range [][]*pg_query.Node{sel.TargetList, {sel.WhereClause}, sel.SortClause} {
+		for _, n := range list {
+			walkExpr(n, func(n *pg_query.Node) bool {
+				if fc := n.GetFuncCall(); fc != nil && (fc.Over != nil || isAggregate(fc)) {
+					perRow = false
+				}
+				return perRow
+			}, nil)
 		}
 	}
+	return perRow
+}
+
+// readOnceInFrom reports whether the statement sel belongs to names the
+// WITH query name exactly once, as an item of sel's own FROM (not on the
+// NULL-extended side of an outer join).
+func readOnceInFrom(sel *pg_query.SelectStmt, name string) bool {
+	refs := map[*pg_query.RangeVar]bool{} // walk may show one twice
+	walk(sel, func(n *pg_query.Node) bool {
+		if rv := n.GetRangeVar(); rv != nil && rv.Schemaname == "" && rv.Relname == name {
+			refs[rv] = true
+		}
+		return true
+	})
+	if len(refs) != 1 {
+		return false
+	}
+	nullable := map[*pg_query.RangeVar]bool{}
+	found := false
+	for _, n := range sel.FromClause {
+		nullableTables(n, false, nullable)
+		walk(n, func(n *pg_query.Node) bool {
+			if n.GetRangeSubselect() != nil || n.GetRangeFunction() != nil {
+				return false // not sel's own FROM item
+			}
+			if rv := n.GetRangeVar(); rv != nil && rv.Schemaname == "" && rv.Relname == name && !nullable[rv] {
+				found = true
+			}
+			return true
+		})
+	}
+	return found
+}
+
+// shardedRows reports whether a row scope reads a sharded table at its
+// own level (its rows are split between the shards) rather than only
+// replicated ones.
+func shardedRows(sc *scope) bool {
+	for _, e := range sc.entries {
+		if e.inst != nil && e.inst.class == shardedTable || e.inst == nil && e.rows {
+			return true
+		}
+	}
+	return false
 }
 
 // stmt analyzes a statement nested in another one (a subquery, a WITH
@@ -181,8 +285,14 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 	if sel == nil {
 		return nil
 	}
+	rows := a.rowScope
+	a.rowScope = false
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
-	a.with(sel.WithClause)
+	var rowSel *pg_query.SelectStmt
+	if rows {
+		rowSel = sel
+	}
+	a.with(sel.WithClause, rowSel)
 	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
 		why := map[pg_query.SetOperation]string{
 			pg_query.SetOperation_SETOP_UNION:     "UNION",
@@ -199,10 +309,14 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		return nil
 	}
 	sc := a.enter(nested)
+	sc.rows = rows
 	defer a.leave(sc)
 	sc.targets = sel.TargetList
 	for _, item := range sel.FromClause {
 		a.from(sc, item, false)
+	}
+	for _, item := range sel.FromClause {
+		a.joinRows(item)
 	}
 	sc.restrict = append(sc.restrict, sel.WhereClause)
 	sc.exprs = append(sc.exprs, sel.WhereClause, sel.HavingClause)
@@ -283,6 +397,21 @@ func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) []entry {
 		}
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
+		if sc.rows && !nullable && !rs.Lateral && rowSource(rs.Subquery.GetSelectStmt()) {
+			// Its rows are each shard's own: its tables count as this
+			// scope's (scope.rows).
+			a.rowScope = true
+			inner := a.stmt(rs.Subquery, "")
+			e := entry{name: aliasName(rs.Alias), rows: inner != nil && shardedRows(inner)}
+			if e.rows {
+				if a.rowSubs == nil {
+					a.rowSubs = map[*pg_query.RangeSubselect]bool{}
+				}
+				a.rowSubs[rs] = true
+			}
+			sc.entries = append(sc.entries, e)
+			break
+		}
 		why := "subquery"
 		if sc.nested != "" {
 			why = sc.nested
@@ -364,6 +493,64 @@ func (a *analyzer) finish(sc *scope) {
 		}
 	}
 	a.scopes = append(a.scopes, sc)
+}
+
+// joinRows says how the rows of a FROM item are spread: split between the
+// shards (a sharded table, a row scope over one: each row on one shard),
+// or replicated (an omni or catalog table, a function, VALUES: every shard
+// has them all). An outer join that keeps replicated rows and NULL-extends
+// split ones would make every shard add the replicated rows it has no
+// match for — a row repeated once per shard: joinRows records the
+// refusal (a.outerJoin) and names the kept item.
+func (a *analyzer) joinRows(n *pg_query.Node) (split bool, name string) {
+	switch {
+	case n.GetRangeVar() != nil:
+		rv := n.GetRangeVar()
+		if in := a.byRV[rv]; in != nil {
+			return in.class == shardedTable || in.class == pinnedTable || in.class == pathTable, in.name
+		}
+		return a.rowCTEs[rv.Relname], rv.Relname
+	case n.GetRangeTableSample() != nil:
+		if rv := n.GetRangeTableSample().Relation.GetRangeVar(); rv != nil {
+			return a.joinRows(n.GetRangeTableSample().Relation)
+		}
+	case n.GetRangeSubselect() != nil:
+		rs := n.GetRangeSubselect()
+		return a.rowSubs[rs], "subquery " + aliasName(rs.Alias)
+	case n.GetJoinExpr() != nil:
+		j := n.GetJoinExpr()
+		ls, ln := a.joinRows(j.Larg)
+		rs, rn := a.joinRows(j.Rarg)
+		kept := ""
+		switch j.Jointype {
+		case pg_query.JoinType_JOIN_LEFT:
+			if !ls && rs {
+				kept = ln
+			}
+		case pg_query.JoinType_JOIN_RIGHT:
+			if ls && !rs {
+				kept = rn
+			}
+		case pg_query.JoinType_JOIN_FULL:
+			if ls != rs {
+				kept = map[bool]string{true: rn, false: ln}[ls]
+			}
+		}
+		if kept != "" && a.outerJoin == nil {
+			a.outerJoin = unsupported("Constrain the sharding key to one shard in WHERE, or route the statement to one shard.",
+				"an outer join that keeps the rows of %s, which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard", kept)
+		}
+		return ls || rs, ln
+	case n.GetRangeFunction() != nil:
+		for _, f := range n.GetRangeFunction().Functions {
+			for _, item := range f.GetList().GetItems() {
+				if fc := item.GetFuncCall(); fc != nil {
+					return false, funcName(fc) + "()"
+				}
+			}
+		}
+	}
+	return false, "a table function"
 }
 
 // semiJoin recognizes outer.key IN (SELECT inner.key …) as a condition
