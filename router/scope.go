@@ -59,6 +59,9 @@ type scope struct {
 	// in FROM or a WITH query read once there that only filters and
 	// computes per row (rowSource): its sharded tables count as top-level.
 	rows bool
+	// fromSub: a row scope that is a subquery in FROM; its WHERE narrows
+	// the rows the enclosing query reads (see group).
+	fromSub bool
 }
 
 // group is a set of co-located table instances: their sharding keys are
@@ -68,7 +71,8 @@ type group struct {
 	tables []string // for messages
 	nested string
 	root   *instance
-	sc     *scope // the outermost scope of the group's tables
+	sc     *scope   // the outermost scope of the group's tables
+	subs   []*scope // the subqueries in FROM (scope.fromSub) that hold its tables
 }
 
 // analyzer collects what routing one statement needs.
@@ -100,8 +104,8 @@ type analyzer struct {
 	// rowScope: the next query analyzed is a row scope (scope.rows);
 	// rowCTEs are the WITH queries and rowSubs the subqueries in FROM
 	// analyzed as such whose rows are split between the shards.
-	rowScope bool
-	rowCTEs  map[string]bool
+	rowScope, fromSub bool
+	rowCTEs           map[string]bool
 	rowSubs  map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
 	byRV map[*pg_query.RangeVar]*instance
@@ -235,6 +239,41 @@ func readOnceInFrom(sel *pg_query.SelectStmt, name string) bool {
 	return found
 }
 
+// exposedKey returns the sharded table of a subquery in FROM whose
+// sharding key the subquery's select list passes on under its own name
+// (*, t.*, or the key column unaliased), when it reads exactly one sharded
+// table at its own level; nil otherwise.
+func exposedKey(inner *scope, sel *pg_query.SelectStmt) *instance {
+	var in *instance
+	var name string
+	for _, e := range inner.entries {
+		if e.inst != nil && e.inst.class == shardedTable {
+			if in != nil {
+				return nil
+			}
+			in, name = e.inst, e.name
+		}
+	}
+	if in == nil || in.key == nil {
+		return nil
+	}
+	for _, n := range sel.TargetList {
+		rt := n.GetResTarget()
+		if rt == nil {
+			continue
+		}
+		if isStar(rt.Val) {
+			fs := rt.Val.GetColumnRef().Fields
+			if len(fs) == 1 || len(fs) == 2 && fs[0].GetString_() != nil && fs[0].GetString_().Sval == name {
+				return in
+			}
+		} else if (rt.Name == "" || rt.Name == in.key.column) && inner.keyColumn(rt.Val) == in {
+			return in
+		}
+	}
+	return nil
+}
+
 // shardedRows reports whether a row scope reads a sharded table at its
 // own level (its rows are split between the shards) rather than only
 // replicated ones.
@@ -285,8 +324,8 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 	if sel == nil {
 		return nil
 	}
-	rows := a.rowScope
-	a.rowScope = false
+	rows, fromSub := a.rowScope, a.fromSub
+	a.rowScope, a.fromSub = false, false
 	defer func(n int) { a.ctes = a.ctes[:n] }(len(a.ctes))
 	var rowSel *pg_query.SelectStmt
 	if rows {
@@ -309,7 +348,7 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		return nil
 	}
 	sc := a.enter(nested)
-	sc.rows = rows
+	sc.rows, sc.fromSub = rows, fromSub
 	defer a.leave(sc)
 	sc.targets = sel.TargetList
 	for _, item := range sel.FromClause {
@@ -400,10 +439,13 @@ func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) []entry {
 		if sc.rows && !nullable && !rs.Lateral && rowSource(rs.Subquery.GetSelectStmt()) {
 			// Its rows are each shard's own: its tables count as this
 			// scope's (scope.rows).
-			a.rowScope = true
+			a.rowScope, a.fromSub = true, true
 			inner := a.stmt(rs.Subquery, "")
 			e := entry{name: aliasName(rs.Alias), rows: inner != nil && shardedRows(inner)}
 			if e.rows {
+				// Its sharding key, if it passes it on unchanged, is
+				// the table's: joins and semi-joins on it co-locate.
+				e.inst = exposedKey(inner, rs.Subquery.GetSelectStmt())
 				if a.rowSubs == nil {
 					a.rowSubs = map[*pg_query.RangeSubselect]bool{}
 				}
@@ -610,12 +652,22 @@ func (a *analyzer) group() {
 			if sc.depth < g.sc.depth {
 				g.sc = sc
 			}
+			if sc.fromSub && !slices.Contains(g.subs, sc) {
+				g.subs = append(g.subs, sc)
+			}
 		}
 	}
 	for _, g := range byRoot {
+		// The WHERE of the group's outermost scope, and of the subqueries
+		// in FROM its rows come through, which narrow them too.
 		var cs []*cond
-		for _, n := range g.sc.restrict {
-			cs = append(cs, g.sc.keyCond(n, g.root))
+		for _, sc := range append([]*scope{g.sc}, g.subs...) {
+			if sc != g.sc && sc.depth <= g.sc.depth {
+				continue
+			}
+			for _, n := range sc.restrict {
+				cs = append(cs, sc.keyCond(n, g.root))
+			}
 		}
 		g.cond = and(cs...)
 	}

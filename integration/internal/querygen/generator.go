@@ -120,8 +120,14 @@ func (b *builder) from() string {
 	var ts []*table
 	var sql string
 	switch n := b.rng.IntN(100); {
-	case n < 62:
+	case n < 52:
 		ts, sql = []*table{items}, "items a"
+	case n < 58:
+		// A subquery in FROM that filters per row: each shard computes
+		// its own rows of it (docs/routing.md, Joins and subqueries).
+		ts, sql = []*table{items}, "(SELECT * FROM items WHERE shard_key IS NOT NULL) a"
+	case n < 62:
+		ts, sql = []*table{items, lookup}, "(SELECT * FROM items) a JOIN lookup l ON l.code = a.i2"
 	case n < 72:
 		ts, sql = []*table{items, lookup}, "items a JOIN lookup l ON l.code = a.i2"
 	case n < 77:
