@@ -106,7 +106,7 @@ type analyzer struct {
 	// analyzed as such whose rows are split between the shards.
 	rowScope, fromSub bool
 	rowCTEs           map[string]bool
-	rowSubs  map[*pg_query.RangeSubselect]bool
+	rowSubs           map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
 	byRV map[*pg_query.RangeVar]*instance
 	// outerJoin is the refusal of an outer join that would repeat
