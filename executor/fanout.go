@@ -380,7 +380,11 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	}
 	// With an Outer statement the merger describes the rows, once the
 	// statement has typed its columns (outer.go).
-	if a.Describe != DescribeNone && spec.Outer == nil {
+	switch {
+	case a.Describe == DescribeNone:
+	case spec.Count:
+		a.Sink.Write(countRowDescription(p.Merge.CountName, cols[0].Format))
+	case spec.Outer == nil:
 		a.Sink.Write(mergedRowDescription(first.desc, cols, spec))
 	}
 	n, err := m.Run(sources)
@@ -453,6 +457,30 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 		}
 	}
 	return s.Gather(a, readers, implicit, firstErr)
+}
+
+// countRowDescription is the RowDescription of SELECT count(*) [AS name]
+// FROM (subquery) s: one bigint column, not of a table, in format (the
+// client's one result format, which the shards used for every column of
+// the subquery).
+func countRowDescription(name string, format int16) []byte {
+	out := []byte{'T', 0, 0, 0, 0, 0, 1}
+	out = append(append(out, name...), 0)
+	out = wire.AppendInt32(out, 0) // table OID
+	out = wire.AppendInt16(out, 0) // attribute number
+	out = wire.AppendInt32(out, oidInt8)
+	out = wire.AppendInt16(out, 8)
+	out = wire.AppendInt32(out, -1)
+	out = wire.AppendInt16(out, format)
+	return wire.FinishMessage(out, 0)
+}
+
+// countValue is n as a bigint in format (0 text, 1 binary).
+func countValue(n int64, format int16) []byte {
+	if format == 1 {
+		return binary.BigEndian.AppendUint64(nil, uint64(n))
+	}
+	return strconv.AppendInt(nil, n, 10)
 }
 
 // mergedRowDescription is the RowDescription of a merged answer: the

@@ -104,6 +104,10 @@ type Spec struct {
 	// Eval is the server that adds partial sums the proxy cannot add
 	// itself (fold.go): the first shard's, once its answer is read.
 	Eval OuterEval
+	// Count, for SELECT count(*) FROM (subquery) s (router.Merge's
+	// CountName), sends one row, the number of rows merged, instead of
+	// the rows.
+	Count bool
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -304,6 +308,10 @@ func (m *Merger) Run(sources []Rows) (int64, error) {
 	default:
 		err = m.concat(sources)
 	}
+	if m.spec.Count && err == nil {
+		m.buf = appendDataRow(m.buf, [][]byte{countValue(m.sent, m.cols[0].Format)}, 1)
+		m.sent = 1
+	}
 	if len(m.buf) > 0 {
 		// Rows merged before an error reach the client before it, as a
 		// server's rows do.
@@ -325,8 +333,11 @@ func (m *Merger) emit(cols [][]byte) (bool, error) {
 		m.skipped++
 		return true, nil
 	}
-	m.buf = appendDataRow(m.buf, cols, m.visible)
 	m.sent++
+	if m.spec.Count {
+		return m.spec.Limit < 0 || m.sent < m.spec.Limit, nil
+	}
+	m.buf = appendDataRow(m.buf, cols, m.visible)
 	if len(m.buf) > 32<<10 {
 		if _, err := m.out.Write(m.buf); err != nil {
 			return false, err

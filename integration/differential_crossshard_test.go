@@ -48,6 +48,15 @@ var crossShardScripts = []diffScript{
 		"SELECT count(*), min(id) FROM (SELECT id FROM accounts WHERE id = 3) s",
 		"SELECT s.id, g FROM (SELECT id FROM accounts WHERE id < 4) s, generate_series(1, 2) g ORDER BY 1, 2",
 	}},
+	{name: "count of a subquery, as ORMs count", stmts: []string{
+		`SELECT COUNT(*) AS "__count" FROM (SELECT DISTINCT length(email) FROM accounts) subquery`,
+		"SELECT count(*) FROM (SELECT id FROM accounts ORDER BY id LIMIT 5 OFFSET 2) s",
+		"select count(*) as aggregate from (select id % 3 AS k from accounts group by id % 3) as aggregate_table",
+		"SELECT count(*) FROM (SELECT DISTINCT email, id % 2 FROM accounts WHERE id > 2) s",
+		"SELECT count(*) FROM (SELECT id % 2, count(*) FROM accounts GROUP BY 1 HAVING count(*) > 3) s",
+		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id < 0) s",
+		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id = 3) s",
+	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,
 	}, stmts: []string{

@@ -82,13 +82,18 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
 		a.rowScope = true // its rows are the shards' rows together
+		name, counted := countOver(sel)
+		a.countSub = counted
 		sc := a.query(sel, "")
 		a.group()
 		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
-		if sel.IntoClause != nil {
+		switch {
+		case sel.IntoClause != nil:
 			p.write, p.ddl = true, true
 			a.materialize("SELECT INTO")
-		} else if len(a.groups) > 0 {
+		case len(a.groups) > 0 && counted != nil:
+			p.merge, p.mergeErr = buildCountMerge(counted.Subquery, name, version, a.topKey(a.countScope, counted.Subquery.GetSelectStmt()))
+		case len(a.groups) > 0:
 			p.merge, p.mergeErr = buildMerge(sel, version, a.topKey(sc, sel))
 		}
 	case n.GetInsertStmt() != nil:

@@ -197,6 +197,12 @@ type Merge struct {
 	// Rewritten is the SQL to send to shards instead of the client's, or ""
 	// when the client's statement is sent as is. It uses the same parameters.
 	Rewritten string
+	// CountName, when set, makes the merge the client's SELECT count(*)
+	// [AS name] FROM (subquery) s, the shape ORMs count a query's rows
+	// with: the shards run the subquery (Rewritten), the other fields merge
+	// its rows as for the subquery alone, and the client gets one row, the
+	// number of rows merged, as a bigint column of that name.
+	CountName string
 	// Probe, when set, is the only field: the statement names a table
 	// the router cannot place, and runs on every shard as written only so
 	// that the shards' error (42P01 for a table that does not exist) is

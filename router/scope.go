@@ -106,6 +106,10 @@ type analyzer struct {
 	// analyzed as such whose rows are split between the shards.
 	rowScope, fromSub bool
 	rowCTEs           map[string]bool
+	// countSub is the subquery of SELECT count(*) FROM (subquery) s
+	// (countOver), and countScope its scope.
+	countSub   *pg_query.RangeSubselect
+	countScope *scope
 	rowSubs           map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
 	byRV map[*pg_query.RangeVar]*instance
@@ -436,6 +440,13 @@ func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) []entry {
 		}
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
+		if rs == a.countSub {
+			// Merged on its own, its rows counted (buildCountMerge).
+			a.rowScope, a.fromSub = true, true
+			a.countScope = a.stmt(rs.Subquery, "")
+			sc.entries = append(sc.entries, entry{name: aliasName(rs.Alias), rows: true})
+			break
+		}
 		if sc.rows && !nullable && !rs.Lateral && rowSource(rs.Subquery.GetSelectStmt()) {
 			// Its rows are each shard's own: its tables count as this
 			// scope's (scope.rows).
