@@ -110,7 +110,7 @@ type analyzer struct {
 	// (countOver), and countScope its scope.
 	countSub   *pg_query.RangeSubselect
 	countScope *scope
-	rowSubs           map[*pg_query.RangeSubselect]bool
+	rowSubs    map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
 	byRV map[*pg_query.RangeVar]*instance
 	// outerJoin is the refusal of an outer join that would repeat
