@@ -383,7 +383,7 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 	switch {
 	case a.Describe == DescribeNone:
 	case spec.Count:
-		a.Sink.Write(countRowDescription(p.Merge.CountName, cols[0].Format))
+		a.Sink.Write(countRowDescription(p.Merge.CountName, spec.Exists, cols[0].Format))
 	case spec.Outer == nil:
 		a.Sink.Write(mergedRowDescription(first.desc, cols, spec))
 	}
@@ -460,19 +460,37 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 }
 
 // countRowDescription is the RowDescription of SELECT count(*) [AS name]
-// FROM (subquery) s: one bigint column, not of a table, in format (the
-// client's one result format, which the shards used for every column of
-// the subquery).
-func countRowDescription(name string, format int16) []byte {
+// FROM (subquery) s — one bigint column, not of a table — or of SELECT
+// EXISTS (subquery), a boolean one; in format, the client's one result
+// format, which the shards used for every column of the subquery.
+func countRowDescription(name string, exists bool, format int16) []byte {
 	out := []byte{'T', 0, 0, 0, 0, 0, 1}
 	out = append(append(out, name...), 0)
 	out = wire.AppendInt32(out, 0) // table OID
 	out = wire.AppendInt16(out, 0) // attribute number
-	out = wire.AppendInt32(out, oidInt8)
-	out = wire.AppendInt16(out, 8)
+	if exists {
+		out = wire.AppendInt32(out, oidBool)
+		out = wire.AppendInt16(out, 1)
+	} else {
+		out = wire.AppendInt32(out, oidInt8)
+		out = wire.AppendInt16(out, 8)
+	}
 	out = wire.AppendInt32(out, -1)
 	out = wire.AppendInt16(out, format)
 	return wire.FinishMessage(out, 0)
+}
+
+// existsValue is b as a boolean in format (0 text, 1 binary).
+func existsValue(b bool, format int16) []byte {
+	switch {
+	case format == 1 && b:
+		return []byte{1}
+	case format == 1:
+		return []byte{0}
+	case b:
+		return []byte("t")
+	}
+	return []byte("f")
 }
 
 // countValue is n as a bigint in format (0 text, 1 binary).

@@ -106,8 +106,8 @@ type Spec struct {
 	Eval OuterEval
 	// Count, for SELECT count(*) FROM (subquery) s (router.Merge's
 	// CountName), sends one row, the number of rows merged, instead of
-	// the rows.
-	Count bool
+	// the rows; Exists, for SELECT EXISTS (subquery), whether there is one.
+	Count, Exists bool
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -309,7 +309,11 @@ func (m *Merger) Run(sources []Rows) (int64, error) {
 		err = m.concat(sources)
 	}
 	if m.spec.Count && err == nil {
-		m.buf = appendDataRow(m.buf, [][]byte{countValue(m.sent, m.cols[0].Format)}, 1)
+		v := countValue(m.sent, m.cols[0].Format)
+		if m.spec.Exists {
+			v = existsValue(m.sent > 0, m.cols[0].Format)
+		}
+		m.buf = appendDataRow(m.buf, [][]byte{v}, 1)
 		m.sent = 1
 	}
 	if len(m.buf) > 0 {
@@ -335,7 +339,7 @@ func (m *Merger) emit(cols [][]byte) (bool, error) {
 	}
 	m.sent++
 	if m.spec.Count {
-		return m.spec.Limit < 0 || m.sent < m.spec.Limit, nil
+		return !m.spec.Exists && (m.spec.Limit < 0 || m.sent < m.spec.Limit), nil
 	}
 	m.buf = appendDataRow(m.buf, cols, m.visible)
 	if len(m.buf) > 32<<10 {

@@ -56,6 +56,10 @@ var crossShardScripts = []diffScript{
 		"SELECT count(*) FROM (SELECT id % 2, count(*) FROM accounts GROUP BY 1 HAVING count(*) > 3) s",
 		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id < 0) s",
 		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id = 3) s",
+		"SELECT EXISTS (SELECT 1 FROM accounts WHERE email = 'a7') AS anon_1",
+		"SELECT EXISTS (SELECT * FROM accounts WHERE email = 'nobody')",
+		"SELECT EXISTS (SELECT id FROM accounts ORDER BY email DESC LIMIT 1 OFFSET 7)",
+		"SELECT EXISTS (SELECT id FROM accounts ORDER BY email DESC LIMIT 1 OFFSET 8)",
 	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,

@@ -82,8 +82,10 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 	case n.GetSelectStmt() != nil:
 		sel := n.GetSelectStmt()
 		a.rowScope = true // its rows are the shards' rows together
-		name, counted := countOver(sel)
-		a.countSub = counted
+		counted := countOver(sel)
+		if counted != nil {
+			a.countSub = counted.sub
+		}
 		sc := a.query(sel, "")
 		a.group()
 		p.write = len(sel.LockingClause) > 0 || callsWriteFunction(sel)
@@ -92,7 +94,7 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 			p.write, p.ddl = true, true
 			a.materialize("SELECT INTO")
 		case len(a.groups) > 0 && counted != nil:
-			p.merge, p.mergeErr = buildCountMerge(counted.Subquery, name, version, a.topKey(a.countScope, counted.Subquery.GetSelectStmt()))
+			p.merge, p.mergeErr = buildCountMerge(counted, version, a.topKey(a.countScope, counted.sub.GetSelectStmt()))
 		case len(a.groups) > 0:
 			p.merge, p.mergeErr = buildMerge(sel, version, a.topKey(sc, sel))
 		}

@@ -16,21 +16,55 @@ import (
 // the client, and counts them as they stream by: the answer is exact and
 // no row is held.
 
-// countOver recognizes SELECT count(*) [AS name] FROM (subquery) s with
-// nothing else around the subquery, and returns the column's name and the
-// subquery's FROM item.
-func countOver(sel *pg_query.SelectStmt) (string, *pg_query.RangeSubselect) {
+// SELECT EXISTS (subquery) [AS name], with no FROM, is the same with one
+// boolean: whether the merged subquery yields a row (SQLAlchemy's
+// exists()).
+
+// counted is the subquery of SELECT count(*) FROM (subquery) s or SELECT
+// EXISTS (subquery), and the answer's column name.
+type counted struct {
+	sub    *pg_query.Node // the subquery's SELECT
+	name   string
+	exists bool
+}
+
+// countOver recognizes SELECT count(*) [AS name] FROM (subquery) s and
+// SELECT EXISTS (subquery) [AS name] with nothing else around the
+// subquery; nil when sel is neither.
+func countOver(sel *pg_query.SelectStmt) *counted {
 	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED ||
-		sel.WithClause != nil || len(sel.TargetList) != 1 || len(sel.FromClause) != 1 ||
+		sel.WithClause != nil || len(sel.TargetList) != 1 ||
 		sel.WhereClause != nil || len(sel.GroupClause) > 0 || sel.HavingClause != nil || len(sel.WindowClause) > 0 ||
 		len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.DistinctClause) > 0 ||
-		len(sel.LockingClause) > 0 || sel.IntoClause != nil {
-		return "", nil
+		len(sel.LockingClause) > 0 || sel.IntoClause != nil || len(sel.ValuesLists) > 0 {
+		return nil
 	}
 	rt := sel.TargetList[0].GetResTarget()
 	if rt == nil {
-		return "", nil
+		return nil
 	}
+	if sl := rt.Val.GetSubLink(); sl != nil && len(sel.FromClause) == 0 {
+		if sl.SubLinkType != pg_query.SubLinkType_EXISTS_SUBLINK || sl.Subselect.GetSelectStmt() == nil {
+			return nil
+		}
+		name := rt.Name
+		if name == "" {
+			name = "exists"
+		}
+		return &counted{sub: sl.Subselect, name: name, exists: true}
+	}
+	if len(sel.FromClause) != 1 {
+		return nil
+	}
+	name, rs := countFrom(sel, rt)
+	if rs == nil {
+		return nil
+	}
+	return &counted{sub: rs.Subquery, name: name}
+}
+
+// countFrom recognizes the count(*) FROM (subquery) s of countOver.
+func countFrom(sel *pg_query.SelectStmt, rt *pg_query.ResTarget) (string, *pg_query.RangeSubselect) {
 	fc := rt.Val.GetFuncCall()
 	if fc == nil || funcName(fc) != "count" || !fc.AggStar || fc.AggDistinct || fc.AggFilter != nil ||
 		len(fc.AggOrder) > 0 || fc.Over != nil || fc.AggWithinGroup {
@@ -47,9 +81,11 @@ func countOver(sel *pg_query.SelectStmt) (string, *pg_query.RangeSubselect) {
 	return name, rs
 }
 
-// buildCountMerge is the Merge of SELECT count(*) FROM (subquery) s: the
-// subquery's own merge, its SQL sent to the shards, counted.
-func buildCountMerge(sub *pg_query.Node, name string, version int32, isKey func(*pg_query.Node) bool) (*Merge, error) {
+// buildCountMerge is the Merge of SELECT count(*) FROM (subquery) s or
+// SELECT EXISTS (subquery): the subquery's own merge, its SQL sent to the
+// shards, counted.
+func buildCountMerge(c *counted, version int32, isKey func(*pg_query.Node) bool) (*Merge, error) {
+	sub := c.sub
 	m, err := buildMerge(sub.GetSelectStmt(), version, isKey)
 	if err != nil {
 		return nil, err
@@ -67,6 +103,6 @@ func buildCountMerge(sub *pg_query.Node, name string, version int32, isKey func(
 			return nil, err
 		}
 	}
-	m.CountName = name
+	m.CountName, m.Exists = c.name, c.exists
 	return m, nil
 }

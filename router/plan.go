@@ -203,6 +203,10 @@ type Merge struct {
 	// its rows as for the subquery alone, and the client gets one row, the
 	// number of rows merged, as a bigint column of that name.
 	CountName string
+	// Exists, with CountName, makes it the client's SELECT EXISTS
+	// (subquery) [AS name]: one boolean row, whether the merge yields a
+	// row (it stops at the first).
+	Exists bool
 	// Probe, when set, is the only field: the statement names a table
 	// the router cannot place, and runs on every shard as written only so
 	// that the shards' error (42P01 for a table that does not exist) is

@@ -108,7 +108,7 @@ type analyzer struct {
 	rowCTEs           map[string]bool
 	// countSub is the subquery of SELECT count(*) FROM (subquery) s
 	// (countOver), and countScope its scope.
-	countSub   *pg_query.RangeSubselect
+	countSub   *pg_query.Node
 	countScope *scope
 	rowSubs    map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
@@ -387,6 +387,12 @@ func (a *analyzer) exprs(nested string, ns ...*pg_query.Node) {
 	}
 	for _, n := range ns {
 		walkExpr(n, nil, func(sl *pg_query.SubLink) {
+			if sl.Subselect == a.countSub {
+				// SELECT EXISTS (subquery): merged on its own (count.go).
+				a.rowScope, a.fromSub = true, true
+				a.countScope = a.stmt(sl.Subselect, "")
+				return
+			}
 			if sc := a.stmt(sl.Subselect, why); sc != nil {
 				if a.subs == nil {
 					a.subs = map[*pg_query.SubLink]*scope{}
@@ -440,7 +446,7 @@ func (a *analyzer) from(sc *scope, n *pg_query.Node, nullable bool) []entry {
 		}
 	case n.GetRangeSubselect() != nil:
 		rs := n.GetRangeSubselect()
-		if rs == a.countSub {
+		if rs.Subquery == a.countSub {
 			// Merged on its own, its rows counted (buildCountMerge).
 			a.rowScope, a.fromSub = true, true
 			a.countScope = a.stmt(rs.Subquery, "")
