@@ -61,6 +61,12 @@ var crossShardScripts = []diffScript{
 		"SELECT EXISTS (SELECT id FROM accounts ORDER BY email DESC LIMIT 1 OFFSET 7)",
 		"SELECT EXISTS (SELECT id FROM accounts ORDER BY email DESC LIMIT 1 OFFSET 8)",
 	}},
+	{name: "UNION ALL over both shards", stmts: []string{
+		"SELECT email FROM accounts WHERE id = 1 UNION ALL SELECT email FROM accounts WHERE id = 2 UNION ALL SELECT email FROM accounts WHERE id = 7",
+		"SELECT id, 'low' AS k FROM accounts WHERE id = 6 UNION ALL SELECT id, 'high' FROM accounts WHERE id = 3",
+		"SELECT count(*) FROM (SELECT id FROM accounts WHERE id < 4 UNION ALL SELECT id FROM accounts WHERE id > 5) s",
+		"SELECT id FROM accounts WHERE id = 8 UNION ALL SELECT id FROM accounts WHERE id = 8",
+	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,
 	}, stmts: []string{

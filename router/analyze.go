@@ -95,6 +95,8 @@ func (r *Router) analyzeStmt(n *pg_query.Node, path bool, version int32) (*part,
 			a.materialize("SELECT INTO")
 		case len(a.groups) > 0 && counted != nil:
 			p.merge, p.mergeErr = buildCountMerge(counted, version, a.topKey(a.countScope, counted.sub.GetSelectStmt()))
+		case len(a.groups) > 0 && a.branches > 0:
+			p.merge, p.mergeErr = unionMerge(sel, version)
 		case len(a.groups) > 0:
 			p.merge, p.mergeErr = buildMerge(sel, version, a.topKey(sc, sel))
 		}
@@ -316,9 +318,22 @@ func (a *analyzer) finishPart(p *part) error {
 	if p.oneShard == nil && a.outerJoin != nil && len(a.groups) > 0 {
 		p.oneShard = a.outerJoin
 	}
-	if p.oneShard == nil && len(a.groups) > 1 {
-		p.oneShard = unsupported(hintJoin, "sharded tables %s and %s are not joined on their sharding keys, so their rows cannot be joined across shards",
-			a.groups[0].tables[0], a.groups[1].tables[0])
+	if p.oneShard == nil && a.unionErr != nil && len(a.groups) > 0 {
+		p.oneShard = a.unionErr
+	}
+	// Sharded tables must be co-located — within each query of a
+	// top-level UNION ALL, whose queries' rows only add up.
+	for i, g := range a.groups {
+		if p.oneShard != nil {
+			break
+		}
+		for _, h := range a.groups[i+1:] {
+			if g.branch() == h.branch() {
+				p.oneShard = unsupported(hintJoin, "sharded tables %s and %s are not joined on their sharding keys, so their rows cannot be joined across shards",
+					g.tables[0], h.tables[0])
+				break
+			}
+		}
 	}
 	if p.kind == 0 && len(a.groups) == 0 && p.insert == nil && p.copyKey == nil && p.insertSelect == nil {
 		switch {

@@ -2,6 +2,7 @@ package router
 
 import (
 	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
 )
 
 // SELECT count(*) FROM (subquery) s.
@@ -79,6 +80,24 @@ func countFrom(sel *pg_query.SelectStmt, rt *pg_query.ResTarget) (string, *pg_qu
 		name = "count" // as PostgreSQL names the column
 	}
 	return name, rs
+}
+
+// unionMerge is the Merge of a top-level UNION ALL (scope.go: unionAll)
+// across shards: PostgreSQL answers the rows of its first query, then the
+// second's, and so on (its Append runs them in turn), and so does each
+// shard. Each query gets a hidden last column with its number, which
+// the shards' streams are merged by: the client sees each query's rows
+// after the one before, as from one server.
+func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	tagged := proto.Clone(sel).(*pg_query.SelectStmt)
+	for k, leaf := range unionLeaves(tagged, nil) {
+		leaf.TargetList = append(leaf.TargetList, pg_query.MakeResTargetNodeWithVal(pg_query.MakeAConstIntNode(int64(k+1), -1), -1))
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: tagged}})
+	if err != nil {
+		return nil, err
+	}
+	return &Merge{OrderBy: []SortKey{{Column: -1}}, HiddenColumns: 1, Rewritten: sql}, nil
 }
 
 // buildCountMerge is the Merge of SELECT count(*) FROM (subquery) s or

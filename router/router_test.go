@@ -196,6 +196,18 @@ func TestRouteWhere(t *testing.T) {
 		{name: "CTE with aggregates", sql: "WITH a AS (SELECT count(*) AS n FROM accounts) SELECT * FROM a", code: wire.FeatureNotSupported, msg: "WITH query over sharded table accounts"},
 		{name: "CTE of omni rows NULL-extending sharded", sql: "WITH c AS (SELECT * FROM countries) SELECT * FROM c LEFT JOIN accounts a ON a.country = c.code", code: wire.FeatureNotSupported, msg: "repeat them once per shard"},
 		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		// UNION ALL of queries that each filter per row: the shards' rows
+		// of each add up.
+		{name: "UNION ALL across shards", sql: "SELECT id FROM accounts WHERE balance > 0 UNION ALL SELECT account_id FROM orders", kind: All, shards: all},
+		{name: "UNION ALL of keyed queries", sql: "SELECT id FROM accounts WHERE id = 3 UNION ALL SELECT id FROM accounts WHERE id = 2", kind: Multi, shards: shards(s2, s3)},
+		{name: "UNION ALL of three", sql: "SELECT id FROM accounts UNION ALL SELECT account_id FROM orders UNION ALL SELECT id FROM accounts WHERE id = 3", kind: All, shards: all},
+		{name: "UNION ALL of a co-located join", sql: "SELECT a.id FROM accounts a JOIN orders o ON o.account_id = a.id UNION ALL SELECT id FROM accounts", kind: All, shards: all},
+		{name: "UNION ALL of a join off the keys", sql: "SELECT a.id FROM accounts a JOIN orders o ON o.id = a.id UNION ALL SELECT id FROM accounts", code: wire.FeatureNotSupported, msg: "not joined on their sharding keys"},
+		{name: "UNION ALL with a constant query", sql: "SELECT id FROM accounts UNION ALL SELECT 1000", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		{name: "UNION ALL with an omni query", sql: "SELECT country FROM accounts UNION ALL SELECT code FROM countries", code: wire.FeatureNotSupported, msg: "reads no sharded table"},
+		{name: "UNION ALL with an omni query on one shard", sql: "SELECT country FROM accounts WHERE id = 3 UNION ALL SELECT code FROM countries", kind: Direct, shards: shards(s3)},
+		{name: "UNION ALL with ORDER BY", sql: "SELECT id FROM accounts UNION ALL SELECT account_id FROM orders ORDER BY 1", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		{name: "UNION ALL of grouped queries", sql: "SELECT count(*) FROM accounts UNION ALL SELECT count(*) FROM orders", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
 		{name: "UNION on one shard", sql: "SELECT id FROM accounts WHERE id = 3 UNION ALL SELECT account_id FROM orders WHERE account_id = 3", kind: Direct, shards: shards(s3)},
 	})
 }

@@ -62,6 +62,9 @@ type scope struct {
 	// fromSub: a row scope that is a subquery in FROM; its WHERE narrows
 	// the rows the enclosing query reads (see group).
 	fromSub bool
+	// branch numbers the queries of a top-level UNION ALL (unionAll), from
+	// 1, in the scopes of each and below; 0 elsewhere.
+	branch int
 }
 
 // group is a set of co-located table instances: their sharding keys are
@@ -110,7 +113,12 @@ type analyzer struct {
 	// (countOver), and countScope its scope.
 	countSub   *pg_query.Node
 	countScope *scope
-	rowSubs    map[*pg_query.RangeSubselect]bool
+	// branches counts the queries of a top-level UNION ALL (scope.branch);
+	// unionErr refuses one of them that reads no sharded table when the
+	// statement needs several shards.
+	branches, leaf int // leaf: the branch of the next scope entered
+	unionErr       error
+	rowSubs        map[*pg_query.RangeSubselect]bool
 	// byRV finds the instance of a table reference.
 	byRV map[*pg_query.RangeVar]*instance
 	// outerJoin is the refusal of an outer join that would repeat
@@ -210,6 +218,34 @@ func rowSource(sel *pg_query.SelectStmt) bool {
 		}
 	}
 	return perRow
+}
+
+// unionAll reports whether sel is a UNION ALL (of UNION ALLs) of queries
+// that are each a rowSource, with no ORDER BY, LIMIT, OFFSET or locking
+// of the whole: its rows are then the union of each shard's.
+func unionAll(sel *pg_query.SelectStmt) bool {
+	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_UNION || !sel.All || len(sel.SortClause) > 0 ||
+		sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.LockingClause) > 0 || sel.WithClause != nil {
+		return false
+	}
+	for _, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
+		if side.Op == pg_query.SetOperation_SETOP_NONE || side.Op == pg_query.SetOperation_SET_OPERATION_UNDEFINED {
+			if !rowSource(side) || side.WithClause != nil || len(side.SortClause) > 0 {
+				return false
+			}
+		} else if !unionAll(side) {
+			return false
+		}
+	}
+	return true
+}
+
+// unionLeaves appends the queries of a unionAll to out, in order.
+func unionLeaves(sel *pg_query.SelectStmt, out []*pg_query.SelectStmt) []*pg_query.SelectStmt {
+	if sel.Op == pg_query.SetOperation_SETOP_NONE || sel.Op == pg_query.SetOperation_SET_OPERATION_UNDEFINED {
+		return append(out, sel)
+	}
+	return unionLeaves(sel.Rarg, unionLeaves(sel.Larg, out))
 }
 
 // readOnceInFrom reports whether the statement sel belongs to names the
@@ -313,7 +349,10 @@ func (a *analyzer) stmt(n *pg_query.Node, nested string) *scope {
 func (a *analyzer) enter(nested string) *scope {
 	sc := &scope{parent: a.cur, depth: 1, nested: nested}
 	if a.cur != nil {
-		sc.depth = a.cur.depth + 1
+		sc.depth, sc.branch = a.cur.depth+1, a.cur.branch
+	}
+	if a.leaf > 0 { // a query of a top-level UNION ALL
+		sc.branch, a.leaf = a.leaf, 0
 	}
 	a.cur = sc
 	return sc
@@ -336,6 +375,19 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		rowSel = sel
 	}
 	a.with(sel.WithClause, rowSel)
+	if rows && nested == "" && unionAll(sel) {
+		// Each query of it counts as the statement's own: each shard
+		// computes its rows of each, and the shards' answers together
+		// are the whole (branch keeps their tables apart in finishPart).
+		for _, leaf := range unionLeaves(sel, nil) {
+			a.branches++
+			a.rowScope, a.leaf = true, a.branches
+			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil {
+				a.unionErr = unsupported(hintOneShard, "a query of UNION ALL that reads no sharded table would answer its rows once per shard")
+			}
+		}
+		return nil
+	}
 	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED {
 		why := map[pg_query.SetOperation]string{
 			pg_query.SetOperation_SETOP_UNION:     "UNION",
@@ -688,6 +740,15 @@ func (a *analyzer) group() {
 		}
 		g.cond = and(cs...)
 	}
+}
+
+// branch is the query of a top-level UNION ALL the group's tables are in
+// (scope.branch), 0 for none.
+func (g *group) branch() int {
+	if g.sc == nil {
+		return 0
+	}
+	return g.sc.branch
 }
 
 // union puts two instances in one co-location group when their rules place
