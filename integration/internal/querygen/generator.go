@@ -99,15 +99,23 @@ func (b *builder) refusable(reason string) {
 func (b *builder) query() Case {
 	from := b.from()
 	var sql string
+	grouped := false
 	switch n := b.rng.IntN(100); {
 	case n < 35:
 		sql = b.plain(from)
 	case n < 80:
-		sql = b.grouped(from)
+		sql, grouped = b.grouped(from), true
 	case n < 90:
 		sql = b.distinct(from)
 	default:
 		sql = b.distinctOn(from)
+	}
+	if !grouped && b.rng.IntN(100) < 12 {
+		// How ORMs count a query's rows: the proxy merges the query on
+		// its own and counts its rows (router/count.go). (Not grouped
+		// ones: over expressions over aggregates it refuses.)
+		sql = "SELECT count(*) AS n FROM (" + sql + ") counted"
+		b.ordered, b.sortsText = true, false
 	}
 	c := Case{Ordered: b.ordered, SortsText: b.sortsText, MayRefuse: b.mayRefuse}
 	c.SQL, c.ParamSQL, c.Params = b.render(sql)
