@@ -89,6 +89,9 @@ func (b *mergeBuilder) taggedGroups() error {
 		}
 		t.setOf = append(t.setOf, t.set(cols))
 	}
+	if err := t.checkCollations(b); err != nil {
+		return err
+	}
 	if len(t.sets) > maxTagSets || len(t.args) > maxGroupingArgs {
 		e := unsupported(hintOneShard, "DISTINCT aggregates of more than %d different values (or FILTERs) are not supported across shards", maxTagSets)
 		e.Detail = fmt.Sprintf("The query has %d; each costs every shard one more grouping of all its rows.", len(t.sets))
@@ -179,6 +182,62 @@ func (t *tagBuilder) set(cols []*pg_query.Node) int {
 	}
 	t.sets = append(t.sets, cols)
 	return len(t.sets) - 1
+}
+
+// checkCollations refuses DISTINCT values (or a value and a GROUP BY
+// expression) that are one expression under different collations (note
+// and note COLLATE "C"): PostgreSQL then sorts the grouping sets' rows by
+// the one in place of the other (its sort key of the second is the first
+// without its COLLATE), so that a shard's rows of one set do not come in
+// the order the merge needs, and equal values of two shards would be
+// counted twice.
+func (t *tagBuilder) checkCollations(b *mergeBuilder) error {
+	exprs := slices.Clone(t.args)
+	for _, g := range b.groupExprs {
+		exprs = append(exprs, g.expr)
+	}
+	for i, x := range exprs {
+		for _, y := range exprs[i+1:] {
+			if !sameExpr(x, y) && sameExpr(withoutCollate(x), withoutCollate(y)) {
+				return rejectf("DISTINCT aggregates of one expression under different collations")
+			}
+		}
+	}
+	return nil
+}
+
+// withoutCollate returns a copy of n without its COLLATE clauses.
+func withoutCollate(n *pg_query.Node) *pg_query.Node {
+	c := proto.Clone(n).(*pg_query.Node)
+	for {
+		cc := c.GetCollateClause()
+		if cc == nil {
+			break
+		}
+		c = cc.Arg
+	}
+	walk(c, func(k *pg_query.Node) bool {
+		switch v := k.Node.(type) {
+		case *pg_query.Node_AExpr:
+			v.AExpr.Lexpr, v.AExpr.Rexpr = stripCollate(v.AExpr.Lexpr), stripCollate(v.AExpr.Rexpr)
+		case *pg_query.Node_FuncCall:
+			for i, a := range v.FuncCall.Args {
+				v.FuncCall.Args[i] = stripCollate(a)
+			}
+		case *pg_query.Node_TypeCast:
+			v.TypeCast.Arg = stripCollate(v.TypeCast.Arg)
+		}
+		return true
+	})
+	return c
+}
+
+// stripCollate returns n's argument when n is a COLLATE clause, else n.
+func stripCollate(n *pg_query.Node) *pg_query.Node {
+	for n != nil && n.GetCollateClause() != nil {
+		n = n.GetCollateClause().Arg
+	}
+	return n
 }
 
 // isGroupExpr reports whether n is written like a GROUP BY expression,
@@ -396,7 +455,8 @@ func catalogCall(name string, arg *pg_query.Node) *pg_query.Node {
 	}}}
 }
 
-// presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL).
+// presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL),
+// written pg_catalog.num_nonnulls(v) = 1.
 // A row value is never NULL (count counts ROW(NULL, NULL); IS NOT NULL
 // tests its fields): it has no FILTER, or its own aggregate's.
 func presentOne(v *pg_query.Node) *pg_query.Node {
@@ -411,8 +471,10 @@ func presentOne(v *pg_query.Node) *pg_query.Node {
 		}
 		return n
 	}
-	n.GetFuncCall().AggFilter = &pg_query.Node{Node: &pg_query.Node_NullTest{NullTest: &pg_query.NullTest{
-		Arg: proto.Clone(v).(*pg_query.Node), Nulltesttype: pg_query.NullTestType_IS_NOT_NULL,
-	}}}
+	// pg_catalog.num_nonnulls(v) = 1 rather than v IS NOT NULL, which
+	// the deparser writes without parentheses: NOT x IS NOT NULL would be
+	// NOT (x IS NOT NULL).
+	n.GetFuncCall().AggFilter = pg_query.MakeAExprNode(pg_query.A_Expr_Kind_AEXPR_OP, []*pg_query.Node{pg_query.MakeStrNode("=")},
+		catalogCall("num_nonnulls", v), pg_query.MakeAConstIntNode(1, -1), -1)
 	return n
 }

@@ -2,6 +2,7 @@ package querygen
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -168,6 +169,9 @@ func (b *builder) distinctAggregateOf(filter string, fresh bool) expr {
 		filter = b.distinctFilter
 	}
 	b.compares(*arg)
+	if !slices.Contains(b.distinctArgs, arg.sql) {
+		b.distinctArgs = append(b.distinctArgs, arg.sql)
+	}
 	if arg.summable() && !arg.variant && b.rng.IntN(2) == 0 {
 		return expr{sql: pick(b, "sum", "avg") + "(DISTINCT " + arg.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
 	}

@@ -57,6 +57,8 @@ type builder struct {
 	// FILTER clause.
 	distinctArg    *expr
 	distinctFilter string
+	// distinctArgs are the different DISTINCT values of the query.
+	distinctArgs []string
 	mayRefuse      string
 	ordered        bool
 	// params are the constants of the query that ParamSQL binds.
@@ -278,7 +280,35 @@ func (b *builder) groupedItems(keys []item) []item {
 		items = b.outputs(1, b.aggregate)
 	}
 	b.refusableAggregates(items)
+	b.collationTwins(keys)
 	return items
+}
+
+// collationTwins marks a query refusable whose DISTINCT values, two or
+// more, include one expression under two collations, or under another
+// collation than a grouping key's (x and (x COLLATE "C")): PostgreSQL
+// sorts such grouping sets' rows by the one in place of the other, so the
+// proxy refuses them (router/multidistinct.go, checkCollations).
+func (b *builder) collationTwins(keys []item) {
+	if len(b.distinctArgs) < 2 {
+		return
+	}
+	norm := func(s string) string {
+		s = strings.ReplaceAll(s, ` COLLATE "C"`, "")
+		return strings.NewReplacer("(", "", ")", "").Replace(s)
+	}
+	all := slices.Clone(b.distinctArgs)
+	for _, k := range keys {
+		all = append(all, k.e.sql)
+	}
+	for i, x := range all {
+		for _, y := range all[i+1:] {
+			if x != y && norm(x) == norm(y) {
+				b.refusable("one expression under two collations in DISTINCT aggregates")
+				return
+			}
+		}
+	}
 }
 
 // severalDistinct adds, to some grouped queries, DISTINCT aggregates of
