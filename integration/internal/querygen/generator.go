@@ -59,8 +59,8 @@ type builder struct {
 	distinctFilter string
 	// distinctArgs are the different DISTINCT values of the query.
 	distinctArgs []string
-	mayRefuse      string
-	ordered        bool
+	mayRefuse    string
+	ordered      bool
 	// params are the constants of the query that ParamSQL binds.
 	params []param
 	// groupKeys are the grouping keys of a grouped query, which
