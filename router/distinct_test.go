@@ -172,3 +172,22 @@ func TestMultiDistinctCollations(t *testing.T) {
 		t.Errorf("rewritten: %s", plan.Merge.Rewritten)
 	}
 }
+
+// TestRewriteKeepsNotUnderTests: a statement the router rewrites keeps
+// (NOT x) IS NULL as PostgreSQL reads it; pg_query's deparser writes it
+// NOT x IS NULL, which reads NOT (x IS NULL) (nodes.go, guardTests).
+func TestRewriteKeepsNotUnderTests(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for _, sql := range []string{
+		"SELECT avg(balance) FROM accounts WHERE (NOT (balance > 5)) IS NULL",
+		"SELECT avg(balance) FROM accounts WHERE (NOT (balance > 5)) IS NOT TRUE",
+	} {
+		plan, err := route(r, sql, nil, nil, Hints{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan.Merge.Rewritten, "CASE WHEN true THEN NOT balance > 5 END IS ") {
+			t.Errorf("%s: rewritten as %s", sql, plan.Merge.Rewritten)
+		}
+	}
+}

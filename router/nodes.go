@@ -249,5 +249,51 @@ func relName(rv *pg_query.RangeVar) string {
 
 // deparse turns one statement back into SQL.
 func deparse(version int32, stmt *pg_query.Node) (string, error) {
-	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: stmt}}})
+	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: guardTests(stmt)}}})
+}
+
+// guardTests returns stmt, or a copy of it in which the argument of every
+// IS [NOT] NULL and IS [NOT] TRUE/FALSE/UNKNOWN that is a NOT is wrapped
+// in CASE WHEN true THEN … END: pg_query's deparser writes (NOT a) IS
+// NULL as NOT a IS NULL, which PostgreSQL reads as NOT (a IS NULL).
+func guardTests(stmt *pg_query.Node) *pg_query.Node {
+	isNot := func(n *pg_query.Node) bool {
+		b := n.GetBoolExpr()
+		return b != nil && b.Boolop == pg_query.BoolExprType_NOT_EXPR
+	}
+	found := false
+	walk(stmt, func(n *pg_query.Node) bool {
+		if nt := n.GetNullTest(); nt != nil && isNot(nt.Arg) {
+			found = true
+		}
+		if bt := n.GetBooleanTest(); bt != nil && isNot(bt.Arg) {
+			found = true
+		}
+		return !found
+	})
+	if !found {
+		return stmt
+	}
+	guard := func(arg *pg_query.Node) *pg_query.Node {
+		if !isNot(arg) {
+			return arg
+		}
+		return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
+			Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: &pg_query.CaseWhen{
+				Expr:   &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}},
+				Result: arg,
+			}}}},
+		}}}
+	}
+	c := proto.Clone(stmt).(*pg_query.Node)
+	walk(c, func(n *pg_query.Node) bool {
+		if nt := n.GetNullTest(); nt != nil {
+			nt.Arg = guard(nt.Arg)
+		}
+		if bt := n.GetBooleanTest(); bt != nil {
+			bt.Arg = guard(bt.Arg)
+		}
+		return true
+	})
+	return c
 }
