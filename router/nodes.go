@@ -252,22 +252,38 @@ func deparse(version int32, stmt *pg_query.Node) (string, error) {
 	return pg_query.Deparse(&pg_query.ParseResult{Version: version, Stmts: []*pg_query.RawStmt{{Stmt: guardTests(stmt)}}})
 }
 
-// guardTests returns stmt, or a copy of it in which the argument of every
-// IS [NOT] NULL and IS [NOT] TRUE/FALSE/UNKNOWN that is a NOT is wrapped
-// in CASE WHEN true THEN … END: pg_query's deparser writes (NOT a) IS
-// NULL as NOT a IS NULL, which PostgreSQL reads as NOT (a IS NULL).
+// guardTests returns stmt, or a copy of it in which the operands that
+// pg_query's deparser writes without the parentheses they need are
+// wrapped in CASE WHEN true THEN … END, which reads alike everywhere: the
+// argument of IS [NOT] NULL or IS [NOT] TRUE/FALSE/UNKNOWN that is a NOT,
+// AND, OR or IS [NOT] DISTINCT FROM ((NOT a) IS NULL came out as NOT a IS
+// NULL, which PostgreSQL reads as NOT (a IS NULL); (a OR b) IS NULL as a
+// OR (b IS NULL)), and a bound of BETWEEN that is an AND or OR.
 func guardTests(stmt *pg_query.Node) *pg_query.Node {
-	isNot := func(n *pg_query.Node) bool {
-		b := n.GetBoolExpr()
-		return b != nil && b.Boolop == pg_query.BoolExprType_NOT_EXPR
+	loose := func(n *pg_query.Node) bool {
+		if n.GetBoolExpr() != nil {
+			return true
+		}
+		e := n.GetAExpr()
+		return e != nil && (e.Kind == pg_query.A_Expr_Kind_AEXPR_DISTINCT || e.Kind == pg_query.A_Expr_Kind_AEXPR_NOT_DISTINCT)
+	}
+	between := func(e *pg_query.A_Expr) []*pg_query.Node {
+		switch e.Kind {
+		case pg_query.A_Expr_Kind_AEXPR_BETWEEN, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN,
+			pg_query.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+			return e.Rexpr.GetList().GetItems()
+		}
+		return nil
 	}
 	found := false
 	walk(stmt, func(n *pg_query.Node) bool {
-		if nt := n.GetNullTest(); nt != nil && isNot(nt.Arg) {
+		switch {
+		case n.GetNullTest() != nil && loose(n.GetNullTest().Arg), n.GetBooleanTest() != nil && loose(n.GetBooleanTest().Arg):
 			found = true
-		}
-		if bt := n.GetBooleanTest(); bt != nil && isNot(bt.Arg) {
-			found = true
+		case n.GetAExpr() != nil:
+			for _, b := range between(n.GetAExpr()) {
+				found = found || b.GetBoolExpr() != nil
+			}
 		}
 		return !found
 	})
@@ -275,9 +291,6 @@ func guardTests(stmt *pg_query.Node) *pg_query.Node {
 		return stmt
 	}
 	guard := func(arg *pg_query.Node) *pg_query.Node {
-		if !isNot(arg) {
-			return arg
-		}
 		return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
 			Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: &pg_query.CaseWhen{
 				Expr:   &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}},
@@ -287,11 +300,19 @@ func guardTests(stmt *pg_query.Node) *pg_query.Node {
 	}
 	c := proto.Clone(stmt).(*pg_query.Node)
 	walk(c, func(n *pg_query.Node) bool {
-		if nt := n.GetNullTest(); nt != nil {
+		if nt := n.GetNullTest(); nt != nil && loose(nt.Arg) {
 			nt.Arg = guard(nt.Arg)
 		}
-		if bt := n.GetBooleanTest(); bt != nil {
+		if bt := n.GetBooleanTest(); bt != nil && loose(bt.Arg) {
 			bt.Arg = guard(bt.Arg)
+		}
+		if e := n.GetAExpr(); e != nil {
+			items := between(e)
+			for i, b := range items {
+				if b.GetBoolExpr() != nil {
+					items[i] = guard(b)
+				}
+			}
 		}
 		return true
 	})
