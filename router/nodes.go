@@ -254,67 +254,104 @@ func deparse(version int32, stmt *pg_query.Node) (string, error) {
 
 // guardTests returns stmt, or a copy of it in which the operands that
 // pg_query's deparser writes without the parentheses they need are
-// wrapped in CASE WHEN true THEN … END, which reads alike everywhere: the
-// argument of IS [NOT] NULL or IS [NOT] TRUE/FALSE/UNKNOWN that is a NOT,
-// AND, OR or IS [NOT] DISTINCT FROM ((NOT a) IS NULL came out as NOT a IS
-// NULL, which PostgreSQL reads as NOT (a IS NULL); (a OR b) IS NULL as a
-// OR (b IS NULL)), and a bound of BETWEEN that is an AND or OR.
+// wrapped in CASE WHEN true THEN … END, which reads alike everywhere and
+// keeps the operand's type and collation. The deparser wrote (NOT a) IS
+// NULL as NOT a IS NULL, which PostgreSQL reads as NOT (a IS NULL); (a OR
+// b) IS NULL as a OR (b IS NULL); (x IS NULL) IN (…) and (NOT b) LIKE c
+// likewise. Wrapped: an operand of an operator, IS [NOT] NULL, IS [NOT]
+// TRUE/FALSE/UNKNOWN or a cast that is itself an operator, test, AND, OR,
+// NOT or COLLATE, but not an ordinary binary operator under an ordinary
+// binary operator or a cast (which the deparser parenthesizes); the
+// operands of AND, OR and NOT come out right. (COLLATE of such an operand is
+// of a type without collations: PostgreSQL's error either way.)
+// TestDeparseRandomExpressions checks it.
 func guardTests(stmt *pg_query.Node) *pg_query.Node {
-	loose := func(n *pg_query.Node) bool {
-		if n.GetBoolExpr() != nil {
-			return true
-		}
-		e := n.GetAExpr()
-		return e != nil && (e.Kind == pg_query.A_Expr_Kind_AEXPR_DISTINCT || e.Kind == pg_query.A_Expr_Kind_AEXPR_NOT_DISTINCT)
-	}
-	between := func(e *pg_query.A_Expr) []*pg_query.Node {
-		switch e.Kind {
-		case pg_query.A_Expr_Kind_AEXPR_BETWEEN, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN,
-			pg_query.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg_query.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
-			return e.Rexpr.GetList().GetItems()
-		}
-		return nil
-	}
-	found := false
-	walk(stmt, func(n *pg_query.Node) bool {
-		switch {
-		case n.GetNullTest() != nil && loose(n.GetNullTest().Arg), n.GetBooleanTest() != nil && loose(n.GetBooleanTest().Arg):
-			found = true
-		case n.GetAExpr() != nil:
-			for _, b := range between(n.GetAExpr()) {
-				found = found || b.GetBoolExpr() != nil
-			}
-		}
-		return !found
-	})
-	if !found {
+	if !needsGuard(stmt, false) {
 		return stmt
 	}
-	guard := func(arg *pg_query.Node) *pg_query.Node {
-		return &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
-			Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: &pg_query.CaseWhen{
-				Expr:   &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}},
-				Result: arg,
-			}}}},
-		}}}
-	}
 	c := proto.Clone(stmt).(*pg_query.Node)
-	walk(c, func(n *pg_query.Node) bool {
-		if nt := n.GetNullTest(); nt != nil && loose(nt.Arg) {
-			nt.Arg = guard(nt.Arg)
-		}
-		if bt := n.GetBooleanTest(); bt != nil && loose(bt.Arg) {
-			bt.Arg = guard(bt.Arg)
-		}
-		if e := n.GetAExpr(); e != nil {
-			items := between(e)
-			for i, b := range items {
-				if b.GetBoolExpr() != nil {
-					items[i] = guard(b)
-				}
-			}
+	needsGuard(c, true)
+	return c
+}
+
+// plainOp reports whether n is an ordinary operator expression (a + b,
+// a = b, -a).
+func plainOp(n *pg_query.Node) bool {
+	e := n.GetAExpr()
+	return e != nil && e.Kind == pg_query.A_Expr_Kind_AEXPR_OP
+}
+
+// loose reports whether n is an expression the deparser may leave
+// unparenthesized where it is an operand.
+func loose(n *pg_query.Node) bool {
+	return n != nil && (n.GetAExpr() != nil || n.GetBoolExpr() != nil || n.GetNullTest() != nil ||
+		n.GetBooleanTest() != nil || n.GetCollateClause() != nil)
+}
+
+// needsGuard reports whether stmt has an operand guardTests wraps; with
+// fix, it wraps them (stmt must be a copy).
+func needsGuard(stmt *pg_query.Node, fix bool) bool {
+	named := map[*pg_query.Node]bool{} // select list items, whose names come from them
+	walk(stmt, func(n *pg_query.Node) bool {
+		if rt := n.GetResTarget(); rt != nil && rt.Val != nil {
+			named[rt.Val] = true
 		}
 		return true
 	})
-	return c
+	found := false
+	guard := func(arg **pg_query.Node, parentPlain bool) {
+		n := *arg
+		if !loose(n) || parentPlain && plainOp(n) {
+			return
+		}
+		found = true
+		if fix {
+			*arg = &pg_query.Node{Node: &pg_query.Node_CaseExpr{CaseExpr: &pg_query.CaseExpr{
+				Args: []*pg_query.Node{{Node: &pg_query.Node_CaseWhen{CaseWhen: &pg_query.CaseWhen{
+					Expr:   &pg_query.Node{Node: &pg_query.Node_AConst{AConst: &pg_query.A_Const{Val: &pg_query.A_Const_Boolval{Boolval: &pg_query.Boolean{Boolval: true}}}}},
+					Result: n,
+				}}}},
+			}}}
+		}
+	}
+	walk(stmt, func(n *pg_query.Node) bool {
+		switch v := n.Node.(type) {
+		case *pg_query.Node_AExpr:
+			e := v.AExpr
+			plain := e.Kind == pg_query.A_Expr_Kind_AEXPR_OP
+			if e.Lexpr != nil {
+				guard(&e.Lexpr, plain)
+			}
+			switch e.Kind {
+			case pg_query.A_Expr_Kind_AEXPR_IN, pg_query.A_Expr_Kind_AEXPR_OP_ANY, pg_query.A_Expr_Kind_AEXPR_OP_ALL:
+				// The list or array is written in parentheses.
+			default:
+				if l := e.Rexpr.GetList(); l != nil { // BETWEEN's bounds
+					for i := range l.Items {
+						guard(&l.Items[i], false)
+					}
+				} else if e.Rexpr != nil {
+					guard(&e.Rexpr, plain)
+				}
+			}
+		case *pg_query.Node_NullTest:
+			guard(&v.NullTest.Arg, false)
+		case *pg_query.Node_BooleanTest:
+			guard(&v.BooleanTest.Arg, false)
+		case *pg_query.Node_TypeCast:
+			// (a + b)::t comes out right. A select list item's cast is
+			// left alone: PostgreSQL names the column after the cast's
+			// argument ((x COLLATE "C")::text is x), and would name it
+			// case.
+			if v.TypeCast.Arg != nil && !named[n] {
+				guard(&v.TypeCast.Arg, true)
+			}
+		case *pg_query.Node_SubLink:
+			if v.SubLink.Testexpr != nil {
+				guard(&v.SubLink.Testexpr, false)
+			}
+		}
+		return fix || !found
+	})
+	return found
 }
