@@ -115,7 +115,7 @@ type applier struct {
 // newApplier connects to destination shard d, creates and binds the
 // replication origin of (s, d), and reads its progress.
 func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglogrepl.LSN) (*applier, error) {
-	conn, err := t.connectDest(ctx, d)
+	conn, err := t.connect(ctx, t.dst, d) // not connectDest: see setup
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,31 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 
 func (a *applier) setup(ctx context.Context) error {
 	name := a.t.originName(a.s, a.d)
-	if _, err := a.conn.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE pg_replication_origin_oid($1) IS NULL`, name); err != nil {
+	// The origin is created only while the task's bookkeeping on the
+	// shard says it runs, under a share lock on one of its rows, which
+	// the drop deletes before it drops the origins (dropDest): a runner
+	// that lost its lease, streaming again after another proxy finished
+	// and dropped the task, creates nothing that would be left behind.
+	tx, err := a.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	var alive bool
+	err = tx.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.steps') IS NOT NULL").Scan(&alive)
+	if err == nil && alive {
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps WHERE task = $1 FOR SHARE)`, a.t.Name).Scan(&alive)
+	}
+	if err == nil && !alive {
+		err = fmt.Errorf("task %s has no bookkeeping here: %w", a.t.Name, errFinishedElsewhere)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE pg_replication_origin_oid($1) IS NULL`, name)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
 	// The session of a cancelled Stream may still hold the origin for a

@@ -211,8 +211,9 @@ func (t *Managed) run(ctx context.Context) {
 	} else {
 		err = t.phases(ctx)
 	}
+	gone := false
 	if err != nil || ctx.Err() != nil {
-		t.tidyAfterOther(ctx)
+		gone = t.tidyAfterOther(ctx)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -224,7 +225,7 @@ func (t *Managed) run(ctx context.Context) {
 		// Manager.Close: the record stays "running", so that the next
 		// process resumes the task.
 		t.state = TaskStopped
-	case errors.Is(err, errFinishedElsewhere):
+	case errors.Is(err, errFinishedElsewhere), gone && err != nil:
 		t.state, t.phase, t.err = TaskDone, PhaseFinished, nil
 		t.Task.log.Warn("task finished by another proxy while this one ran it too (its lease was lost for a moment): stopping it here", "id", t.ID)
 	case err != nil && t.leaseLost(ctx):
@@ -325,29 +326,34 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 // before it learns that the record is gone). It does nothing while the
 // record asks for a runner: the other proxy's, or the next process's after
 // Manager.Close.
-func (t *Managed) tidyAfterOther(ctx context.Context) {
+//
+// It reports whether the record is gone: the task was finished (or
+// stopped) elsewhere, and its failure here is not to be recorded (which
+// would write a record again).
+func (t *Managed) tidyAfterOther(ctx context.Context) bool {
 	t.mu.Lock()
 	stopping := t.stopping // Stop drops the task itself
 	t.mu.Unlock()
 	if t.lease == nil || stopping {
-		return
+		return false
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	conn, err := t.Task.connect(cctx, t.Task.dst, 0)
 	if err != nil {
-		return
+		return false
 	}
 	gone := errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
 	conn.Close(cctx)
 	if !gone {
-		return
+		return false
 	}
 	for d := range t.Task.dst.Shards {
 		if err := t.Task.dropDest(cctx, d); err != nil {
 			t.Task.log.Warn("task finished by another proxy: could not drop what this runner left on a destination", "id", t.ID, "err", err)
 		}
 	}
+	return true
 }
 
 // leaseLost reports whether another session than this runner's holds the

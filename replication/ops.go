@@ -269,6 +269,27 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 	}
 	defer conn.Close(ctx)
 	dst := shardDesc("destination", t.dst, d)
+	// The task's rows go first, in one transaction: an applier creates its
+	// origin only while it holds a share lock on one of them (newApplier),
+	// so that once they are gone no runner creates an origin again, and
+	// the origins dropped next are all there will be.
+	var kept bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&kept); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if kept {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, table := range []string{"table_copies", "steps", "tasks"} {
+				if _, err := tx.Exec(ctx, "DELETE FROM shardgate_reshard."+table+" WHERE task = $1", t.Name); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", dst, err)
+		}
+	}
 	for s := range t.src.Shards {
 		name := t.originName(s, d)
 		var err error
@@ -283,22 +304,8 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 			return fmt.Errorf("%s: drop origin %s: %w", dst, name, err)
 		}
 	}
-	var kept bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&kept); err != nil {
-		return fmt.Errorf("%s: %w", dst, err)
-	}
 	if !kept {
 		return nil
-	}
-	_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.table_copies WHERE task = $1`, t.Name)
-	if err == nil {
-		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.steps WHERE task = $1`, t.Name)
-	}
-	if err == nil {
-		_, err = conn.Exec(ctx, `DELETE FROM shardgate_reshard.tasks WHERE task = $1`, t.Name)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", dst, err)
 	}
 	var left bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)

@@ -297,9 +297,19 @@ func (t *Task) stepDone(ctx context.Context, conn *pgx.Conn, step Step) (bool, e
 func (t *Task) Step(ctx context.Context) (Step, error) {
 	last := StepPostSchema
 	for d := range t.dst.Shards {
-		conn, err := t.connectDest(ctx, d)
+		// Not connectDest: a runner that lost its lease must not create
+		// the bookkeeping another proxy's drop removed.
+		conn, err := t.connect(ctx, t.dst, d)
 		if err != nil {
 			return StepNone, err
+		}
+		var kept bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.steps') IS NOT NULL").Scan(&kept); err != nil || !kept {
+			conn.Close(ctx)
+			if err != nil {
+				return StepNone, fmt.Errorf("%s: %w", shardDesc("destination", t.dst, d), err)
+			}
+			return StepNone, nil
 		}
 		s := StepNone
 		for _, step := range []Step{StepSchema, StepCopied, StepPostSchema} {

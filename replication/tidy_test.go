@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"testing"
 )
 
@@ -50,7 +51,9 @@ func TestTidyAfterOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	staleRestart()
-	m.tidyAfterOther(ctx)
+	if m.tidyAfterOther(ctx) {
+		t.Fatal("tidyAfterOther: the record asks for a runner, it says it is gone")
+	}
 	if s, o := leftovers(); s != 2 || o != 2 {
 		t.Fatalf("with the record kept: %d schemas, %d origins; want 2 and 2 (nothing dropped)", s, o)
 	}
@@ -63,8 +66,26 @@ func TestTidyAfterOther(t *testing.T) {
 	if s, o := leftovers(); s != 0 || o != 0 {
 		t.Fatalf("after Drop: %d schemas, %d origins left", s, o)
 	}
+	// A stale runner's applier and Step create nothing now: the origin
+	// only under a lock on the task's bookkeeping, which is gone.
+	if a, err := f.task.newApplier(ctx, 0, 1, nil); !errors.Is(err, errFinishedElsewhere) {
+		if a != nil {
+			a.conn.Close(context.Background())
+		}
+		t.Fatalf("applier after the drop: %v, want errFinishedElsewhere", err)
+	}
+	if step, err := f.task.Step(ctx); err != nil || step != StepNone {
+		t.Fatalf("Step after the drop: %v, %v; want StepNone", step, err)
+	}
+	if s, o := leftovers(); s != 0 || o != 0 {
+		t.Fatalf("after a stale applier and Step: %d schemas, %d origins; want none", s, o)
+	}
+	// What a runner re-created all the same (an older proxy) goes when it
+	// ends.
 	staleRestart()
-	m.tidyAfterOther(ctx)
+	if !m.tidyAfterOther(ctx) {
+		t.Fatal("tidyAfterOther: the record is gone, it says it is not")
+	}
 	if s, o := leftovers(); s != 0 || o != 0 {
 		t.Fatalf("after the stale runner ended: %d schemas, %d origins left; want none", s, o)
 	}
