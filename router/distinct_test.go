@@ -191,3 +191,23 @@ func TestRewriteKeepsNotUnderTests(t *testing.T) {
 		}
 	}
 }
+
+// TestOuterKeepsCollation: the Outer statement that evaluates a HAVING
+// term or an expression over aggregates compares a group key or min/max
+// written with COLLATE in that collation: its inputs otherwise have the
+// database's default, where 'a' < 'A'.
+func TestOuterKeepsCollation(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for _, sql := range []string{
+		`SELECT count(*) FROM accounts GROUP BY (name COLLATE "C") HAVING (name COLLATE "C") < 'A'`,
+		`SELECT sum(id) FROM accounts GROUP BY id, country HAVING min((name COLLATE "C")) > '10'`,
+	} {
+		plan, err := route(r, sql, nil, nil, Hints{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Merge.Outer == nil || !strings.Contains(plan.Merge.Outer.SQL, `COLLATE "C"`) {
+			t.Errorf("%s: outer statement %+v, want its input COLLATE C", sql, plan.Merge.Outer)
+		}
+	}
+}

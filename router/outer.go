@@ -77,7 +77,11 @@ func (b *mergeBuilder) outerize(n *pg_query.Node) (*pg_query.Node, error) {
 		var ok bool
 		if r, ok, err = b.outerInput(x); err != nil || ok {
 			if ok {
-				x.Node = b.outer.input(r).Node
+				in := b.outer.input(r)
+				if coll := keptCollation(x); coll != nil {
+					in = &pg_query.Node{Node: &pg_query.Node_CollateClause{CollateClause: &pg_query.CollateClause{Arg: in, Collname: coll}}}
+				}
+				x.Node = in.Node
 			}
 			return false
 		}
@@ -90,6 +94,31 @@ func (b *mergeBuilder) outerize(n *pg_query.Node) (*pg_query.Node, error) {
 		return err == nil
 	})
 	return out, err
+}
+
+// keptCollation returns the explicit collation of x, an expression an
+// input replaces, that its value keeps in the Outer statement, whose
+// inputs have their type's default collation: x COLLATE c itself, or
+// min, max or string_agg of an argument with COLLATE c (their result has
+// the argument's collation). nil for the others, whose results have no
+// collation or the default one. (A column with a collation of its own,
+// or an expression of one, is not seen: it compares in the database's
+// default there.)
+func keptCollation(x *pg_query.Node) []*pg_query.Node {
+	if c := x.GetCollateClause(); c != nil {
+		return c.Collname
+	}
+	f := x.GetFuncCall()
+	if f == nil || len(f.Args) == 0 {
+		return nil
+	}
+	switch funcName(f) {
+	case "min", "max", "string_agg":
+		if c := f.Args[0].GetCollateClause(); c != nil {
+			return c.Collname
+		}
+	}
+	return nil
 }
 
 // walkInOrder calls fn for every Node below m, depth first, fields in
