@@ -214,13 +214,14 @@ func (t *Task) Drop(ctx context.Context) error {
 		// finds the slots to drop.
 		return fmt.Errorf("replication: drop: %w", errors.Join(errs...))
 	}
-	for d := range t.dst.Shards {
+	// Destination shard 0 last: it holds the task's record (persist.go),
+	// which must outlive what the other shards hold, so that a drop cut
+	// short (a shard down, the proxy killed) is finished by whichever
+	// proxy resumes the task rather than left behind.
+	for d := len(t.dst.Shards) - 1; d >= 0; d-- {
 		if err := t.dropDest(ctx, d); err != nil {
-			errs = append(errs, err)
+			return fmt.Errorf("replication: drop: %w", err)
 		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("replication: drop: %w", errors.Join(errs...))
 	}
 	return nil
 }
