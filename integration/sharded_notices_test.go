@@ -25,16 +25,9 @@ import (
 // statement-level notice went to the client, and the scanner's came or
 // not as the proxy's statement cache had it.
 func TestShardedNoticesOnce(t *testing.T) {
-	cl, p := twoShards(t, "transaction")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if err := cl.Exec(ctx, "postgres", fmt.Sprintf("CREATE ROLE app LOGIN PASSWORD '%s'", appPassword)); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.CreateDatabase(ctx, "plain"); err != nil {
-		t.Fatal(err)
-	}
-	direct := cl.DSN("plain")
+	cl, p, direct := twoShardsBesidePlain(t, ctx)
 	pass := startProxy(t, poolConfig(cl, "transaction", 2, "plain"))
 	const fn = `CREATE FUNCTION noisy(x bigint) RETURNS bigint LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'row %', x > 0; RETURN x; END$$`
 	setup := []string{

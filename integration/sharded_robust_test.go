@@ -54,6 +54,25 @@ databases:
 	return cl, startProxyConfig(t, cfg, setup...)
 }
 
+// twoShardsBesidePlain is twoShards with, on the same cluster, the
+// database "plain": one PostgreSQL database with the same accounts table,
+// for a test to compare answers against (as role app, which it creates).
+// It returns the plain database's URL.
+func twoShardsBesidePlain(t *testing.T, ctx context.Context) (*pgtest.Cluster, *proxy, string) {
+	t.Helper()
+	cl, p := twoShards(t, "transaction")
+	if err := cl.Exec(ctx, "postgres", fmt.Sprintf("CREATE ROLE app LOGIN PASSWORD '%s'", appPassword)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.CreateDatabase(ctx, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Exec(ctx, "plain", "CREATE TABLE accounts (id bigint PRIMARY KEY, email text)"); err != nil {
+		t.Fatal(err)
+	}
+	return cl, p, cl.DSN("plain")
+}
+
 // TestShardPreparedAfterError runs extended-protocol statements that fail
 // on the shards and runs them again: a statement whose Execute failed is
 // still prepared on its shard (parsing it again would fail with 42P05),

@@ -20,19 +20,10 @@ import (
 // on, and the shards got a\\b. psql runs the simple protocol; pgx (which
 // refuses the simple protocol with the setting off) the extended one.
 func TestShardedNonStandardStrings(t *testing.T) {
-	cl, p := twoShards(t, "transaction")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if err := cl.Exec(ctx, "postgres", fmt.Sprintf("CREATE ROLE app LOGIN PASSWORD '%s'", appPassword)); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.CreateDatabase(ctx, "plain"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Exec(ctx, "plain", "CREATE TABLE accounts (id bigint PRIMARY KEY, email text)"); err != nil {
-		t.Fatal(err)
-	}
-	direct, sharded := cl.DSN("plain"), p.AppURL("app")
+	_, p, direct := twoShardsBesidePlain(t, ctx)
+	sharded := p.AppURL("app")
 	statements := []string{
 		`SELECT 'a\\b' || count(*) AS x FROM accounts`,
 		`INSERT INTO accounts VALUES (1, 'one\\1'), (2, 'two\\2'), (3, 'three\\'' 3'), (4, 'four\\n')`,
