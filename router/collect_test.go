@@ -58,7 +58,7 @@ var collectCases = []mergeCase{
 			Aggregates: []Aggregate{{Column: 0, Func: AggArrayAgg, Distinct: true, Tag: 1}, {Column: 1, Func: AggCount, Distinct: true, Tag: 2}},
 			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
 			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
-			Rewritten: "SELECT array_agg(DISTINCT name), CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(id) = 1) END AS count, " +
+			Rewritten: "SELECT array_agg(DISTINCT name), CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE id IS NOT NULL) END AS count, " +
 				"name AS __shardgate_1, id AS __shardgate_2, GROUPING(name, id) AS __shardgate_3 " +
 				"FROM accounts GROUP BY GROUPING SETS ((), name, id) ORDER BY 5, 3, 4"}},
 	{name: "different ORDER BY", sql: "SELECT array_agg(id ORDER BY id), array_agg(id ORDER BY id DESC) FROM accounts", msg: "aggregates with different ORDER BY"},

@@ -46,7 +46,7 @@ var multiDistinctCases = []mergeCase{
 			Aggregates: []Aggregate{{Column: 0, Func: AggCount, Distinct: true, Tag: 1}, {Column: 1, Func: AggSum, Distinct: true, Tag: 2}},
 			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
 			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
-			Rewritten: "SELECT CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(name) = 1) END AS count, " +
+			Rewritten: "SELECT CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
 				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS sum, name AS __shardgate_1, balance AS __shardgate_2, " +
 				"GROUPING(name, balance) AS __shardgate_3 FROM accounts GROUP BY GROUPING SETS ((), name, balance) ORDER BY 5, 3, 4"}},
 	{name: "GROUP BY, plain aggregates, FILTER, avg", sql: "SELECT country, count(DISTINCT name), count(DISTINCT name) FILTER (WHERE active), " +
@@ -56,10 +56,10 @@ var multiDistinctCases = []mergeCase{
 				{Column: 3, Func: AggAvg, Count: -5, Distinct: true, Tag: 6}, {Column: 4, Func: AggSum, Tag: 7}, {Column: 5, Func: AggMin, Tag: 7}},
 			SortedBy: []SortKey{{Column: 0}, {Column: -1}, {Column: -4}, {Column: -3}, {Column: -2}},
 			Tagged:   &Tagged{Column: -1, Plain: 7, Sets: []TaggedSet{{Tag: 3, Value: -4}, {Tag: 5, Value: -3}, {Tag: 6, Value: -2}}},
-			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(name) = 1) END AS count, " +
-				"CASE WHEN false THEN count(DISTINCT name) FILTER (WHERE active) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(CASE WHEN active THEN name END) = 1) END AS count, " +
+			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT name) FILTER (WHERE active) ELSE pg_catalog.max(1::bigint) FILTER (WHERE CASE WHEN active THEN name END IS NOT NULL) END AS count, " +
 				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS avg, sum(balance), min(name), " +
-				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(balance) = 1) END AS __shardgate_1, " +
+				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE balance IS NOT NULL) END AS __shardgate_1, " +
 				"name AS __shardgate_2, CASE WHEN active THEN name END AS __shardgate_3, balance AS __shardgate_4, " +
 				"GROUPING(name, CASE WHEN active THEN name END, balance) AS __shardgate_5 FROM accounts " +
 				"GROUP BY country, GROUPING SETS ((), name, CASE WHEN active THEN name END, balance) ORDER BY 1, 11, 8, 9, 10"}},
@@ -68,8 +68,8 @@ var multiDistinctCases = []mergeCase{
 			Aggregates: []Aggregate{{Column: 1, Func: AggCount, Distinct: true, Tag: 1}, {Column: 2, Func: AggCount, Distinct: true, Tag: 0}},
 			SortedBy:   []SortKey{{Column: 0}, {Column: -1}, {Column: -2}},
 			Tagged:     &Tagged{Column: -1, Plain: 1, Sets: []TaggedSet{{Tag: 0, Value: -2}}},
-			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT country) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(country) = 1) END AS count, " +
-				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(name) = 1) END AS count, " +
+			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT country) ELSE pg_catalog.max(1::bigint) FILTER (WHERE country IS NOT NULL) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS count, " +
 				"name AS __shardgate_1, GROUPING(name) AS __shardgate_2 " +
 				"FROM accounts GROUP BY 1, GROUPING SETS ((), name) ORDER BY 1, 5, 4"}},
 	{name: "expressions, HAVING and ORDER BY over them", sql: "SELECT country, count(DISTINCT name) - count(DISTINCT balance) AS d FROM accounts " +
@@ -83,8 +83,8 @@ var multiDistinctCases = []mergeCase{
 			Tagged:   &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 1, Value: -3}, {Tag: 2, Value: -2}}},
 			Outer:    &Outer{SQL: "SELECT __shardgate_in.i1 - __shardgate_in.i2 AS d FROM __shardgate_in", Inputs: []Column{-6, -5}, Outputs: []Column{1}},
 			Rewritten: "SELECT country, CASE WHEN false THEN count(DISTINCT name) - count(DISTINCT balance) END AS d, " +
-				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(name) = 1) END AS __shardgate_1, " +
-				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(balance) = 1) END AS __shardgate_2, " +
+				"CASE WHEN false THEN count(DISTINCT name) ELSE pg_catalog.max(1::bigint) FILTER (WHERE name IS NOT NULL) END AS __shardgate_1, " +
+				"CASE WHEN false THEN count(DISTINCT balance) ELSE pg_catalog.max(1::bigint) FILTER (WHERE balance IS NOT NULL) END AS __shardgate_2, " +
 				"CASE WHEN false THEN sum(DISTINCT balance) ELSE pg_catalog.max(balance) END AS __shardgate_3, name AS __shardgate_4, balance AS __shardgate_5, " +
 				"GROUPING(name, balance) AS __shardgate_6 FROM accounts GROUP BY country, GROUPING SETS ((), name, balance) " +
 				"HAVING CASE WHEN false THEN count(DISTINCT name) > 1 END IS NULL ORDER BY 1, 8, 6, 7"}},
@@ -109,7 +109,7 @@ var multiDistinctCases = []mergeCase{
 			SortedBy:   []SortKey{{Column: -1}, {Column: -3}, {Column: -2}},
 			Tagged:     &Tagged{Column: -1, Plain: 3, Sets: []TaggedSet{{Tag: 0, Value: -3, More: []Column{-2}}, {Tag: 2, Value: -2}}},
 			Rewritten: "SELECT CASE WHEN false THEN count(DISTINCT (name, id)) ELSE pg_catalog.max(1::bigint) END AS count, " +
-				"CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE pg_catalog.num_nonnulls(id) = 1) END AS count, " +
+				"CASE WHEN false THEN count(DISTINCT id) ELSE pg_catalog.max(1::bigint) FILTER (WHERE id IS NOT NULL) END AS count, " +
 				"name AS __shardgate_1, id AS __shardgate_2, GROUPING(name, id) AS __shardgate_3 FROM accounts " +
 				"GROUP BY GROUPING SETS ((), (name, id), id) ORDER BY 5, 3, 4"}},
 }
@@ -168,7 +168,7 @@ func TestMultiDistinctCollations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan.Merge.Rewritten, "FILTER (WHERE pg_catalog.num_nonnulls(NOT id > 3) = 1)") {
+	if !strings.Contains(plan.Merge.Rewritten, "FILTER (WHERE CASE WHEN true THEN NOT id > 3 END IS NOT NULL)") {
 		t.Errorf("rewritten: %s", plan.Merge.Rewritten)
 	}
 }

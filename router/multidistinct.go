@@ -455,8 +455,7 @@ func catalogCall(name string, arg *pg_query.Node) *pg_query.Node {
 	}}}
 }
 
-// presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL),
-// written pg_catalog.num_nonnulls(v) = 1.
+// presentOne is pg_catalog.max(1::int8) FILTER (WHERE v IS NOT NULL).
 // A row value is never NULL (count counts ROW(NULL, NULL); IS NOT NULL
 // tests its fields): it has no FILTER, or its own aggregate's.
 func presentOne(v *pg_query.Node) *pg_query.Node {
@@ -471,10 +470,9 @@ func presentOne(v *pg_query.Node) *pg_query.Node {
 		}
 		return n
 	}
-	// pg_catalog.num_nonnulls(v) = 1 rather than v IS NOT NULL, which
-	// the deparser writes without parentheses: NOT x IS NOT NULL would be
-	// NOT (x IS NOT NULL).
-	n.GetFuncCall().AggFilter = pg_query.MakeAExprNode(pg_query.A_Expr_Kind_AEXPR_OP, []*pg_query.Node{pg_query.MakeStrNode("=")},
-		catalogCall("num_nonnulls", v), pg_query.MakeAConstIntNode(1, -1), -1)
+	// (deparse's guardTests keeps (NOT x) IS NOT NULL as it reads)
+	n.GetFuncCall().AggFilter = &pg_query.Node{Node: &pg_query.Node_NullTest{NullTest: &pg_query.NullTest{
+		Arg: proto.Clone(v).(*pg_query.Node), Nulltesttype: pg_query.NullTestType_IS_NOT_NULL,
+	}}}
 	return n
 }
