@@ -66,6 +66,9 @@ var crossShardScripts = []diffScript{
 		"SELECT id, 'low' AS k FROM accounts WHERE id = 6 UNION ALL SELECT id, 'high' FROM accounts WHERE id = 3",
 		"SELECT count(*) FROM (SELECT id FROM accounts WHERE id < 4 UNION ALL SELECT id FROM accounts WHERE id > 5) s",
 		"SELECT id FROM accounts WHERE id = 8 UNION ALL SELECT id FROM accounts WHERE id = 8",
+		"SELECT id, email FROM accounts WHERE id < 5 UNION ALL SELECT id, email FROM accounts WHERE id > 5 ORDER BY 1 DESC LIMIT 3 OFFSET 1",
+		"SELECT email AS e FROM accounts WHERE id <= 3 UNION ALL SELECT email FROM accounts WHERE id >= 6 ORDER BY e",
+		"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY id NULLS FIRST OFFSET 13",
 	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"slices"
+
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
 )
@@ -89,6 +91,9 @@ func countFrom(sel *pg_query.SelectStmt, rt *pg_query.ResTarget) (string, *pg_qu
 // the shards' streams are merged by: the client sees each query's rows
 // after the one before, as from one server.
 func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	if len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
+		return sortedUnionMerge(sel, version)
+	}
 	tagged := proto.Clone(sel).(*pg_query.SelectStmt)
 	for k, leaf := range unionLeaves(tagged, nil) {
 		leaf.TargetList = append(leaf.TargetList, pg_query.MakeResTargetNodeWithVal(pg_query.MakeAConstIntNode(int64(k+1), -1), -1))
@@ -98,6 +103,75 @@ func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		return nil, err
 	}
 	return &Merge{OrderBy: []SortKey{{Column: -1}}, HiddenColumns: 1, Rewritten: sql}, nil
+}
+
+// sortedUnionMerge is the Merge of a UNION ALL with ORDER BY, LIMIT or
+// OFFSET: each shard sorts its rows of the union and returns at most LIMIT
+// + OFFSET of them; the proxy merges the sorted streams and applies LIMIT
+// and OFFSET. The ORDER BY items of a UNION name its output columns, by
+// position or by name (PostgreSQL's rule); anything else is refused.
+func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	first := unionLeaves(sel, nil)[0]
+	names := make([]string, len(first.TargetList))
+	for i, n := range first.TargetList {
+		rt := n.GetResTarget()
+		switch {
+		case rt == nil:
+		case rt.Name != "":
+			names[i] = rt.Name
+		case len(columnRef(rt.Val)) > 0:
+			f := columnRef(rt.Val)
+			names[i] = f[len(f)-1]
+		}
+	}
+	m := &Merge{}
+	for _, n := range sel.SortClause {
+		s := n.GetSortBy()
+		if s == nil || s.SortbyDir == pg_query.SortByDir_SORTBY_USING {
+			return nil, rejectf("UNION ALL with ORDER BY … USING")
+		}
+		col := -1
+		if p, ok := intConst(s.Node); ok && p >= 1 && int(p) <= len(names) {
+			col = int(p) - 1
+		} else if f := columnRef(s.Node); len(f) == 1 {
+			col = slices.Index(names, f[0])
+		}
+		if col < 0 {
+			return nil, rejectf("UNION ALL ordered by an expression other than an output column")
+		}
+		k := sortKey(s)
+		k.Column = Column(col)
+		m.OrderBy = append(m.OrderBy, k)
+	}
+	for _, x := range []struct {
+		n   *pg_query.Node
+		dst **Expr
+	}{{sel.LimitCount, &m.Limit}, {sel.LimitOffset, &m.Offset}} {
+		if x.n == nil {
+			continue
+		}
+		e, ok := exprOf(x.n)
+		if !ok {
+			return nil, rejectf("LIMIT or OFFSET other than a constant or parameter")
+		}
+		if !e.Null {
+			*x.dst = &e
+		}
+	}
+	shards := proto.Clone(sel).(*pg_query.SelectStmt)
+	shards.LimitOffset = nil
+	switch {
+	case m.Limit != nil && m.Offset != nil:
+		shards.LimitCount = limitPlusOffset(m.Limit, m.Offset)
+	case m.Limit == nil:
+		shards.LimitCount = nil
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: shards}})
+	if err != nil {
+		return nil, err
+	}
+	m.Rewritten = sql
+	return m, nil
 }
 
 // buildCountMerge is the Merge of SELECT count(*) FROM (subquery) s or

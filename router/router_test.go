@@ -206,7 +206,10 @@ func TestRouteWhere(t *testing.T) {
 		{name: "UNION ALL with a constant query", sql: "SELECT id FROM accounts UNION ALL SELECT 1000", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
 		{name: "UNION ALL with an omni query", sql: "SELECT country FROM accounts UNION ALL SELECT code FROM countries", code: wire.FeatureNotSupported, msg: "reads no sharded table"},
 		{name: "UNION ALL with an omni query on one shard", sql: "SELECT country FROM accounts WHERE id = 3 UNION ALL SELECT code FROM countries", kind: Direct, shards: shards(s3)},
-		{name: "UNION ALL with ORDER BY", sql: "SELECT id FROM accounts UNION ALL SELECT account_id FROM orders ORDER BY 1", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		{name: "UNION ALL with ORDER BY", sql: "SELECT id FROM accounts UNION ALL SELECT account_id FROM orders ORDER BY 1", kind: All, shards: all},
+		{name: "UNION ALL with ORDER BY a name and LIMIT", sql: "SELECT id AS k FROM accounts UNION ALL SELECT account_id FROM orders ORDER BY k DESC LIMIT $1 OFFSET 2", params: params(3), kind: All, shards: all},
+		{name: "UNION ALL ordered by an expression", sql: "SELECT id FROM accounts UNION ALL SELECT account_id FROM orders ORDER BY id + 1", code: wire.FeatureNotSupported, msg: "other than an output column"},
+		{name: "UNION ALL with a LIMIT inside", sql: "(SELECT id FROM accounts UNION ALL SELECT account_id FROM orders LIMIT 2) UNION ALL SELECT id FROM accounts", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
 		{name: "UNION ALL of grouped queries", sql: "SELECT count(*) FROM accounts UNION ALL SELECT count(*) FROM orders", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
 		{name: "UNION on one shard", sql: "SELECT id FROM accounts WHERE id = 3 UNION ALL SELECT account_id FROM orders WHERE account_id = 3", kind: Direct, shards: shards(s3)},
 	})

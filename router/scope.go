@@ -221,11 +221,13 @@ func rowSource(sel *pg_query.SelectStmt) bool {
 }
 
 // unionAll reports whether sel is a UNION ALL (of UNION ALLs) of queries
-// that are each a rowSource, with no ORDER BY, LIMIT, OFFSET or locking
-// of the whole: its rows are then the union of each shard's.
-func unionAll(sel *pg_query.SelectStmt) bool {
-	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_UNION || !sel.All || len(sel.SortClause) > 0 ||
-		sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.LockingClause) > 0 || sel.WithClause != nil {
+// that are each a rowSource, with no locking of the whole and, but for
+// the outermost (top), no ORDER BY, LIMIT or OFFSET: its rows are then the
+// union of each shard's (sorted and cut by unionMerge).
+func unionAll(sel *pg_query.SelectStmt, top bool) bool {
+	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_UNION || !sel.All || len(sel.LockingClause) > 0 || sel.WithClause != nil ||
+		!top && (len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil) ||
+		sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
 		return false
 	}
 	for _, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
@@ -233,7 +235,7 @@ func unionAll(sel *pg_query.SelectStmt) bool {
 			if !rowSource(side) || side.WithClause != nil || len(side.SortClause) > 0 {
 				return false
 			}
-		} else if !unionAll(side) {
+		} else if !unionAll(side, false) {
 			return false
 		}
 	}
@@ -375,7 +377,7 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		rowSel = sel
 	}
 	a.with(sel.WithClause, rowSel)
-	if rows && nested == "" && unionAll(sel) {
+	if rows && nested == "" && unionAll(sel, true) {
 		// Each query of it counts as the statement's own: each shard
 		// computes its rows of each, and the shards' answers together
 		// are the whole (branch keeps their tables apart in finishPart).
