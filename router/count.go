@@ -143,20 +143,9 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		k.Column = Column(col)
 		m.OrderBy = append(m.OrderBy, k)
 	}
-	for _, x := range []struct {
-		n   *pg_query.Node
-		dst **Expr
-	}{{sel.LimitCount, &m.Limit}, {sel.LimitOffset, &m.Offset}} {
-		if x.n == nil {
-			continue
-		}
-		e, ok := exprOf(x.n)
-		if !ok {
-			return nil, rejectf("LIMIT or OFFSET other than a constant or parameter")
-		}
-		if !e.Null {
-			*x.dst = &e
-		}
+	var err error
+	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
+		return nil, err
 	}
 	shards := proto.Clone(sel).(*pg_query.SelectStmt)
 	shards.LimitOffset = nil

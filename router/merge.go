@@ -536,22 +536,30 @@ func (b *mergeBuilder) distinct() error {
 
 // limit records LIMIT and OFFSET.
 func (b *mergeBuilder) limit() error {
+	var err error
+	b.m.Limit, b.m.Offset, err = limitExprs(b.sel.LimitCount, b.sel.LimitOffset)
+	return err
+}
+
+// limitExprs reads LIMIT count and OFFSET offset (nil when absent, or
+// LIMIT ALL / NULL); each must be a constant or a parameter.
+func limitExprs(count, offset *pg_query.Node) (limit, off *Expr, err error) {
 	for _, x := range []struct {
 		n   *pg_query.Node
 		dst **Expr
-	}{{b.sel.LimitCount, &b.m.Limit}, {b.sel.LimitOffset, &b.m.Offset}} {
+	}{{count, &limit}, {offset, &off}} {
 		if x.n == nil {
 			continue
 		}
 		e, ok := exprOf(x.n)
 		if !ok {
-			return rejectf("LIMIT or OFFSET other than a constant or parameter")
+			return nil, nil, rejectf("LIMIT or OFFSET other than a constant or parameter")
 		}
 		if !e.Null {
 			*x.dst = &e
 		}
 	}
-	return nil
+	return limit, off, nil
 }
 
 // columns fills the Columns of the Merge.
