@@ -319,13 +319,12 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 	return errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
 }
 
-// tidyAfterOther drops what this runner re-created on the destinations
+// tidyAfterOther drops what this runner may have left on the destinations
 // after another proxy had finished the task and dropped its bookkeeping
-// (a runner that lost its lease for a moment restarts its stream, whose
-// connectDest creates the schema and whose appliers create their origins,
-// before it learns that the record is gone). It does nothing while the
-// record asks for a runner: the other proxy's, or the next process's after
-// Manager.Close.
+// (a runner that lost its lease for a moment and created an origin while
+// the other proxy's drop ran; the appliers and Step create nothing once
+// the bookkeeping is gone). It does nothing while the record asks for a
+// runner: the other proxy's, or the next process's after Manager.Close.
 //
 // It reports whether the record is gone: the task was finished (or
 // stopped) elsewhere, and its failure here is not to be recorded (which
@@ -339,13 +338,7 @@ func (t *Managed) tidyAfterOther(ctx context.Context) bool {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	conn, err := t.Task.connect(cctx, t.Task.dst, 0)
-	if err != nil {
-		return false
-	}
-	gone := errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
-	conn.Close(cctx)
-	if !gone {
+	if !t.finishedElsewhere(cctx) {
 		return false
 	}
 	for d := range t.Task.dst.Shards {
