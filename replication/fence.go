@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,8 @@ import (
 // catch-up, the cutover fences every source shard that is not also a
 // destination: new sessions of the source database are read-only
 // (ALTER DATABASE … SET default_transaction_read_only = on) and every
-// client session open on it is terminated, except the task's own
+// client session open on it is terminated — and waited for until it has
+// exited (endSessions) — except the task's own
 // (application_name shardgate-reshard), the cluster's control sessions
 // (shardgate-cluster…: the default control database is shard 0 of the
 // first database, which may be this source) and this proxy's server
@@ -143,14 +145,9 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) (
 	if _, err := conn.Exec(ctx, alter); err != nil {
 		return 0, err
 	}
-	// Sessions opened before the ALTER keep their setting: end them.
-	pids := make([]int64, len(spare))
-	for k, p := range spare {
-		pids[k] = int64(p)
-	}
-	if _, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-		AND application_name <> $1 AND application_name NOT LIKE 'shardgate-cluster%' AND pid <> ALL ($2::int8[])`, taskAppName, pids); err != nil {
+	// Sessions opened before the ALTER keep their setting: end them, and
+	// wait until they are gone (endSessions).
+	if err := endSessions(ctx, conn, spare); err != nil {
 		return 0, err
 	}
 	// Again, synchronously: what an ended session committed before it
@@ -163,6 +160,58 @@ func (t *Task) fenceShard(ctx context.Context, s int, on bool, spare []uint32) (
 		return 0, err
 	}
 	return pglogrepl.ParseLSN(flushed)
+}
+
+// endSessions terminates every client session of the connection's
+// database except conn's own, the task's, the cluster's control sessions
+// and the backends spare, and returns once all of them have exited.
+// pg_terminate_backend only signals: a backend that is committing, or is
+// stopped, ends later, and what it committed after the fence's flush
+// position would not be caught up — a write lost at the switch. So the
+// fence waits; a session that outlives ctx (the cutover's timeout) fails
+// the fence, which aborts the cutover and lifts it. A backend is known by
+// its pid and start time, so that a pid reused by a new (read-only)
+// session is not waited for. (pg_terminate_backend's own timeout polls
+// every 100 ms, which would add as much to every cutover's pause.)
+func endSessions(ctx context.Context, conn *pgx.Conn, spare []uint32) error {
+	pids := make([]int64, len(spare))
+	for k, p := range spare {
+		pids[k] = int64(p)
+	}
+	var ended []int64
+	var started []time.Time
+	if err := conn.QueryRow(ctx, `WITH s AS MATERIALIZED (SELECT pid, backend_start FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+		AND application_name <> $1 AND application_name NOT LIKE 'shardgate-cluster%' AND pid <> ALL ($2::int8[]))
+		SELECT coalesce(array_agg(pid), '{}'), coalesce(array_agg(backend_start), '{}') FROM s WHERE pg_terminate_backend(pid)`,
+		taskAppName, pids).Scan(&ended, &started); err != nil {
+		return fmt.Errorf("ending the sessions: %w", err)
+	}
+	left := ended
+	gone := func() error {
+		return fmt.Errorf("%d terminated sessions (pids %v) did not exit: %w", len(left), left, context.Cause(ctx))
+	}
+	for wait := time.Millisecond; len(left) > 0; wait = min(2*wait, 50*time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(a.pid), '{}') FROM pg_stat_activity a
+			JOIN unnest($1::int8[], $2::timestamptz[]) e(pid, started) ON a.pid = e.pid AND a.backend_start = e.started`,
+			ended, started).Scan(&left); err != nil {
+			if ctx.Err() != nil {
+				return gone()
+			}
+			return fmt.Errorf("waiting for the ended sessions to exit: %w", err)
+		}
+		if len(left) == 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return gone()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // shardDatabase is the database name of shard i of db.
