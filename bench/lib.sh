@@ -290,6 +290,23 @@ start_shardgate_variant() {
 	expect_comm "$pid" "$(basename "$bin" | cut -c1-15)"
 }
 
+# start_floor NAME MODE [LOOPS] starts a bench/relayfloor relay (built on
+# first use) of MODE (goroutine or epoll) to the direct PostgreSQL as target
+# NAME, with LOOPS event loops (epoll).
+start_floor() {
+	local name=$1 mode=$2 loops=${3:-} port
+	if [ ! -x "$BENCH_TMP/relayfloor" ]; then
+		log "building bench/relayfloor"
+		(cd "$REPO_DIR" && go build -o "$BENCH_TMP/relayfloor" ./bench/relayfloor) || die "go build ./bench/relayfloor failed"
+	fi
+	port=$(free_port $((PORT_SHARDGATE + 10 + ${#SG_PORT[@]})))
+	"$BENCH_TMP/relayfloor" -mode "$mode" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PORT_DIRECT" \
+		${loops:+-loops $loops} >"$BENCH_TMP/relayfloor-$name.log" 2>&1 &
+	SG_PID[$name]=$!
+	SG_PORT[$name]=$port
+	wait_sql "$port" "relayfloor $name"
+	expect_comm "${SG_PID[$name]}" relayfloor
+}
 bench_setup() {
 	[ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1 && die "running as root needs a 'postgres' OS user (apt-get install -y postgresql creates it)"
 	find_pg_bin

@@ -22,7 +22,8 @@
 # empty for none), PROFILE_BASE_REF (none), PROFILE_PARK_AFTER (values of
 # limits.client_park_after, each a variant parkV; none), PROFILE_OUT
 # (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
-# PROFILE_RECORD=0 to skip perf record, plus BENCH_POOL_SIZE and BENCH_SCALE
+# PROFILE_RECORD=0 to skip perf record, PROFILE_FLOORS=1 to measure the
+# relays of bench/relayfloor (floor-goroutine, floor-epoll1) too, plus BENCH_POOL_SIZE and BENCH_SCALE
 # as in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
 set -euo pipefail
 
@@ -79,6 +80,11 @@ if [ -n "$PROFILE_BASE_REF" ]; then
 	start_shardgate_variant base "$BENCH_TMP/proxy-base"
 	VARIANTS+=(base)
 	BASE_DESC="$PROFILE_BASE_REF ($(git -C "$REPO_DIR" rev-parse --short "$PROFILE_BASE_REF"))"
+fi
+if [ "${PROFILE_FLOORS:-0}" = 1 ]; then
+	start_floor floor-goroutine goroutine
+	start_floor floor-epoll1 epoll 1
+	VARIANTS+=(floor-goroutine floor-epoll1)
 fi
 TARGETS="pgbouncer shardgate ${VARIANTS[*]}"
 
