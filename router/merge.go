@@ -56,7 +56,10 @@ type mergeBuilder struct {
 	// slots are the hidden columns that are placeholders for values the
 	// Outer statement computes (by index in hidden).
 	slots map[int]bool
-	outer outerBuilder
+	// outerParams counts the uses of each parameter that expressions
+	// over aggregates pass to the Outer statement (outerParam).
+	outerParams map[int32]int
+	outer       outerBuilder
 	// distinctArgs are what the DISTINCT aggregates dedupe, distinctRef
 	// the hidden column of the one value, sortRefs the order of the
 	// shards' rows (distinct.go); tag the grouping sets of several values
@@ -103,7 +106,7 @@ func buildMerge(sel *pg_query.SelectStmt, version int32, isKey func(*pg_query.No
 	if err := b.selectList(); err != nil {
 		return nil, err
 	}
-	steps := []func() error{b.groupBy, b.outerTargets, b.having, b.orderBy, b.distinct, b.limit}
+	steps := []func() error{b.groupBy, b.outerTargets, b.having, b.orderBy, b.checkOuterParams, b.distinct, b.limit}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err

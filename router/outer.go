@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -68,6 +69,11 @@ func (o *outerBuilder) add(name string, e *pg_query.Node, at ref) {
 // one PostgreSQL.
 func (b *mergeBuilder) outerize(n *pg_query.Node) (*pg_query.Node, error) {
 	out := proto.Clone(n).(*pg_query.Node)
+	if hasParam(n) {
+		// The parameter's hidden column (outerParam) needs its type
+		// inferred before the shards' statement reaches it.
+		b.hidden = append(b.hidden, placeholder(proto.Clone(n).(*pg_query.Node)))
+	}
 	var err error
 	walkInOrder(out.ProtoReflect(), func(x *pg_query.Node) bool {
 		if err != nil {
@@ -89,11 +95,67 @@ func (b *mergeBuilder) outerize(n *pg_query.Node) (*pg_query.Node, error) {
 		case x.GetSubLink() != nil:
 			err = rejectf("a subquery in an expression over aggregates")
 		case x.GetParamRef() != nil:
-			err = rejectf("a parameter in an expression over aggregates")
+			x.Node = b.outer.input(b.outerParam(x)).Node
+			return false
 		}
 		return err == nil
 	})
 	return out, err
+}
+
+// outerParam returns the hidden column that carries parameter p (a
+// ParamRef) to the Outer statement: the shards return $n, with the type
+// PostgreSQL gives the parameter in the client's statement. That is the
+// type of its first use there, and the shards' statement must meet the
+// same first use before the hidden $n: the FROM clause and the select
+// list are analyzed first in both statements (the select list's
+// expressions over aggregates are placeholders of themselves in the
+// shards'), and outerize puts a placeholder of every other expression that
+// holds a parameter (a HAVING term, an ORDER BY key) in front of the
+// parameter's column, in the order PostgreSQL analyzes them (HAVING, then
+// ORDER BY). A parameter that a WHERE, GROUP BY or LIMIT uses first
+// (before such a HAVING term or ORDER BY key) would be typed by the
+// placeholder instead: checkOuterParams refuses those.
+func (b *mergeBuilder) outerParam(p *pg_query.Node) ref {
+	if b.outerParams == nil {
+		b.outerParams = map[int32]int{}
+	}
+	b.outerParams[p.GetParamRef().Number]++
+	return b.hide(proto.Clone(p).(*pg_query.Node))
+}
+
+// checkOuterParams refuses a parameter of an expression over aggregates
+// whose type the shards' statement could infer differently (outerParam):
+// one that neither the FROM clause nor the select list uses, and that
+// appears elsewhere than in the HAVING terms and ORDER BY keys the Outer
+// statement computes.
+func (b *mergeBuilder) checkOuterParams() error {
+	if len(b.outerParams) == 0 {
+		return nil
+	}
+	count := func(nodes ...*pg_query.Node) map[int32]int {
+		n := map[int32]int{}
+		for _, x := range nodes {
+			if x == nil {
+				continue
+			}
+			walk(x, func(y *pg_query.Node) bool {
+				if p := y.GetParamRef(); p != nil {
+					n[p.Number]++
+				}
+				return true
+			})
+		}
+		return n
+	}
+	early := count(append(slices.Clone(b.sel.FromClause), b.sel.TargetList...)...)
+	all := count(&pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: b.sel}})
+	for p, n := range b.outerParams {
+		if early[p] == 0 && all[p] != n {
+			return rejectf("parameter $%d in an expression over aggregates, used first in WHERE, GROUP BY or LIMIT,", p)
+		}
+	}
+	return nil
 }
 
 // keptCollation returns the explicit collation of x, an expression an

@@ -75,7 +75,27 @@ var outerCases = []mergeCase{
 				`note AS __shardgate_1, other AS __shardgate_2, count(*) AS __shardgate_3 FROM accounts GROUP BY kind, note, other`}},
 
 	{name: "subquery", sql: "SELECT count(*) + (SELECT 1) FROM accounts", msg: "a subquery in an expression over aggregates"},
-	{name: "parameter", sql: "SELECT country FROM accounts GROUP BY country HAVING sum(balance) > 2 * $1", msg: "a parameter in an expression over aggregates"},
+	// A parameter is a hidden column of its own ($n), after a
+	// placeholder of its expression that types it as the client's
+	// statement does.
+	{name: "parameter in HAVING", sql: "SELECT country FROM accounts GROUP BY country HAVING sum(balance) > 2 * $1",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: -2, Func: AggSum}}, HiddenColumns: 3,
+			Outer: &Outer{SQL: `SELECT FROM __shardgate_in WHERE __shardgate_in.i1 > (2 * __shardgate_in.i2)`, Inputs: []Column{-2, -1}},
+			Rewritten: `SELECT country, CASE WHEN false THEN sum(balance) > (2 * $1) END AS __shardgate_1, sum(balance) AS __shardgate_2, $1 AS __shardgate_3 ` +
+				`FROM accounts GROUP BY country HAVING CASE WHEN false THEN sum(balance) > (2 * $1) END IS NULL`}},
+	{name: "parameter in the select list", sql: "SELECT coalesce(sum(balance), $1) AS total FROM accounts",
+		want: &Merge{Grouped: true, Aggregates: []Aggregate{{Column: -2, Func: AggSum}}, HiddenColumns: 3,
+			Outer: &Outer{SQL: `SELECT COALESCE(__shardgate_in.i1, __shardgate_in.i2) AS total FROM __shardgate_in`, Inputs: []Column{-2, -1}, Outputs: []Column{0}},
+			Rewritten: `SELECT CASE WHEN false THEN COALESCE(sum(balance), $1) END AS total, CASE WHEN false THEN COALESCE(sum(balance), $1) END AS __shardgate_1, ` +
+				`sum(balance) AS __shardgate_2, $1 AS __shardgate_3 FROM accounts`}},
+	{name: "parameter in ORDER BY", sql: "SELECT country FROM accounts GROUP BY country ORDER BY sum(balance) * $1 LIMIT 3",
+		want: &Merge{Grouped: true, GroupBy: []Column{0}, Aggregates: []Aggregate{{Column: -3, Func: AggSum}}, HiddenColumns: 4,
+			OrderBy: []SortKey{{Column: -1}}, Limit: c("3"),
+			Outer: &Outer{SQL: `SELECT __shardgate_in.i1 * __shardgate_in.i2 FROM __shardgate_in`, Inputs: []Column{-3, -2}, Outputs: []Column{-1}},
+			Rewritten: `SELECT country, CASE WHEN false THEN sum(balance) * $1 END AS __shardgate_1, sum(balance) AS __shardgate_2, $1 AS __shardgate_3, ` +
+				`CASE WHEN false THEN sum(balance) * $1 END AS __shardgate_4 FROM accounts GROUP BY country`}},
+	{name: "parameter used first in WHERE", sql: "SELECT country FROM accounts WHERE balance > $1 GROUP BY country HAVING sum(balance) > 2 * $1",
+		msg: "parameter $1 in an expression over aggregates, used first in WHERE"},
 	{name: "whole row", sql: "SELECT count(*)::text || row(a.*)::text FROM accounts a", msg: "whole-row reference"},
 	{name: "other aggregate inside", sql: "SELECT coalesce(stddev(balance), 0) FROM accounts", msg: "aggregate stddev()"},
 }
