@@ -290,18 +290,20 @@ start_shardgate_variant() {
 	expect_comm "$pid" "$(basename "$bin" | cut -c1-15)"
 }
 
-# start_floor NAME MODE [LOOPS] starts a bench/relayfloor relay (built on
-# first use) of MODE (goroutine or epoll) to the direct PostgreSQL as target
-# NAME, with LOOPS event loops (epoll).
+# start_floor NAME MODE [LOOPS [FLAGS...]] starts a bench/relayfloor relay
+# (built on first use) of MODE (goroutine, epoll or coro) to the direct
+# PostgreSQL as target NAME, with LOOPS event loops and relayfloor FLAGS.
 start_floor() {
 	local name=$1 mode=$2 loops=${3:-} port
+	shift 2
+	[ $# -gt 0 ] && shift
 	if [ ! -x "$BENCH_TMP/relayfloor" ]; then
 		log "building bench/relayfloor"
 		(cd "$REPO_DIR" && go build -o "$BENCH_TMP/relayfloor" ./bench/relayfloor) || die "go build ./bench/relayfloor failed"
 	fi
 	port=$(free_port $((PORT_SHARDGATE + 10 + ${#SG_PORT[@]})))
 	"$BENCH_TMP/relayfloor" -mode "$mode" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PORT_DIRECT" \
-		${loops:+-loops $loops} >"$BENCH_TMP/relayfloor-$name.log" 2>&1 &
+		${loops:+-loops $loops} "$@" >"$BENCH_TMP/relayfloor-$name.log" 2>&1 &
 	SG_PID[$name]=$!
 	SG_PORT[$name]=$port
 	wait_sql "$port" "relayfloor $name"

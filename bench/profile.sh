@@ -23,7 +23,8 @@
 # limits.client_park_after, each a variant parkV; none), PROFILE_OUT
 # (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
 # PROFILE_RECORD=0 to skip perf record, PROFILE_FLOORS=1 to measure the
-# relays of bench/relayfloor (floor-goroutine, floor-epoll1) too, plus BENCH_POOL_SIZE and BENCH_SCALE
+# relays of bench/relayfloor (floor-goroutine, floor-epoll1, floor-coro1,
+# floor-coro1go) too, plus BENCH_POOL_SIZE and BENCH_SCALE
 # as in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
 set -euo pipefail
 
@@ -84,7 +85,9 @@ fi
 if [ "${PROFILE_FLOORS:-0}" = 1 ]; then
 	start_floor floor-goroutine goroutine
 	start_floor floor-epoll1 epoll 1
-	VARIANTS+=(floor-goroutine floor-epoll1)
+	start_floor floor-coro1 coro 1
+	start_floor floor-coro1go coro 1 -keep-go
+	VARIANTS+=(floor-goroutine floor-epoll1 floor-coro1 floor-coro1go)
 fi
 TARGETS="pgbouncer shardgate ${VARIANTS[*]}"
 

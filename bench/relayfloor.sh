@@ -6,7 +6,8 @@
 # in transaction mode) and two relays of bench/relayfloor — `goroutine` (two
 # goroutines per connection on Go's netpoller) and `epoll` (event loops on
 # locked OS threads over raw descriptors; `floor-epoll1` is one loop, as
-# PgBouncer runs one thread) — which pass bytes between each
+# PgBouncer runs one thread; `floor-coro1`, blocking-style code run as
+# coroutines on one such loop) — which pass bytes between each
 # client and a server connection of its own. pgbench runs through all of them
 # in turn per cell (interleaved rounds), and the table gives TPS and the
 # relay process's CPU per transaction (utime+stime from /proc/PID/stat).
@@ -34,8 +35,9 @@ bench_setup
 start_floor floor-goroutine goroutine
 start_floor floor-epoll epoll "${RELAYFLOOR_LOOPS:-}"
 start_floor floor-epoll1 epoll 1
+start_floor floor-coro1 coro 1
 
-TARGETS="pgbouncer shardgate floor-goroutine floor-epoll floor-epoll1"
+TARGETS="pgbouncer shardgate floor-goroutine floor-epoll floor-epoll1 floor-coro1"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 for c in $CLIENTS; do

@@ -11,6 +11,9 @@
 //     connections (level-triggered); a readable socket is read once into
 //     the loop's buffer (again only after a full buffer) and written to
 //     its peer at once: one read and one write per message, as PgBouncer.
+//   - coro: the epoll loop, with each connection pair served by
+//     blocking-style code running as a coroutine on the loop's thread
+//     (coro.go).
 //
 // bench/relayfloor.sh runs pgbench through both, PgBouncer and shardgate
 // in one interleaved run and reports CPU per transaction. Whatever
@@ -37,8 +40,9 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to accept clients on")
 	upstream := flag.String("upstream", "", "server address (host:port)")
-	mode := flag.String("mode", "epoll", "goroutine or epoll")
+	mode := flag.String("mode", "epoll", "goroutine, epoll or coro")
 	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "epoll: event loops (OS threads)")
+	keepGo := flag.Bool("keep-go", false, "coro: leave the descriptors in Go's netpoller too")
 	flag.Parse()
 	if *upstream == "" {
 		log.Fatal("relayfloor: -upstream is required")
@@ -58,6 +62,19 @@ func main() {
 			if ls[i], err = newLoop(); err != nil {
 				log.Fatalf("relayfloor: %v", err)
 			}
+			go ls[i].run()
+		}
+		var next atomic.Uint32
+		relay = func(c, s *net.TCPConn) error {
+			return ls[int(next.Add(1))%len(ls)].add(c, s)
+		}
+	case "coro":
+		ls := make([]*coroLoop, *loops)
+		for i := range ls {
+			if ls[i], err = newCoroLoop(); err != nil {
+				log.Fatalf("relayfloor: %v", err)
+			}
+			ls[i].keepGo = *keepGo
 			go ls[i].run()
 		}
 		var next atomic.Uint32
