@@ -369,7 +369,8 @@ func (a *Answer) combine(readers []*ShardRows) (string, error) {
 		spec.Collation = a.Collation
 		spec.Eval = shardEval{readers[0]}
 		if spec.Outer != nil {
-			spec.Outer.bind(readers[0], first.desc, a.Describe != DescribeNone)
+			// A count describes its one column itself.
+			spec.Outer.bind(readers[0], first.desc, a.Describe != DescribeNone && !spec.Count)
 		}
 	case RouteOmniWrite:
 		sources = sources[:1]

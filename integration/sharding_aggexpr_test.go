@@ -237,6 +237,23 @@ var aggexprCases = []aggexprCase{
 	{sql: "SELECT min(DISTINCT qty), max(DISTINCT kind), bool_and(DISTINCT flag) FROM sales"},
 	{sql: "SELECT count(DISTINCT kind), count(DISTINCT region) FROM sales"},
 	{sql: "SELECT region, count(DISTINCT kind) - count(DISTINCT qty) AS d, sum(qty) FROM sales GROUP BY region HAVING count(DISTINCT kind) > 0 ORDER BY d, region"},
+	// count(*) over a subquery with expressions over aggregates: the
+	// Outer statement filters (HAVING) and computes what PostgreSQL
+	// computes; select list items nothing reads are not computed, as
+	// PostgreSQL's planner drops them (no division by zero).
+	{sql: "SELECT count(*) FROM (SELECT region, max(qty) - min(qty) FROM sales GROUP BY region) s"},
+	{sql: "SELECT count(*) AS n FROM (SELECT region FROM sales GROUP BY region HAVING sum(qty) > 2 * count(*)) s"},
+	{sql: "SELECT count(*) FROM (SELECT region, sum(qty) / 0 FROM sales GROUP BY region) s"},
+	{sql: "SELECT count(*) FROM (SELECT max(qty) / 0 FROM sales) s"},
+	{sql: "SELECT count(*) FROM (SELECT qty / 0 FROM sales) s"},
+	{sql: "SELECT count(*) FROM (SELECT region, sum(qty) / 0 AS q FROM sales GROUP BY region ORDER BY q) s"},
+	{sql: "SELECT count(*) FROM (SELECT DISTINCT sum(qty) / count(*) FROM sales GROUP BY region) s"},
+	{sql: "SELECT count(*) FROM (SELECT DISTINCT sum(qty) / 0 FROM sales GROUP BY region) s"},
+	{sql: "SELECT count(*) FROM (SELECT kind, round(avg(price), 2) AS p FROM sales GROUP BY kind ORDER BY p DESC NULLS LAST LIMIT 2) s"},
+	{sql: "SELECT count(*) FROM (SELECT region, count(*) FROM nosales GROUP BY region HAVING max(qty) - min(qty) > 0) s"},
+	{sql: "SELECT EXISTS (SELECT region FROM sales GROUP BY region HAVING sum(qty) > 100 * count(*))"},
+	{sql: "SELECT EXISTS (SELECT max(qty) / 0 FROM sales)"},
+	{sql: "SELECT EXISTS (SELECT qty / 0 FROM sales)"},
 	// Errors, as PostgreSQL raises them.
 	{sql: "SELECT sum(qty) / (count(*) - count(*)) FROM sales"},
 	{sql: "SELECT region, sum(qty) / sum(0) FROM sales GROUP BY region"},

@@ -2,6 +2,7 @@ package router
 
 import (
 	"slices"
+	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/proto"
@@ -167,18 +168,13 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 // SELECT EXISTS (subquery): the subquery's own merge, its SQL sent to the
 // shards, counted.
 func buildCountMerge(c *counted, version int32, isKey func(*pg_query.Node) bool) (*Merge, error) {
-	sub := c.sub
+	sub := &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: unusedOutputs(c.sub.GetSelectStmt(), c.exists)}}
 	m, err := buildMerge(sub.GetSelectStmt(), version, isKey)
 	if err != nil {
 		return nil, err
 	}
 	if m == nil {
 		m = &Merge{}
-	}
-	if m.Outer != nil {
-		// Its rows are computed by an Outer statement, which describes
-		// them itself.
-		return nil, rejectf("SELECT count(*) over a subquery with expressions over aggregates")
 	}
 	if m.Rewritten == "" {
 		if m.Rewritten, err = deparse(version, sub); err != nil {
@@ -187,4 +183,101 @@ func buildCountMerge(c *counted, version int32, isKey func(*pg_query.Node) bool)
 	}
 	m.CountName, m.Exists = c.name, c.exists
 	return m, nil
+}
+
+// unusedOutputs returns a copy of a counted subquery whose select list
+// items that PostgreSQL does not compute for the count are placeholders
+// of themselves (CASE WHEN false THEN item END): its planner replaces a
+// subquery's outputs that nothing reads (remove_unused_subquery_outputs),
+// so SELECT count(*) FROM (SELECT g, max(x) / 0 FROM t GROUP BY g) s
+// counts the groups without dividing by zero. An item stays when
+// PostgreSQL keeps it: the subquery has DISTINCT, a set operation or
+// window clauses; ORDER BY or GROUP BY names it (by position, by its name,
+// or written alike); or it calls a function that could return a set or
+// be volatile (one not known as neither: plainFuncs). A placeholder, not
+// NULL, keeps the item's aggregates in the statement, which therefore
+// stays an aggregate query of one row without GROUP BY. Under EXISTS,
+// PostgreSQL drops the select list of a query without aggregates, GROUP
+// BY or HAVING (simplify_EXISTS_query) and computes all of any other.
+func unusedOutputs(sel *pg_query.SelectStmt, exists bool) *pg_query.SelectStmt {
+	if sel.Op != pg_query.SetOperation_SETOP_NONE && sel.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED ||
+		len(sel.DistinctClause) > 0 || len(sel.WindowClause) > 0 {
+		return sel
+	}
+	if exists && (len(sel.GroupClause) > 0 || sel.HavingClause != nil || slices.ContainsFunc(sel.TargetList, func(n *pg_query.Node) bool {
+		return findAggregate(n) != nil
+	})) {
+		return sel
+	}
+	out := proto.Clone(sel).(*pg_query.SelectStmt)
+	for i, n := range out.TargetList {
+		rt := n.GetResTarget()
+		if rt == nil || rt.Val == nil || rt.Val.GetColumnRef() != nil || rt.Val.GetAConst() != nil ||
+			referenced(sel, i, rt) || !removable(rt.Val) {
+			continue
+		}
+		rt.Val = placeholder(rt.Val)
+	}
+	return out
+}
+
+// referenced reports whether ORDER BY or GROUP BY of sel names its select
+// list item i (rt): by position, by the item's name, or written alike.
+func referenced(sel *pg_query.SelectStmt, i int, rt *pg_query.ResTarget) bool {
+	var keys []*pg_query.Node
+	for _, s := range sel.SortClause {
+		if sb := s.GetSortBy(); sb != nil {
+			keys = append(keys, sb.Node)
+		}
+	}
+	keys = append(keys, sel.GroupClause...)
+	for _, k := range keys {
+		if c := k.GetAConst(); c != nil {
+			if iv := c.GetIval(); iv != nil && int(iv.Ival) == i+1 {
+				return true
+			}
+			continue
+		}
+		if f := columnRef(k); len(f) == 1 && rt.Name != "" && f[0] == rt.Name {
+			return true
+		}
+		if sameExpr(k, rt.Val) {
+			return true
+		}
+	}
+	return false
+}
+
+// removable reports whether PostgreSQL's planner may drop an unused
+// subquery output n: it calls no function but aggregates and functions
+// known to return no set and to be immutable or stable.
+func removable(n *pg_query.Node) bool {
+	ok := true
+	walk(n, func(x *pg_query.Node) bool {
+		if f := x.GetFuncCall(); f != nil && ok {
+			if f.Over != nil || !isAggregate(f) && !plainFuncs[funcName(f)] {
+				ok = false
+			}
+		}
+		if x.GetSubLink() != nil {
+			ok = false // a subquery may call anything
+		}
+		return ok
+	})
+	return ok
+}
+
+// plainFuncs are built-in functions that return no set and are not
+// volatile: the ones ORMs wrap aggregates in.
+var plainFuncs = map[string]bool{}
+
+func init() {
+	for _, f := range strings.Fields(`abs ceil ceiling floor round trunc sqrt cbrt exp ln log power pow sign mod div
+		width_bucket scale greatest least coalesce nullif lower upper length char_length character_length octet_length
+		concat concat_ws substr substring left right lpad rpad btrim ltrim rtrim trim replace reverse initcap md5
+		to_char to_number date_trunc date_part extract age justify_days justify_hours justify_interval
+		array_length cardinality array_to_string jsonb_build_object json_build_object jsonb_build_array json_build_array
+		format numeric float8 int4 int8 text`) {
+		plainFuncs[f] = true
+	}
 }
