@@ -74,11 +74,12 @@ var mayImport = map[string][]string{
 	"integration/internal/querygen":   nil,
 	"conformance":                     {"internal/pgtest"},
 	"wire/internal/gencodes":          nil, // go generate: writes wire/codes_gen.go
+	"bench/relayfloor":                nil, // a benchmark's tool: the floor of a Go relay
 }
 
 // testOnly are the packages of tests and tools. Of the production packages
 // only cmd/proxy (for proxy demo) reaches one, internal/pgtest.
-var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/faultnet", "integration/internal/querygen", "conformance", "wire/internal/gencodes"}
+var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/faultnet", "integration/internal/querygen", "conformance", "wire/internal/gencodes", "bench/relayfloor"}
 
 // TestDependencies checks every import of every package of the module
 // against mayImport, that mayImport itself points one way (no cycle), and
