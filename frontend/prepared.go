@@ -34,6 +34,47 @@ type stmt struct {
 
 	npOnce sync.Once
 	np     int // parameters a Bind must supply, -1 unknown (see params)
+
+	fetchOnce sync.Once
+	fetch     bool // see fetches
+}
+
+// fetches reports whether st is a FETCH. PostgreSQL describes a prepared
+// FETCH by the cursor as it was at Parse time, and a Describe of one whose
+// cursor has since closed dereferences the missing portal
+// (FetchStatementTargetList, utility.c: a segmentation fault of the
+// backend in PostgreSQL 15). A server statement parsed for another Parse,
+// perhaps another client's with another cursor of the name, must not
+// answer a client's Parse or Describe: it is parsed again first.
+func (st *stmt) fetches() bool {
+	st.fetchOnce.Do(func() {
+		_, tail, _ := wire.CString(st.parse[5:])
+		text, _, _ := wire.CString(tail)
+		i := skipSpaceAndComments(text, 0)
+		j := i
+		for j < len(text) && isIdentByte(text[j]) {
+			j++
+		}
+		st.fetch = is(text[i:j], "fetch")
+	})
+	return st.fetch
+}
+
+// reparse queues a Close and a Parse of st on the server, so that the
+// server's statement is described in the session as it is now (see
+// fetches); the Close's answer is swallowed, the Parse's is the client's
+// when client is set (its Parse), else swallowed too. Every Parse of a
+// FETCH goes with its Close: a Close the server skipped after an error
+// leaves its statement, which the next Parse then replaces.
+func (c *client) reparse(st *stmt, client string) {
+	start := len(c.out)
+	c.out = append(c.out, 'C', 0, 0, 0, 0, 'S')
+	c.out = append(c.out, st.name...)
+	c.out = append(c.out, 0)
+	c.out = wire.FinishMessage(c.out, start)
+	c.out = append(c.out, st.parse...)
+	c.q = append(c.queued(), req{kind: reqClose, injected: true, confirm: st},
+		req{kind: reqParse, injected: client == "", confirm: st, client: client})
 }
 
 // params returns how many parameters a Bind of st must supply, as
@@ -234,6 +275,10 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	}
 	st := c.l.stmts.get(tail)
 	c.stmts[string(name)] = st
+	if st.fetches() {
+		c.reparse(st, string(name))
+		return nil
+	}
 	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
 		if c.ownSearchPath() || st.noisy.Load() {
 			// The server parsed it in another session's search_path,
@@ -347,6 +392,9 @@ func (c *client) rewriteDescribeClose(typ byte, raw, body []byte) error {
 		return nil
 	}
 	st := c.resolve(name)
+	if st != nil && st.fetches() && !c.pendingParse(st) && !c.pipe.has(pipeSkipping) {
+		c.reparse(st, "")
+	}
 	switch {
 	case st == nil && isProxyName(name):
 		start := len(c.out)
@@ -457,6 +505,10 @@ func (c *client) resolve(name []byte) *stmt {
 		return nil
 	}
 	if _, ok := s.Prepared[st.name]; !ok && !c.pendingParse(st) && !c.pipe.has(pipeSkipping) {
+		if st.fetches() {
+			c.reparse(st, "")
+			return st
+		}
 		c.injectNeeds(st.effect().needs)
 		c.out = append(c.out, st.parse...)
 		c.q = append(c.queued(), req{kind: reqParse, injected: true, confirm: st})
@@ -467,7 +519,7 @@ func (c *client) resolve(name []byte) *stmt {
 // pendingParse reports whether a Parse of st is queued in this batch.
 func (c *client) pendingParse(st *stmt) bool {
 	for i := range c.q {
-		if c.q[i].confirm == st {
+		if c.q[i].kind == reqParse && c.q[i].confirm == st {
 			return true
 		}
 	}

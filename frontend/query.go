@@ -29,7 +29,7 @@ const (
 type req struct {
 	kind     reqKind
 	injected bool  // the proxy added the message: swallow its answer
-	confirm  *stmt // reqParse: proxy-wide statement to mark prepared on success
+	confirm  *stmt // reqParse: proxy-wide statement to mark prepared on success; reqClose: to mark closed
 	ops      []setOp
 	// A reqParse that the server rejects or skips after an error did not
 	// create its statement: client names the client's statement to

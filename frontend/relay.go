@@ -91,6 +91,9 @@ func (c *client) relayMessage(s *pool.Server, typ byte, raw, body []byte) error 
 		}
 	case '3': // CloseComplete
 		if !whole {
+			if head.confirm != nil {
+				delete(s.Prepared, head.confirm.name)
+			}
 			if !head.injected {
 				c.toClient(raw)
 			}
