@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 
+	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
@@ -35,10 +36,15 @@ type routePlan struct {
 	release    bool
 	rollbackTo bool
 
-	localTag string     // RouteLocal: the command tag
-	dealloc  string     // RouteLocal: the client's SQL-level statement a DEALLOCATE drops
-	create   *sqlCreate // a PREPARE: the client's statement it creates
-	execs    []*sqlStmt // SQL statements the server must have prepared first
+	localTag string // RouteLocal: the command tag
+	dealloc  string // RouteLocal: the client's SQL-level statement a DEALLOCATE drops
+	// RouteLocal: DECLARE of a cursor over several shards, or FETCH, MOVE
+	// or CLOSE of a cursor the proxy holds (sharded_cursor.go); a
+	// DECLARE's query plan (nil when the name is taken).
+	cursorOp   *pg_query.Node
+	cursorPlan *routePlan
+	create     *sqlCreate // a PREPARE: the client's statement it creates
+	execs      []*sqlStmt // SQL statements the server must have prepared first
 	// setting: a SET or RESET (router.Session), which inside a transaction
 	// runs on every shard of the transaction.
 	setting bool
@@ -90,6 +96,9 @@ type shardedState struct {
 	// parseNotices; other Parses' are the proxy's own (stmt.noisy).
 	clientParse  bool
 	parseNotices int
+	// cursors are the client's cursors over several shards, which the
+	// proxy holds (sharded_cursor.go).
+	cursors map[string]*proxyCursor
 }
 
 // setShards makes the client a sharded one over pools (one per shard).
@@ -318,6 +327,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 		if _, err := c.finishTx(!c.xs.Failed()); err != nil {
 			return c.shardedError(err)
 		}
+	}
+	if done, err := c.cursorQuery(ctx, sql); done {
+		return err
 	}
 	var p *routePlan
 	var err error
@@ -654,7 +666,10 @@ func (c *client) endTxTag(commit bool) (string, error) {
 		}
 		return "ROLLBACK", nil
 	}
-	return c.finishTx(commit)
+	committed := commit && !c.xs.Failed()
+	tag, err := c.finishTx(commit)
+	c.endCursors(committed && err == nil)
+	return tag, err
 }
 
 // commitShards commits the transaction open on shards: plainly on one

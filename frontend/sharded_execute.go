@@ -50,6 +50,9 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		}
 		if plan.Kind == executor.RouteLocal {
 			c.bindDone()
+			if plan.cursorOp != nil {
+				return c.cursorLocal(ctx, p, maxRows, describe)
+			}
 			return c.sLocal(plan, describe)
 		}
 		// A read that starts the batch's work outside a transaction may go to

@@ -433,6 +433,11 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 		if st == nil {
 			return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
 		}
+		if op := c.proxyCursorOp(st.sql); op != nil {
+			c.w.Write([]byte{'t', 0, 0, 0, 6, 0, 0}) // no parameters
+			c.w.Write(c.cursorDescription(op))
+			return nil
+		}
 	} else {
 		p = c.sportals[string(name)]
 		if p == nil {
@@ -441,7 +446,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			return e
 		}
 		if p.plan.Kind == executor.RouteLocal {
-			c.w.Write(wire.AppendNoData(nil))
+			c.w.Write(c.portalCursorDescription(p))
 			return nil
 		}
 		st = p.stmt
@@ -745,6 +750,13 @@ func (c *client) planPortal(p *sPortal) error {
 			plan = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE", dealloc: sp.prepName}
 		} else {
 			plan, err = c.shardedSQLPrep(p.stmt.sql, sp)
+		}
+	}
+	if plan == nil && err == nil && cursorStatement(p.stmt.sql) {
+		if op := c.proxyCursorOp(p.stmt.sql); op != nil {
+			plan = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, cursorOp: op}
+		} else {
+			plan = c.declarePlan(p.stmt.sql, p.params, p.formats)
 		}
 	}
 	if plan == nil && err == nil {

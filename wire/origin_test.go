@@ -108,6 +108,13 @@ func TestOriginsMatchPostgres(t *testing.T) {
 			return raw(t, &pgproto3.Parse{Name: "a", Query: "SELECT 1"}, &pgproto3.Parse{Name: "a", Query: "SELECT 1"}, sync)
 		},
 		`portal "%" does not exist`: func(t *testing.T) *pgconn.PgError { return raw(t, &pgproto3.Execute{Portal: "nope"}, sync) },
+		`cursor "%" does not exist`: func(t *testing.T) *pgconn.PgError { return raw(t, query("FETCH 1 FROM nope")) },
+		`cursor "%" already exists`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("BEGIN; DECLARE c CURSOR FOR SELECT 1; DECLARE c CURSOR FOR SELECT 1"))
+		},
+		`cursor can only scan forward`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("BEGIN; DECLARE c NO SCROLL CURSOR FOR SELECT 1; FETCH PRIOR FROM c"))
+		},
 		`cannot insert multiple commands into a prepared statement`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, &pgproto3.Parse{Query: "SELECT 1; SELECT 2"}, sync)
 		},
