@@ -79,6 +79,7 @@ func (l *Listener) Reconfigure(cfg *config.Config) error {
 	var retired []*pool.Pool
 	st.Pools, retired = old.Pools.Next(cfg)
 	l.SetState(st)
+	l.nudgeMoved(old.Config, cfg) // idle listeners move now (idlemove.go)
 	for _, p := range retired {
 		p.Close()
 	}

@@ -116,6 +116,11 @@ type client struct {
 	// nonStandardLogin: the client logged in with standard_conforming_strings
 	// off, as its first ParameterStatus said (see standardStrings).
 	nonStandardLogin bool
+	// Guarded by wakeMu (idlemove.go): idleHeld while the loop waits for
+	// the next message of a client holding servers between transactions,
+	// moveNudge once a cutover interrupted that wait.
+	idleHeld  bool
+	moveNudge bool
 
 	// Sharded databases only (see sharded.go).
 	xs     *executor.Session // the shards' servers and the transaction over them
@@ -419,7 +424,9 @@ func (c *client) loop(ctx context.Context) error {
 			return errParked
 		}
 		stopWatch := c.watchServer()
+		held := c.waitIdle()
 		typ, raw, body, err := c.r.Next()
+		moveNow := c.doneWaiting(held)
 		if stopWatch != nil {
 			stopWatch()
 		}
@@ -430,6 +437,14 @@ func (c *client) loop(ctx context.Context) error {
 				// loop ends an idle or killed client; one in a
 				// transaction finishes it first.
 				c.conn.SetReadDeadline(time.Time{})
+				continue
+			}
+			if errors.As(err, &ne) && ne.Timeout() && moveNow {
+				// Woken by a cutover: a listening session moves now.
+				if err := c.moveIdle(ctx); err != nil {
+					c.abandon()
+					return err
+				}
 				continue
 			}
 			if errors.As(err, &ne) && ne.Timeout() && c.parkNudge.Swap(false) {

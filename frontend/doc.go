@@ -26,8 +26,9 @@
 //   - session.go, settle.go, prepared.go, sqlprepare.go, watch.go:
 //     transaction pooling made invisible — the client's settings, role
 //     and prepared statements follow it from server to server.
-//   - route.go, sharded*.go, shardinit.go, fanout.go, copy.go, resharded.go:
-//     sharded databases. route.go turns the router's decision into an
+//   - route.go, sharded*.go, shardinit.go, fanout.go, copy.go, resharded.go,
+//     sessionmove.go, idlemove.go: sharded databases, and sessions a
+//     resharding cutover moves. route.go turns the router's decision into an
 //     executor.Plan; the shards' servers and the transaction over them are
 //     an executor.Session (c.xs), which runs fan-out, COPY split and
 //     two-phase commit; sharded_ext.go runs the extended protocol over it.
@@ -76,8 +77,15 @@
 // last. When a transaction ends, settle.go reads settings back from the
 // server where the proxy could not follow them (set_config, ROLLBACK TO,
 // a reported setting changed by a function), and probes for session
-// objects (temporary tables, advisory locks, WITH HOLD cursors, LISTEN):
-// while any exists the client keeps its server (pinned).
+// objects (temporary tables, advisory locks, WITH HOLD cursors, LISTEN,
+// SQL-level prepared statements of the client's own): while any exists
+// the client keeps its server (pinned). A resharding cutover moves a
+// session with its settings, prepared statements (SQL-level ones too) and
+// LISTEN channels to the new servers; the other session objects cannot
+// move, and end the session with 57P01 (resharded.go, sessionmove.go). A
+// session that listens moves at the cutover itself, woken in its idle
+// read (idlemove.go), so that it does not miss notifications on the new
+// servers while it sends nothing.
 //
 // Named prepared statements are mapped to proxy-wide names (prepared.go)
 // so that a client's statement survives moving to another server: Parse is

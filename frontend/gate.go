@@ -301,7 +301,8 @@ func (c *client) countError(sqlstate string) {
 // (enterGateHolding). So PAUSE, and a resharding cutover, drain a
 // database whose session-pooled clients are idle, and such a client meets
 // a cutover at its next transaction boundary, where it can move to the new
-// shards (becomeSharded).
+// shards (becomeSharded) — or, if it listens, at the cutover itself,
+// woken in its idle read (idlemove.go).
 
 // leaveGateIdle releases the gate of a session-pooled one-shard client
 // whose session is idle.

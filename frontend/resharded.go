@@ -23,8 +23,23 @@ import (
 // first message of an extended batch), learns of the cutover when the gate
 // opens (errBecameSharded) and serves that message again on the sharded
 // path, a FunctionCall included (a sharded session runs function calls on
-// shard 0). Only a client that cannot move (one holding session objects)
-// ends with 57P01 (errResharded).
+// shard 0). Only a client that cannot move ends with 57P01 (errResharded).
+//
+// Of the session objects that pin a session to its server (probe), two
+// move with it, in session pooling and for a transaction-pooled client
+// they pin (which moves as a session does, and stays pinned where its
+// LISTEN runs): SQL-level prepared statements, which are prepared again
+// on the new server under the client's names (one-shard to one-shard) or
+// become the sharded path's proxy-wide statements (sqlprepare.go), and
+// LISTEN registrations, whose channels the session listens on again
+// before its next transaction — on the new server, or on one shard of a
+// sharded database, where LISTEN runs on one shard as any session
+// statement does (listenAgain); sessionmove.go reads and re-creates
+// them. A session that listens moves at the cutover itself rather than at
+// its next statement (idlemove.go). Temporary objects, session advisory
+// locks and cursors WITH HOLD hold contents or locks that would not be the
+// same on another server: a session holding any of them ends with 57P01,
+// its Detail naming what it holds (errSessionPinned).
 
 // becomeSharded makes a one-shard, transaction-pooled client that holds
 // nothing a sharded client when a reload made its database sharded. It
@@ -41,14 +56,27 @@ func (c *client) becomeSharded() error {
 		return nil // refresh handles it at checkout
 	}
 	var kept map[string]*sStmt
-	if c.mode == config.PoolSession {
+	var moved *sessionMove
+	if c.server != nil {
+		// A session-pooled client, or a transaction-pooled one pinned
+		// to its server: the session's state is taken from the server.
 		var err error
-		if kept, err = c.leaveSessionServer(); err != nil {
+		if kept, moved, err = c.leaveSessionServer(); err != nil {
 			return err
 		}
 	}
 	if err := c.refreshShards(); err != nil {
 		return err
+	}
+	if moved != nil {
+		// The session's SQL-level statements and LISTEN channels follow
+		// it; its one server was shard 0.
+		if err := c.adoptMoved(moved, 0); err != nil {
+			return err
+		}
+		// In transaction pooling the LISTEN pins the client to the shard
+		// it runs on; its SQL-level statements are the proxy's now.
+		c.pinned = c.mode == config.PoolTransaction && len(moved.channels) > 0
 	}
 	// The client's prepared statements, named and unnamed, become the
 	// sharded path's statements.
@@ -84,53 +112,67 @@ func parseBody(body []byte) (query, tail []byte, ok bool) {
 
 // leaveSessionServer takes what a session-pooled client's session holds
 // on its one server (takeSession) as the sharded path's settings and
-// statements, so that the session goes on over the shards.
-func (c *client) leaveSessionServer() (map[string]*sStmt, error) {
-	ps, err := c.takeSession()
+// statements, so that the session goes on over the shards; what else
+// moves (SQL-level statements, LISTEN) is for adoptMoved, once the client
+// is sharded.
+func (c *client) leaveSessionServer() (map[string]*sStmt, *sessionMove, error) {
+	m, err := c.takeSession()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[string]*sStmt, len(ps))
-	for _, p := range ps {
+	out := make(map[string]*sStmt, len(m.stmts))
+	for _, p := range m.stmts {
 		query, _, _ := wire.CString(p.tail)
 		out[p.name] = &sStmt{sql: string(query), st: c.l.stmts.get(p.tail), query: query}
 	}
-	return out, nil
+	return out, m, nil
 }
 
-// takeSession takes what a session-pooled client's session holds on its
-// one server — its settings (read back, as for a transaction the proxy
-// does not follow: readBack) and its protocol-level prepared statements
-// (pg_prepared_statements) — and closes that server, which is on a
-// database a cutover retired. A session holding what cannot move
-// (temporary objects, advisory locks, WITH HOLD cursors, LISTEN,
-// SQL-level prepared statements: probe) ends with 57P01 instead.
-func (c *client) takeSession() ([]protoStmt, error) {
+// takeSession takes what a session-pooled client's session (or a pinned
+// transaction-pooled client's) holds on its one server — its settings
+// (read back, as for a transaction the proxy does not follow: readBack),
+// its protocol-level prepared statements (session pooling) and, when the
+// probe finds them, its SQL-level prepared statements and LISTEN channels
+// — and closes that server, which is on a database a cutover retired. A
+// session holding what cannot move (temporary objects, session advisory
+// locks, WITH HOLD cursors: probe) ends with 57P01 instead.
+func (c *client) takeSession() (*sessionMove, error) {
 	s := c.server
-	pinned, err := c.probe(s)
-	if err == nil && pinned {
-		err = errSessionPinned(c.db.Name)
+	held, err := c.probe(s)
+	if err == nil && held&^objMovable != 0 {
+		err = errSessionPinned(c.db.Name, held&^objMovable)
 	}
 	if err == nil {
 		err = c.readBack(s)
 	}
-	var stmts []protoStmt
-	if err == nil {
-		stmts, err = sessionStatements(s, c.toClient)
+	m := &sessionMove{}
+	if err == nil && c.mode == config.PoolSession {
+		// In transaction pooling the client's protocol-level statements
+		// are the proxy's (c.stmts), and the server's are proxy-wide
+		// ones of every client.
+		m.stmts, err = sessionStatements(s, c.toClient)
+	}
+	if err == nil && held&objSQLPrepared != 0 {
+		m.sql, err = sqlStatements(s, c.toClient)
+	}
+	if err == nil && held&objListen != 0 {
+		m.channels, err = listeningChannels(s, c.toClient)
 	}
 	s.Broken = true // the old database's connection: closed, never pooled again
 	c.detach()
 	if err != nil {
 		return nil, errCannotMove(err)
 	}
-	return stmts, nil
+	return m, nil
 }
 
 // errCannotMove is the 57P01 that ends a session whose state could not be
 // taken from, or replayed on, the servers a cutover moved it to; err
-// itself when it is one already.
+// itself when it is a FATAL already. A server's ERROR (on one of the
+// proxy's own statements) becomes the 57P01 too: the session it answered
+// is gone.
 func errCannotMove(err error) error {
-	if _, ok := wire.AsError(err); ok {
+	if e, ok := wire.AsError(err); ok && e.Fatal() {
 		return err
 	}
 	return wire.Fatalf(wire.AdminShutdown, "terminating connection due to administrator command: the session could not move to the resharded database: %v", err)
@@ -180,17 +222,19 @@ func sessionStatements(s *pool.Server, notify func(raw []byte)) ([]protoStmt, er
 
 // moveSession moves a session-pooled client of a one-shard database that a
 // cutover moved to another server (a one-shard destination), at its
-// transaction boundary: it takes the session's settings and protocol-level
-// prepared statements from its server on the old database (takeSession),
-// checks a server of the new one out with those settings (attach, as any
-// session starts), and prepares the statements there under the client's
-// names. The client notices nothing; a session that cannot move ends with
-// 57P01.
+// transaction boundary: it takes the session's settings, prepared
+// statements and LISTEN channels from its server on the old database
+// (takeSession), checks a server of the new one out with those settings
+// (attach, as any session starts), and prepares the statements there under
+// the client's names (SQL-level ones with their own PREPARE) and listens
+// on the channels. The client notices nothing; a session that cannot move
+// ends with 57P01.
 func (c *client) moveSession(ctx context.Context) error {
-	ps, err := c.takeSession()
+	m, err := c.takeSession()
 	if err != nil {
 		return err
 	}
+	ps := m.stmts
 	if err := c.attach(ctx); err != nil {
 		if e, ok := wire.AsError(err); ok && !e.Fatal() {
 			// The new server refused a setting: the session is not what
@@ -198,6 +242,22 @@ func (c *client) moveSession(ctx context.Context) error {
 			err = fmt.Errorf("restoring its settings: %s", e.Message)
 		}
 		return errCannotMove(err)
+	}
+	// SQL-level statements and LISTEN first: the simple Queries that
+	// create them drop the unnamed statement, which prepareAll prepares.
+	if err := replaySQL(c.server, m, c.toClient); err != nil {
+		c.server.Broken = true
+		c.detach()
+		return errCannotMove(err)
+	}
+	if c.mode == config.PoolTransaction {
+		// A pinned client: the new server keeps it (settle probes it
+		// when its transaction ends); its protocol-level statements
+		// follow it as on any server (prepared.go).
+		c.pinned = true
+		c.log.Info("database moved: the pinned session continues on its new server", "server", c.server.Addr,
+			"sql_statements", len(m.sql), "channels", len(m.channels))
+		return nil
 	}
 	unnamed := false
 	if _, tail, ok := parseBody(c.unnamed); ok {
@@ -209,7 +269,8 @@ func (c *client) moveSession(ctx context.Context) error {
 		c.detach()
 		return errCannotMove(err)
 	}
-	c.log.Info("database moved: the session continues on its new server", "server", c.server.Addr, "statements", len(ps))
+	c.log.Info("database moved: the session continues on its new server", "server", c.server.Addr,
+		"statements", len(ps), "sql_statements", len(m.sql), "channels", len(m.channels))
 	return nil
 }
 
@@ -261,15 +322,16 @@ func prepareAll(s *pool.Server, ps []protoStmt, unnamed bool, notify func(raw []
 var errBecameSharded = errors.New("the database became sharded")
 
 // movable reports whether becomeSharded can move the client now: at a
-// transaction boundary, holding no server (transaction pooling) or only
-// its session's (session pooling).
+// transaction boundary, holding no server (transaction pooling), or only
+// the one its session objects pin it to (transaction pooling), or its
+// session's (session pooling).
 func (c *client) movable() bool {
 	if c.xs != nil || c.pipe.has(pipeUnsynced) || len(c.q) > 0 || c.tx != 'I' {
 		return false
 	}
 	switch c.mode {
 	case config.PoolTransaction:
-		return c.server == nil
+		return c.server == nil || c.pinned
 	case config.PoolSession:
 		return c.server != nil
 	}
@@ -277,10 +339,11 @@ func (c *client) movable() bool {
 }
 
 // errSessionPinned ends a session that a cutover of database db would
-// move but that holds what cannot move (probe).
-func errSessionPinned(db string) *wire.Error {
+// move but that holds session objects that cannot move (probe): held
+// names them.
+func errSessionPinned(db string, held sessionObjects) *wire.Error {
 	return &wire.Error{Severity: "FATAL", Code: wire.AdminShutdown, Message: "terminating connection due to administrator command",
-		Detail: fmt.Sprintf("database %q was resharded and this session holds temporary objects, advisory locks, cursors WITH HOLD, LISTEN or SQL-level prepared statements, which cannot move to the new shards; reconnect", db)}
+		Detail: fmt.Sprintf("database %q was resharded and this session holds %s, which cannot move to the new shards; reconnect", db, held)}
 }
 
 // errResharded ends a one-shard client that meets its database sharded
@@ -324,11 +387,15 @@ func (c *client) shardsMoved() bool {
 }
 
 // leaveSessionShards lets a session-pooled sharded client's servers go
-// after a cutover moved its database (see shardsMoved), or fails with
-// 57P01 when one of them holds session objects.
+// after a cutover moved its database (see shardsMoved), taking their
+// SQL-level prepared statements and LISTEN channels along (adoptMoved), or
+// fails with 57P01 when one of them holds session objects that cannot
+// move.
 func (c *client) leaveSessionShards() error {
 	saved := c.server
 	defer func() { c.server = saved }()
+	var m sessionMove
+	listened := -1
 	var err error
 	for i := range c.ext {
 		s := c.xs.Server(i)
@@ -336,9 +403,26 @@ func (c *client) leaveSessionShards() error {
 			continue
 		}
 		c.server = s
-		var pinned bool
-		if pinned, err = c.probe(s); err == nil && pinned {
-			err = errSessionPinned(c.db.Name)
+		var held sessionObjects
+		if held, err = c.probe(s); err != nil {
+			continue
+		}
+		if bad := held &^ objMovable; bad != 0 {
+			err = errSessionPinned(c.db.Name, bad)
+			continue
+		}
+		if held&objSQLPrepared != 0 {
+			var sql []sqlMove
+			sql, err = sqlStatements(s, c.toClient)
+			m.sql = append(m.sql, sql...)
+		}
+		if err == nil && held&objListen != 0 {
+			var chans []string
+			chans, err = listeningChannels(s, c.toClient)
+			m.channels = append(m.channels, chans...)
+			if listened < 0 {
+				listened = i
+			}
 		}
 	}
 	for i := range c.ext {
@@ -349,6 +433,9 @@ func (c *client) leaveSessionShards() error {
 	c.server = nil
 	saved = nil
 	c.detachShards()
+	if err == nil {
+		err = c.adoptMoved(&m, max(listened, 0))
+	}
 	if err != nil {
 		return errCannotMove(err)
 	}

@@ -174,7 +174,7 @@ func (c *client) settle() error {
 		if err != nil {
 			return err
 		}
-		c.pinned = held
+		c.pinned = held != 0
 	}
 	return nil
 }
@@ -216,21 +216,67 @@ func (c *client) readBack(s *pool.Server) error {
 	return nil
 }
 
-// probeSQL asks whether the session holds objects that cannot move to
-// another server: temporary relations or functions, session advisory
-// locks, WITH HOLD cursors, LISTEN registrations, SQL-level prepared
-// statements.
-const probeSQL = `SELECT (pg_catalog.pg_my_temp_schema() <> 0 AND (` +
+// sessionObjects says which kinds of session objects a server's session
+// holds (probe): objects that transaction pooling cannot carry from one
+// server to another, so that while any exists the client keeps its server.
+type sessionObjects uint8
+
+const (
+	objTemp         sessionObjects = 1 << iota // temporary relations or functions
+	objAdvisoryLock                            // session advisory locks
+	objHoldCursor                              // cursors WITH HOLD
+	objListen                                  // LISTEN registrations
+	objSQLPrepared                             // SQL-level prepared statements of the client's own
+)
+
+// objMovable are the session objects a resharding cutover re-creates on
+// the new servers (resharded.go): the rest hold contents or locks that
+// would not be the same there.
+const objMovable = objListen | objSQLPrepared
+
+// objNames names each kind of session object, in probeSQL's column order.
+var objNames = [...]string{"temporary objects", "session advisory locks", "cursors WITH HOLD", "LISTEN", "SQL-level prepared statements"}
+
+// String lists the kinds o holds, in words ("temporary objects and
+// LISTEN").
+func (o sessionObjects) String() string {
+	var names []string
+	for i, name := range objNames {
+		if o&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return "no session objects"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// probeSQL asks which session objects the session holds: temporary
+// relations or functions, session advisory locks, WITH HOLD cursors,
+// LISTEN registrations, SQL-level prepared statements (one column each,
+// in the order of sessionObjects).
+const probeSQL = `SELECT pg_catalog.pg_my_temp_schema() <> 0 AND (` +
 	`EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) OR ` +
-	`EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema()))) OR ` +
-	`EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) OR ` +
-	`EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) OR ` +
-	`EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) OR ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema())), ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()), ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable), ` +
+	`EXISTS (SELECT FROM pg_catalog.pg_listening_channels()), ` +
 	`EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql`
 
 // proxyStatements ends probeSQL: SQL-level statements the proxy prepared
 // itself (sqlprepare.go) belong to no client.
 func proxyStatements(s *pool.Server) string {
+	return notProxyStatements(s) + ")"
+}
+
+// notProxyStatements is the condition, on pg_prepared_statements.name,
+// that leaves out the SQL-level statements the proxy prepared on s itself
+// (empty when there are none).
+func notProxyStatements(s *pool.Server) string {
 	var names []string
 	for name := range s.Prepared {
 		if strings.HasPrefix(name, "sgq_") {
@@ -238,23 +284,29 @@ func proxyStatements(s *pool.Server) string {
 		}
 	}
 	if len(names) == 0 {
-		return ")"
+		return ""
 	}
-	return " AND name <> ALL (" + wire.QuoteLiteral("{"+strings.Join(names, ",")+"}") + "::pg_catalog.text[]))"
+	return " AND name <> ALL (" + wire.QuoteLiteral("{"+strings.Join(names, ",")+"}") + "::pg_catalog.text[])"
 }
 
-// probe reports whether s's session holds objects that pin it to its
-// client.
-func (c *client) probe(s *pool.Server) (bool, error) {
+// probe reports which session objects s's session holds; any of them pins
+// the server to its client.
+func (c *client) probe(s *pool.Server) (sessionObjects, error) {
 	rows, err := idleQuery(s, probeSQL+proxyStatements(s), c.toClient)
 	if err != nil {
-		return false, fmt.Errorf("probing the session for temporary objects, locks, cursors and LISTEN: %w", err)
+		return 0, fmt.Errorf("probing the session for temporary objects, locks, cursors, LISTEN and prepared statements: %w", err)
 	}
-	if len(rows) != 1 || len(rows[0]) != 1 {
+	if len(rows) != 1 || len(rows[0]) != len(objNames) {
 		s.Broken = true
-		return false, errors.New("probing the session: unexpected answer")
+		return 0, errors.New("probing the session: unexpected answer")
 	}
-	return string(rows[0][0]) == "t", nil
+	var held sessionObjects
+	for i, v := range rows[0] {
+		if string(v) == "t" {
+			held |= 1 << i
+		}
+	}
+	return held, nil
 }
 
 // reset cleans the server of a client that leaves while holding it for

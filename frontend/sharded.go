@@ -99,6 +99,11 @@ type shardedState struct {
 	// cursors are the client's cursors over several shards, which the
 	// proxy holds (sharded_cursor.go).
 	cursors map[string]*proxyCursor
+	// relisten are the LISTEN channels a resharding cutover took from
+	// the session's old servers, to LISTEN on the new shard relistenShard
+	// before the session's next transaction (listenAgain).
+	relisten      []string
+	relistenShard int
 }
 
 // setShards makes the client a sharded one over pools (one per shard).
@@ -193,6 +198,18 @@ func (c *client) attachShard(ctx context.Context, i int) error {
 			// the gate held the client through it): route it again.
 			c.release()
 			return errReplan
+		}
+		if len(c.relisten) > 0 {
+			// The session's LISTEN channels follow it from the shards a
+			// cutover retired (listenAgain).
+			if err := c.listenAgain(ctx); err != nil {
+				if e, ok := wire.AsError(err); ok && e.Fatal() {
+					c.release()
+					c.sendFatal(e)
+					return &fatalSent{err: err}
+				}
+				return err
+			}
 		}
 	}
 	return c.attachHeld(ctx, i)

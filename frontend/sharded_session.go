@@ -191,7 +191,7 @@ func (c *client) settleShards() error {
 			if err != nil {
 				return err
 			}
-			pinned, probed = pinned || held, true
+			pinned, probed = pinned || held != 0, true
 		}
 	}
 	if probed {
