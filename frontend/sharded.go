@@ -308,7 +308,11 @@ const maxReplans = 10
 
 // shardedQuery runs a simple Query on a sharded database.
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
-	c.settleStream(streamKeep) // its servers run the Query
+	if c.stream != nil && (c.stream.cur == nil || c.proxyCursorOp(sql) == nil) {
+		// Its servers run the Query; a FETCH, MOVE or CLOSE of one of
+		// the proxy's cursors needs none (sharded_cursor.go).
+		c.settleStream(streamKeep)
+	}
 	if c.mode != config.PoolTransaction {
 		// simpleQuery analyzes statements in transaction mode only, but a
 		// sharded session has a server per shard in session mode too: its

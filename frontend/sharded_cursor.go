@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -19,25 +21,35 @@ import (
 //
 // DECLARE of a query that one shard answers goes to that shard, and its
 // FETCHes follow it there, as any statement does. A query that needs
-// several shards has no server to live on: the proxy runs it at DECLARE,
-// merged as for the client (executor.Session.Execute), keeps its
-// RowDescription and rows (up to maxChunkedResult, as for a portal
-// fetched in chunks), and answers FETCH, MOVE and CLOSE of the cursor
-// itself, with PostgreSQL's positions, command tags and errors. This is
-// how psycopg2's named cursors and Django's QuerySet.iterator() read
-// large results. The cursor lives with the client, not on a server, so a
-// WITH HOLD cursor pins nothing; a cursor without HOLD ends with its
-// transaction, and a ROLLBACK ends the WITH HOLD cursors the transaction
-// declared, as in PostgreSQL.
+// several shards has no server to live on: the proxy starts it at DECLARE,
+// merged as for the client (executor.Session.Execute), and answers FETCH,
+// MOVE and CLOSE of the cursor itself, with PostgreSQL's positions,
+// command tags and errors. The merge runs as a coroutine, as a portal
+// fetched in chunks does (sharded_stream.go): it pauses once the cursor
+// holds the rows a FETCH asked for, so that a cursor is read as it is
+// fetched, whatever its size — this is how psycopg2's named cursors and
+// Django's QuerySet.iterator() read large results. Behind its position a
+// cursor keeps the rows it may move back to: all of them when declared
+// SCROLL (up to maxChunkedResult, then 54000), the last cursorWindow bytes
+// when declared with neither SCROLL nor NO SCROLL (a backward move past
+// them answers PostgreSQL's 55000 for a plan that cannot scan backward),
+// none when NO SCROLL. A statement that needs the shards' servers while
+// the merge is paused settles it first: the rest of its rows are kept
+// (up to maxChunkedResult) for the cursor's next FETCHes. The cursor
+// lives with the client, not on a server, so a WITH HOLD cursor pins
+// nothing (its rows are read to the end at the COMMIT, as PostgreSQL
+// computes them then); a cursor without HOLD ends with its transaction,
+// and a ROLLBACK ends the WITH HOLD cursors the transaction declared, as
+// in PostgreSQL.
 //
-// Differences from a server's cursor, which docs/routing.md lists: the
-// query runs to its end at DECLARE (PostgreSQL runs it as FETCH asks,
-// and a WITH HOLD one at COMMIT), so its errors come at DECLARE; a cursor
-// that neither SCROLL nor NO SCROLL declared scans backward (PostgreSQL
-// decides by the plan); ROLLBACK TO SAVEPOINT does not close the cursors
-// declared after the savepoint; and pg_cursors does not list them. Every
-// statement of such a cursor may come through either protocol; in the
-// extended one the proxy executes them itself (routePlan.cursorOp).
+// Differences from a server's cursor, which docs/routing.md lists: an
+// error before the merge's first rows comes at DECLARE (PostgreSQL's
+// comes at the first FETCH); a cursor that neither SCROLL nor NO SCROLL
+// declared scans backward over its window only (PostgreSQL decides by the
+// plan); ROLLBACK TO SAVEPOINT does not close the cursors declared after
+// the savepoint; and pg_cursors does not list them. Every statement of
+// such a cursor may come through either protocol; in the extended one the
+// proxy executes them itself (routePlan.cursorOp).
 
 // Cursor options of DeclareCursorStmt (PostgreSQL's parsenodes.h).
 const (
@@ -47,14 +59,91 @@ const (
 	cursorHold     = 0x0020
 )
 
-// proxyCursor is a cursor the proxy holds: its rows, merged at DECLARE.
+// proxyCursor is a cursor the proxy holds: its rows, read from the merge
+// as FETCH and MOVE need them (cursorStream).
 type proxyCursor struct {
-	desc   []byte   // RowDescription message
-	rows   [][]byte // DataRow messages
-	pos    int      // 0: before the first row; 1…len(rows): on a row; len(rows)+1: after the last
-	scroll bool     // it may move backward
-	hold   bool     // WITH HOLD: it outlives its transaction's COMMIT
-	inTx   bool     // declared in the transaction now open (a ROLLBACK ends it even WITH HOLD)
+	name string
+	desc []byte   // RowDescription message
+	rows [][]byte // DataRow messages, from row base+1 on
+	base int      // rows dropped from the front, behind the position
+	size int      // bytes of rows
+	pos  int      // 0: before the first row; 1…total: on a row; total+1: after the last
+	// scroll: it may move backward; keepAll: declared SCROLL, so every
+	// row stays for that (a cursor declared with neither SCROLL nor NO
+	// SCROLL drops the rows behind its position once it holds more than
+	// maxChunkedResult, and scans forward only from then on).
+	scroll, keepAll bool
+	hold            bool // WITH HOLD: it outlives its transaction's COMMIT
+	inTx            bool // declared in the transaction now open (a ROLLBACK ends it even WITH HOLD)
+	// src is the merge still producing the cursor's rows, paused between
+	// FETCHes (nil once it ended); err what ended it early, answered by
+	// the FETCH that needs a row beyond the ones read.
+	src *portalStream
+	err error
+}
+
+// total is the number of rows read from the merge so far (all of them once
+// src is nil).
+func (cur *proxyCursor) total() int { return cur.base + len(cur.rows) }
+
+// Rows a cursor keeps behind its position for moving back: all of them
+// (up to maxChunkedResult) when it was declared SCROLL, the last
+// cursorWindow bytes of them when it was declared with neither SCROLL nor
+// NO SCROLL, and about noScrollWindow bytes, which are never read again,
+// when NO SCROLL (dropped in pieces rather than row by row).
+const (
+	cursorWindow   = 8 << 20
+	noScrollWindow = 1 << 20
+)
+
+// add keeps DataRow m. Past its window a cursor that may drop rows drops
+// those behind its position (and scans forward only from then on); past
+// maxChunkedResult what it still cannot keep ends it with 54000, unless
+// live: the rows the running FETCH asked for are kept whatever their
+// size, as they are about to be sent.
+func (cur *proxyCursor) add(m []byte, live bool) {
+	if cur.err != nil {
+		return
+	}
+	cur.rows = append(cur.rows, append([]byte(nil), m...))
+	cur.size += len(m)
+	window := maxChunkedResult
+	switch {
+	case cur.keepAll:
+	case cur.scroll:
+		window = cursorWindow
+	default:
+		window = noScrollWindow
+	}
+	if cur.size <= window {
+		return
+	}
+	if !cur.keepAll {
+		if drop := cur.pos - 1 - cur.base; drop > 0 {
+			for _, r := range cur.rows[:drop] {
+				cur.size -= len(r)
+			}
+			cur.rows = append([][]byte(nil), cur.rows[drop:]...)
+			cur.base += drop
+			cur.scroll = false
+		}
+		if live || cur.size <= maxChunkedResult {
+			return
+		}
+	}
+	cur.rows = cur.rows[:len(cur.rows)-1]
+	cur.size -= len(m)
+	cur.err = &wire.Error{Severity: "ERROR", Code: wire.ProgramLimitExceeded,
+		Message: fmt.Sprintf("the rows of cursor \"%s\" over several shards are more than the proxy keeps (64 MiB)", cur.name),
+		Hint:    "Fetch them as they come (declare the cursor without SCROLL and FETCH it forward), narrow the query, or constrain the sharding key to one shard, where the cursor stays on its server."}
+}
+
+// row returns DataRow i (1-based) of the cursor.
+func (cur *proxyCursor) row(i int) []byte { return cur.rows[i-1-cur.base] }
+
+// span returns rows from+1 … to.
+func (cur *proxyCursor) span(from, to int) [][]byte {
+	return cur.rows[from-cur.base : to-cur.base]
 }
 
 // cursorStatement reports whether sql starts with a keyword of a cursor
@@ -105,7 +194,7 @@ func (c *client) cursorQuery(ctx context.Context, sql string) (done bool, err er
 		if c.xs.Failed() {
 			return true, c.shardedError(errAborted())
 		}
-		delete(c.cursors, name)
+		c.closeCursor(name)
 		return true, c.localDone("CLOSE CURSOR")
 	}
 	return false, nil
@@ -127,14 +216,7 @@ func (c *client) declareCursor(ctx context.Context, sql string, d *pg_query.Decl
 	}
 	// A taken name is taken whichever shard the query would run on.
 	if err := c.openCursor(ctx, d, p); err != nil {
-		var se *executor.ShardError
-		switch {
-		case errors.As(err, &se):
-			return true, c.shardFailed(err)
-		case err == errReplan:
-			return true, err
-		}
-		return true, c.shardedError(err)
+		return true, c.cursorFailed(err)
 	}
 	return true, c.localDone("DECLARE CURSOR")
 }
@@ -161,21 +243,23 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 		return err
 	}
 	c.routeCounts().count(len(p.Shards), c.xs.Len())
-	cur := &proxyCursor{scroll: d.Options&cursorNoScroll == 0, hold: d.Options&cursorHold != 0, inTx: explicit}
-	sink := &cursorSink{c: c, cur: cur}
-	_, err := c.xs.Execute(&executor.Answer{Plan: &p.Plan, Collation: c.collation(), Describe: executor.DescribeRows, Sink: sink}, false)
+	cur := &proxyCursor{name: d.Portalname, scroll: d.Options&cursorNoScroll == 0, keepAll: d.Options&cursorScroll != 0,
+		hold: d.Options&cursorHold != 0, inTx: explicit}
+	c.startCursorStream(cur, p)
 	c.ranOn(p.Shards)
-	if err == nil && sink.over {
-		err = &wire.Error{Severity: "ERROR", Code: wire.ProgramLimitExceeded,
-			Message: fmt.Sprintf("the rows of cursor \"%s\" over several shards are more than the proxy keeps (64 MiB)", d.Portalname),
-			Hint:    "Narrow the query, or constrain the sharding key to one shard, where the cursor stays on its server."}
+	if !explicit {
+		// WITH HOLD outside a transaction block: PostgreSQL computes
+		// its rows as the DECLARE's implicit transaction commits.
+		c.settleStream(streamKeep)
 	}
-	if err != nil {
+	if cur.err != nil {
+		// The query failed before its first row, or, computed whole,
+		// had more rows than the proxy keeps.
 		var se *executor.ShardError
-		if !errors.As(err, &se) {
+		if !errors.As(cur.err, &se) {
 			c.releaseIfIdle()
 		}
-		return err
+		return cur.err
 	}
 	if c.cursors == nil {
 		c.cursors = map[string]*proxyCursor{}
@@ -183,6 +267,133 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 	c.cursors[d.Portalname] = cur
 	c.releaseIfIdle()
 	return nil
+}
+
+// startCursorStream runs p, the query of cursor cur, as a merge that
+// pauses whenever the cursor has the rows a FETCH asked for (cur.src, the
+// client's one paused stream, as for a portal fetched in chunks: any
+// statement that needs the shards' servers first settles it, keeping the
+// rest of the rows). It returns once the merge has described its rows or
+// ended (cur.err says how).
+func (c *client) startCursorStream(cur *proxyCursor, p *routePlan) {
+	st := &portalStream{c: c, cur: cur, shards: slices.Clone(p.Shards)}
+	a := &executor.Answer{Plan: &p.Plan, Collation: c.collation(), Describe: executor.DescribeRows, Sink: cursorFeed{st}}
+	st.next, st.stop = iter.Pull(func(yield func(struct{}) bool) {
+		st.yield = yield
+		st.tag, st.err = c.xs.Execute(a, false)
+	})
+	cur.src = st
+	// The merge's start may look up collations on the shards (c.stream
+	// would settle it from inside itself): the stream is the client's
+	// once it has paused.
+	c.fillCursor(cur, 0)
+	if cur.src != nil {
+		c.stream = st
+	}
+}
+
+// cursorFeed is the sink of a cursor's merge: its Write only, so that the
+// merge orders text by the Answer's collation as any merged query does.
+type cursorFeed struct{ st *portalStream }
+
+func (f cursorFeed) Write(msgs []byte) (int, error) { return f.st.cursorWrite(msgs) }
+
+// cursorWrite takes the merge's messages for the cursor: the
+// RowDescription and DataRows are kept, notices go to the client. A live
+// stream pauses once the cursor has the rows its FETCH wants.
+func (st *portalStream) cursorWrite(msgs []byte) (int, error) {
+	cur := st.cur
+	for m := range messages(msgs) {
+		switch {
+		case m[0] == 'T':
+			cur.desc = append([]byte(nil), m...)
+		case m[0] != 'D':
+			st.c.toClient(m)
+		case st.mode != streamDrop:
+			cur.add(m, st.mode == streamLive)
+		}
+	}
+	if st.mode == streamLive && cur.desc != nil && cur.total() >= st.want && !st.yield(struct{}{}) {
+		return len(msgs), errStreamStopped
+	}
+	return len(msgs), nil
+}
+
+// fillCursor runs cur's merge until the cursor has need rows (and its
+// RowDescription), or the merge ends.
+func (c *client) fillCursor(cur *proxyCursor, need int) {
+	for cur.src != nil && (cur.desc == nil || cur.total() < need) {
+		st := cur.src
+		st.want = need
+		if _, paused := st.next(); !paused {
+			c.endCursorStream(st)
+		}
+	}
+}
+
+// endCursorStream ends the merge of a cursor that has run to its end (or
+// was settled): its error, if any, waits in the cursor for the FETCH that
+// reaches it.
+func (c *client) endCursorStream(st *portalStream) {
+	st.stop()
+	if c.stream == st {
+		c.stream = nil
+	}
+	cur := st.cur
+	cur.src = nil
+	if st.err != nil && cur.err == nil {
+		cur.err = st.err
+	}
+}
+
+// cursorStreamNext settles a cursor's paused merge before the client's
+// next extended-protocol message (typ, body) is served, unless the message
+// leaves the shards' servers alone: a Parse, Bind, Describe or Execute of
+// a FETCH, MOVE or CLOSE of a cursor the proxy holds, a Flush, or a Sync
+// inside a healthy transaction block. A Sync elsewhere ends the cursor's
+// transaction, and with it the cursor: its rows are dropped.
+func (c *client) cursorStreamNext(typ byte, body []byte) {
+	d := wire.NewBody(body)
+	switch typ {
+	case 'H':
+		return
+	case 'S':
+		if c.xs.InTx() && !c.xs.Implicit() && !c.xs.Failed() {
+			return
+		}
+		c.settleStream(streamDrop)
+		return
+	case 'P':
+		d.CString()
+		if q := d.CString(); d.Err() == nil && c.proxyCursorOp(string(q)) != nil {
+			return
+		}
+	case 'B':
+		d.CString()
+		if st := c.sstmts[string(d.CString())]; d.Err() == nil && st != nil && c.proxyCursorOp(st.sql) != nil {
+			return
+		}
+	case 'D', 'E':
+		kind := byte('P')
+		if typ == 'D' {
+			kind = d.Byte()
+		}
+		name := string(d.CString())
+		if d.Err() != nil {
+			break
+		}
+		if kind == 'S' {
+			if st := c.sstmts[name]; st != nil && c.proxyCursorOp(st.sql) != nil {
+				return
+			}
+			break
+		}
+		if p := c.sportals[name]; p != nil && (p.plan == nil && p.stmt != nil && c.proxyCursorOp(p.stmt.sql) != nil ||
+			p.plan != nil && p.plan.cursorOp != nil && p.plan.cursorOp.GetDeclareCursorStmt() == nil) {
+			return // a Bind not planned yet (deferBind) plans it at the Execute
+		}
+	}
+	c.settleStream(streamKeep)
 }
 
 // declarePlan returns the plan of an extended-protocol DECLARE (sql, with
@@ -229,39 +440,18 @@ func cursorQueryText(sql string) (string, bool) {
 	return "", false
 }
 
-// cursorSink keeps the merged answer's RowDescription and DataRows for a
-// cursor; what else the merge writes (notices) goes to the client.
-type cursorSink struct {
-	c    *client
-	cur  *proxyCursor
-	size int
-	over bool
-}
-
-func (s *cursorSink) Write(msgs []byte) (int, error) {
-	for m := range messages(msgs) {
-		switch m[0] {
-		case 'T':
-			s.cur.desc = append([]byte(nil), m...)
-		case 'D':
-			s.size += len(m)
-			if s.size > maxChunkedResult {
-				s.over = true
-				continue
-			}
-			s.cur.rows = append(s.cur.rows, append([]byte(nil), m...))
-		default:
-			s.c.toClient(m)
-		}
-	}
-	return len(msgs), nil
-}
-
 // fetchCursor answers FETCH or MOVE f of cur.
 func (c *client) fetchCursor(cur *proxyCursor, f *pg_query.FetchStmt) error {
-	rows, n, err := cur.move(f.Direction, f.HowMany, !f.Ismove)
+	rows, n, err := c.moveCursor(cur, f)
 	if err != nil {
-		return c.shardedError(err)
+		if !f.Ismove && cur.desc != nil {
+			// As PostgreSQL's FETCH: the rows before the error, then it.
+			c.w.Write(cur.desc)
+			for _, r := range rows {
+				c.w.Write(r)
+			}
+		}
+		return c.cursorFailed(err)
 	}
 	if f.Ismove {
 		return c.localDone("MOVE " + strconv.FormatInt(n, 10))
@@ -273,13 +463,64 @@ func (c *client) fetchCursor(cur *proxyCursor, f *pg_query.FetchStmt) error {
 	return c.localDone("FETCH " + strconv.FormatInt(n, 10))
 }
 
+// cursorFailed answers a simple Query whose cursor statement failed with
+// err: a shard lost as such, any other error as the statement's.
+func (c *client) cursorFailed(err error) error {
+	var se *executor.ShardError
+	switch {
+	case errors.As(err, &se):
+		return c.shardFailed(err)
+	case err == errReplan:
+		return err
+	}
+	return c.shardedError(err)
+}
+
+// moveCursor reads from cur's merge the rows FETCH or MOVE f needs, and
+// moves the cursor (move). A row it needs beyond the ones the merge gave
+// before it failed answers the merge's error, after the rows before it.
+func (c *client) moveCursor(cur *proxyCursor, f *pg_query.FetchStmt) ([][]byte, int64, error) {
+	need := cur.need(f.Direction, f.HowMany)
+	c.fillCursor(cur, need)
+	rows, n, err := cur.move(f.Direction, f.HowMany, !f.Ismove)
+	if err == nil && cur.err != nil && cur.total() < need {
+		err = cur.err
+	}
+	return rows, n, err
+}
+
+// need returns how many rows the cursor must have read for a move with
+// direction d and count k (math.MaxInt: all of them).
+func (cur *proxyCursor) need(d pg_query.FetchDirection, k int64) int {
+	switch d {
+	case pg_query.FetchDirection_FETCH_ABSOLUTE:
+		if k < 0 {
+			return math.MaxInt
+		}
+		return int(min(k, math.MaxInt32))
+	case pg_query.FetchDirection_FETCH_RELATIVE:
+		return int(max(0, min(int64(cur.pos)+k, math.MaxInt32)))
+	}
+	backward := d == pg_query.FetchDirection_FETCH_BACKWARD
+	if k < 0 {
+		backward, k = !backward, -k
+	}
+	switch {
+	case backward || k == 0:
+		return 0
+	case k > math.MaxInt32:
+		return math.MaxInt // ALL, or as good as
+	}
+	return cur.pos + int(k)
+}
+
 // move moves the cursor as FETCH (or MOVE: fetch false) with direction d
 // and count k does, and returns the rows fetched (none for MOVE) and how
 // many they are (or would be). The positions are PostgreSQL's: a FETCH
 // leaves the cursor on the last row it returned, or past the end it ran
 // off.
 func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([][]byte, int64, error) {
-	n := len(cur.rows)
+	n := cur.total()
 	if k == math.MaxInt64 {
 		k = int64(n) + 1 // ALL: beyond any end
 	}
@@ -303,7 +544,7 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 		default:
 			cur.pos = int(target)
 			if fetch {
-				return cur.rows[cur.pos-1 : cur.pos], 1, nil
+				return [][]byte{cur.row(cur.pos)}, 1, nil
 			}
 			return nil, 1, nil
 		}
@@ -319,7 +560,7 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 			return nil, 0, nil
 		}
 		if fetch {
-			return cur.rows[cur.pos-1 : cur.pos], 1, nil
+			return [][]byte{cur.row(cur.pos)}, 1, nil
 		}
 		return nil, 1, nil
 	}
@@ -334,7 +575,7 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 		}
 		got := int64(int(to) - from)
 		if fetch {
-			return cur.rows[from:to], got, nil
+			return cur.span(from, int(to)), got, nil
 		}
 		return nil, got, nil
 	}
@@ -358,9 +599,18 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 	}
 	out := make([][]byte, 0, got)
 	for i := from - 1; int64(i) >= to; i-- {
-		out = append(out, cur.rows[i-1])
+		out = append(out, cur.row(i))
 	}
 	return out, got, nil
+}
+
+// closeCursor ends the proxy's cursor name, and the merge still
+// producing its rows.
+func (c *client) closeCursor(name string) {
+	if cur := c.cursors[name]; cur != nil && cur.src != nil {
+		c.settleStream(streamDrop)
+	}
+	delete(c.cursors, name)
 }
 
 // errScanForward is PostgreSQL's answer to a backward move of a NO SCROLL
@@ -451,7 +701,16 @@ func (c *client) cursorLocal(ctx context.Context, p *sPortal, maxRows int32, des
 			// As PostgreSQL's: the portal was described before it ran.
 			c.w.Write(describeFormats(c.cursorDescription(op), codes))
 		}
-		rows, n, err := cur.move(f.Direction, f.HowMany, !f.Ismove)
+		rows, n, err := c.moveCursor(cur, f)
+		if err != nil && !f.Ismove {
+			// The rows before the merge's error, then it.
+			if rows, berr := binaryRows(cur, rows, codes); berr == nil {
+				for _, r := range rows {
+					c.w.Write(r)
+				}
+			}
+			return err
+		}
 		if err == nil {
 			rows, err = binaryRows(cur, rows, codes)
 		}
@@ -471,7 +730,7 @@ func (c *client) cursorLocal(ctx context.Context, p *sPortal, maxRows int32, des
 	if c.cursors[name] == nil {
 		return wire.Errorf(wire.InvalidCursorName, "cursor \"%s\" does not exist", name)
 	}
-	delete(c.cursors, name)
+	c.closeCursor(name)
 	if describe {
 		c.w.Write(wire.AppendNoData(nil))
 	}

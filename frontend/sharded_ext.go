@@ -282,6 +282,9 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	if st.st.valid.Load() && !st.st.noisy.Load() && !c.ownSearchPath() || plan == nil || st.sqlPrep() != nil {
 		return nil
 	}
+	if c.proxyCursorOp(st.sql) != nil {
+		return nil // a FETCH, MOVE or CLOSE of the proxy's own cursor
+	}
 	switch plan.Kind {
 	case executor.RouteOne, executor.RouteRead, executor.RouteWrite, executor.RouteOmniWrite:
 	default:

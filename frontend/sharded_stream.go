@@ -59,8 +59,10 @@ func (m streamMode) String() string {
 // Executes of a client that fetches it in chunks.
 type portalStream struct {
 	c      *client
-	p      *sPortal
-	name   string // the client's portal
+	p      *sPortal     // the portal fetched in chunks; nil for a cursor's
+	cur    *proxyCursor // the cursor whose rows it reads (sharded_cursor.go)
+	want   int          // a cursor's stream pauses once the cursor has this many rows
+	name   string       // the client's portal
 	shards []int
 	mode   streamMode
 	limit  int          // rows the current Execute returns (0: all)
@@ -82,6 +84,9 @@ var errStreamStopped = errors.New("stream stopped")
 // Write is the merge's sink: DataRows go where the mode says; the others
 // (RowDescription, notices) to the client.
 func (st *portalStream) Write(msgs []byte) (int, error) {
+	if st.cur != nil {
+		return st.cursorWrite(msgs)
+	}
 	for m := range messages(msgs) {
 		switch {
 		case st.mode == streamKeep:
@@ -151,6 +156,10 @@ var portalSuspended = []byte{'s', 0, 0, 0, 4}
 // transaction block (the portal outlives it).
 func (c *client) streamNext(typ byte, body []byte) {
 	st := c.stream
+	if st.cur != nil {
+		c.cursorStreamNext(typ, body)
+		return
+	}
 	switch typ {
 	case 'E':
 		if name, _, err := executeMsg(body); err == nil && string(name) == st.name {
@@ -187,6 +196,13 @@ func (c *client) settleStream(mode streamMode) {
 	if st == nil {
 		return
 	}
+	if st.cur != nil {
+		c.stream = nil
+		st.mode = mode
+		st.next() // only a live stream pauses: this runs it to its end
+		c.endCursorStream(st)
+		return
+	}
 	c.stream, st.p.stream = nil, nil
 	st.mode = mode
 	if mode == streamKeep {
@@ -213,7 +229,10 @@ func (c *client) dropStream() {
 	if st == nil {
 		return
 	}
-	c.stream, st.p.stream = nil, nil
+	c.stream = nil
+	if st.p != nil {
+		st.p.stream = nil
+	}
 	for _, i := range st.shards {
 		if s := c.xs.Server(i); s != nil {
 			s.Broken = true
