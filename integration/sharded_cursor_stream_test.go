@@ -141,3 +141,25 @@ func TestShardCursorStreamInterrupted(t *testing.T) {
 		t.Fatalf("next client: %v, %v", res, err)
 	}
 }
+
+// TestShardCursorStreamClientLeaves: a client that leaves in the middle
+// of a cursor over both shards leaves no server behind mid-answer: the
+// next client reads both shards.
+func TestShardCursorStreamClientLeaves(t *testing.T) {
+	_, p := twoShards(t, "transaction")
+	c := dialStream(t, p.AppURL("app"))
+	c.chunk(&pgproto3.Query{String: "INSERT INTO accounts SELECT g, 'e' || g FROM generate_series(1, 5000) g"})
+	c.chunk(&pgproto3.Query{String: "BEGIN"})
+	c.chunk(&pgproto3.Query{String: "DECLARE c NO SCROLL CURSOR FOR SELECT a.id, repeat('y', 500) FROM accounts a, generate_series(1, 20) g"})
+	if rows, end := c.chunk(&pgproto3.Query{String: "FETCH 10 FROM c"}); rows != 10 || end != "FETCH 10" {
+		t.Fatalf("FETCH 10: %d rows, %q", rows, end)
+	}
+	c.hc.Conn.Close()
+	for range 3 {
+		next := dialStream(t, p.AppURL("app"))
+		if rows, end := next.chunk(&pgproto3.Query{String: "SELECT count(*) FROM accounts"}); rows != 1 || end != "SELECT 1" {
+			t.Fatalf("next client: %d rows, %q", rows, end)
+		}
+		next.hc.Conn.Close()
+	}
+}
