@@ -520,6 +520,9 @@ func (cur *proxyCursor) need(d pg_query.FetchDirection, k int64) int {
 // leaves the cursor on the last row it returned, or past the end it ran
 // off.
 func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([][]byte, int64, error) {
+	if !cur.scroll && cur.movesBack(d, k, fetch) {
+		return nil, 0, errScanForward()
+	}
 	n := cur.total()
 	if k == math.MaxInt64 {
 		k = int64(n) + 1 // ALL: beyond any end
@@ -532,9 +535,6 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 			if k < 0 {
 				target = int64(n) + 1 + k
 			}
-		}
-		if target < int64(cur.pos) && !cur.scroll {
-			return nil, 0, errScanForward()
 		}
 		switch {
 		case target < 1:
@@ -579,9 +579,6 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 		}
 		return nil, got, nil
 	}
-	if !cur.scroll {
-		return nil, 0, errScanForward()
-	}
 	from := max(cur.pos, 1) // rows from-1 down to to
 	if cur.pos > n {
 		from = n + 1
@@ -611,6 +608,62 @@ func (c *client) closeCursor(name string) {
 		c.settleStream(streamDrop)
 	}
 	delete(c.cursors, name)
+}
+
+// movesBack reports whether PostgreSQL's DoPortalRunFetch moves a portal
+// back (or rewinds it) for a FETCH (MOVE: fetch false) with direction d
+// and count k from the cursor's position: what a cursor that cannot scan
+// backward refuses with 55000. It does for any backward step, even one
+// that would not move (FETCH PRIOR before the first row), for FETCH 0 on a
+// row (which steps back to fetch it again), and for ABSOLUTE n at or
+// behind the position; MOVE 0 and a rewind of a cursor that has not moved
+// do not.
+func (cur *proxyCursor) movesBack(d pg_query.FetchDirection, k int64, fetch bool) bool {
+	// PostgreSQL's portalPos, atStart and atEnd.
+	n := cur.total()
+	atEnd := cur.src == nil && cur.pos > n
+	passed := int64(min(cur.pos, n))
+	atStart := passed == 0
+	rewinds := !(atStart && !atEnd) // DoPortalRewind would move
+	switch d {
+	case pg_query.FetchDirection_FETCH_ABSOLUTE:
+		switch {
+		case k == 0:
+			return rewinds
+		case k < 0:
+			return true
+		case k-1 <= passed/2:
+			return rewinds
+		}
+		p := passed
+		if atEnd {
+			p++
+		}
+		return k <= p
+	case pg_query.FetchDirection_FETCH_RELATIVE:
+		switch {
+		case k > 0:
+			return false
+		case k < 0:
+			return true
+		}
+		d = pg_query.FetchDirection_FETCH_FORWARD
+	}
+	backward := d == pg_query.FetchDirection_FETCH_BACKWARD
+	if k < 0 {
+		backward, k = !backward, -k
+	}
+	switch {
+	case k == 0 && !fetch:
+		return false
+	case k == 0 && !atStart && !atEnd:
+		return true
+	case !backward:
+		return false
+	case k == math.MaxInt64 && !fetch:
+		return rewinds // MOVE BACKWARD ALL rewinds
+	}
+	return true
 }
 
 // errScanForward is PostgreSQL's answer to a backward move of a NO SCROLL
