@@ -310,8 +310,13 @@ const maxReplans = 10
 func (c *client) shardedQuery(ctx context.Context, sql string, ops []setOp, sp *sqlPrep) error {
 	if c.stream != nil && (c.stream.cur == nil || c.proxyCursorOp(sql) == nil) {
 		// Its servers run the Query; a FETCH, MOVE or CLOSE of one of
-		// the proxy's cursors needs none (sharded_cursor.go).
-		c.settleStream(streamKeep)
+		// the proxy's cursors needs none (sharded_cursor.go), and a
+		// COMMIT or ROLLBACK that ends the cursor drops its rows.
+		mode := streamKeep
+		if c.stream.cur != nil && c.stream.cur.endsWith(sql) {
+			mode = streamDrop
+		}
+		c.settleStream(mode)
 	}
 	if c.mode != config.PoolTransaction {
 		// simpleQuery analyzes statements in transaction mode only, but a

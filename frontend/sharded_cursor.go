@@ -601,6 +601,29 @@ func (cur *proxyCursor) move(d pg_query.FetchDirection, k int64, fetch bool) ([]
 	return out, got, nil
 }
 
+// endsWith reports whether simple Query sql is a COMMIT or ROLLBACK that
+// ends the cursor (a COMMIT keeps a cursor WITH HOLD, a ROLLBACK only one
+// declared before the transaction), so that the rest of its rows need not
+// be kept.
+func (cur *proxyCursor) endsWith(sql string) bool {
+	b := []byte(sql)
+	b = b[skipSpaceAndComments(b, 0):]
+	if !hasKeyword(b, "commit") && !hasKeyword(b, "rollback") && !hasKeyword(b, "end") && !hasKeyword(b, "abort") {
+		return false
+	}
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetTransactionStmt() == nil {
+		return false
+	}
+	switch tree.Stmts[0].Stmt.GetTransactionStmt().Kind {
+	case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT:
+		return !cur.hold
+	case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		return !cur.hold || cur.inTx
+	}
+	return false
+}
+
 // closeCursor ends the proxy's cursor name, and the merge still
 // producing its rows.
 func (c *client) closeCursor(name string) {

@@ -122,6 +122,22 @@ func TestShardCursorStreamInterrupted(t *testing.T) {
 		{"FETCH ALL FROM e", "E22012"},
 		{"FETCH 1 FROM e", "E25P02"},
 		{"ROLLBACK", "ROLLBACK"},
+		// COMMIT reads the rest of a WITH HOLD cursor's rows, and drops
+		// those of a cursor without HOLD.
+		{"BEGIN", "BEGIN"},
+		{"DECLARE h CURSOR WITH HOLD FOR SELECT id FROM accounts ORDER BY id", "DECLARE CURSOR"},
+		{"DECLARE w CURSOR FOR SELECT id FROM accounts ORDER BY id", "DECLARE CURSOR"},
+		{"FETCH 5 FROM w", "FETCH 5"},
+		{"FETCH 5 FROM h", "FETCH 5"},
+		{"COMMIT", "COMMIT"},
+		{"FETCH 1 FROM w", "E34000"},
+		{"FETCH ALL FROM h", "FETCH 1995"},
+		{"CLOSE h", "CLOSE CURSOR"},
+		{"BEGIN", "BEGIN"},
+		{"DECLARE w CURSOR FOR SELECT id FROM accounts ORDER BY id", "DECLARE CURSOR"},
+		{"FETCH 5 FROM w", "FETCH 5"},
+		{"ROLLBACK", "ROLLBACK"},
+		{"SELECT count(*) FROM accounts", "SELECT 1"},
 	} {
 		if _, end := c.chunk(&pgproto3.Query{String: s.q}); end != s.end {
 			t.Fatalf("%s: %q, want %q", s.q, end, s.end)
