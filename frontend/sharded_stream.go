@@ -84,9 +84,6 @@ var errStreamStopped = errors.New("stream stopped")
 // Write is the merge's sink: DataRows go where the mode says; the others
 // (RowDescription, notices) to the client.
 func (st *portalStream) Write(msgs []byte) (int, error) {
-	if st.cur != nil {
-		return st.cursorWrite(msgs)
-	}
 	for m := range messages(msgs) {
 		switch {
 		case st.mode == streamKeep:
