@@ -330,18 +330,10 @@ func startSessionObjectsEnv(t *testing.T, ctx context.Context, mode, kind string
 		}})
 		shards := func(name string, n int) string { return createShardDBs(t, ctx, c, name, n) }
 		const rules = "\n    sharded_tables: [{ table: accounts, column: id, type: bigint }]"
-		yml := fmt.Sprintf(`listen: 127.0.0.1:0
+		yml := reshardYAML(fmt.Sprintf(`listen: 127.0.0.1:0
 admin: { user: admin, password: admin-secret }
 pool: { mode: %s, size: 10, checkout_timeout: 5s }
-limits: { client_login_timeout: 5s }
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards: [%s]%s
-  - name: app_new
-    shards: [%s]%s
-`, mode, appPassword, c.User, c.Password, shards("app", 2), rules, shards("app_new", 3), rules)
+limits: { client_login_timeout: 5s }`, mode), c, rules, []string{shards("app", 2)}, []string{shards("app_new", 3)})
 		for s := range 2 {
 			reshardExec(t, ctx, reshardConnect(t, ctx, c.DSN(fmt.Sprintf("app_%d", s))), fmt.Sprintf(`
 CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
