@@ -115,8 +115,9 @@ type Spec struct {
 	// LIMIT count the rows kept.
 	Dedup bool
 	// WithTies, for FETCH FIRST n ROWS WITH TIES, sends after the Limit
-	// rows every further row equal to the last of them by OrderBy.
-	WithTies bool
+	// rows every further row equal to the last of them by the first
+	// WithTies keys of OrderBy (0: no ties).
+	WithTies int
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -388,7 +389,7 @@ func (m *Merger) next(cols [][]byte) (bool, error) {
 		}
 		m.prev = cloneRow(m.prev, cols)
 	}
-	if !m.spec.WithTies || m.spec.Limit < 0 {
+	if m.spec.WithTies <= 0 || m.spec.Limit < 0 {
 		return m.emit(cols)
 	}
 	if m.sent < m.spec.Limit {
@@ -404,7 +405,7 @@ func (m *Merger) next(cols [][]byte) (bool, error) {
 	if m.tie == nil {
 		return false, nil // LIMIT 0
 	}
-	if c, err := m.compareRows(m.tie, cols); err != nil || c != 0 {
+	if c, err := m.compareBy(m.spec.OrderBy[:min(m.spec.WithTies, len(m.spec.OrderBy))], m.tie, cols); err != nil || c != 0 {
 		return false, err
 	}
 	return true, m.send(cols)

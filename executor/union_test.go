@@ -20,7 +20,9 @@ func TestDedupMerge(t *testing.T) {
 			[][]string{{"1", "a"}, {"2", "b"}, {"2", "c"}, {"3", "c"}, {"NULL", "x"}, {"NULL", "NULL"}}},
 		{"LIMIT OFFSET count kept rows", Spec{OrderBy: []SortKey{{Col: 0}, {Col: 1}}, Limit: 2, Offset: 1, Dedup: true},
 			[][]string{{"2", "b"}, {"2", "c"}}},
-		{"WITH TIES", Spec{OrderBy: []SortKey{{Col: 0}, {Col: 1}}, Limit: 2, Dedup: true, WithTies: true},
+		{"WITH TIES by the first key", Spec{OrderBy: []SortKey{{Col: 0}, {Col: 1}}, Limit: 2, Dedup: true, WithTies: 1},
+			[][]string{{"1", "a"}, {"2", "b"}, {"2", "c"}}},
+		{"WITH TIES by both keys", Spec{OrderBy: []SortKey{{Col: 0}, {Col: 1}}, Limit: 2, Dedup: true, WithTies: 2},
 			[][]string{{"1", "a"}, {"2", "b"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,7 +51,7 @@ func TestWithTiesMerge(t *testing.T) {
 		{"past the end", 5, 5, []string{"4", "7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := run(t, Spec{OrderBy: key, Limit: tc.limit, Offset: tc.offset, WithTies: true}, cols, a, b)
+			got := run(t, Spec{OrderBy: key, Limit: tc.limit, Offset: tc.offset, WithTies: 1}, cols, a, b)
 			var ids []string
 			for _, r := range got {
 				ids = append(ids, r[1])

@@ -69,6 +69,30 @@ var crossShardScripts = []diffScript{
 		"SELECT id, email FROM accounts WHERE id < 5 UNION ALL SELECT id, email FROM accounts WHERE id > 5 ORDER BY 1 DESC LIMIT 3 OFFSET 1",
 		"SELECT email AS e FROM accounts WHERE id <= 3 UNION ALL SELECT email FROM accounts WHERE id >= 6 ORDER BY e",
 		"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY id NULLS FIRST OFFSET 13",
+		"SELECT id % 3 AS k FROM accounts UNION ALL SELECT id % 2 FROM accounts ORDER BY 1 FETCH FIRST 3 ROWS WITH TIES",
+		"SELECT id % 3 AS k FROM accounts UNION ALL SELECT id % 2 FROM accounts ORDER BY k DESC OFFSET 2 ROWS FETCH FIRST 1 ROW WITH TIES",
+	}},
+	// UNION (without ALL): each shard deduplicates and sorts by every
+	// column, the proxy drops the rows equal to the one before.
+	{name: "UNION over both shards", stmts: []string{
+		"SELECT id % 3 AS k FROM accounts UNION SELECT id % 2 FROM accounts ORDER BY 1",
+		"SELECT id % 3 AS k, 'x' AS t FROM accounts UNION SELECT id % 2, 'x' FROM accounts ORDER BY k DESC LIMIT 2 OFFSET 1",
+		"SELECT email FROM accounts WHERE id < 6 UNION SELECT email FROM accounts WHERE id > 2 ORDER BY email DESC",
+		"SELECT id % 4 AS k, NULL::text AS n FROM accounts UNION ALL SELECT id % 4, NULL FROM accounts UNION SELECT 1, email FROM accounts WHERE id = 5 ORDER BY 1, 2 NULLS FIRST",
+		"SELECT 1 AS one FROM accounts WHERE id = 1 UNION SELECT 1 FROM accounts WHERE id = 2",
+		"SELECT id % 2 AS p, id % 3 AS q FROM accounts UNION SELECT id % 3, id % 2 FROM accounts ORDER BY q, p OFFSET 3",
+		"SELECT id % 3 FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 DESC OFFSET 1 FETCH FIRST 2 ROWS WITH TIES",
+		"SELECT id % 3 AS k, length(email) AS l FROM accounts UNION SELECT id % 2, 2 FROM accounts ORDER BY l OFFSET 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT id FROM accounts WHERE id < 3 UNION SELECT id FROM accounts WHERE id > 100 ORDER BY 1 LIMIT 5",
+		"SELECT id, '{}'::json AS j FROM accounts UNION SELECT id, '{}'::json FROM accounts ORDER BY 1",
+	}},
+	{name: "FETCH FIRST … WITH TIES over both shards", stmts: []string{
+		"SELECT id % 3 AS k FROM accounts ORDER BY 1 FETCH FIRST 1 ROWS WITH TIES",
+		"SELECT id % 3 AS k, length(email) FROM accounts ORDER BY 1 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES",
+		"SELECT id % 3 AS k FROM accounts ORDER BY id % 3 DESC FETCH FIRST 0 ROWS WITH TIES",
+		"SELECT length(email) FROM accounts ORDER BY id % 2 FETCH FIRST 5 ROWS WITH TIES",
+		"SELECT id FROM accounts ORDER BY id OFFSET 6 FETCH FIRST 5 ROWS WITH TIES",
+		"SELECT id FROM accounts ORDER BY id FETCH FIRST NULL ROWS WITH TIES",
 	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,

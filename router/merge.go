@@ -185,7 +185,6 @@ func (b *mergeBuilder) reject() error {
 		if err == nil && (b.grouped || len(sel.DistinctClause) > 0) {
 			err = rejectf("FETCH … WITH TIES with aggregates, GROUP BY or DISTINCT")
 		}
-		b.m.WithTies = true
 	}
 	if err == nil && b.grouped {
 		err = aggErr
@@ -464,6 +463,9 @@ func (b *mergeBuilder) orderBy() error {
 		}
 		b.orderRefs = append(b.orderRefs, r)
 		b.m.OrderBy = append(b.m.OrderBy, sortKey(s))
+	}
+	if b.sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		b.m.WithTies = len(b.m.OrderBy)
 	}
 	return nil
 }

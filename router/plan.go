@@ -196,10 +196,12 @@ type Merge struct {
 	// the executor drops each row equal to the one before it, before
 	// OFFSET and LIMIT.
 	Dedup bool
-	// WithTies is FETCH FIRST … ROWS WITH TIES: after Limit rows, the
-	// executor sends the rows equal to the last one by OrderBy. Shards
-	// get FETCH FIRST Limit+Offset ROWS WITH TIES.
-	WithTies bool
+	// WithTies, when not 0, is FETCH FIRST … ROWS WITH TIES: after Limit
+	// rows, the executor sends the rows equal to the last one by the
+	// first WithTies keys of OrderBy (the client's ORDER BY; a UNION's
+	// OrderBy has more). Shards get FETCH FIRST Limit+Offset ROWS WITH
+	// TIES.
+	WithTies int
 	// HiddenColumns is how many columns at the end of each row the router
 	// added (ORDER BY, GROUP BY or HAVING expressions missing from the select
 	// list, the count of an avg); the executor strips them.

@@ -66,7 +66,7 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 			names[i] = f[len(f)-1]
 		}
 	}
-	m := &Merge{Dedup: !sel.All, WithTies: sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES}
+	m := &Merge{Dedup: !sel.All}
 	used := make([]bool, len(names))
 	for _, n := range sel.SortClause {
 		s := n.GetSortBy()
@@ -87,21 +87,30 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		m.OrderBy = append(m.OrderBy, k)
 		used[col] = true
 	}
-	shards := proto.Clone(sel).(*pg_query.SelectStmt)
-	if m.Dedup {
-		for i, u := range used {
-			if !u {
-				m.OrderBy = append(m.OrderBy, SortKey{Column: Column(i)})
-				shards.SortClause = append(shards.SortClause, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(i+1), -1),
-					pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
-			}
-		}
+	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		m.WithTies = len(m.OrderBy)
 	}
+	shards := proto.Clone(sel).(*pg_query.SelectStmt)
 	var err error
 	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
 		return nil, err
 	}
 	shardLimit(shards, m)
+	if m.Dedup {
+		var rest []*pg_query.Node
+		for i, u := range used {
+			if !u {
+				m.OrderBy = append(m.OrderBy, SortKey{Column: Column(i)})
+				rest = append(rest, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(i+1), -1),
+					pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
+			}
+		}
+		if m.WithTies > 0 {
+			shards = tiesThenSorted(shards, m.OrderBy)
+		} else {
+			shards.SortClause = append(shards.SortClause, rest...)
+		}
+	}
 	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: shards}})
 	if err != nil {
 		return nil, err
@@ -130,4 +139,33 @@ func shardLimit(out *pg_query.SelectStmt, m *Merge) {
 	default:
 		out.LimitOffset = nil
 	}
+}
+
+// tiesThenSorted is the shards' statement of a UNION with FETCH … WITH
+// TIES: ties are rows equal by the client's ORDER BY keys, not by every
+// column the merge needs the rows sorted by, so the shard cuts its rows
+// as the client wrote it, in a subquery, and sorts what it kept by every
+// output column (keys, by position):
+//
+//	SELECT * FROM (union ORDER BY … FETCH FIRST n ROWS WITH TIES) __shardgate_u ORDER BY …
+func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.SelectStmt {
+	out := &pg_query.SelectStmt{
+		TargetList: []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeAStarNode()}, -1), -1)},
+		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
+			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}},
+			Alias:    &pg_query.Alias{Aliasname: "__shardgate_u"},
+		}}}},
+		Op: pg_query.SetOperation_SETOP_NONE,
+	}
+	for _, k := range keys {
+		dir, nulls := pg_query.SortByDir_SORTBY_ASC, pg_query.SortByNulls_SORTBY_NULLS_LAST
+		if k.Desc {
+			dir = pg_query.SortByDir_SORTBY_DESC
+		}
+		if k.NullsFirst {
+			nulls = pg_query.SortByNulls_SORTBY_NULLS_FIRST
+		}
+		out.SortClause = append(out.SortClause, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(k.Column)+1, -1), dir, nulls, -1))
+	}
+	return out
 }
