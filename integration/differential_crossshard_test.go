@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -246,5 +247,64 @@ func TestShardedBeginInsideMultiStatement(t *testing.T) {
 	execIn(t, a, simple, "ROLLBACK")
 	if got := value(t, b, simple, "SELECT email FROM accounts WHERE id = 3"); got != "a3" {
 		t.Fatalf("after ROLLBACK: email %q, want a3", got)
+	}
+}
+
+// TestDiffUnionParams: LIMIT and OFFSET parameters of a UNION ALL and a
+// UNION across shards, and of FETCH … WITH TIES, answer as one PostgreSQL
+// does in pgx's protocol modes (the scripts hold no parameters). The
+// shards' statement keeps every parameter of the client's, an OFFSET
+// without LIMIT too.
+func TestDiffUnionParams(t *testing.T) {
+	checkGoroutines(t)
+	e := newDiffEnv(t)
+	p := startProxy(t, e.proxyConfig("transaction", 2))
+	queries := []struct {
+		sql  string
+		args []any
+	}{
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 OFFSET $1", []any{13}},
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 DESC LIMIT $1", []any{3}},
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 LIMIT $1 OFFSET $2", []any{3, 5}},
+		{"SELECT id % 3 AS k FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 OFFSET $1", []any{2}},
+		{"SELECT id % 3 AS k FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 DESC LIMIT $1 OFFSET $2", []any{2, 1}},
+		{"SELECT id % 3 AS k, 2 AS l FROM accounts UNION SELECT id % 2, 2 FROM accounts ORDER BY l OFFSET $2 FETCH FIRST $1 ROWS WITH TIES", []any{1, 1}},
+		{"SELECT id % 3 AS k FROM accounts ORDER BY 1 OFFSET $2 FETCH FIRST $1 ROWS WITH TIES", []any{1, 2}},
+		{"SELECT id % 3 AS k FROM accounts WHERE id > $1 UNION SELECT id % 2 FROM accounts ORDER BY 1 LIMIT $2", []any{4, 10}},
+	}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement}
+	rowsOf := func(conn *pgx.Conn, sql string, args []any) string {
+		rows, err := conn.Query(context.Background(), sql, args...)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			out = append(out, fmt.Sprint(v...))
+		}
+		if err := rows.Err(); err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("%q %s", out, rows.CommandTag())
+	}
+	for _, mode := range modes {
+		ref := connectConfig(t, e.cl.DSN("ref"), mode, nil)
+		for _, db := range []string{"two", "three"} {
+			conn := connectConfig(t, p.AppURL(db), mode, nil)
+			for _, q := range queries {
+				want, got := rowsOf(ref, q.sql, q.args), rowsOf(conn, q.sql, q.args)
+				if strings.HasPrefix(want, "error") {
+					t.Fatalf("%v %s %v: PostgreSQL answers %s", mode, q.sql, q.args, want)
+				}
+				if got != want {
+					t.Errorf("%v %s: %s %v:\n got %s\nwant %s", mode, db, q.sql, q.args, got, want)
+				}
+			}
+		}
 	}
 }
