@@ -108,6 +108,16 @@ type Spec struct {
 	// CountName), sends one row, the number of rows merged, instead of
 	// the rows; Exists, for SELECT EXISTS (subquery), whether there is one.
 	Count, Exists bool
+	// Dedup, for a UNION across shards, drops each row equal to the one
+	// before it by OrderBy, which then holds every visible column: each
+	// shard sends its rows of the union deduplicated and sorted by them,
+	// so equal rows of different shards meet in the merge. OFFSET and
+	// LIMIT count the rows kept.
+	Dedup bool
+	// WithTies, for FETCH FIRST n ROWS WITH TIES, sends after the Limit
+	// rows every further row equal to the last of them by the first
+	// WithTies keys of OrderBy (0: no ties).
+	WithTies int
 }
 
 // Cond is a HAVING condition: column Op value. Value is in Format (0
@@ -237,6 +247,9 @@ type Merger struct {
 	buf     []byte
 	sent    int64 // rows sent
 	skipped int64 // rows skipped for OFFSET
+	// prev is the last row kept (Dedup), tie the last row sent within
+	// the Limit (WithTies): copies, since sources reuse their buffers.
+	prev, tie [][]byte
 }
 
 // NewMerger prepares a merge of results with columns cols into out.
@@ -337,18 +350,84 @@ func (m *Merger) emit(cols [][]byte) (bool, error) {
 		m.skipped++
 		return true, nil
 	}
+	if err := m.send(cols); err != nil {
+		return false, err
+	}
+	if m.spec.Count && m.spec.Exists {
+		return false, nil
+	}
+	return m.spec.Limit < 0 || m.sent < m.spec.Limit, nil
+}
+
+// send sends one row (or, for Count, counts it).
+func (m *Merger) send(cols [][]byte) error {
 	m.sent++
 	if m.spec.Count {
-		return !m.spec.Exists && (m.spec.Limit < 0 || m.sent < m.spec.Limit), nil
+		return nil
 	}
 	m.buf = appendDataRow(m.buf, cols, m.visible)
 	if len(m.buf) > 32<<10 {
 		if _, err := m.out.Write(m.buf); err != nil {
-			return false, err
+			return err
 		}
 		m.buf = m.buf[:0]
 	}
-	return m.spec.Limit < 0 || m.sent < m.spec.Limit, nil
+	return nil
+}
+
+// next passes one row of the ordered merge on: it drops a row equal to
+// the one before (Dedup) and, past the Limit, sends the rows tied with the
+// last one sent (WithTies). It reports false once no further row can be
+// sent.
+func (m *Merger) next(cols [][]byte) (bool, error) {
+	if m.spec.Dedup {
+		if m.prev != nil {
+			c, err := m.compareRows(m.prev, cols)
+			if err != nil || c == 0 {
+				return err == nil, err
+			}
+		}
+		m.prev = cloneRow(m.prev, cols)
+	}
+	if m.spec.WithTies <= 0 || m.spec.Limit < 0 {
+		return m.emit(cols)
+	}
+	if m.sent < m.spec.Limit {
+		sent := m.sent
+		if _, err := m.emit(cols); err != nil {
+			return false, err
+		}
+		if m.sent > sent {
+			m.tie = cloneRow(m.tie, cols)
+		}
+		return !(m.spec.Count && m.spec.Exists && m.sent > 0), nil
+	}
+	if m.tie == nil {
+		return false, nil // LIMIT 0
+	}
+	if c, err := m.compareBy(m.spec.OrderBy[:min(m.spec.WithTies, len(m.spec.OrderBy))], m.tie, cols); err != nil || c != 0 {
+		return false, err
+	}
+	return true, m.send(cols)
+}
+
+// cloneRow copies a row's values into one new buffer, reusing dst's slice.
+func cloneRow(dst, cols [][]byte) [][]byte {
+	n := 0
+	for _, v := range cols {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	dst = dst[:0]
+	for _, v := range cols {
+		if v == nil {
+			dst = append(dst, nil)
+			continue
+		}
+		buf = append(buf, v...)
+		dst = append(dst, buf[len(buf)-len(v):len(buf):len(buf)])
+	}
+	return dst
 }
 
 // drain reads a source to its end (after LIMIT was reached) so that its
@@ -480,7 +559,7 @@ func (m *Merger) ordered(sources []Rows) error {
 			return h.err
 		}
 		c := h.cur[0]
-		more, err := m.emit(c.cols)
+		more, err := m.next(c.cols)
 		if err != nil {
 			return err
 		}

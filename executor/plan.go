@@ -149,6 +149,7 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 		spec.Having = append(spec.Having, Cond{Col: col, Op: h.Op, Value: v, Format: f, Param: h.Value.Param != 0})
 	}
 	spec.Distinct = m.Distinct
+	spec.Dedup, spec.WithTies = m.Dedup, m.WithTies
 	spec.Count, spec.Exists = m.CountName != "", m.Exists
 	for _, d := range m.DistinctOn {
 		col, err := idx(d)

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +70,30 @@ var crossShardScripts = []diffScript{
 		"SELECT id, email FROM accounts WHERE id < 5 UNION ALL SELECT id, email FROM accounts WHERE id > 5 ORDER BY 1 DESC LIMIT 3 OFFSET 1",
 		"SELECT email AS e FROM accounts WHERE id <= 3 UNION ALL SELECT email FROM accounts WHERE id >= 6 ORDER BY e",
 		"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY id NULLS FIRST OFFSET 13",
+		"SELECT id % 3 AS k FROM accounts UNION ALL SELECT id % 2 FROM accounts ORDER BY 1 FETCH FIRST 3 ROWS WITH TIES",
+		"SELECT id % 3 AS k FROM accounts UNION ALL SELECT id % 2 FROM accounts ORDER BY k DESC OFFSET 2 ROWS FETCH FIRST 1 ROW WITH TIES",
+	}},
+	// UNION (without ALL): each shard deduplicates and sorts by every
+	// column, the proxy drops the rows equal to the one before.
+	{name: "UNION over both shards", stmts: []string{
+		"SELECT id % 3 AS k FROM accounts UNION SELECT id % 2 FROM accounts ORDER BY 1",
+		"SELECT id % 3 AS k, 'x' AS t FROM accounts UNION SELECT id % 2, 'x' FROM accounts ORDER BY k DESC LIMIT 2 OFFSET 1",
+		"SELECT email FROM accounts WHERE id < 6 UNION SELECT email FROM accounts WHERE id > 2 ORDER BY email DESC",
+		"SELECT id % 4 AS k, NULL::text AS n FROM accounts UNION ALL SELECT id % 4, NULL FROM accounts UNION SELECT 1, email FROM accounts WHERE id = 5 ORDER BY 1, 2 NULLS FIRST",
+		"SELECT 1 AS one FROM accounts WHERE id = 1 UNION SELECT 1 FROM accounts WHERE id = 2",
+		"SELECT id % 2 AS p, id % 3 AS q FROM accounts UNION SELECT id % 3, id % 2 FROM accounts ORDER BY q, p OFFSET 3",
+		"SELECT id % 3 FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 DESC OFFSET 1 FETCH FIRST 2 ROWS WITH TIES",
+		"SELECT id % 3 AS k, length(email) AS l FROM accounts UNION SELECT id % 2, 2 FROM accounts ORDER BY l OFFSET 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT id FROM accounts WHERE id < 3 UNION SELECT id FROM accounts WHERE id > 100 ORDER BY 1 LIMIT 5",
+		"SELECT id, '{}'::json AS j FROM accounts UNION SELECT id, '{}'::json FROM accounts ORDER BY 1",
+	}},
+	{name: "FETCH FIRST … WITH TIES over both shards", stmts: []string{
+		"SELECT id % 3 AS k FROM accounts ORDER BY 1 FETCH FIRST 1 ROWS WITH TIES",
+		"SELECT id % 3 AS k, length(email) FROM accounts ORDER BY 1 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES",
+		"SELECT id % 3 AS k FROM accounts ORDER BY id % 3 DESC FETCH FIRST 0 ROWS WITH TIES",
+		"SELECT length(email) FROM accounts ORDER BY id % 2 FETCH FIRST 5 ROWS WITH TIES",
+		"SELECT id FROM accounts ORDER BY id OFFSET 6 FETCH FIRST 5 ROWS WITH TIES",
+		"SELECT id FROM accounts ORDER BY id FETCH FIRST NULL ROWS WITH TIES",
 	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,
@@ -222,5 +247,64 @@ func TestShardedBeginInsideMultiStatement(t *testing.T) {
 	execIn(t, a, simple, "ROLLBACK")
 	if got := value(t, b, simple, "SELECT email FROM accounts WHERE id = 3"); got != "a3" {
 		t.Fatalf("after ROLLBACK: email %q, want a3", got)
+	}
+}
+
+// TestDiffUnionParams: LIMIT and OFFSET parameters of a UNION ALL and a
+// UNION across shards, and of FETCH … WITH TIES, answer as one PostgreSQL
+// does in pgx's protocol modes (the scripts hold no parameters). The
+// shards' statement keeps every parameter of the client's, an OFFSET
+// without LIMIT too.
+func TestDiffUnionParams(t *testing.T) {
+	checkGoroutines(t)
+	e := newDiffEnv(t)
+	p := startProxy(t, e.proxyConfig("transaction", 2))
+	queries := []struct {
+		sql  string
+		args []any
+	}{
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 OFFSET $1", []any{13}},
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 DESC LIMIT $1", []any{3}},
+		{"SELECT id FROM accounts UNION ALL SELECT id FROM accounts ORDER BY 1 LIMIT $1 OFFSET $2", []any{3, 5}},
+		{"SELECT id % 3 AS k FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 OFFSET $1", []any{2}},
+		{"SELECT id % 3 AS k FROM accounts UNION SELECT id % 5 FROM accounts ORDER BY 1 DESC LIMIT $1 OFFSET $2", []any{2, 1}},
+		{"SELECT id % 3 AS k, 2 AS l FROM accounts UNION SELECT id % 2, 2 FROM accounts ORDER BY l OFFSET $2 FETCH FIRST $1 ROWS WITH TIES", []any{1, 1}},
+		{"SELECT id % 3 AS k FROM accounts ORDER BY 1 OFFSET $2 FETCH FIRST $1 ROWS WITH TIES", []any{1, 2}},
+		{"SELECT id % 3 AS k FROM accounts WHERE id > $1 UNION SELECT id % 2 FROM accounts ORDER BY 1 LIMIT $2", []any{4, 10}},
+	}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeCacheStatement}
+	rowsOf := func(conn *pgx.Conn, sql string, args []any) string {
+		rows, err := conn.Query(context.Background(), sql, args...)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			out = append(out, fmt.Sprint(v...))
+		}
+		if err := rows.Err(); err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("%q %s", out, rows.CommandTag())
+	}
+	for _, mode := range modes {
+		ref := connectConfig(t, e.cl.DSN("ref"), mode, nil)
+		for _, db := range []string{"two", "three"} {
+			conn := connectConfig(t, p.AppURL(db), mode, nil)
+			for _, q := range queries {
+				want, got := rowsOf(ref, q.sql, q.args), rowsOf(conn, q.sql, q.args)
+				if strings.HasPrefix(want, "error") {
+					t.Fatalf("%v %s %v: PostgreSQL answers %s", mode, q.sql, q.args, want)
+				}
+				if got != want {
+					t.Errorf("%v %s: %s %v:\n got %s\nwant %s", mode, db, q.sql, q.args, got, want)
+				}
+			}
+		}
 	}
 }

@@ -146,9 +146,6 @@ func rejectf(format string, args ...any) error {
 // functions, grouping sets, non-mergeable aggregates, WITH TIES.
 func (b *mergeBuilder) reject() error {
 	sel := b.sel
-	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
-		return rejectf("FETCH … WITH TIES")
-	}
 	var err, aggErr error // aggErr matters only when groups are merged
 	check := func(n *pg_query.Node) bool {
 		switch {
@@ -184,6 +181,11 @@ func (b *mergeBuilder) reject() error {
 		err = b.completeGroups()
 	}
 	b.m.Grouped = b.grouped
+	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		if err == nil && (b.grouped || len(sel.DistinctClause) > 0) {
+			err = rejectf("FETCH … WITH TIES with aggregates, GROUP BY or DISTINCT")
+		}
+	}
 	if err == nil && b.grouped {
 		err = aggErr
 	}
@@ -461,6 +463,9 @@ func (b *mergeBuilder) orderBy() error {
 		}
 		b.orderRefs = append(b.orderRefs, r)
 		b.m.OrderBy = append(b.m.OrderBy, sortKey(s))
+	}
+	if b.sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		b.m.WithTies = len(b.m.OrderBy)
 	}
 	return nil
 }

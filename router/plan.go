@@ -190,6 +190,18 @@ type Merge struct {
 	Distinct bool
 	// DistinctOn are the DISTINCT ON columns.
 	DistinctOn []Column
+	// Dedup is a UNION (without ALL) across shards: each shard returns
+	// its rows of the union deduplicated and sorted by OrderBy, which
+	// holds every output column (the client's ORDER BY keys first), and
+	// the executor drops each row equal to the one before it, before
+	// OFFSET and LIMIT.
+	Dedup bool
+	// WithTies, when not 0, is FETCH FIRST … ROWS WITH TIES: after Limit
+	// rows, the executor sends the rows equal to the last one by the
+	// first WithTies keys of OrderBy (the client's ORDER BY; a UNION's
+	// OrderBy has more). Shards get FETCH FIRST Limit+Offset ROWS WITH
+	// TIES.
+	WithTies int
 	// HiddenColumns is how many columns at the end of each row the router
 	// added (ORDER BY, GROUP BY or HAVING expressions missing from the select
 	// list, the count of an avg); the executor strips them.

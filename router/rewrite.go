@@ -56,22 +56,7 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 		}
 	case out.LimitOffset != nil:
 		changed = true
-		switch {
-		case b.m.Limit != nil && b.m.Offset != nil:
-			out.LimitCount = limitPlusOffset(b.m.Limit, b.m.Offset)
-			out.LimitOffset = nil
-		case hasParam(out.LimitOffset):
-			// OFFSET $1 without LIMIT: the shards skip nothing, but their
-			// statement keeps the parameter, typed as PostgreSQL types an
-			// OFFSET's: OFFSET (CASE WHEN false THEN $1::int8 END) is
-			// OFFSET NULL, which is no OFFSET.
-			out.LimitOffset = placeholder(&pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-				Arg:      out.LimitOffset,
-				TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-			}}})
-		default:
-			out.LimitOffset = nil
-		}
+		shardLimit(out, &b.m)
 	}
 	if !changed {
 		return "", nil

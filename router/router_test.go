@@ -195,7 +195,11 @@ func TestRouteWhere(t *testing.T) {
 		{name: "recursive CTE", sql: "WITH RECURSIVE a AS (SELECT * FROM accounts) SELECT * FROM a", code: wire.FeatureNotSupported, msg: "WITH query over sharded table accounts"},
 		{name: "CTE with aggregates", sql: "WITH a AS (SELECT count(*) AS n FROM accounts) SELECT * FROM a", code: wire.FeatureNotSupported, msg: "WITH query over sharded table accounts"},
 		{name: "CTE of omni rows NULL-extending sharded", sql: "WITH c AS (SELECT * FROM countries) SELECT * FROM c LEFT JOIN accounts a ON a.country = c.code", code: wire.FeatureNotSupported, msg: "repeat them once per shard"},
-		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", kind: All, shards: all},
+		{name: "UNION with an omni query", sql: "SELECT country FROM accounts UNION SELECT code FROM countries", kind: All, shards: all},
+		{name: "UNION ALL over UNION", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders UNION ALL SELECT id FROM accounts", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
+		{name: "INTERSECT across shards", sql: "SELECT id FROM accounts INTERSECT SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "INTERSECT over sharded table"},
+		{name: "EXCEPT across shards", sql: "SELECT id FROM accounts EXCEPT SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "EXCEPT over sharded table"},
 		// UNION ALL of queries that each filter per row: the shards' rows
 		// of each add up.
 		{name: "UNION ALL across shards", sql: "SELECT id FROM accounts WHERE balance > 0 UNION ALL SELECT account_id FROM orders", kind: All, shards: all},

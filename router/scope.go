@@ -223,11 +223,18 @@ func rowSource(sel *pg_query.SelectStmt) bool {
 // unionAll reports whether sel is a UNION ALL (of UNION ALLs) of queries
 // that are each a rowSource, with no locking of the whole and, but for
 // the outermost (top), no ORDER BY, LIMIT or OFFSET: its rows are then the
-// union of each shard's (sorted and cut by unionMerge).
+// union of each shard's (sorted and cut by unionMerge). The outermost may
+// be a UNION without ALL, over UNIONs with or without ALL: each shard
+// deduplicates its rows of it, and the merge the shards' rows.
 func unionAll(sel *pg_query.SelectStmt, top bool) bool {
-	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_UNION || !sel.All || len(sel.LockingClause) > 0 || sel.WithClause != nil ||
-		!top && (len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil) ||
-		sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+	return sel != nil && unionTree(sel, top, sel.All)
+}
+
+// unionTree is unionAll for a node of the tree under a top that is a
+// UNION ALL (all) or a UNION.
+func unionTree(sel *pg_query.SelectStmt, top, all bool) bool {
+	if sel.Op != pg_query.SetOperation_SETOP_UNION || all && !sel.All || len(sel.LockingClause) > 0 || sel.WithClause != nil ||
+		!top && (len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil) {
 		return false
 	}
 	for _, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
@@ -235,7 +242,7 @@ func unionAll(sel *pg_query.SelectStmt, top bool) bool {
 			if !rowSource(side) || side.WithClause != nil || len(side.SortClause) > 0 {
 				return false
 			}
-		} else if !unionAll(side, false) {
+		} else if !unionTree(side, false, all) {
 			return false
 		}
 	}
@@ -384,7 +391,9 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		for _, leaf := range unionLeaves(sel, nil) {
 			a.branches++
 			a.rowScope, a.leaf = true, a.branches
-			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil {
+			// Under a UNION, a query's rows that every shard repeats
+			// are deduplicated like any others.
+			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil && sel.All {
 				a.unionErr = unsupported(hintOneShard, "a query of UNION ALL that reads no sharded table would answer its rows once per shard")
 			}
 		}

@@ -1,0 +1,171 @@
+package router
+
+import (
+	"slices"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// Set operations across shards: a top-level UNION ALL or UNION of queries
+// that each filter per row over sharded tables (scope.go: unionAll).
+
+// unionMerge is the Merge of a top-level UNION ALL (scope.go: unionAll)
+// across shards: PostgreSQL answers the rows of its first query, then the
+// second's, and so on (its Append runs them in turn), and so does each
+// shard. Each query gets a hidden last column with its number, which
+// the shards' streams are merged by: the client sees each query's rows
+// after the one before, as from one server.
+func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	if !sel.All || len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
+		return sortedUnionMerge(sel, version)
+	}
+	tagged := proto.Clone(sel).(*pg_query.SelectStmt)
+	for k, leaf := range unionLeaves(tagged, nil) {
+		leaf.TargetList = append(leaf.TargetList, pg_query.MakeResTargetNodeWithVal(pg_query.MakeAConstIntNode(int64(k+1), -1), -1))
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: tagged}})
+	if err != nil {
+		return nil, err
+	}
+	return &Merge{OrderBy: []SortKey{{Column: -1}}, HiddenColumns: 1, Rewritten: sql}, nil
+}
+
+// sortedUnionMerge is the Merge of a UNION ALL with ORDER BY, LIMIT or
+// OFFSET, or of a UNION: each shard sorts its rows of the union and
+// returns at most LIMIT + OFFSET of them (FETCH FIRST LIMIT + OFFSET ROWS
+// WITH TIES: those and the rows tied with the last); the proxy merges the
+// sorted streams and applies OFFSET and LIMIT (and the ties). The ORDER
+// BY items of a UNION name its output columns, by position or by name
+// (PostgreSQL's rule); anything else is refused.
+//
+// A UNION's shards deduplicate their own rows; they sort them by the
+// client's ORDER BY keys and then by every other output column, so that
+// rows equal in every column come one after another in the merge, which
+// keeps the first of them (Merge.Dedup). A shard's first LIMIT + OFFSET
+// distinct rows hold its part of the first LIMIT + OFFSET distinct rows
+// of the whole.
+func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	what := "UNION ALL"
+	if !sel.All {
+		what = "UNION"
+	}
+	first := unionLeaves(sel, nil)[0]
+	names := make([]string, len(first.TargetList))
+	for i, n := range first.TargetList {
+		rt := n.GetResTarget()
+		switch {
+		case rt == nil:
+		case !sel.All && isStar(rt.Val):
+			return nil, unsupported("Name the columns in the select list of the UNION's first query, or route it to one shard.",
+				"UNION of a select list with * is not supported across shards: the shards must sort by every output column")
+		case rt.Name != "":
+			names[i] = rt.Name
+		case len(columnRef(rt.Val)) > 0:
+			f := columnRef(rt.Val)
+			names[i] = f[len(f)-1]
+		}
+	}
+	m := &Merge{Dedup: !sel.All}
+	used := make([]bool, len(names))
+	for _, n := range sel.SortClause {
+		s := n.GetSortBy()
+		if s == nil || s.SortbyDir == pg_query.SortByDir_SORTBY_USING || len(s.UseOp) > 0 {
+			return nil, rejectf("%s with ORDER BY … USING", what)
+		}
+		col := -1
+		if p, ok := intConst(s.Node); ok && p >= 1 && int(p) <= len(names) {
+			col = int(p) - 1
+		} else if f := columnRef(s.Node); len(f) == 1 {
+			col = slices.Index(names, f[0])
+		}
+		if col < 0 {
+			return nil, rejectf("%s ordered by an expression other than an output column", what)
+		}
+		k := sortKey(s)
+		k.Column = Column(col)
+		m.OrderBy = append(m.OrderBy, k)
+		used[col] = true
+	}
+	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		m.WithTies = len(m.OrderBy)
+	}
+	shards := proto.Clone(sel).(*pg_query.SelectStmt)
+	var err error
+	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
+		return nil, err
+	}
+	shardLimit(shards, m)
+	if m.Dedup {
+		var rest []*pg_query.Node
+		for i, u := range used {
+			if !u {
+				m.OrderBy = append(m.OrderBy, SortKey{Column: Column(i)})
+				rest = append(rest, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(i+1), -1),
+					pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
+			}
+		}
+		if m.WithTies > 0 {
+			shards = tiesThenSorted(shards, m.OrderBy)
+		} else {
+			shards.SortClause = append(shards.SortClause, rest...)
+		}
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: shards}})
+	if err != nil {
+		return nil, err
+	}
+	m.Rewritten = sql
+	return m, nil
+}
+
+// shardLimit sets the LIMIT and OFFSET of the shards' statement out for
+// a merge that applies m's: LIMIT limit + offset (FETCH FIRST … WITH TIES
+// keeps its form) and no OFFSET. An OFFSET parameter without a LIMIT stays
+// in the statement, typed as PostgreSQL types an OFFSET's, as OFFSET (CASE
+// WHEN false THEN $1::int8 END), which is OFFSET NULL, no OFFSET: the
+// shards' statement has the client's parameters.
+func shardLimit(out *pg_query.SelectStmt, m *Merge) {
+	switch {
+	case out.LimitOffset == nil:
+	case m.Limit != nil && m.Offset != nil:
+		out.LimitCount = limitPlusOffset(m.Limit, m.Offset)
+		out.LimitOffset = nil
+	case hasParam(out.LimitOffset):
+		out.LimitOffset = placeholder(&pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+			Arg:      out.LimitOffset,
+			TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+		}}})
+	default:
+		out.LimitOffset = nil
+	}
+}
+
+// tiesThenSorted is the shards' statement of a UNION with FETCH … WITH
+// TIES: ties are rows equal by the client's ORDER BY keys, not by every
+// column the merge needs the rows sorted by, so the shard cuts its rows
+// as the client wrote it, in a subquery, and sorts what it kept by every
+// output column (keys, by position):
+//
+//	SELECT * FROM (union ORDER BY … FETCH FIRST n ROWS WITH TIES) __shardgate_u ORDER BY …
+func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.SelectStmt {
+	out := &pg_query.SelectStmt{
+		TargetList: []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeAStarNode()}, -1), -1)},
+		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
+			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}},
+			Alias:    &pg_query.Alias{Aliasname: "__shardgate_u"},
+		}}}},
+		Op: pg_query.SetOperation_SETOP_NONE,
+	}
+	for _, k := range keys {
+		dir, nulls := pg_query.SortByDir_SORTBY_ASC, pg_query.SortByNulls_SORTBY_NULLS_LAST
+		if k.Desc {
+			dir = pg_query.SortByDir_SORTBY_DESC
+		}
+		if k.NullsFirst {
+			nulls = pg_query.SortByNulls_SORTBY_NULLS_FIRST
+		}
+		out.SortClause = append(out.SortClause, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(k.Column)+1, -1), dir, nulls, -1))
+	}
+	return out
+}
