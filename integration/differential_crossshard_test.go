@@ -56,6 +56,7 @@ var crossShardScripts = []diffScript{
 		"SELECT count(*) FROM (SELECT DISTINCT email, id % 2 FROM accounts WHERE id > 2) s",
 		"SELECT count(*) FROM (SELECT id % 2, count(*) FROM accounts GROUP BY 1 HAVING count(*) > 3) s",
 		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id < 0) s",
+		"SELECT count(*) FROM (SELECT id % 2 AS p, length(email) + 1 AS l, count(*) FROM accounts GROUP BY ROLLUP (p, length(email) + 1)) s",
 		"SELECT count(*) FROM (SELECT DISTINCT email FROM accounts WHERE id = 3) s",
 		"SELECT EXISTS (SELECT 1 FROM accounts WHERE email = 'a7') AS anon_1",
 		"SELECT EXISTS (SELECT * FROM accounts WHERE email = 'nobody')",
@@ -94,6 +95,25 @@ var crossShardScripts = []diffScript{
 		"SELECT length(email) FROM accounts ORDER BY id % 2 FETCH FIRST 5 ROWS WITH TIES",
 		"SELECT id FROM accounts ORDER BY id OFFSET 6 FETCH FIRST 5 ROWS WITH TIES",
 		"SELECT id FROM accounts ORDER BY id FETCH FIRST NULL ROWS WITH TIES",
+	}},
+	// Grouping sets: shards group by each set, and a hidden GROUPING()
+	// keeps the sets' groups apart in the merge (router/groupingsets.go).
+	{name: "GROUPING SETS, ROLLUP and CUBE over both shards", stmts: []string{
+		"SELECT id % 2 AS p, id % 3 AS q, count(*), sum(id), avg(id) FROM accounts GROUP BY ROLLUP (1, 2) ORDER BY 1, 2",
+		"SELECT id % 2 AS p, length(email) AS l, count(*), min(email) FROM accounts GROUP BY CUBE (p, l) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST",
+		"SELECT id % 2 AS p, NULLIF(id % 3, 0) AS q, count(*), sum(id) FROM accounts GROUP BY ROLLUP (1, 2) ORDER BY 1, 2, 3",
+		"SELECT id % 2, GROUPING(id % 2) AS g, max(email) FROM accounts GROUP BY GROUPING SETS ((id % 2), ()) HAVING count(*) > 1 ORDER BY 2, 1",
+		"SELECT count(*), min(id) FROM accounts WHERE id < 0 GROUP BY ROLLUP (id % 2)",
+		"SELECT CASE WHEN GROUPING(id % 3) = 1 THEN 'all' ELSE (id % 3)::text END AS k, sum(id) * 2 AS s2 FROM accounts GROUP BY ROLLUP (id % 3) ORDER BY 1",
+		"SELECT id % 2 AS p, string_agg(email, ',' ORDER BY email) FROM accounts GROUP BY ROLLUP (1) ORDER BY 1",
+		"SELECT id % 2 AS p, count(DISTINCT id % 3) FROM accounts GROUP BY ROLLUP (1) ORDER BY 1",
+		"SELECT id % 2 AS p, id % 3 AS q, count(*) FROM accounts GROUP BY DISTINCT ROLLUP (p, q), ROLLUP (p) ORDER BY 1, 2, 3",
+		"SELECT id % 2 AS p, id % 4 AS q, count(*) FROM accounts GROUP BY GROUPING SETS ((p, q), (q), ()) ORDER BY count(*) DESC, 1, 2 LIMIT 4",
+	}},
+	{name: "a grouping set repeated", refusedOnTwo: map[int]string{
+		0: `ERROR 0A000 "a GROUP BY that repeats a grouping set is not supported across shards" detail "" hint "Name each grouping set once (GROUP BY DISTINCT drops the repeated ones), or constrain the sharding key to one shard."`,
+	}, stmts: []string{
+		"SELECT id % 2, count(*) FROM accounts GROUP BY GROUPING SETS ((id % 2), (id % 2))",
 	}},
 	{name: "outer join that would repeat replicated rows", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "an outer join that keeps the rows of generate_series(), which every shard holds, and NULL-extends rows of sharded tables would repeat them once per shard" detail "" hint "Constrain the sharding key to one shard in WHERE, or route the statement to one shard."`,

@@ -151,7 +151,7 @@ func referenced(sel *pg_query.SelectStmt, i int, rt *pg_query.ResTarget) bool {
 			keys = append(keys, sb.Node)
 		}
 	}
-	keys = append(keys, sel.GroupClause...)
+	keys = append(keys, groupColumns(sel.GroupClause)...)
 	for _, k := range keys {
 		if c := k.GetAConst(); c != nil {
 			if iv := c.GetIval(); iv != nil && int(iv.Ival) == i+1 {

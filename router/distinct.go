@@ -101,6 +101,9 @@ func (b *mergeBuilder) sortedGroups() error {
 		return nil
 	case 1:
 	default:
+		if hasGroupingSets(b.sel) {
+			return rejectf("DISTINCT aggregates of several values with GROUPING SETS, ROLLUP or CUBE")
+		}
 		return b.taggedGroups()
 	}
 	b.distinctRef = b.hide(b.distinctArgs[0])

@@ -154,10 +154,8 @@ func (b *mergeBuilder) reject() error {
 		case n.GetFuncCall() != nil && n.GetFuncCall().Over != nil:
 			b.windows = true
 			err = b.checkWindow(n.GetFuncCall())
-		case n.GetGroupingSet() != nil:
-			err = rejectf("GROUPING SETS, ROLLUP and CUBE")
 		case n.GetGroupingFunc() != nil:
-			err = rejectf("GROUPING()")
+			return false // a column the grouping determines
 		case n.GetJsonArrayAgg() != nil, n.GetJsonObjectAgg() != nil:
 			err = rejectf("JSON_ARRAYAGG and JSON_OBJECTAGG")
 		case n.GetFuncCall() != nil && isAggregate(n.GetFuncCall()):
@@ -302,7 +300,17 @@ func (b *mergeBuilder) groupBy() error {
 			key = append(key, ref{'t', i})
 		}
 	}
-	for _, g := range b.sel.GroupClause {
+	items := b.sel.GroupClause
+	var sets *groupingSets
+	if hasGroupingSets(b.sel) {
+		var err error
+		if sets, err = expandGroupingSets(b.sel); err != nil {
+			return err
+		}
+		items = sets.cols
+	}
+	var tagArgs []*pg_query.Node
+	for _, g := range items {
 		expr := g
 		r, ok := b.find(g)
 		if !ok {
@@ -326,9 +334,13 @@ func (b *mergeBuilder) groupBy() error {
 		}
 		b.groups = append(b.groups, g)
 		b.groupExprs = append(b.groupExprs, groupExpr{expr, r})
+		tagArgs = append(tagArgs, expr)
 		if !slices.Contains(key, r) {
 			key = append(key, r)
 		}
+	}
+	if sets != nil && len(sets.sets) > 1 {
+		key = append(key, b.hide(groupingTag(tagArgs)))
 	}
 	b.groupRefs = key
 	return nil
@@ -344,6 +356,9 @@ func (b *mergeBuilder) groupedRef(n *pg_query.Node) (r ref, ok bool, err error) 
 	if f := n.GetFuncCall(); f != nil && isAggregate(f) {
 		r, err := b.aggRef(n)
 		return r, err == nil, err
+	}
+	if n.GetGroupingFunc() != nil {
+		return b.hide(n), true, nil // the same for each group of a set
 	}
 	for _, g := range b.groupExprs {
 		if sameExpr(g.expr, n) {

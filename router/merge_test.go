@@ -125,7 +125,6 @@ var mergeCases = []mergeCase{
 	{name: "JSON_ARRAYAGG", sql: "SELECT JSON_ARRAYAGG(id) FROM accounts", msg: "JSON_ARRAYAGG"},
 	{name: "stddev", sql: "SELECT stddev(balance) FROM accounts", msg: "aggregate stddev()"},
 	{name: "percentile", sql: "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY balance) FROM accounts", msg: "aggregate percentile_cont()"},
-	{name: "ROLLUP", sql: "SELECT country, count(*) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
 	{name: "ORDER BY USING", sql: "SELECT id FROM accounts ORDER BY id USING <", msg: "USING"},
 	{name: "WITH TIES grouped", sql: "SELECT country, count(*) FROM accounts GROUP BY 1 ORDER BY 2 FETCH FIRST 3 ROWS WITH TIES", msg: "WITH TIES"},
 	{name: "WITH TIES DISTINCT", sql: "SELECT DISTINCT name FROM accounts ORDER BY 1 FETCH FIRST 3 ROWS WITH TIES", msg: "WITH TIES"},

@@ -233,6 +233,9 @@ func (b *mergeBuilder) outerInput(x *pg_query.Node) (ref, bool, error) {
 		r, err := b.aggRef(x)
 		return r, err == nil, err
 	}
+	if x.GetGroupingFunc() != nil {
+		return b.hide(x), true, nil
+	}
 	if x.GetColumnRef() == nil {
 		return ref{}, false, nil
 	}
