@@ -52,14 +52,23 @@ func hasGroupingSets(sel *pg_query.SelectStmt) bool {
 type groupingSets struct {
 	cols []*pg_query.Node
 	sets []uint32
+	// same is what two columns are compared as: a position or output
+	// name is the select list item it names, and a column qualified by
+	// the query's only table is the unqualified one, as PostgreSQL
+	// resolves them to one.
+	same []*pg_query.Node
+	// resolve and names make same (mergeBuilder.resolveGroup,
+	// onlyTable).
+	resolve func(*pg_query.Node) *pg_query.Node
+	names   [][]string
 }
 
 // maxGroupingSets is PostgreSQL's own limit (parse_agg.c), which it
 // checks before a shard would.
 const maxGroupingSets = 4096
 
-func expandGroupingSets(sel *pg_query.SelectStmt) (*groupingSets, error) {
-	g := &groupingSets{}
+func expandGroupingSets(sel *pg_query.SelectStmt, resolve func(*pg_query.Node) *pg_query.Node) (*groupingSets, error) {
+	g := &groupingSets{resolve: resolve, names: onlyTable(sel)}
 	sets := []uint32{0}
 	for _, item := range sel.GroupClause {
 		s, err := g.item(item)
@@ -169,8 +178,12 @@ func (g *groupingSets) unit(n *pg_query.Node) (uint32, error) {
 		// the shards give its error.
 		return 0, rejectf("a grouping set inside ROLLUP or CUBE")
 	}
-	for i, c := range g.cols {
-		if sameExpr(c, n) {
+	same := g.resolve(n)
+	if g.names != nil {
+		same = unqualified(same, g.names)
+	}
+	for i, c := range g.same {
+		if sameExpr(c, same) {
 			return 1 << i, nil
 		}
 	}
@@ -178,6 +191,7 @@ func (g *groupingSets) unit(n *pg_query.Node) (uint32, error) {
 		return 0, rejectf("grouping sets over more than %d columns", maxSetColumns)
 	}
 	g.cols = append(g.cols, n)
+	g.same = append(g.same, same)
 	return 1 << (len(g.cols) - 1), nil
 }
 

@@ -21,6 +21,9 @@ var groupingSetCases = []mergeCase{
 		want: &Merge{Grouped: true, GroupBy: []Column{0, -1}, Aggregates: []Aggregate{{Column: 1, Func: AggCount}}, HiddenColumns: 1,
 			Rewritten: "SELECT country, count(*), GROUPING(country) AS __shardgate_1 FROM accounts GROUP BY DISTINCT ROLLUP (country), ROLLUP (country)"}},
 	{name: "repeated sets", sql: "SELECT country, count(*) FROM accounts GROUP BY country, ROLLUP (country)", msg: "repeats a grouping set"},
+	{name: "a set repeated by position", sql: "SELECT country, count(*) FROM accounts GROUP BY ROLLUP (1), country", msg: "repeats a grouping set"},
+	{name: "a set repeated by qualifier", sql: "SELECT a.country, count(*) FROM accounts a GROUP BY ROLLUP (a.country, country)", msg: "repeats a grouping set"},
+	{name: "a set repeated by output name", sql: "SELECT country AS c, count(*) FROM accounts GROUP BY GROUPING SETS (c, country)", msg: "repeats a grouping set"},
 	{name: "repeated empty sets", sql: "SELECT count(*) FROM accounts GROUP BY GROUPING SETS ((), ())", msg: "repeats a grouping set"},
 	{name: "DISTINCT aggregates of two values", sql: "SELECT country, count(DISTINCT name), count(DISTINCT id) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
 }

@@ -304,7 +304,7 @@ func (b *mergeBuilder) groupBy() error {
 	var sets *groupingSets
 	if hasGroupingSets(b.sel) {
 		var err error
-		if sets, err = expandGroupingSets(b.sel); err != nil {
+		if sets, err = expandGroupingSets(b.sel, b.resolveGroup); err != nil {
 			return err
 		}
 		items = sets.cols
@@ -344,6 +344,25 @@ func (b *mergeBuilder) groupBy() error {
 	}
 	b.groupRefs = key
 	return nil
+}
+
+// resolveGroup returns the expression a GROUP BY item stands for: the
+// select list item a position or an output name names (as groupBy
+// resolves them), else the item itself.
+func (b *mergeBuilder) resolveGroup(g *pg_query.Node) *pg_query.Node {
+	if _, ok := b.find(g); ok {
+		return g
+	}
+	if p, isPos := b.position(g); isPos {
+		if p >= 0 && p < len(b.targets) && b.targets[p].val != nil {
+			return b.targets[p].val
+		}
+		return g
+	}
+	if r, ok := b.byName(g); ok && b.targets[r.i].agg == 0 && !b.targets[r.i].outer {
+		return b.targets[r.i].val
+	}
+	return g
 }
 
 // groupedRef resolves an expression of a grouped query that the executor
