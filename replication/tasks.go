@@ -362,11 +362,28 @@ func (m *Manager) Cutover(ctx context.Context, id int) (*Managed, error) {
 	}
 	select {
 	case err := <-reply:
+		if err == nil {
+			// Cut over: the task drops the source's slots and
+			// publications, then ends. Its row says "done" once it has,
+			// which takes a moment unless a source shard is out of reach.
+			wait := time.NewTimer(cutoverDropWait)
+			defer wait.Stop()
+			select {
+			case <-t.done:
+			case <-wait.C:
+			case <-ctx.Done():
+			}
+		}
 		return t, err
 	case <-ctx.Done():
 		return t, ctx.Err()
 	}
 }
+
+// cutoverDropWait bounds how long CUTOVER waits for the task to end after
+// the cutover (its drop of the source's replication objects) before it
+// answers with the task still running.
+const cutoverDropWait = 10 * time.Second
 
 // Stop stops task id and drops its slots, publications and origins (the
 // destination keeps the rows copied so far).
