@@ -114,6 +114,11 @@ type Spec struct {
 	// so equal rows of different shards meet in the merge. OFFSET and
 	// LIMIT count the rows kept.
 	Dedup bool
+	// Windows are columns whose window function the merge computes
+	// (window.go): row numbers and ranks in OrderBy order, whose first
+	// WindowOrder keys are the window's, and totals over every row.
+	Windows     []Window
+	WindowOrder int
 	// WithTies, for FETCH FIRST n ROWS WITH TIES, sends after the Limit
 	// rows every further row equal to the last of them by the first
 	// WithTies keys of OrderBy (0: no ties).
@@ -250,6 +255,7 @@ type Merger struct {
 	// prev is the last row kept (Dedup), tie the last row sent within
 	// the Limit (WithTies): copies, since sources reuse their buffers.
 	prev, tie [][]byte
+	win       *windowState // Spec.Windows (window.go)
 }
 
 // NewMerger prepares a merge of results with columns cols into out.
@@ -284,6 +290,11 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 	for _, h := range spec.Having {
 		need = addNeed(need, h.Col)
 	}
+	for _, w := range spec.Windows {
+		if w.Kind == WinTotal && (w.Agg == AggMin || w.Agg == AggMax) {
+			need = addNeed(need, w.Col)
+		}
+	}
 	for _, col := range need {
 		if col < 0 || col >= len(cols) {
 			return nil, fmt.Errorf("merge: column %d out of range", col)
@@ -316,7 +327,8 @@ func (m *Merger) Run(sources []Rows) (int64, error) {
 	switch {
 	case len(m.spec.Aggs) > 0 || len(m.spec.GroupBy) > 0 || m.spec.Distinct || len(m.spec.DistinctOn) > 0 || len(m.spec.Having) > 0 || m.spec.Outer != nil:
 		err = m.aggregate(sources)
-	case len(m.spec.OrderBy) > 0:
+	case len(m.spec.OrderBy) > 0 || len(m.spec.Windows) > 0:
+		// A window's totals need every shard's first row.
 		err = m.ordered(sources)
 	default:
 		err = m.concat(sources)
@@ -380,6 +392,9 @@ func (m *Merger) send(cols [][]byte) error {
 // last one sent (WithTies). It reports false once no further row can be
 // sent.
 func (m *Merger) next(cols [][]byte) (bool, error) {
+	if err := m.windowRow(cols); err != nil {
+		return false, err
+	}
 	if m.spec.Dedup {
 		if m.prev != nil {
 			c, err := m.compareRows(m.prev, cols)
@@ -554,6 +569,15 @@ func (m *Merger) ordered(sources []Rows) error {
 		}
 	}
 	heap.Init(h)
+	if len(m.spec.Windows) > 0 {
+		heads := make([][][]byte, len(h.cur))
+		for i, c := range h.cur {
+			heads[i] = c.cols
+		}
+		if err := m.startWindows(heads); err != nil {
+			return err
+		}
+	}
 	for h.Len() > 0 {
 		if h.err != nil {
 			return h.err

@@ -150,6 +150,29 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 	}
 	spec.Distinct = m.Distinct
 	spec.Dedup, spec.WithTies = m.Dedup, m.WithTies
+	for _, w := range m.Windows {
+		col, err := idx(w.Column)
+		if err != nil {
+			return spec, err
+		}
+		win := Window{Col: col}
+		switch w.Func {
+		case router.WinRowNumber:
+			win.Kind = WinRowNumber
+		case router.WinRank:
+			win.Kind = WinRank
+		case router.WinDenseRank:
+			win.Kind = WinDenseRank
+		default:
+			a, err := aggOf(router.Aggregate{Column: w.Column, Func: w.Func}, idx)
+			if err != nil {
+				return spec, err
+			}
+			win.Kind, win.Agg = WinTotal, a.Kind
+		}
+		spec.Windows = append(spec.Windows, win)
+	}
+	spec.WindowOrder = m.WindowOrder
 	spec.Count, spec.Exists = m.CountName != "", m.Exists
 	for _, d := range m.DistinctOn {
 		col, err := idx(d)

@@ -115,6 +115,21 @@ var orderAggScripts = []diffScript{
 		"SELECT shard_key, grp, count(*), sum(count(*)) OVER (PARTITION BY shard_key ORDER BY grp) FROM oa GROUP BY 1, grp HAVING count(*) > 1 ORDER BY 1, 2 LIMIT 10 OFFSET 2",
 		"DROP TABLE oa",
 	}},
+	// Windows over the whole result that the proxy computes from the
+	// merged rows (router/proxywindow.go).
+	{name: "row numbers, ranks and totals over all shards", stmts: []string{
+		orderAggTable, orderAggRows,
+		"SELECT ord, row_number() OVER (ORDER BY ord) FROM oa",
+		"SELECT ord, grp, rank() OVER (ORDER BY grp DESC), dense_rank() OVER (ORDER BY grp DESC) FROM oa ORDER BY grp DESC, ord",
+		"SELECT ord, row_number() OVER w, rank() OVER w, dense_rank() OVER w FROM oa WINDOW w AS (ORDER BY ord DESC) ORDER BY ord DESC LIMIT 4 OFFSET 3",
+		"SELECT *, count(*) OVER () AS total FROM oa WHERE grp = 1 ORDER BY ord DESC LIMIT 5 OFFSET 2",
+		"SELECT ord, sum(ord) OVER (), min(t) OVER (), max(n) OVER (), count(t) OVER (), sum(n) OVER (), max(ts) OVER () FROM oa ORDER BY ord LIMIT 3",
+		"SELECT ord, count(*) OVER (), sum(ord) OVER () FROM oa WHERE ord < 0",
+		"SELECT t, rank() OVER (ORDER BY t NULLS FIRST), count(*) OVER () FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
+		"SELECT ord, count(*) OVER () FROM oa WHERE ord = 7",
+		"SELECT ord, sum(ord::int8 * 1000000000000) OVER () FROM oa ORDER BY ord DESC FETCH FIRST 2 ROWS ONLY",
+		"DROP TABLE oa",
+	}},
 }
 
 // orderAggRefusals are refused on the two-shard database with 0A000 and
@@ -129,7 +144,7 @@ var orderAggRefusals = diffScript{
 		"SELECT count(DISTINCT grp), array_agg(ord ORDER BY ord) FROM oa",
 		"SELECT json_object_agg(ord, t) FROM oa",
 		"SELECT stddev(ord) FROM oa",
-		"SELECT ord, row_number() OVER (ORDER BY ord) FROM oa",
+		"SELECT ord, lag(ord) OVER (ORDER BY ord) FROM oa",
 		"SELECT ord, sum(ord) OVER (PARTITION BY grp) FROM oa",
 		"SELECT ord, sum(ord) OVER w FROM oa WINDOW w AS (PARTITION BY grp)",
 		"SELECT grp, count(*), row_number() OVER (PARTITION BY grp) FROM oa GROUP BY grp, shard_key",
@@ -143,7 +158,7 @@ var orderAggRefusals = diffScript{
 		5:  refusal("DISTINCT aggregates together with an aggregate's ORDER BY is not supported across shards", hintOneShardText),
 		6:  refusal("aggregate json_object_agg() is not supported across shards", hintOneShardText),
 		7:  refusal("aggregate stddev() is not supported across shards", hintOneShardText),
-		8:  refusal("window function row_number() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
+		8:  refusal("window function lag() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		9:  refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		10: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		11: refusal("window function row_number() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),

@@ -77,6 +77,11 @@ type mergeBuilder struct {
 	// sharded table the query reads at its top level (window functions).
 	isKey   func(*pg_query.Node) bool
 	windows bool // the query calls window functions
+	// proxyWins are the window calls the proxy computes, windowRefs
+	// their select list items (proxywindow.go).
+	proxyWins  []proxyWindow
+	windowRefs []ref
+	addedOrder bool // the window's ORDER BY is the shards' (none the client's)
 	// complete is set for a grouped query whose GROUP BY holds the
 	// sharding key and that calls window functions: each group is on one
 	// shard, so the query runs whole on each and merges as a plain one.
@@ -106,14 +111,14 @@ func buildMerge(sel *pg_query.SelectStmt, version int32, isKey func(*pg_query.No
 	if err := b.selectList(); err != nil {
 		return nil, err
 	}
-	steps := []func() error{b.groupBy, b.outerTargets, b.having, b.orderBy, b.checkOuterParams, b.distinct, b.limit}
+	steps := []func() error{b.groupBy, b.outerTargets, b.having, b.orderBy, b.proxyWindows, b.checkOuterParams, b.distinct, b.limit}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
 	m := &b.m
-	if !m.Grouped && len(m.OrderBy) == 0 && m.Limit == nil && m.Offset == nil && !m.Distinct && len(m.DistinctOn) == 0 {
+	if !m.Grouped && len(m.OrderBy) == 0 && m.Limit == nil && m.Offset == nil && !m.Distinct && len(m.DistinctOn) == 0 && len(m.Windows) == 0 {
 		return nil, nil
 	}
 	if err := b.sortedGroups(); err != nil {
@@ -174,6 +179,9 @@ func (b *mergeBuilder) reject() error {
 	}
 	if len(sel.GroupClause) > 0 || sel.HavingClause != nil {
 		b.grouped = true
+	}
+	if err == nil && len(b.proxyWins) > 0 && (b.grouped || len(sel.DistinctClause) > 0) {
+		err = unsupported(hintWindow, "window function %s() over a window not partitioned by the sharding key is not supported across shards with aggregates, GROUP BY or DISTINCT", funcName(b.proxyWins[0].fc))
 	}
 	if err == nil && b.windows && b.grouped {
 		err = b.completeGroups()
@@ -617,6 +625,9 @@ func (b *mergeBuilder) columns() {
 	}
 	for _, r := range b.distinctRefs {
 		b.m.DistinctOn = append(b.m.DistinctOn, b.column(r))
+	}
+	for i, r := range b.windowRefs {
+		b.m.Windows[i].Column = b.column(r)
 	}
 	for i, r := range b.sortRefs {
 		k := SortKey{Column: b.column(r)}

@@ -202,6 +202,14 @@ type Merge struct {
 	// OrderBy has more). Shards get FETCH FIRST Limit+Offset ROWS WITH
 	// TIES.
 	WithTies int
+	// Windows are select list items whose window function the executor
+	// computes over the merged rows (proxywindow.go): row numbers and
+	// ranks in OrderBy order, whose first WindowOrder keys are the
+	// window's (a rank's peers are equal by them), and totals over all
+	// rows (Func an aggregate), combined from the first row of every
+	// shard. They are computed before Offset and Limit.
+	Windows     []Window
+	WindowOrder int
 	// HiddenColumns is how many columns at the end of each row the router
 	// added (ORDER BY, GROUP BY or HAVING expressions missing from the select
 	// list, the count of an avg); the executor strips them.

@@ -16,7 +16,7 @@ import (
 // client's SQL serves as it is.
 func (b *mergeBuilder) rewrite(version int32) (string, error) {
 	out := proto.Clone(b.sel).(*pg_query.SelectStmt)
-	changed := false
+	changed := b.addedOrder
 	for i, n := range out.TargetList {
 		rt := n.GetResTarget()
 		switch {

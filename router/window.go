@@ -40,6 +40,12 @@ func (b *mergeBuilder) checkWindow(fc *pg_query.FuncCall) error {
 			}
 		}
 	}
+	if rw := b.resolvedWindow(fc); rw != nil && len(rw.PartitionClause) == 0 && b.isKey != nil {
+		if f, ok := proxyWindowFunc(fc, rw); ok {
+			b.proxyWins = append(b.proxyWins, proxyWindow{fc: fc, order: rw.OrderClause, f: f})
+			return nil
+		}
+	}
 	return unsupported(hintWindow, "window function %s() over a window not partitioned by the sharding key is not supported across shards", funcName(fc))
 }
 

@@ -239,9 +239,12 @@ func (b *builder) grouped(from string) string {
 	}
 	sql += selectList(items) + " FROM " + from + b.where()
 	group := b.groupBy(items, keys)
-	if group != "" && b.rng.IntN(100) < 3 {
-		group = strings.Replace(group, " GROUP BY ", " GROUP BY ROLLUP (", 1) + ")"
-		b.refusable("ROLLUP")
+	if group != "" && b.rng.IntN(100) < 8 {
+		// Grouping sets run across shards; a repeated key repeats a
+		// set, and DISTINCT aggregates of several values need grouping
+		// sets of their own: both are refused.
+		group = strings.Replace(group, " GROUP BY ", pick(b, " GROUP BY ROLLUP (", " GROUP BY CUBE (", " GROUP BY GROUPING SETS ((), "), 1) + ")"
+		b.refusable("grouping sets with a repeated key or several DISTINCT values")
 	}
 	sql += group
 	if b.rng.IntN(100) < 35 {

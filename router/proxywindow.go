@@ -1,0 +1,178 @@
+package router
+
+import (
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/proto"
+)
+
+// Window functions the proxy computes.
+//
+// A window not partitioned by the sharding key needs rows of several
+// shards. Two kinds still run, because the merged stream of the shards'
+// rows is all they need, one row at a time:
+//
+//   - row_number(), rank() and dense_rank() over one window ordering of
+//     the whole result, OVER (ORDER BY k …) or OVER (): the shards return
+//     their rows sorted by k (the query's ORDER BY must begin with the
+//     window's, or be absent: then the window's is the merge's), and the
+//     proxy numbers the merged rows, counting a row's rank from the rows
+//     before its peers (rows equal by k);
+//   - count, sum, min and max over the whole result, OVER (): each shard
+//     computes its rows' total in every row, and the proxy, which reads
+//     the first row of every shard before it sends one, combines the
+//     shards' totals as it combines aggregates, into every row.
+//
+// Each such call must be a whole select list item (the proxy replaces the
+// item's value); the shards compute it too (their values are replaced),
+// so that the RowDescription and the shards' errors are PostgreSQL's.
+// PostgreSQL computes windows before DISTINCT, ORDER BY and LIMIT: the
+// shards get LIMIT limit + offset, and number and total the rows before
+// it; DISTINCT and GROUP BY with such windows are refused.
+
+// Window function kinds the proxy computes (Window.Func), besides the
+// aggregates (AggCount, AggSum, AggMin, AggMax) as totals.
+const (
+	WinRowNumber AggFunc = 100 + iota
+	WinRank
+	WinDenseRank
+)
+
+// Window is a select list item whose window function the proxy computes.
+type Window struct {
+	Column Column
+	Func   AggFunc
+}
+
+// proxyWindow is a window call checkWindow accepts for the proxy.
+type proxyWindow struct {
+	fc    *pg_query.FuncCall
+	order []*pg_query.Node // the window's ORDER BY (SortBy nodes)
+	f     AggFunc
+}
+
+// proxyWindowFunc reports how the proxy computes a window call over w
+// (w resolved: no PARTITION BY, no reference to another window), or false.
+func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, bool) {
+	if fc.AggFilter != nil || fc.AggDistinct || len(fc.AggOrder) > 0 || fc.AggWithinGroup || fc.FuncVariadic {
+		return 0, false
+	}
+	switch name := funcName(fc); name {
+	case "row_number", "rank", "dense_rank":
+		if len(fc.Args) > 0 {
+			return 0, false
+		}
+		return map[string]AggFunc{"row_number": WinRowNumber, "rank": WinRank, "dense_rank": WinDenseRank}[name], true
+	case "count", "sum", "min", "max":
+		// Over the whole result only: no ORDER BY, the default frame.
+		if len(w.OrderClause) > 0 || w.FrameOptions&frameNonDefault != 0 {
+			return 0, false
+		}
+		if fc.AggStar != (len(fc.Args) == 0) || fc.AggStar && name != "count" {
+			return 0, false
+		}
+		return mergeable[name], true
+	}
+	return 0, false
+}
+
+// frameNonDefault is PostgreSQL's FRAMEOPTION_NONDEFAULT.
+const frameNonDefault = 0x1
+
+// resolvedWindow returns the window a call runs over, following OVER w;
+// nil when it refers to another window's definition (OVER (w ORDER BY
+// …)), which the proxy does not compute.
+func (b *mergeBuilder) resolvedWindow(fc *pg_query.FuncCall) *pg_query.WindowDef {
+	w := fc.Over
+	if w.Name != "" && w.Refname == "" {
+		w = b.namedWindow(w.Name)
+	}
+	if w == nil || w.Refname != "" {
+		return nil
+	}
+	return w
+}
+
+// proxyWindows checks the window calls the proxy computes and records them
+// in the Merge. It runs after orderBy: the query's ORDER BY must begin
+// with every ordered window's keys.
+func (b *mergeBuilder) proxyWindows() error {
+	if len(b.proxyWins) == 0 {
+		return nil
+	}
+	refuse := func(fc *pg_query.FuncCall, why string) error {
+		return unsupported(hintWindow, "window function %s() over a window not partitioned by the sharding key is not supported across shards%s", funcName(fc), why)
+	}
+	if b.grouped || len(b.sel.DistinctClause) > 0 {
+		return refuse(b.proxyWins[0].fc, " with aggregates, GROUP BY or DISTINCT")
+	}
+	var order []*pg_query.Node
+	for _, pw := range b.proxyWins {
+		col := -1
+		for i, t := range b.targets {
+			if t.val != nil && t.val.GetFuncCall() == pw.fc {
+				col = i
+			}
+		}
+		if col < 0 {
+			return refuse(pw.fc, " other than as a whole select list item")
+		}
+		for _, r := range b.orderRefs {
+			if r == (ref{'t', col}) {
+				return refuse(pw.fc, " in ORDER BY")
+			}
+		}
+		if len(pw.order) > 0 {
+			if order != nil && !sameList(order, pw.order) {
+				return refuse(pw.fc, " ordered differently from another window")
+			}
+			order = pw.order
+		}
+		b.windowRefs = append(b.windowRefs, ref{'t', col})
+		b.m.Windows = append(b.m.Windows, Window{Func: pw.f})
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	if len(b.sel.SortClause) == 0 {
+		// The window's order is the merge's, and the shards'.
+		b.sel = proto.Clone(b.sel).(*pg_query.SelectStmt)
+		b.sel.SortClause = order
+		b.addedOrder = true
+		if err := b.orderBy(); err != nil {
+			return err
+		}
+		b.m.WindowOrder = len(b.m.OrderBy)
+		return nil
+	}
+	if len(order) > len(b.orderRefs) {
+		return refuse(b.proxyWins[0].fc, " unless ORDER BY begins with the window's ORDER BY")
+	}
+	for i, n := range order {
+		s := n.GetSortBy()
+		if s.SortbyDir == pg_query.SortByDir_SORTBY_USING || len(s.UseOp) > 0 {
+			return rejectf("ORDER BY … USING")
+		}
+		r, err := b.sortRef(s.Node, "ORDER BY")
+		if err != nil {
+			return err
+		}
+		if b.column(r) != b.column(b.orderRefs[i]) || sortKey(s) != b.m.OrderBy[i] {
+			return refuse(b.proxyWins[0].fc, " unless ORDER BY begins with the window's ORDER BY")
+		}
+	}
+	b.m.WindowOrder = len(order)
+	return nil
+}
+
+// sameList reports whether two lists of nodes are written alike.
+func sameList(a, b []*pg_query.Node) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameExpr(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
