@@ -105,9 +105,8 @@ var crossShardScripts = []diffScript{
 		"SELECT id % 2, GROUPING(id % 2) AS g, max(email) FROM accounts GROUP BY GROUPING SETS ((id % 2), ()) HAVING count(*) > 1 ORDER BY 2, 1",
 		"SELECT count(*), min(id) FROM accounts WHERE id < 0 GROUP BY ROLLUP (id % 2)",
 		"SELECT CASE WHEN GROUPING(id % 3) = 1 THEN 'all' ELSE (id % 3)::text END AS k, sum(id) * 2 AS s2 FROM accounts GROUP BY ROLLUP (id % 3) ORDER BY 1",
-		"SELECT id % 2 AS p, string_agg(email, ',' ORDER BY email) FROM accounts GROUP BY ROLLUP (1) ORDER BY 1",
-		"SELECT id % 2 AS p, count(DISTINCT id % 3) FROM accounts GROUP BY ROLLUP (1) ORDER BY 1",
 		"SELECT id % 2 AS p, id % 3 AS q, count(*) FROM accounts GROUP BY DISTINCT ROLLUP (p, q), ROLLUP (p) ORDER BY 1, 2, 3",
+		"SELECT id % 2 AS p, string_agg(email, ',') IS NOT NULL, max(DISTINCT email) FROM accounts WHERE id < 0 GROUP BY ROLLUP (1)",
 		"SELECT id % 2 AS p, id % 4 AS q, count(*) FROM accounts GROUP BY GROUPING SETS ((p, q), (q), ()) ORDER BY count(*) DESC, 1, 2 LIMIT 4",
 	}},
 	{name: "a grouping set repeated", refusedOnTwo: map[int]string{

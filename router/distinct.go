@@ -96,6 +96,9 @@ func (b *mergeBuilder) noteDistinct(fc *pg_query.FuncCall) (int, error) {
 // by the group key then the value, and records that order in the Merge;
 // several values get grouping sets instead (taggedGroups).
 func (b *mergeBuilder) sortedGroups() error {
+	if hasGroupingSets(b.sel) && b.finerThanSets() {
+		return rejectf("DISTINCT aggregates, and aggregates with ORDER BY, with GROUPING SETS, ROLLUP or CUBE")
+	}
 	switch len(b.distinctArgs) {
 	case 0:
 		return nil
@@ -109,6 +112,24 @@ func (b *mergeBuilder) sortedGroups() error {
 	b.distinctRef = b.hide(b.distinctArgs[0])
 	b.sortRefs = append(append([]ref{}, b.groupRefs...), b.distinctRef)
 	return nil
+}
+
+// finerThanSets reports whether the query's aggregates would make the
+// shards group more finely than its grouping sets: by a DISTINCT value or
+// an aggregate's ORDER BY keys, which every set would then group by too.
+// The empty set () would then have no row when there are no rows, where
+// PostgreSQL has one; and a DISTINCT value that is one of the sets'
+// columns is not constant in the sets that do not group by it.
+func (b *mergeBuilder) finerThanSets() bool {
+	if b.subgrouped() {
+		return true
+	}
+	for _, a := range b.aggs {
+		if a.distinct && a.f != AggMin && a.f != AggMax && a.f != AggBoolAnd && a.f != AggBoolOr {
+			return true
+		}
+	}
+	return false
 }
 
 // shardOrder returns what shards add to GROUP BY and their ORDER BY when

@@ -25,6 +25,12 @@ var groupingSetCases = []mergeCase{
 	{name: "a set repeated by qualifier", sql: "SELECT a.country, count(*) FROM accounts a GROUP BY ROLLUP (a.country, country)", msg: "repeats a grouping set"},
 	{name: "a set repeated by output name", sql: "SELECT country AS c, count(*) FROM accounts GROUP BY GROUPING SETS (c, country)", msg: "repeats a grouping set"},
 	{name: "repeated empty sets", sql: "SELECT count(*) FROM accounts GROUP BY GROUPING SETS ((), ())", msg: "repeats a grouping set"},
+	{name: "a DISTINCT aggregate", sql: "SELECT country, count(DISTINCT name) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
+	{name: "a DISTINCT aggregate of a set's column", sql: "SELECT country, count(DISTINCT country) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
+	{name: "an ordered aggregate", sql: "SELECT country, string_agg(name, ',' ORDER BY name) FROM accounts GROUP BY CUBE (country)", msg: "GROUPING SETS"},
+	{name: "max DISTINCT", sql: "SELECT country, max(DISTINCT name) FROM accounts GROUP BY ROLLUP (country)",
+		want: &Merge{Grouped: true, GroupBy: []Column{0, -1}, Aggregates: []Aggregate{{Column: 1, Func: AggMax}}, HiddenColumns: 1,
+			Rewritten: "SELECT country, max(DISTINCT name), GROUPING(country) AS __shardgate_1 FROM accounts GROUP BY ROLLUP (country)"}},
 	{name: "DISTINCT aggregates of two values", sql: "SELECT country, count(DISTINCT name), count(DISTINCT id) FROM accounts GROUP BY ROLLUP (country)", msg: "GROUPING SETS"},
 }
 
