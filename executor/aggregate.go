@@ -216,7 +216,9 @@ func (m *Merger) emitGroups(order []*group) error {
 		order = kept
 	}
 	for _, g := range order {
-		more, err := m.emit(g.cols)
+		// next, not emit: after the Limit, FETCH … WITH TIES sends
+		// the groups tied with the last one sent.
+		more, err := m.next(g.cols)
 		if err != nil || !more {
 			return err
 		}

@@ -95,6 +95,11 @@ var crossShardScripts = []diffScript{
 		"SELECT length(email) FROM accounts ORDER BY id % 2 FETCH FIRST 5 ROWS WITH TIES",
 		"SELECT id FROM accounts ORDER BY id OFFSET 6 FETCH FIRST 5 ROWS WITH TIES",
 		"SELECT id FROM accounts ORDER BY id FETCH FIRST NULL ROWS WITH TIES",
+		"SELECT count(*) FROM accounts GROUP BY id % 3 ORDER BY 1 DESC FETCH FIRST 1 ROWS WITH TIES",
+		"SELECT count(*) AS n, max(id) - max(id) AS z FROM accounts GROUP BY id % 3 ORDER BY 1 DESC, 2 OFFSET 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT id % 2 AS p, count(*) FROM accounts GROUP BY ROLLUP (1) ORDER BY 2 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT DISTINCT id % 3 AS k FROM accounts ORDER BY 1 OFFSET 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT DISTINCT length(email) AS l FROM accounts ORDER BY 1 FETCH FIRST 1 ROW WITH TIES",
 	}},
 	// Grouping sets: shards group by each set, and a hidden GROUPING()
 	// keeps the sets' groups apart in the merge (router/groupingsets.go).

@@ -187,11 +187,6 @@ func (b *mergeBuilder) reject() error {
 		err = b.completeGroups()
 	}
 	b.m.Grouped = b.grouped
-	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
-		if err == nil && (b.grouped || len(sel.DistinctClause) > 0) {
-			err = rejectf("FETCH … WITH TIES with aggregates, GROUP BY or DISTINCT")
-		}
-	}
 	if err == nil && b.grouped {
 		err = aggErr
 	}

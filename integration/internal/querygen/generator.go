@@ -74,9 +74,6 @@ type builder struct {
 	// outputOrder: ORDER BY must name output columns as they are
 	// (DISTINCT, DISTINCT ON).
 	outputOrder bool
-	// plainRows: a query without aggregates, GROUP BY or DISTINCT, whose
-	// FETCH … WITH TIES the proxy merges (the others it refuses).
-	plainRows bool
 }
 
 // item is an output column.
@@ -211,7 +208,6 @@ func (b *builder) plain(from string) string {
 		extra = ", " + pick(b, "count(*)", "count("+b.anyExpr().sql+")") + " OVER () AS total"
 	}
 	sql := "SELECT " + selectList(items) + extra + " FROM " + from + b.where()
-	b.plainRows = true
 	return sql + b.orderLimit(items, orderPlain)
 }
 

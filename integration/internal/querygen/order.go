@@ -118,9 +118,6 @@ func (b *builder) limit(must bool) string {
 	case 11:
 		// The order is total but for equal rows: the rows tied with the
 		// last are equal to it, whichever the shards send.
-		if !b.plainRows {
-			b.refusable("FETCH … WITH TIES with aggregates, GROUP BY or DISTINCT")
-		}
 		return fmt.Sprintf(" FETCH FIRST %d ROWS WITH TIES", max(n, 1))
 	case 10:
 		return pick(b, " LIMIT ALL", " LIMIT NULL", " OFFSET 0", " LIMIT 3 OFFSET 0")
