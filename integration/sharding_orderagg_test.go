@@ -128,6 +128,12 @@ var orderAggScripts = []diffScript{
 		"SELECT t, rank() OVER (ORDER BY t NULLS FIRST), count(*) OVER () FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
 		"SELECT ord, count(*) OVER () FROM oa WHERE ord = 7",
 		"SELECT ord, sum(ord::int8 * 1000000000000) OVER () FROM oa ORDER BY ord DESC FETCH FIRST 2 ROWS ONLY",
+		"BEGIN",
+		"DECLARE wc CURSOR FOR SELECT ord, row_number() OVER (ORDER BY ord), count(*) OVER () FROM oa",
+		"FETCH 3 FROM wc",
+		"MOVE 30 IN wc",
+		"FETCH 20 FROM wc",
+		"COMMIT",
 		"DROP TABLE oa",
 	}},
 }
