@@ -33,7 +33,7 @@ func (m *Merger) byteKeyColumns() []int {
 		// which follow their collations: no bytes.
 	case grouped:
 		keys = append(keys, s.GroupBy...)
-	case s.Distinct && len(s.DistinctOn) == 0, s.Dedup:
+	case s.Distinct && len(s.DistinctOn) == 0, s.Dedup, s.SetOp != 0:
 		// Dedup compares with the comparators, which follow the
 		// collation; which of the strings a nondeterministic collation
 		// says equal a UNION keeps is the server's choice, and such

@@ -119,6 +119,11 @@ type Spec struct {
 	// WindowOrder keys are the window's, and totals over every row.
 	Windows     []Window
 	WindowOrder int
+	// SetOp, for INTERSECT or EXCEPT across shards, counts each run of
+	// rows equal by OrderBy (every visible column) per query, as the last
+	// column says, and sends it as often as the operation keeps it
+	// (setop.go).
+	SetOp SetOpKind
 	// WithTies, for FETCH FIRST n ROWS WITH TIES, sends after the Limit
 	// rows every further row equal to the last of them by the first
 	// WithTies keys of OrderBy (0: no ties).
@@ -256,6 +261,7 @@ type Merger struct {
 	// the Limit (WithTies): copies, since sources reuse their buffers.
 	prev, tie [][]byte
 	win       *windowState // Spec.Windows (window.go)
+	setop     setOpState   // Spec.SetOp (setop.go)
 }
 
 // NewMerger prepares a merge of results with columns cols into out.
@@ -392,6 +398,14 @@ func (m *Merger) send(cols [][]byte) error {
 // last one sent (WithTies). It reports false once no further row can be
 // sent.
 func (m *Merger) next(cols [][]byte) (bool, error) {
+	if m.spec.SetOp != 0 {
+		return m.setOpRow(cols)
+	}
+	return m.nextRow(cols)
+}
+
+// nextRow is next for one row of the merge's result.
+func (m *Merger) nextRow(cols [][]byte) (bool, error) {
 	if err := m.windowRow(cols); err != nil {
 		return false, err
 	}
@@ -604,6 +618,10 @@ func (m *Merger) ordered(sources []Rows) error {
 		} else {
 			heap.Pop(h)
 		}
+	}
+	if h.err == nil && m.spec.SetOp != 0 {
+		_, err := m.flushSetOp()
+		return err
 	}
 	return h.err
 }

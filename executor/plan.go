@@ -173,6 +173,8 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 		spec.Windows = append(spec.Windows, win)
 	}
 	spec.WindowOrder = m.WindowOrder
+	spec.SetOp = map[router.SetOp]SetOpKind{router.SetIntersect: SetIntersect, router.SetIntersectAll: SetIntersectAll,
+		router.SetExcept: SetExcept, router.SetExceptAll: SetExceptAll}[m.SetOp]
 	spec.Count, spec.Exists = m.CountName != "", m.Exists
 	for _, d := range m.DistinctOn {
 		col, err := idx(d)

@@ -88,6 +88,26 @@ var crossShardScripts = []diffScript{
 		"SELECT id FROM accounts WHERE id < 3 UNION SELECT id FROM accounts WHERE id > 100 ORDER BY 1 LIMIT 5",
 		"SELECT id, '{}'::json AS j FROM accounts UNION SELECT id, '{}'::json FROM accounts ORDER BY 1",
 	}},
+	// INTERSECT and EXCEPT: shards send both queries' rows, numbered,
+	// sorted by every column; the proxy counts the runs (union.go).
+	{name: "INTERSECT and EXCEPT over both shards", stmts: []string{
+		"SELECT id % 3 AS k FROM accounts WHERE id < 6 INTERSECT SELECT id % 4 FROM accounts WHERE id > 2 ORDER BY 1",
+		"SELECT id % 3 FROM accounts INTERSECT ALL SELECT id % 2 FROM accounts ORDER BY 1",
+		"SELECT id % 4 AS k FROM accounts EXCEPT SELECT id % 3 FROM accounts WHERE id > 4 ORDER BY k DESC",
+		"SELECT id % 3 AS k FROM accounts EXCEPT ALL SELECT id % 2 FROM accounts WHERE id < 5 ORDER BY 1",
+		"SELECT id % 2 AS p, length(email) AS l FROM accounts INTERSECT SELECT id % 3, length(email) FROM accounts ORDER BY l, p LIMIT 2 OFFSET 1",
+		"SELECT NULLIF(id % 3, 0) AS n FROM accounts INTERSECT SELECT NULLIF(id % 2, 1) FROM accounts ORDER BY 1 NULLS FIRST",
+		"SELECT email FROM accounts WHERE id < 5 EXCEPT SELECT email FROM accounts WHERE id = 2 ORDER BY 1",
+		"SELECT id % 3 AS k FROM accounts INTERSECT ALL SELECT id % 3 FROM accounts WHERE id > 3 ORDER BY 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT id FROM accounts INTERSECT SELECT g FROM generate_series(2, 4) g ORDER BY 1",
+		"SELECT id::numeric / 2 AS h FROM accounts EXCEPT SELECT id::numeric FROM accounts ORDER BY 1 DESC LIMIT 3",
+		"SELECT id % 3 AS k FROM accounts WHERE id < 0 INTERSECT SELECT id FROM accounts ORDER BY 1",
+	}},
+	{name: "INTERSECT ALL of a query that reads no sharded table", refusedOnTwo: map[int]string{
+		0: `ERROR 0A000 "a query of INTERSECT ALL that reads no sharded table would count its rows once per shard" detail "" hint "Constrain the sharding key to one shard, or route the statement with /* shard: N */ or SET shardgate.shard."`,
+	}, stmts: []string{
+		"SELECT id FROM accounts INTERSECT ALL SELECT g FROM generate_series(2, 4) g",
+	}},
 	{name: "FETCH FIRST … WITH TIES over both shards", stmts: []string{
 		"SELECT id % 3 AS k FROM accounts ORDER BY 1 FETCH FIRST 1 ROWS WITH TIES",
 		"SELECT id % 3 AS k, length(email) FROM accounts ORDER BY 1 OFFSET 2 FETCH FIRST 2 ROWS WITH TIES",

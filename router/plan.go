@@ -196,6 +196,14 @@ type Merge struct {
 	// the executor drops each row equal to the one before it, before
 	// OFFSET and LIMIT.
 	Dedup bool
+	// SetOp, when not 0, is a top-level INTERSECT or EXCEPT across shards
+	// (union.go: setOpMerge): each shard returns the rows of both queries,
+	// the query's number (1 or 2) in the last hidden column, sorted by
+	// OrderBy, which holds every output column (the client's ORDER BY keys
+	// first); the executor counts each run of equal rows per query and
+	// sends it as often as the operation keeps it, before OFFSET and
+	// LIMIT.
+	SetOp SetOp
 	// WithTies, when not 0, is FETCH FIRST … ROWS WITH TIES: after Limit
 	// rows, the executor sends the rows equal to the last one by the
 	// first WithTies keys of OrderBy (the client's ORDER BY; a UNION's
@@ -251,6 +259,16 @@ type Merge struct {
 	// COPY's, without a position.
 	ProbeRelation string
 }
+
+// SetOp is a set operation the executor computes from the shards' rows.
+type SetOp uint8
+
+const (
+	SetIntersect SetOp = iota + 1
+	SetIntersectAll
+	SetExcept
+	SetExceptAll
+)
 
 // Outer is a statement that computes, for one combined row (group) of a
 // grouped query, the values that only the combined aggregates determine:

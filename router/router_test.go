@@ -198,8 +198,6 @@ func TestRouteWhere(t *testing.T) {
 		{name: "UNION across shards", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders", kind: All, shards: all},
 		{name: "UNION with an omni query", sql: "SELECT country FROM accounts UNION SELECT code FROM countries", kind: All, shards: all},
 		{name: "UNION ALL over UNION", sql: "SELECT id FROM accounts UNION SELECT account_id FROM orders UNION ALL SELECT id FROM accounts", code: wire.FeatureNotSupported, msg: "UNION over sharded table"},
-		{name: "INTERSECT across shards", sql: "SELECT id FROM accounts INTERSECT SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "INTERSECT over sharded table"},
-		{name: "EXCEPT across shards", sql: "SELECT id FROM accounts EXCEPT SELECT account_id FROM orders", code: wire.FeatureNotSupported, msg: "EXCEPT over sharded table"},
 		// UNION ALL of queries that each filter per row: the shards' rows
 		// of each add up.
 		{name: "UNION ALL across shards", sql: "SELECT id FROM accounts WHERE balance > 0 UNION ALL SELECT account_id FROM orders", kind: All, shards: all},

@@ -249,6 +249,24 @@ func unionTree(sel *pg_query.SelectStmt, top, all bool) bool {
 	return true
 }
 
+// setOpPair reports whether sel is an INTERSECT or EXCEPT [ALL] of two
+// queries that are each a rowSource, with no locking, WITH, ORDER BY,
+// LIMIT or OFFSET of their own: the proxy computes it from each shard's
+// rows of both (union.go: setOpMerge).
+func setOpPair(sel *pg_query.SelectStmt) bool {
+	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_INTERSECT && sel.Op != pg_query.SetOperation_SETOP_EXCEPT ||
+		len(sel.LockingClause) > 0 || sel.WithClause != nil {
+		return false
+	}
+	for _, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
+		if side.Op != pg_query.SetOperation_SETOP_NONE && side.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED ||
+			!rowSource(side) || side.WithClause != nil || len(side.SortClause) > 0 || side.LimitCount != nil || side.LimitOffset != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // unionLeaves appends the queries of a unionAll to out, in order.
 func unionLeaves(sel *pg_query.SelectStmt, out []*pg_query.SelectStmt) []*pg_query.SelectStmt {
 	if sel.Op == pg_query.SetOperation_SETOP_NONE || sel.Op == pg_query.SetOperation_SET_OPERATION_UNDEFINED {
@@ -384,7 +402,7 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		rowSel = sel
 	}
 	a.with(sel.WithClause, rowSel)
-	if rows && nested == "" && unionAll(sel, true) {
+	if rows && nested == "" && (unionAll(sel, true) || setOpPair(sel)) {
 		// Each query of it counts as the statement's own: each shard
 		// computes its rows of each, and the shards' answers together
 		// are the whole (branch keeps their tables apart in finishPart).
@@ -394,7 +412,12 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 			// Under a UNION, a query's rows that every shard repeats
 			// are deduplicated like any others.
 			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil && sel.All {
-				a.unionErr = unsupported(hintOneShard, "a query of UNION ALL that reads no sharded table would answer its rows once per shard")
+				what := map[pg_query.SetOperation]string{pg_query.SetOperation_SETOP_INTERSECT: "INTERSECT", pg_query.SetOperation_SETOP_EXCEPT: "EXCEPT"}[sel.Op]
+				if what == "" {
+					a.unionErr = unsupported(hintOneShard, "a query of UNION ALL that reads no sharded table would answer its rows once per shard")
+				} else {
+					a.unionErr = unsupported(hintOneShard, "a query of %s ALL that reads no sharded table would count its rows once per shard", what)
+				}
 			}
 		}
 		return nil

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"slices"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -17,6 +18,9 @@ import (
 // the shards' streams are merged by: the client sees each query's rows
 // after the one before, as from one server.
 func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	if sel.Op == pg_query.SetOperation_SETOP_INTERSECT || sel.Op == pg_query.SetOperation_SETOP_EXCEPT {
+		return setOpMerge(sel, version)
+	}
 	if !sel.All || len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
 		return sortedUnionMerge(sel, version)
 	}
@@ -50,61 +54,14 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	if !sel.All {
 		what = "UNION"
 	}
-	first := unionLeaves(sel, nil)[0]
-	names := make([]string, len(first.TargetList))
-	for i, n := range first.TargetList {
-		rt := n.GetResTarget()
-		switch {
-		case rt == nil:
-		case !sel.All && isStar(rt.Val):
-			return nil, unsupported("Name the columns in the select list of the UNION's first query, or route it to one shard.",
-				"UNION of a select list with * is not supported across shards: the shards must sort by every output column")
-		case rt.Name != "":
-			names[i] = rt.Name
-		case len(columnRef(rt.Val)) > 0:
-			f := columnRef(rt.Val)
-			names[i] = f[len(f)-1]
-		}
-	}
-	m := &Merge{Dedup: !sel.All}
-	used := make([]bool, len(names))
-	for _, n := range sel.SortClause {
-		s := n.GetSortBy()
-		if s == nil || s.SortbyDir == pg_query.SortByDir_SORTBY_USING || len(s.UseOp) > 0 {
-			return nil, rejectf("%s with ORDER BY … USING", what)
-		}
-		col := -1
-		if p, ok := intConst(s.Node); ok && p >= 1 && int(p) <= len(names) {
-			col = int(p) - 1
-		} else if f := columnRef(s.Node); len(f) == 1 {
-			col = slices.Index(names, f[0])
-		}
-		if col < 0 {
-			return nil, rejectf("%s ordered by an expression other than an output column", what)
-		}
-		k := sortKey(s)
-		k.Column = Column(col)
-		m.OrderBy = append(m.OrderBy, k)
-		used[col] = true
-	}
-	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
-		m.WithTies = len(m.OrderBy)
-	}
-	shards := proto.Clone(sel).(*pg_query.SelectStmt)
-	var err error
-	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
+	m, rest, err := setOpOrder(sel, what, !sel.All)
+	if err != nil {
 		return nil, err
 	}
+	m.Dedup = !sel.All
+	shards := proto.Clone(sel).(*pg_query.SelectStmt)
 	shardLimit(shards, m)
 	if m.Dedup {
-		var rest []*pg_query.Node
-		for i, u := range used {
-			if !u {
-				m.OrderBy = append(m.OrderBy, SortKey{Column: Column(i)})
-				rest = append(rest, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(i+1), -1),
-					pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
-			}
-		}
 		if m.WithTies > 0 {
 			shards = tiesThenSorted(shards, m.OrderBy)
 		} else {
@@ -117,6 +74,66 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	}
 	m.Rewritten = sql
 	return m, nil
+}
+
+// setOpOrder reads the ORDER BY, LIMIT and OFFSET of a set operation: the
+// Merge's OrderBy, then, when every column must be sorted by (all), the
+// other output columns in OrderBy and as ORDER BY items for the shards
+// (rest).
+func setOpOrder(sel *pg_query.SelectStmt, what string, all bool) (m *Merge, rest []*pg_query.Node, err error) {
+	first := unionLeaves(sel, nil)[0]
+	names := make([]string, len(first.TargetList))
+	for i, n := range first.TargetList {
+		rt := n.GetResTarget()
+		switch {
+		case rt == nil:
+		case all && isStar(rt.Val):
+			return nil, nil, unsupported(fmt.Sprintf("Name the columns in the select list of the %s's first query, or route it to one shard.", what),
+				"%s of a select list with * is not supported across shards: the shards must sort by every output column", what)
+		case rt.Name != "":
+			names[i] = rt.Name
+		case len(columnRef(rt.Val)) > 0:
+			f := columnRef(rt.Val)
+			names[i] = f[len(f)-1]
+		}
+	}
+	m = &Merge{}
+	used := make([]bool, len(names))
+	for _, n := range sel.SortClause {
+		s := n.GetSortBy()
+		if s == nil || s.SortbyDir == pg_query.SortByDir_SORTBY_USING || len(s.UseOp) > 0 {
+			return nil, nil, rejectf("%s with ORDER BY … USING", what)
+		}
+		col := -1
+		if p, ok := intConst(s.Node); ok && p >= 1 && int(p) <= len(names) {
+			col = int(p) - 1
+		} else if f := columnRef(s.Node); len(f) == 1 {
+			col = slices.Index(names, f[0])
+		}
+		if col < 0 {
+			return nil, nil, rejectf("%s ordered by an expression other than an output column", what)
+		}
+		k := sortKey(s)
+		k.Column = Column(col)
+		m.OrderBy = append(m.OrderBy, k)
+		used[col] = true
+	}
+	if sel.LimitOption == pg_query.LimitOption_LIMIT_OPTION_WITH_TIES {
+		m.WithTies = len(m.OrderBy)
+	}
+	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
+		return nil, nil, err
+	}
+	if all {
+		for i, u := range used {
+			if !u {
+				m.OrderBy = append(m.OrderBy, SortKey{Column: Column(i)})
+				rest = append(rest, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(i+1), -1),
+					pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
+			}
+		}
+	}
+	return m, rest, nil
 }
 
 // shardLimit sets the LIMIT and OFFSET of the shards' statement out for
@@ -168,4 +185,82 @@ func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.Select
 		out.SortClause = append(out.SortClause, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(k.Column)+1, -1), dir, nulls, -1))
 	}
 	return out
+}
+
+// setOpMerge is the Merge of a top-level INTERSECT or EXCEPT [ALL] of two
+// queries that each filter per row over sharded tables (scope.go:
+// setOpPair). A row of one query may be on one shard and its equal of the
+// other query on another, so no shard can compute the operation: each
+// returns the rows of both queries, each with its query's number, sorted
+// by the client's ORDER BY keys, then every other output column, then the
+// number; the executor counts each run of equal rows per query and keeps
+// it once (INTERSECT: in both; EXCEPT: in the first only) or min(l, r) /
+// l - r times (ALL). Without ALL, the shards deduplicate their rows of
+// each query first:
+//
+//	SELECT DISTINCT * FROM (SELECT a, b, 1 FROM t WHERE … UNION ALL
+//	  SELECT c, d, 2 FROM u WHERE …) __shardgate_s ORDER BY 1, 2, 3
+//
+// The UNION ALL gives the output columns the names, types and type
+// modifiers of the client's set operation (PostgreSQL resolves both
+// alike). LIMIT and OFFSET are the proxy's: the shards return every row.
+func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
+	what := "INTERSECT"
+	m := &Merge{SetOp: SetIntersect}
+	if sel.Op == pg_query.SetOperation_SETOP_EXCEPT {
+		what, m.SetOp = "EXCEPT", SetExcept
+	}
+	if sel.All {
+		what += " ALL"
+		m.SetOp++ // SetIntersectAll, SetExceptAll
+	}
+	order, _, err := setOpOrder(sel, what, true)
+	if err != nil {
+		return nil, err
+	}
+	m.OrderBy, m.Limit, m.Offset, m.WithTies = order.OrderBy, order.Limit, order.Offset, order.WithTies
+	m.HiddenColumns = 1
+	var arms [2]*pg_query.SelectStmt
+	for i, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
+		arms[i] = proto.Clone(side).(*pg_query.SelectStmt)
+		arms[i].TargetList = append(arms[i].TargetList, pg_query.MakeResTargetNodeWithNameAndVal("__shardgate_q", pg_query.MakeAConstIntNode(int64(i+1), -1), -1))
+	}
+	out := &pg_query.SelectStmt{
+		TargetList: []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeAStarNode()}, -1), -1)},
+		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
+			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
+				Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: arms[0], Rarg: arms[1],
+			}}},
+			Alias: &pg_query.Alias{Aliasname: "__shardgate_s"},
+		}}}},
+		Op: pg_query.SetOperation_SETOP_NONE,
+	}
+	if !sel.All {
+		out.DistinctClause = []*pg_query.Node{{}}
+	}
+	keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(len(sel.Larg.TargetList))})
+	out.SortClause = tiesThenSorted(out, keys).SortClause
+	// The client's LIMIT and OFFSET parameters stay, typed as
+	// PostgreSQL types them, as LIMIT NULL and OFFSET NULL: none.
+	for _, x := range []struct {
+		from *pg_query.Node
+		to   **pg_query.Node
+	}{{sel.LimitCount, &out.LimitCount}, {sel.LimitOffset, &out.LimitOffset}} {
+		if x.from != nil && hasParam(x.from) {
+			*x.to = placeholder(&pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+				Arg:      x.from,
+				TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+			}}})
+		}
+	}
+	out.LimitOption = pg_query.LimitOption_LIMIT_OPTION_DEFAULT
+	if out.LimitCount != nil {
+		out.LimitOption = pg_query.LimitOption_LIMIT_OPTION_COUNT
+	}
+	sql, err := deparse(version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: out}})
+	if err != nil {
+		return nil, err
+	}
+	m.Rewritten = sql
+	return m, nil
 }

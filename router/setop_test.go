@@ -1,0 +1,16 @@
+package router
+
+import "testing"
+
+var setOpCases = []mergeCase{
+	{name: "INTERSECT", sql: "SELECT id FROM accounts INTERSECT SELECT account_id FROM orders",
+		want: &Merge{SetOp: SetIntersect, OrderBy: []SortKey{{Column: 0}}, HiddenColumns: 1,
+			Rewritten: "SELECT DISTINCT * FROM (SELECT id, 1 AS __shardgate_q FROM accounts UNION ALL SELECT account_id, 2 AS __shardgate_q FROM orders) __shardgate_s ORDER BY 1 ASC NULLS LAST, 2 ASC NULLS LAST"}},
+	{name: "EXCEPT ALL ordered and limited", sql: "SELECT name AS n, id FROM accounts WHERE id > 3 EXCEPT ALL SELECT name, id FROM accounts WHERE balance > 0 ORDER BY n DESC LIMIT $1 OFFSET 2",
+		want: &Merge{SetOp: SetExceptAll, OrderBy: []SortKey{{Column: 0, Desc: true, NullsFirst: true}, {Column: 1}}, Limit: param(1), Offset: c("2"), HiddenColumns: 1,
+			Rewritten: "SELECT * FROM (SELECT name AS n, id, 1 AS __shardgate_q FROM accounts WHERE id > 3 UNION ALL SELECT name, id, 2 AS __shardgate_q FROM accounts WHERE balance > 0) __shardgate_s ORDER BY 1 DESC NULLS FIRST, 2 ASC NULLS LAST, 3 ASC NULLS LAST LIMIT CASE WHEN false THEN $1::bigint END"}},
+	{name: "INTERSECT of star", sql: "SELECT * FROM accounts INTERSECT SELECT * FROM accounts WHERE id > 2", msg: "INTERSECT of a select list with *"},
+	{name: "three queries", sql: "SELECT id FROM accounts INTERSECT SELECT id FROM accounts EXCEPT SELECT account_id FROM orders", msg: "EXCEPT"},
+}
+
+func TestMergeSetOps(t *testing.T) { testMerge(t, setOpCases) }
