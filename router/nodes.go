@@ -261,7 +261,8 @@ func deparse(version int32, stmt *pg_query.Node) (string, error) {
 // likewise. Wrapped: an operand of an operator, IS [NOT] NULL, IS [NOT]
 // TRUE/FALSE/UNKNOWN or a cast that is itself an operator, test, AND, OR,
 // NOT or COLLATE, but not an ordinary binary operator under an ordinary
-// binary operator or a cast (which the deparser parenthesizes); the
+// binary operator or a cast (which the deparser parenthesizes), nor a
+// COLLATE under an ordinary binary operator (it binds tighter); the
 // operands of AND, OR and NOT come out right. (COLLATE of such an operand is
 // of a type without collations: PostgreSQL's error either way.)
 // TestDeparseRandomExpressions checks it.
@@ -299,9 +300,13 @@ func needsGuard(stmt *pg_query.Node, fix bool) bool {
 		return true
 	})
 	found := false
-	guard := func(arg **pg_query.Node, parentPlain bool) {
+	guard := func(arg **pg_query.Node, parentPlain, parentBinary bool) {
 		n := *arg
-		if !loose(n) || parentPlain && plainOp(n) {
+		// COLLATE binds tighter than every binary operator (not than a
+		// unary minus), and wrapping it would change what PostgreSQL's
+		// grouping check matches: HAVING (a COLLATE "C") = 'x' under
+		// GROUP BY (a COLLATE "C") is its 42803, the wrapped one is not.
+		if !loose(n) || parentPlain && plainOp(n) || parentBinary && n.GetCollateClause() != nil {
 			return
 		}
 		found = true
@@ -319,8 +324,9 @@ func needsGuard(stmt *pg_query.Node, fix bool) bool {
 		case *pg_query.Node_AExpr:
 			e := v.AExpr
 			plain := e.Kind == pg_query.A_Expr_Kind_AEXPR_OP
+			binary := plain && e.Lexpr != nil && e.Rexpr != nil
 			if e.Lexpr != nil {
-				guard(&e.Lexpr, plain)
+				guard(&e.Lexpr, plain, binary)
 			}
 			switch e.Kind {
 			case pg_query.A_Expr_Kind_AEXPR_IN, pg_query.A_Expr_Kind_AEXPR_OP_ANY, pg_query.A_Expr_Kind_AEXPR_OP_ALL:
@@ -328,27 +334,27 @@ func needsGuard(stmt *pg_query.Node, fix bool) bool {
 			default:
 				if l := e.Rexpr.GetList(); l != nil { // BETWEEN's bounds
 					for i := range l.Items {
-						guard(&l.Items[i], false)
+						guard(&l.Items[i], false, false)
 					}
 				} else if e.Rexpr != nil {
-					guard(&e.Rexpr, plain)
+					guard(&e.Rexpr, plain, binary)
 				}
 			}
 		case *pg_query.Node_NullTest:
-			guard(&v.NullTest.Arg, false)
+			guard(&v.NullTest.Arg, false, false)
 		case *pg_query.Node_BooleanTest:
-			guard(&v.BooleanTest.Arg, false)
+			guard(&v.BooleanTest.Arg, false, false)
 		case *pg_query.Node_TypeCast:
 			// (a + b)::t comes out right. A select list item's cast is
 			// left alone: PostgreSQL names the column after the cast's
 			// argument ((x COLLATE "C")::text is x), and would name it
 			// case.
 			if v.TypeCast.Arg != nil && !named[n] {
-				guard(&v.TypeCast.Arg, true)
+				guard(&v.TypeCast.Arg, true, false)
 			}
 		case *pg_query.Node_SubLink:
 			if v.SubLink.Testexpr != nil {
-				guard(&v.SubLink.Testexpr, false)
+				guard(&v.SubLink.Testexpr, false, false)
 			}
 		}
 		return fix || !found
