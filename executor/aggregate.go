@@ -273,16 +273,8 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 		var out []byte
 		var err error
 		switch a.Kind {
-		case AggCount, AggSum:
-			out, err = m.add(a.Col, cur, v)
-		case AggMin, AggMax:
-			var c int
-			c, err = m.cmp[a.Col](v, cur)
-			if err == nil && (a.Kind == AggMin && c < 0 || a.Kind == AggMax && c > 0) {
-				out = append([]byte{}, v...)
-			} else {
-				out = cur
-			}
+		case AggCount, AggSum, AggMin, AggMax:
+			out, err = m.foldPartial(a.Kind, a.Col, cur, v)
 		case AggBoolAnd, AggBoolOr:
 			x, y := boolValue(cur), boolValue(v)
 			r := x && y
@@ -305,6 +297,25 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 		g.cols[a.Col] = out
 	}
 	return nil
+}
+
+// foldPartial combines two non-NULL partial counts, sums, minimums or maximums
+// of column col; the result may be cur itself, or a new copy.
+func (m *Merger) foldPartial(kind AggKind, col int, cur, v []byte) ([]byte, error) {
+	switch kind {
+	case AggCount, AggSum:
+		return m.add(col, cur, v)
+	case AggMin, AggMax:
+		c, err := m.cmp[col](v, cur)
+		if err != nil {
+			return nil, err
+		}
+		if kind == AggMin && c < 0 || kind == AggMax && c > 0 {
+			return append([]byte{}, v...), nil
+		}
+		return cur, nil
+	}
+	return nil, fmt.Errorf("merge: aggregate %v cannot be folded", kind)
 }
 
 func boolValue(b []byte) bool { return len(b) == 1 && (b[0] == 't' || b[0] == 1) }

@@ -1,7 +1,5 @@
 package executor
 
-import "fmt"
-
 // Window functions the proxy computes over the merged rows
 // (router/proxywindow.go): row numbers and ranks in the merge's order,
 // and totals over every row, combined from each shard's first row (each
@@ -53,24 +51,11 @@ func (m *Merger) startWindows(heads [][][]byte) error {
 				total = append([]byte{}, v...)
 				continue
 			}
-			switch w.Agg {
-			case AggCount, AggSum:
-				out, err := m.add(w.Col, total, v)
-				if err != nil {
-					return err
-				}
-				total = out
-			case AggMin, AggMax:
-				c, err := m.cmp[w.Col](v, total)
-				if err != nil {
-					return err
-				}
-				if w.Agg == AggMin && c < 0 || w.Agg == AggMax && c > 0 {
-					total = append(total[:0], v...)
-				}
-			default:
-				return fmt.Errorf("merge: window total %v not supported", w.Agg)
+			out, err := m.foldPartial(w.Agg, w.Col, total, v)
+			if err != nil {
+				return err
 			}
+			total = out
 		}
 		if total == nil && w.Agg == AggCount {
 			total = countValue(0, m.cols[w.Col].Format)

@@ -315,24 +315,13 @@ func (b *mergeBuilder) groupBy() error {
 	var tagArgs []*pg_query.Node
 	for _, g := range items {
 		expr := g
-		r, ok := b.find(g)
-		if !ok {
-			if p, isPos := b.position(g); isPos {
-				if p < 0 || p >= len(b.targets) {
-					return rejectf("GROUP BY position %d", p+1)
-				}
-				r, ok = ref{'t', p}, true
-			} else if r, ok = b.byName(g); ok && (b.targets[r.i].agg != 0 || b.targets[r.i].outer) {
-				// A name in GROUP BY is a column of the FROM tables
-				// before it is an output column, and an aggregate's
-				// output column would be an error.
-				ok = false
-			}
-			if ok {
-				expr = b.targets[r.i].val
-			}
-		}
-		if !ok {
+		r, ok, err := b.groupTarget(g)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			expr = b.targets[r.i].val
+		default:
 			r = b.hide(g)
 		}
 		b.groups = append(b.groups, g)
@@ -349,20 +338,31 @@ func (b *mergeBuilder) groupBy() error {
 	return nil
 }
 
-// resolveGroup returns the expression a GROUP BY item stands for: the
-// select list item a position or an output name names (as groupBy
-// resolves them), else the item itself.
-func (b *mergeBuilder) resolveGroup(g *pg_query.Node) *pg_query.Node {
-	if _, ok := b.find(g); ok {
-		return g
+// groupTarget returns the select list item a GROUP BY item names:
+// written alike, by position, or by an output name (ok false for none).
+func (b *mergeBuilder) groupTarget(g *pg_query.Node) (r ref, ok bool, err error) {
+	if r, ok := b.find(g); ok {
+		return r, true, nil
 	}
 	if p, isPos := b.position(g); isPos {
-		if p >= 0 && p < len(b.targets) && b.targets[p].val != nil {
-			return b.targets[p].val
+		if p < 0 || p >= len(b.targets) {
+			return ref{}, false, rejectf("GROUP BY position %d", p+1)
 		}
-		return g
+		return ref{'t', p}, true, nil
 	}
 	if r, ok := b.byName(g); ok && b.targets[r.i].agg == 0 && !b.targets[r.i].outer {
+		// A name in GROUP BY is a column of the FROM tables before it
+		// is an output column, and an aggregate's output column would
+		// be an error.
+		return r, true, nil
+	}
+	return ref{}, false, nil
+}
+
+// resolveGroup returns the expression a GROUP BY item stands for: the
+// select list item it names (groupTarget), else the item itself.
+func (b *mergeBuilder) resolveGroup(g *pg_query.Node) *pg_query.Node {
+	if r, ok, err := b.groupTarget(g); err == nil && ok && b.targets[r.i].val != nil {
 		return b.targets[r.i].val
 	}
 	return g

@@ -459,11 +459,7 @@ func catalogCall(name string, arg *pg_query.Node) *pg_query.Node {
 // A row value is never NULL (count counts ROW(NULL, NULL); IS NOT NULL
 // tests its fields): it has no FILTER, or its own aggregate's.
 func presentOne(v *pg_query.Node) *pg_query.Node {
-	one := &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-		Arg:      pg_query.MakeAConstIntNode(1, -1),
-		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-	}}}
-	n := catalogCall("max", one)
+	n := catalogCall("max", int8Cast(pg_query.MakeAConstIntNode(1, -1)))
 	if fields, filter := rowFields(v); fields != nil {
 		if filter != nil {
 			n.GetFuncCall().AggFilter = proto.Clone(filter).(*pg_query.Node)

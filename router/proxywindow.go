@@ -94,16 +94,14 @@ func (b *mergeBuilder) resolvedWindow(fc *pg_query.FuncCall) *pg_query.WindowDef
 
 // proxyWindows checks the window calls the proxy computes and records them
 // in the Merge. It runs after orderBy: the query's ORDER BY must begin
-// with every ordered window's keys.
+// with every ordered window's keys. (reject has refused them with
+// aggregates, GROUP BY or DISTINCT.)
 func (b *mergeBuilder) proxyWindows() error {
 	if len(b.proxyWins) == 0 {
 		return nil
 	}
 	refuse := func(fc *pg_query.FuncCall, why string) error {
 		return unsupported(hintWindow, "window function %s() over a window not partitioned by the sharding key is not supported across shards%s", funcName(fc), why)
-	}
-	if b.grouped || len(b.sel.DistinctClause) > 0 {
-		return refuse(b.proxyWins[0].fc, " with aggregates, GROUP BY or DISTINCT")
 	}
 	var order []*pg_query.Node
 	for _, pw := range b.proxyWins {
@@ -122,7 +120,7 @@ func (b *mergeBuilder) proxyWindows() error {
 			}
 		}
 		if len(pw.order) > 0 {
-			if order != nil && !sameList(order, pw.order) {
+			if order != nil && !sameExprs(order, pw.order) {
 				return refuse(pw.fc, " ordered differently from another window")
 			}
 			order = pw.order
@@ -162,17 +160,4 @@ func (b *mergeBuilder) proxyWindows() error {
 	}
 	b.m.WindowOrder = len(order)
 	return nil
-}
-
-// sameList reports whether two lists of nodes are written alike.
-func sameList(a, b []*pg_query.Node) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !sameExpr(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }

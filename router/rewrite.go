@@ -84,10 +84,7 @@ func keptParams(sel *pg_query.SelectStmt) *pg_query.Node {
 	}
 	for _, n := range []*pg_query.Node{sel.LimitCount, sel.LimitOffset} {
 		if n != nil && hasParam(n) {
-			terms = append(terms, &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-				Arg:      n,
-				TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-			}}})
+			terms = append(terms, int8Cast(n))
 		}
 	}
 	if len(terms) == 0 {
@@ -136,10 +133,7 @@ func limitPlusOffset(limit, offset *Expr) *pg_query.Node {
 		} else {
 			n = pg_query.MakeAConstStrNode(e.Const, -1)
 		}
-		return &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-			Arg:      n,
-			TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-		}}}
+		return int8Cast(n)
 	}
 	return pg_query.MakeAExprNode(pg_query.A_Expr_Kind_AEXPR_OP, []*pg_query.Node{pg_query.MakeStrNode("+")}, side(limit), side(offset), -1)
 }
@@ -147,4 +141,12 @@ func limitPlusOffset(limit, offset *Expr) *pg_query.Node {
 func parseInt64(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil
+}
+
+// int8Cast is n::pg_catalog.int8.
+func int8Cast(n *pg_query.Node) *pg_query.Node {
+	return &pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
+		Arg:      n,
+		TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
+	}}}
 }

@@ -149,10 +149,7 @@ func shardLimit(out *pg_query.SelectStmt, m *Merge) {
 		out.LimitCount = limitPlusOffset(m.Limit, m.Offset)
 		out.LimitOffset = nil
 	case hasParam(out.LimitOffset):
-		out.LimitOffset = placeholder(&pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-			Arg:      out.LimitOffset,
-			TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-		}}})
+		out.LimitOffset = placeholder(int8Cast(out.LimitOffset))
 	default:
 		out.LimitOffset = nil
 	}
@@ -174,6 +171,14 @@ func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.Select
 		}}}},
 		Op: pg_query.SetOperation_SETOP_NONE,
 	}
+	out.SortClause = sortByPositions(keys)
+	return out
+}
+
+// sortByPositions is the ORDER BY of keys, by position: each Column is
+// an output column's index.
+func sortByPositions(keys []SortKey) []*pg_query.Node {
+	var items []*pg_query.Node
 	for _, k := range keys {
 		dir, nulls := pg_query.SortByDir_SORTBY_ASC, pg_query.SortByNulls_SORTBY_NULLS_LAST
 		if k.Desc {
@@ -182,9 +187,9 @@ func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.Select
 		if k.NullsFirst {
 			nulls = pg_query.SortByNulls_SORTBY_NULLS_FIRST
 		}
-		out.SortClause = append(out.SortClause, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(k.Column)+1, -1), dir, nulls, -1))
+		items = append(items, pg_query.MakeSortByNode(pg_query.MakeAConstIntNode(int64(k.Column)+1, -1), dir, nulls, -1))
 	}
-	return out
+	return items
 }
 
 // setOpMerge is the Merge of a top-level INTERSECT or EXCEPT [ALL] of two
@@ -239,7 +244,7 @@ func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		out.DistinctClause = []*pg_query.Node{{}}
 	}
 	keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(len(sel.Larg.TargetList))})
-	out.SortClause = tiesThenSorted(out, keys).SortClause
+	out.SortClause = sortByPositions(keys)
 	// The client's LIMIT and OFFSET parameters stay, typed as
 	// PostgreSQL types them, as LIMIT NULL and OFFSET NULL: none.
 	for _, x := range []struct {
@@ -247,10 +252,7 @@ func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		to   **pg_query.Node
 	}{{sel.LimitCount, &out.LimitCount}, {sel.LimitOffset, &out.LimitOffset}} {
 		if x.from != nil && hasParam(x.from) {
-			*x.to = placeholder(&pg_query.Node{Node: &pg_query.Node_TypeCast{TypeCast: &pg_query.TypeCast{
-				Arg:      x.from,
-				TypeName: &pg_query.TypeName{Names: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("int8")}, Typemod: -1},
-			}}})
+			*x.to = placeholder(int8Cast(x.from))
 		}
 	}
 	out.LimitOption = pg_query.LimitOption_LIMIT_OPTION_DEFAULT
