@@ -245,6 +245,9 @@ func (h *hints) forRouter(c *client) router.Hints {
 	if sp, ok := c.sess.sets["search_path"]; ok {
 		out.SearchPath = searchPathOf(sp)
 	}
+	if len(c.cursors) > 0 {
+		out.Cursor = func(name string) bool { return c.cursors[name] != nil }
+	}
 	return out
 }
 

@@ -38,6 +38,9 @@ type routePlan struct {
 
 	localTag string // RouteLocal: the command tag
 	dealloc  string // RouteLocal: the client's SQL-level statement a DEALLOCATE drops
+	// fail: RouteLocal: the error the Execute answers (a PREPARE of a name
+	// in use fails at its Execute, as in PostgreSQL, not at its Bind).
+	fail *wire.Error
 	// RouteLocal: DECLARE of a cursor over several shards, or FETCH, MOVE
 	// or CLOSE of a cursor the proxy holds (sharded_cursor.go); a
 	// DECLARE's query plan (nil when the name is taken).
@@ -692,10 +695,7 @@ func (c *client) endTxTag(commit bool) (string, error) {
 		}
 		return "ROLLBACK", nil
 	}
-	committed := commit && !c.xs.Failed()
-	tag, err := c.finishTx(commit)
-	c.endCursors(committed && err == nil)
-	return tag, err
+	return c.finishTx(commit)
 }
 
 // commitShards commits the transaction open on shards: plainly on one

@@ -228,10 +228,13 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 		return errAborted()
 	}
 	explicit := c.xs.InTx() && !c.xs.Implicit()
+	// A multi-statement Query is a transaction block for DECLARE, as in
+	// PostgreSQL: its cursors end with its implicit transaction.
+	block := explicit || c.multi && c.xs.InTx()
 	switch {
 	case c.cursors[d.Portalname] != nil || p == nil:
 		return wire.Errorf(wire.DuplicateCursor, "cursor \"%s\" already exists", d.Portalname)
-	case d.Options&cursorHold == 0 && !explicit:
+	case d.Options&cursorHold == 0 && !block:
 		return wire.Errorf(wire.NoActiveSQLTransaction, "DECLARE CURSOR can only be used in transaction blocks")
 	case d.Options&cursorBinary != 0:
 		return &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
@@ -244,7 +247,7 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 	}
 	c.routeCounts().count(len(p.Shards), c.xs.Len())
 	cur := &proxyCursor{name: d.Portalname, scroll: d.Options&cursorNoScroll == 0, keepAll: d.Options&cursorScroll != 0,
-		hold: d.Options&cursorHold != 0, inTx: explicit}
+		hold: d.Options&cursorHold != 0, inTx: c.xs.InTx()}
 	c.startCursorStream(cur, p)
 	c.ranOn(p.Shards)
 	if !explicit {
@@ -444,13 +447,9 @@ func cursorQueryText(sql string) (string, bool) {
 func (c *client) fetchCursor(cur *proxyCursor, f *pg_query.FetchStmt) error {
 	rows, n, err := c.moveCursor(cur, f)
 	if err != nil {
-		if !f.Ismove && cur.desc != nil {
-			// As PostgreSQL's FETCH: the rows before the error, then it.
-			c.w.Write(cur.desc)
-			for _, r := range rows {
-				c.w.Write(r)
-			}
-		}
+		// As PostgreSQL's FETCH, which gathers its rows before it sends
+		// any: the error alone, without a RowDescription or the rows
+		// before it.
 		return c.cursorFailed(err)
 	}
 	if f.Ismove {
@@ -478,7 +477,9 @@ func (c *client) cursorFailed(err error) error {
 
 // moveCursor reads from cur's merge the rows FETCH or MOVE f needs, and
 // moves the cursor (move). A row it needs beyond the ones the merge gave
-// before it failed answers the merge's error, after the rows before it.
+// before it failed answers the merge's error (with the rows before it,
+// which the callers drop, as PostgreSQL's FETCH sends none before an
+// error).
 func (c *client) moveCursor(cur *proxyCursor, f *pg_query.FetchStmt) ([][]byte, int64, error) {
 	need := cur.need(f.Direction, f.HowMany)
 	c.fillCursor(cur, need)
@@ -752,11 +753,12 @@ func (c *client) cursorLocal(ctx context.Context, p *sPortal, maxRows int32, des
 	plan := p.plan
 	op := plan.cursorOp
 	if d := op.GetDeclareCursorStmt(); d != nil {
+		if describe {
+			// The portal's Describe, answered before its Execute fails.
+			c.w.Write(wire.AppendNoData(nil))
+		}
 		if err := c.openCursor(ctx, d, plan.cursorPlan); err != nil {
 			return err
-		}
-		if describe {
-			c.w.Write(wire.AppendNoData(nil))
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, "DECLARE CURSOR"))
 		return nil
@@ -778,15 +780,6 @@ func (c *client) cursorLocal(ctx context.Context, p *sPortal, maxRows int32, des
 			c.w.Write(describeFormats(c.cursorDescription(op), codes))
 		}
 		rows, n, err := c.moveCursor(cur, f)
-		if err != nil && !f.Ismove {
-			// The rows before the merge's error, then it.
-			if rows, berr := binaryRows(cur, rows, codes); berr == nil {
-				for _, r := range rows {
-					c.w.Write(r)
-				}
-			}
-			return err
-		}
 		if err == nil {
 			rows, err = binaryRows(cur, rows, codes)
 		}

@@ -112,8 +112,11 @@ func (c *client) endSession(commit bool, joined []int) {
 func (c *client) finishTx(commit bool) (string, error) {
 	// The transaction's portals end with it, as PostgreSQL's do.
 	clear(c.sportals)
+	cursorsKept := commit && !c.xs.Failed()
 	tag, committed, err := c.xs.End(commit)
 	c.endSession(err == nil && tag == "COMMIT", committed)
+	// The proxy's cursors end with the transaction, implicit ones too.
+	c.endCursors(cursorsKept && err == nil)
 	c.releaseIfIdle()
 	return tag, err
 }

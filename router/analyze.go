@@ -30,6 +30,13 @@ func (r *Router) analyze(sql string, standard bool) (*Statement, error) {
 	s := &Statement{r: r, sql: sql, version: tree.Version}
 	for _, raw := range tree.Stmts {
 		p, err := r.analyzeStmt(raw.Stmt, false, tree.Version)
+		if err != nil && len(tree.Stmts) > 1 {
+			// One statement of several that the analysis refuses: the
+			// text runs a statement at a time (routeParts), so that the
+			// statements before it answer first, and the proxy's own
+			// handling of it (SQL-level PREPARE) applies.
+			p, err = &part{unroutable: err}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -528,6 +528,11 @@ type Hints struct {
 	Shard       *int     // route every statement to this shard
 	ShardingKey *string  // route every statement to this key's shard
 	SearchPath  []string // the session's search_path, first schema first
+	// Cursor reports whether the proxy holds the cursor of that name
+	// itself (a cursor over several shards): a FETCH, MOVE or CLOSE of it
+	// in a text of several statements makes each statement run on its
+	// own, so that the proxy answers it.
+	Cursor func(name string) bool
 }
 
 // paramFormat returns the format of parameter i as Bind gives it: no

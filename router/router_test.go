@@ -439,7 +439,11 @@ func TestRouteMultiStatement(t *testing.T) {
 		{name: "same shard", sql: "SELECT * FROM accounts WHERE id = 3; DELETE FROM orders WHERE account_id = $1", params: params(3), kind: Direct, shards: shards(s3), write: true},
 		{name: "any with direct", sql: "SELECT 1; SELECT * FROM countries; SELECT * FROM accounts WHERE id = 2", kind: Direct, shards: shards(s2)},
 		{name: "omni reads", sql: "SELECT 1; SELECT * FROM countries", kind: OmniRead, shards: all},
-		{name: "DDL batch", sql: "CREATE TABLE a (id int); CREATE INDEX ON a (id)", kind: OmniWrite, shards: all, write: true},
+		// Each DDL statement on its own, so that the client gets the
+		// answer of each (one shard's).
+		{name: "DDL batch", sql: "CREATE TABLE a (id int); CREATE INDEX ON a (id)", kind: Parts},
+		{name: "SET and a read", sql: "SET work_mem = '2MB'; SELECT * FROM accounts WHERE id = 3", kind: Parts},
+		{name: "SETs only", sql: "SET work_mem = '2MB'; SET search_path = public", kind: Session, shards: all},
 		{name: "control only", sql: "SET x = 1; BEGIN", kind: Parts},
 		{name: "different shards", sql: "SELECT * FROM accounts WHERE id = 3; SELECT * FROM accounts WHERE id = 2", kind: Parts},
 		{name: "fan-out", sql: "SELECT 1; SELECT * FROM accounts", kind: Parts},

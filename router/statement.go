@@ -130,7 +130,7 @@ func (s *Statement) route(params [][]byte, formats []int16, h Hints) (*Plan, err
 	if len(s.parts) == 1 {
 		return s.parts[0].plan(s.r, &env)
 	}
-	return s.routeParts(&env)
+	return s.routeParts(&env, h.Cursor)
 }
 
 // plan routes one statement.
@@ -413,14 +413,22 @@ func (s *Statement) hinted(shard int) (*Plan, error) {
 
 // routeParts routes a text of several statements, which the executor sends
 // as one simple Query: all of them must go to the same place.
-func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
+func (s *Statement) routeParts(env *routeEnv, cursor func(string) bool) (*Plan, error) {
 	r := s.r
 	direct, write, ctl := -1, false, Kind(0)
-	var one, omniRead, broadcast bool
+	var one, omniRead, broadcast, other bool
 	for _, p := range s.parts {
+		if cursor != nil && cursor(cursorOf(p.node)) {
+			return s.partsPlan(), nil
+		}
 		pl, err := p.plan(r, env)
 		if err != nil {
-			return nil, err
+			// A statement the text cannot run as one (a refusal, or a
+			// DECLARE over several shards, which the proxy serves on its
+			// own): each runs on its own, so that the statements before
+			// it answer first, as in PostgreSQL, and the proxy's own
+			// handling of a statement applies.
+			return s.partsPlan(), nil
 		}
 		write = write || pl.Write
 		conflict := pl.Merge != nil || pl.InsertRows != nil || pl.Copy != nil || pl.InsertSelect != nil
@@ -429,6 +437,12 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 			if ctl != Transaction {
 				ctl = pl.Kind
 			}
+		}
+		if pl.Kind != Session {
+			other = true
+		}
+		switch pl.Kind {
+		case Session, Transaction:
 		case Any:
 			one = true
 		case OmniRead:
@@ -445,19 +459,21 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 		default:
 			conflict = true
 		}
-		if conflict || (broadcast && direct >= 0) {
-			if s.hasInsertSelect() {
-				return nil, unsupported("Send the statements one at a time.",
-					"an INSERT … SELECT into a sharded table in a multi-statement query")
-			}
+		if conflict || (broadcast && (direct >= 0 || len(s.parts) > 1)) {
+			// Several statements on every shard: each on its own, so
+			// that the client gets every statement's answer (from one
+			// shard).
 			return s.partsPlan(), nil
 		}
 	}
-	if ctl == Transaction && !s.hasInsertSelect() {
+	if ctl == Transaction || ctl == Session && other || s.hasInsertSelect() {
 		// BEGIN, COMMIT or a savepoint among other statements: the
 		// client's transaction is the session's, over every shard it
 		// touches, so each statement runs on its own (one server must
-		// not open or end it behind the session's back).
+		// not open or end it behind the session's back). Likewise a SET
+		// among other statements: the proxy tracks it, and gives it to
+		// the shards the transaction joins later, as a statement of its
+		// own.
 		return s.partsPlan(), nil
 	}
 	switch {
@@ -475,6 +491,20 @@ func (s *Statement) routeParts(env *routeEnv) (*Plan, error) {
 		return r.sharedPlan(ctl, false), nil
 	}
 	return r.sharedPlan(Any, false), nil
+}
+
+// cursorOf is the cursor a DECLARE, FETCH, MOVE or CLOSE names, "" for any
+// other statement (and CLOSE ALL).
+func cursorOf(n *pg_query.Node) string {
+	switch {
+	case n.GetDeclareCursorStmt() != nil:
+		return n.GetDeclareCursorStmt().Portalname
+	case n.GetFetchStmt() != nil:
+		return n.GetFetchStmt().Portalname
+	case n.GetClosePortalStmt() != nil:
+		return n.GetClosePortalStmt().Portalname
+	}
+	return ""
 }
 
 // Count is the number of statements in the text (0 for an empty query).
