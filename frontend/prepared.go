@@ -427,6 +427,14 @@ func (c *client) rewriteExecute(raw, body []byte) error {
 		return nil // the server discards it
 	}
 	pe := c.portals[string(portal)]
+	if pe.prepares != "" {
+		if name := c.sqlPending[pe.prepares]; c.duplicateSQLName(name) {
+			// PREPARE of a name in use: PostgreSQL fails its Execute.
+			c.out = c.out[:len(c.out)-len(raw)]
+			c.failInOrder(duplicateStatement([]byte(name)))
+			return nil
+		}
+	}
 	c.txEff |= pe.eff
 	r := req{kind: reqExecute, ops: pe.ops}
 	if pe.prepares != "" {

@@ -43,6 +43,10 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		switch plan.Kind {
 		case executor.RouteBegin, executor.RouteCommit, executor.RouteRollback, executor.RouteSavepoint:
 			c.bindDone()
+			if describe {
+				// The portal's Describe, which came before the Execute.
+				c.w.Write(wire.AppendNoData(nil))
+			}
 			return c.sTxControl(plan)
 		}
 		if c.xs.Failed() {
@@ -111,11 +115,16 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 // sLocal answers a portal the proxy runs itself: DEALLOCATE of a
 // SQL-level statement.
 func (c *client) sLocal(plan *routePlan, describe bool) error {
+	if describe {
+		// The portal's Describe, which PostgreSQL answers before the
+		// Execute runs (and fails).
+		c.w.Write(wire.AppendNoData(nil))
+	}
 	if plan.dealloc != "" && !c.deallocate(plan.dealloc) {
 		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", plan.dealloc)
 	}
-	if describe {
-		c.w.Write(wire.AppendNoData(nil))
+	if plan.fail != nil {
+		return plan.fail
 	}
 	c.w.Write(wire.AppendCommandComplete(nil, plan.localTag))
 	return nil

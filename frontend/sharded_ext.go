@@ -286,7 +286,7 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 		return nil // a FETCH, MOVE or CLOSE of the proxy's own cursor
 	}
 	switch plan.Kind {
-	case executor.RouteOne, executor.RouteRead, executor.RouteWrite, executor.RouteOmniWrite:
+	case executor.RouteOne, executor.RouteRead, executor.RouteWrite, executor.RouteOmniWrite, executor.RouteInsertSelect:
 	default:
 		return nil
 	}
@@ -749,10 +749,19 @@ func (c *client) planPortal(p *sPortal) error {
 	var plan *routePlan
 	var err error
 	if sp := p.stmt.sqlPrep(); sp != nil {
-		if sp.dealloc {
+		switch {
+		case sp.dealloc:
 			plan = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, localTag: "DEALLOCATE", dealloc: sp.prepName}
-		} else {
+		case sp.prepare && c.duplicateSQLName(sp.prepName):
+			plan = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, fail: duplicateStatement([]byte(sp.prepName))}
+		default:
 			plan, err = c.shardedSQLPrep(p.stmt.sql, sp)
+			if e, ok := wire.AsError(err); ok && e.Code == wire.InvalidSQLStatementName {
+				// EXECUTE of a statement that does not exist:
+				// PostgreSQL describes its portal as NoData and fails
+				// its Execute.
+				plan, err = &routePlan{Plan: executor.Plan{Kind: executor.RouteLocal}, fail: e}, nil
+			}
 		}
 	}
 	if plan == nil && err == nil && cursorStatement(p.stmt.sql) {

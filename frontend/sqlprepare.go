@@ -372,11 +372,8 @@ func (c *client) rewriteSQLText(text []byte) ([]byte, *wire.Error) {
 		return nil, nil
 	}
 	if sp.prepare {
-		if c.duplicateSQLName(sp.prepName) {
-			// PostgreSQL fails the Execute; the proxy fails the Parse,
-			// in its place in the batch.
-			return nil, duplicateStatement([]byte(sp.prepName))
-		}
+		// A name in use fails the Execute (rewriteExecute), as in
+		// PostgreSQL.
 		st := c.l.sqlStmts.get(sp.rest, sp.queryText)
 		if c.sqlPending == nil {
 			c.sqlPending = map[string]string{}
