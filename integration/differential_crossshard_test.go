@@ -198,6 +198,22 @@ var crossShardScripts = []diffScript{
 		"FETCH 1 FROM h3",
 		"CLOSE h2",
 	}},
+	// A multi-statement Query is a transaction block for DECLARE: its
+	// cursors end with its implicit transaction (WITH HOLD ones outlive a
+	// commit), and an error in a later statement takes them away.
+	{name: "cursors inside one multi-statement Query", stmts: []string{
+		"DECLARE m CURSOR FOR SELECT id FROM accounts ORDER BY id; FETCH 2 FROM m; FETCH 1 FROM m",
+		"FETCH 1 FROM m",
+		"DECLARE mh CURSOR WITH HOLD FOR SELECT id, email FROM accounts ORDER BY id; FETCH 1 FROM mh",
+		"FETCH 2 FROM mh",
+		"CLOSE mh; SELECT 1",
+		"FETCH 1 FROM mh",
+		"DECLARE e CURSOR WITH HOLD FOR SELECT id FROM accounts ORDER BY id; FETCH 1 FROM e; SELECT 1 / 0",
+		"FETCH 1 FROM e",
+		"BEGIN; DECLARE b CURSOR FOR SELECT id FROM accounts ORDER BY id DESC; FETCH 1 FROM b",
+		"FETCH 1 FROM b; COMMIT",
+		"FETCH 1 FROM b",
+	}},
 	{name: "COMMIT of an aborted transaction", stmts: []string{
 		"BEGIN",
 		"UPDATE accounts SET email = 'changed' WHERE id IN (1, 2, 3, 4, 5, 6, 7, 8)",

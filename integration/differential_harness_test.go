@@ -20,8 +20,10 @@ import (
 // SQLSTATE, message, detail, hint) and the transaction status after it.
 //
 // The runners: every pgx exec mode and a row-limited Execute path on
-// pgproto3 (differential_driver_pgx_test.go), which see RowDescriptions in
-// full (name, type OID, typmod, format) and rows byte for byte; lib/pq
+// pgproto3 (differential_driver_pgx_test.go), and each statement in a
+// pipeline with one Sync and in a multi-statement Query
+// (differential_driver_batch_test.go), which see RowDescriptions in full
+// (name, type OID, typmod, format) and rows byte for byte; lib/pq
 // (differential_driver_pq_test.go); psql (differential_driver_psql_test.go);
 // and psycopg2, node-postgres and pgjdbc, each a program under
 // testdata/drivers driven over a pipe (differential_driver_test.go). Each
@@ -128,7 +130,8 @@ type diffRunner struct {
 // with a skipped subtest that says how to install it.
 func diffRunners(t *testing.T) []diffRunner {
 	t.Helper()
-	out := append(diffPgxRunners(), diffPqRunners()...)
+	out := append(diffPgxRunners(), diffBatchRunners()...)
+	out = append(out, diffPqRunners()...)
 	if r, ok := diffPsqlRunner(t); ok {
 		out = append(out, r)
 	}

@@ -6,9 +6,10 @@
 // statements on a reference database and through the proxy on a one-, two-
 // and three-shard database, in both pool modes, and compares each client
 // library's answers through the proxy with the same library's answers
-// directly: pgx in its five exec modes and a row-limited Execute path
-// (RowDescription fields with type OID, typmod and format; values byte for
-// byte), lib/pq, psql, psycopg2, node-postgres and pgjdbc (what each
+// directly: pgx in its five exec modes, a row-limited Execute path, and
+// each statement in a pipeline with one Sync and in a multi-statement Query
+// (RowDescription fields with type OID, typmod and format, NoData; values
+// byte for byte), lib/pq, psql, psycopg2, node-postgres and pgjdbc (what each
 // library shows: see docs/conformance.md). The driver programs live under
 // testdata/drivers; .ci/run installs their packages.
 package integration
