@@ -297,7 +297,7 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 		need = addNeed(need, h.Col)
 	}
 	for _, w := range spec.Windows {
-		if w.Kind == WinTotal && (w.Agg == AggMin || w.Agg == AggMax) {
+		if (w.Kind == WinTotal || w.Kind == WinRunning) && (w.Agg == AggMin || w.Agg == AggMax) {
 			need = addNeed(need, w.Col)
 		}
 	}
@@ -591,12 +591,20 @@ func (m *Merger) ordered(sources []Rows) error {
 		if err := m.startWindows(heads); err != nil {
 			return err
 		}
+		m.win.last = make([][][]byte, len(sources))
+		for i := range m.win.last {
+			m.win.last[i] = make([][]byte, len(m.spec.Windows))
+		}
+		m.win.peers = make([]bool, len(sources))
 	}
 	for h.Len() > 0 {
 		if h.err != nil {
 			return h.err
 		}
 		c := h.cur[0]
+		if m.win != nil {
+			m.win.heads, m.win.src = h.cur, c.idx
+		}
 		more, err := m.next(c.cols)
 		if err != nil {
 			return err

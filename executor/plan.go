@@ -169,6 +169,9 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 				return spec, err
 			}
 			win.Kind, win.Agg = WinTotal, a.Kind
+			if w.Running {
+				win.Kind = WinRunning
+			}
 		}
 		spec.Windows = append(spec.Windows, win)
 	}

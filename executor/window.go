@@ -1,5 +1,7 @@
 package executor
 
+import "fmt"
+
 // Window functions the proxy computes over the merged rows
 // (router/proxywindow.go): row numbers and ranks in the merge's order,
 // and totals over every row, combined from each shard's first row (each
@@ -13,7 +15,8 @@ const (
 	WinRowNumber WindowKind = iota + 1
 	WinRank
 	WinDenseRank
-	WinTotal // Window.Agg over every row
+	WinTotal   // Window.Agg over every row
+	WinRunning // Window.Agg over the rows up to the row's last peer
 )
 
 // Window is a select list item whose window function the proxy computes.
@@ -28,6 +31,71 @@ type windowState struct {
 	n, rank, dense int64
 	prev           [][]byte // the last row numbered, for a rank's peers
 	totals         [][]byte // per Spec.Windows, WinTotal's value
+	// last holds, per source and per Spec.Windows, the shard's running
+	// value (WinRunning) in the last row of it sent, nil before one.
+	last [][][]byte
+	// heads are the rows the ordered merge holds of its other sources
+	// while it sends one (ordered sets them); peers marks, per source,
+	// whether its head is a peer of the row sent.
+	heads []*cursor
+	src   int // the source of the row sent
+	peers []bool
+}
+
+// runningValue is the value of running window i (w) in row cols, the
+// current row of source st.src: every shard's running value at the row's
+// key, combined.
+func (m *Merger) runningValue(i int, w Window, cols [][]byte, peersDone *bool) ([]byte, error) {
+	st := m.win
+	if st.last == nil {
+		return nil, fmt.Errorf("merge: a running window outside an ordered merge")
+	}
+	// A copy (the source reuses its row), NULL kept apart from ''.
+	st.last[st.src][i] = nil
+	if v := cols[w.Col]; v != nil {
+		st.last[st.src][i] = append(make([]byte, 0, len(v)), v...)
+	}
+	if !*peersDone {
+		*peersDone = true
+		clear(st.peers)
+		for _, c := range st.heads {
+			if c.idx == st.src {
+				continue
+			}
+			cmp, err := m.compareBy(m.spec.OrderBy[:m.spec.WindowOrder], c.cols, cols)
+			if err != nil {
+				return nil, err
+			}
+			st.peers[c.idx] = cmp == 0
+		}
+	}
+	var total []byte
+	for src, vals := range st.last {
+		v := vals[i]
+		if st.peers[src] {
+			for _, c := range st.heads {
+				if c.idx == src {
+					v = c.cols[w.Col]
+				}
+			}
+		}
+		switch {
+		case v == nil:
+			continue
+		case total == nil:
+			total = append([]byte{}, v...)
+			continue
+		}
+		out, err := m.foldPartial(w.Agg, w.Col, total, v)
+		if err != nil {
+			return nil, err
+		}
+		total = out
+	}
+	if total == nil && w.Agg == AggCount {
+		total = countValue(0, m.cols[w.Col].Format)
+	}
+	return total, nil
 }
 
 // startWindows combines the shards' totals from their first rows (heads:
@@ -72,11 +140,18 @@ func (m *Merger) windowRow(cols [][]byte) error {
 		return nil
 	}
 	st.n++
-	ranked := false
+	ranked, peersDone := false, false
 	for i, w := range m.spec.Windows {
 		switch w.Kind {
 		case WinTotal:
 			cols[w.Col] = st.totals[i]
+			continue
+		case WinRunning:
+			v, err := m.runningValue(i, w, cols, &peersDone)
+			if err != nil {
+				return err
+			}
+			cols[w.Col] = v
 			continue
 		case WinRowNumber:
 			cols[w.Col] = countValue(st.n, m.cols[w.Col].Format)

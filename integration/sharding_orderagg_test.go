@@ -128,8 +128,16 @@ var orderAggScripts = []diffScript{
 		"SELECT t, rank() OVER (ORDER BY t NULLS FIRST), count(*) OVER () FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
 		"SELECT ord, count(*) OVER () FROM oa WHERE ord = 7",
 		"SELECT ord, sum(ord::int8 * 1000000000000) OVER () FROM oa ORDER BY ord DESC FETCH FIRST 2 ROWS ONLY",
+		// Running aggregates: the default frame counts a row's peers,
+		// which grp spreads over every shard.
+		"SELECT ord, sum(ord) OVER (ORDER BY ord), count(*) OVER (ORDER BY ord) FROM oa",
+		"SELECT grp, ord, sum(ord) OVER (ORDER BY grp), count(t) OVER (ORDER BY grp), min(t) OVER (ORDER BY grp), max(n) OVER (ORDER BY grp), rank() OVER (ORDER BY grp) FROM oa ORDER BY grp, ord",
+		"SELECT ord, sum(n) OVER w, max(ts) OVER w, row_number() OVER w FROM oa WINDOW w AS (ORDER BY ord DESC) ORDER BY ord DESC LIMIT 5 OFFSET 3",
+		"SELECT t, count(*) OVER (ORDER BY t NULLS FIRST), sum(ord) OVER (ORDER BY t NULLS FIRST) FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
+		"SELECT grp, sum(CASE WHEN ord > 30 THEN ord END) OVER (ORDER BY grp DESC), count(*) OVER (ORDER BY grp DESC) FROM oa WHERE ord > 25 ORDER BY grp DESC, ord FETCH FIRST 4 ROWS WITH TIES",
+		"SELECT ord, sum(ord) OVER (ORDER BY grp DESC) FROM oa WHERE ord < 0",
 		"BEGIN",
-		"DECLARE wc CURSOR FOR SELECT ord, row_number() OVER (ORDER BY ord), count(*) OVER () FROM oa",
+		"DECLARE wc CURSOR FOR SELECT ord, row_number() OVER (ORDER BY ord), count(*) OVER (), sum(ord) OVER (ORDER BY ord) FROM oa",
 		"FETCH 3 FROM wc",
 		"MOVE 30 IN wc",
 		"FETCH 20 FROM wc",
@@ -155,6 +163,7 @@ var orderAggRefusals = diffScript{
 		"SELECT ord, sum(ord) OVER w FROM oa WINDOW w AS (PARTITION BY grp)",
 		"SELECT grp, count(*), row_number() OVER (PARTITION BY grp) FROM oa GROUP BY grp, shard_key",
 		"SELECT sum(count(*)) OVER (PARTITION BY grp) FROM oa GROUP BY grp",
+		"SELECT ord, sum(ord) OVER (ORDER BY ord ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM oa",
 		"DROP TABLE oa",
 	},
 	refusedOnTwo: map[int]string{
@@ -169,6 +178,7 @@ var orderAggRefusals = diffScript{
 		10: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		11: refusal("window function row_number() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 		12: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
+		13: refusal("window function sum() over a window not partitioned by the sharding key is not supported across shards", hintWindowText),
 	},
 }
 

@@ -20,7 +20,13 @@ import (
 //   - count, sum, min and max over the whole result, OVER (): each shard
 //     computes its rows' total in every row, and the proxy, which reads
 //     the first row of every shard before it sends one, combines the
-//     shards' totals as it combines aggregates, into every row.
+//     shards' totals as it combines aggregates, into every row;
+//   - the same running, OVER (ORDER BY k) with the default frame (RANGE
+//     UNBOUNDED PRECEDING: the row's peers included): each shard computes
+//     its running value in every row, and the proxy combines, for a row
+//     of key k, every shard's value at k: a shard's next row's when that
+//     row is a peer (its value counts all the shard's peers), else its
+//     last sent row's (a shard none of whose rows came yet adds nothing).
 //
 // Each such call must be a whole select list item (the proxy replaces the
 // item's value); the shards compute it too (their values are replaced),
@@ -41,13 +47,17 @@ const (
 type Window struct {
 	Column Column
 	Func   AggFunc
+	// Running: an aggregate OVER (ORDER BY …), over the rows up to the
+	// row's last peer, not over every row.
+	Running bool
 }
 
 // proxyWindow is a window call checkWindow accepts for the proxy.
 type proxyWindow struct {
-	fc    *pg_query.FuncCall
-	order []*pg_query.Node // the window's ORDER BY (SortBy nodes)
-	f     AggFunc
+	fc      *pg_query.FuncCall
+	order   []*pg_query.Node // the window's ORDER BY (SortBy nodes)
+	f       AggFunc
+	running bool // an aggregate over an ordered window
 }
 
 // proxyWindowFunc reports how the proxy computes a window call over w
@@ -63,8 +73,9 @@ func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, boo
 		}
 		return map[string]AggFunc{"row_number": WinRowNumber, "rank": WinRank, "dense_rank": WinDenseRank}[name], true
 	case "count", "sum", "min", "max":
-		// Over the whole result only: no ORDER BY, the default frame.
-		if len(w.OrderClause) > 0 || w.FrameOptions&frameNonDefault != 0 {
+		// Over the whole result (no ORDER BY) or running (ORDER BY),
+		// with the default frame only.
+		if w.FrameOptions&frameNonDefault != 0 {
 			return 0, false
 		}
 		if fc.AggStar != (len(fc.Args) == 0) || fc.AggStar && name != "count" {
@@ -126,7 +137,7 @@ func (b *mergeBuilder) proxyWindows() error {
 			order = pw.order
 		}
 		b.windowRefs = append(b.windowRefs, ref{'t', col})
-		b.m.Windows = append(b.m.Windows, Window{Func: pw.f})
+		b.m.Windows = append(b.m.Windows, Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber})
 	}
 	if len(order) == 0 {
 		return nil
