@@ -339,6 +339,8 @@ type rndRunner struct {
 	// fetch: as JDBC with a fetch size runs it, Execute with a row limit
 	// (rndFetchSize) repeated while the portal is suspended.
 	fetch bool
+	// pipeline: twice in one pipeline with one Sync (rndPipeline).
+	pipeline bool
 }
 
 // rndFetchSize is the row limit of the row-limited runner's Executes.
@@ -348,6 +350,8 @@ func (rr rndRunner) String() string {
 	switch {
 	case rr.fetch:
 		return fmt.Sprintf("row-limited Execute (%d)", rndFetchSize)
+	case rr.pipeline:
+		return "pipeline"
 	case rr.params:
 		return rr.mode.String() + " with parameters"
 	}
@@ -363,24 +367,28 @@ func rndRunners(c querygen.Case) []rndRunner {
 	if c.ParamSQL != "" {
 		out = append(out, rndRunner{mode: pgx.QueryExecModeCacheStatement, params: true})
 	}
-	return append(out, rndRunner{fetch: true})
+	return append(out, rndRunner{fetch: true}, rndRunner{pipeline: true})
 }
 
 // answer is the answer to c on url as rr runs it, in a transaction block
 // opened by begin unless begin is "" (the row-limited runner runs only
 // outside one: else ok is false).
 func (r *rndRun) answer(e *rndEnv, url string, rr rndRunner, begin string, c querygen.Case) (a answer, ok bool) {
-	if !rr.fetch {
+	if !rr.fetch && !rr.pipeline {
 		return r.inTx(r.conn(url, rr.mode), begin, func(conn *pgx.Conn) answer { return e.run(conn, rr, c) }), true
 	}
 	if begin != "" {
 		return a, false
 	}
-	if url == e.ref {
+	if url == e.ref && rr.fetch {
 		r.fetched++
 	}
 	hc := r.wire(url)
-	a, err := rndFetch(hc, c.SQL)
+	run := rndFetch
+	if rr.pipeline {
+		run = rndPipeline
+	}
+	a, err := run(hc, c.SQL)
 	if err != nil {
 		hc.Conn.Close()
 		delete(r.wires, url)
@@ -462,6 +470,67 @@ func rndFetch(hc *pgconn.HijackedConn, sql string) (answer, error) {
 		}
 		if err != nil {
 			return a, err
+		}
+	}
+}
+
+// rndPipeline runs sql twice in one pipeline with one Sync, as a driver's
+// batch does: with the unnamed statement and text results, then as a
+// named statement described before its Bind, with binary results, closed
+// after its Execute. The answer holds both results' fields and rows, "--"
+// after the first's, and the first error of the batch (the statements
+// after it do not run, as in PostgreSQL).
+func rndPipeline(hc *pgconn.HijackedConn, sql string) (answer, error) {
+	var a answer
+	fe := hc.Frontend
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Query: sql}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+		&pgproto3.Parse{Name: "rnd_pipeline", Query: sql}, &pgproto3.Describe{ObjectType: 'S', Name: "rnd_pipeline"},
+		&pgproto3.Bind{PreparedStatement: "rnd_pipeline", ResultFormatCodes: []int16{1}}, &pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "rnd_pipeline"}, &pgproto3.Sync{},
+	} {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		return a, err
+	}
+	hc.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	defer hc.Conn.SetReadDeadline(time.Time{})
+	var tags []string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			return a, err
+		}
+		switch m := m.(type) {
+		case *pgproto3.RowDescription:
+			for _, f := range m.Fields {
+				a.Fields = append(a.Fields, fieldKey(pgconn.FieldDescription{Name: string(f.Name), TableOID: f.TableOID,
+					TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+					TypeModifier: f.TypeModifier, Format: f.Format}))
+			}
+		case *pgproto3.NoData:
+			a.Fields = append(a.Fields, "(no data)")
+		case *pgproto3.DataRow:
+			a.Rows = append(a.Rows, rawRow(m.Values))
+		case *pgproto3.CommandComplete:
+			tags = append(tags, string(m.CommandTag))
+			if len(tags) == 1 {
+				a.Rows = append(a.Rows, "--")
+			}
+		case *pgproto3.ErrorResponse:
+			if a.Err == "" {
+				a.Err = fmt.Sprintf("%s %s %q detail %q hint %q", m.Severity, m.Code, m.Message, m.Detail, m.Hint)
+			}
+		case *pgproto3.ReadyForQuery:
+			if a.Err != "" {
+				// How many rows come before an error is not compared
+				// (as rndFetch): a merge may read further ahead.
+				a.Fields, a.Rows, tags = nil, nil, nil
+			}
+			a.Tag = strings.Join(tags, "; ")
+			a.Tx = m.TxStatus
+			return a, nil
 		}
 	}
 }

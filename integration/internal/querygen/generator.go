@@ -207,6 +207,26 @@ func (b *builder) plain(from string) string {
 		// total column).
 		extra = ", " + pick(b, "count(*)", "count("+b.anyExpr().sql+")") + " OVER () AS total"
 	}
+	if b.rng.IntN(100) < 6 {
+		// A running aggregate (the default frame counts a row's peers):
+		// computed by the proxy when the query's ORDER BY begins with the
+		// window's, or is absent; refused otherwise.
+		ord := b.anyExpr()
+		b.compares(ord)
+		agg := "count(*)"
+		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
+			agg = pick(b, "count("+e.sql+")", "min("+e.sql+")", "max("+e.sql+")")
+			b.compares(e)
+		}
+		dir := pick(b, "", " DESC", " NULLS FIRST", " DESC NULLS LAST")
+		extra += ", " + agg + " OVER (ORDER BY " + ord.sql + dir + ") AS running"
+		if b.rng.IntN(100) < 60 {
+			// In the window's order: rows with equal keys come in any
+			// order (compared as a set).
+			return "SELECT " + selectList(items) + extra + " FROM " + from + b.where() + " ORDER BY " + ord.sql + dir
+		}
+		b.refusable("a running window whose order the query's ORDER BY does not begin with")
+	}
 	sql := "SELECT " + selectList(items) + extra + " FROM " + from + b.where()
 	return sql + b.orderLimit(items, orderPlain)
 }
