@@ -32,7 +32,7 @@ func TestRunningWindows(t *testing.T) {
 	}
 }
 
-// TestRunningMinEmptyText: a running min(t) whose value on a shard is ''
+// TestRunningMinEmptyText: a running min(t) whose value on a shard is ”
 // (not NULL) stays the minimum in the later rows of other shards.
 func TestRunningMinEmptyText(t *testing.T) {
 	cols := []Column{{Name: "k", OID: oidInt4}, {Name: "min", OID: oidText}}
