@@ -50,7 +50,7 @@ func (m *Merger) runningValue(i int, w Window, cols [][]byte, peersDone *bool) (
 	if st.last == nil {
 		return nil, fmt.Errorf("merge: a running window outside an ordered merge")
 	}
-	// A copy (the source reuses its row), NULL kept apart from ''.
+	// A copy (the source reuses its row), NULL kept apart from the empty string.
 	st.last[st.src][i] = nil
 	if v := cols[w.Col]; v != nil {
 		st.last[st.src][i] = append(make([]byte, 0, len(v)), v...)

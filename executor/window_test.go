@@ -32,8 +32,9 @@ func TestRunningWindows(t *testing.T) {
 	}
 }
 
-// TestRunningMinEmptyText: a running min(t) whose value on a shard is ”
-// (not NULL) stays the minimum in the later rows of other shards.
+// TestRunningMinEmptyText: a running min(t) whose value on a shard is the
+// empty string (not NULL) stays the minimum in the later rows of other
+// shards.
 func TestRunningMinEmptyText(t *testing.T) {
 	cols := []Column{{Name: "k", OID: oidInt4}, {Name: "min", OID: oidText}}
 	spec := Spec{Limit: -1, OrderBy: []SortKey{{Col: 0}}, WindowOrder: 1,
