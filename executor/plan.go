@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"slices"
 	"fmt"
 
 	"github.com/shardgate/shardgate/router"
@@ -107,6 +108,15 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			return spec, err
 		}
 		spec.OrderBy = append(spec.OrderBy, SortKey{Col: col, Desc: k.Desc, NullsFirst: k.NullsFirst})
+	}
+	if m.OrderAll {
+		// Every visible column, in order, as the shards' sort by the
+		// whole row gives them (NULLs last).
+		for col := range ncols - m.HiddenColumns {
+			if !slices.ContainsFunc(spec.OrderBy, func(k SortKey) bool { return k.Col == col }) {
+				spec.OrderBy = append(spec.OrderBy, SortKey{Col: col})
+			}
+		}
 	}
 	if m.Limit != nil {
 		n, ok, err := m.Limit.Int(p.Params, p.Formats)

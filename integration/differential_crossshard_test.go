@@ -103,6 +103,18 @@ var crossShardScripts = []diffScript{
 		"SELECT id::numeric / 2 AS h FROM accounts EXCEPT SELECT id::numeric FROM accounts ORDER BY 1 DESC LIMIT 3",
 		"SELECT id % 3 AS k FROM accounts WHERE id < 0 INTERSECT SELECT id FROM accounts ORDER BY 1",
 	}},
+	// A first query with *: the shards sort by the whole row. Without
+	// hash aggregation PostgreSQL sorts the rows by every column too, so
+	// that a statement without ORDER BY has one order to compare.
+	{name: "set operations of SELECT *", stmts: []string{
+		"SET enable_hashagg = off",
+		"SELECT * FROM accounts WHERE id < 4 UNION SELECT * FROM accounts WHERE id > 2",
+		"SELECT * FROM accounts WHERE id < 4 UNION SELECT id, 'x' || id FROM accounts WHERE id > 5 LIMIT 4 OFFSET 1",
+		"SELECT * FROM accounts INTERSECT SELECT * FROM accounts WHERE id % 2 = 0",
+		"SELECT * FROM accounts EXCEPT SELECT * FROM accounts WHERE id % 2 = 0",
+		"SELECT *, id % 2 AS odd FROM accounts INTERSECT ALL SELECT id, email, 1 FROM accounts",
+		"SELECT * FROM accounts WHERE id < 0 UNION SELECT * FROM accounts WHERE id < 0",
+	}},
 	{name: "INTERSECT ALL of a query that reads no sharded table", refusedOnTwo: map[int]string{
 		0: `ERROR 0A000 "a query of INTERSECT ALL that reads no sharded table would count its rows once per shard" detail "" hint "Constrain the sharding key to one shard, or route the statement with /* shard: N */ or SET shardgate.shard."`,
 	}, stmts: []string{

@@ -204,6 +204,12 @@ type Merge struct {
 	// sends it as often as the operation keeps it, before OFFSET and
 	// LIMIT.
 	SetOp SetOp
+	// OrderAll: a UNION, INTERSECT or EXCEPT whose first query's select
+	// list has *, which the router cannot count: the rows are sorted by
+	// every visible output column in order (the executor adds them to
+	// OrderBy once it has the RowDescription; the shards sort by the
+	// whole row).
+	OrderAll bool
 	// WithTies, when not 0, is FETCH FIRST … ROWS WITH TIES: after Limit
 	// rows, the executor sends the rows equal to the last one by the
 	// first WithTies keys of OrderBy (the client's ORDER BY; a UNION's

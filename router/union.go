@@ -61,7 +61,15 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	m.Dedup = !sel.All
 	shards := proto.Clone(sel).(*pg_query.SelectStmt)
 	shardLimit(shards, m)
-	if m.Dedup {
+	if m.Dedup && m.OrderAll {
+		// SELECT * FROM (union) __shardgate_u ORDER BY __shardgate_u
+		// LIMIT …: the whole row sorts by every column in order.
+		out := wrapped(shards, "__shardgate_u")
+		out.LimitCount, out.LimitOffset, out.LimitOption = shards.LimitCount, shards.LimitOffset, shards.LimitOption
+		shards.LimitCount, shards.LimitOffset, shards.LimitOption = nil, nil, pg_query.LimitOption_LIMIT_OPTION_DEFAULT
+		out.SortClause = []*pg_query.Node{wholeRow("__shardgate_u")}
+		shards = out
+	} else if m.Dedup {
 		if m.WithTies > 0 {
 			shards = tiesThenSorted(shards, m.OrderBy)
 		} else {
@@ -83,13 +91,19 @@ func sortedUnionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 func setOpOrder(sel *pg_query.SelectStmt, what string, all bool) (m *Merge, rest []*pg_query.Node, err error) {
 	first := unionLeaves(sel, nil)[0]
 	names := make([]string, len(first.TargetList))
+	star := false
 	for i, n := range first.TargetList {
 		rt := n.GetResTarget()
 		switch {
 		case rt == nil:
 		case all && isStar(rt.Val):
-			return nil, nil, unsupported(fmt.Sprintf("Name the columns in the select list of the %s's first query, or route it to one shard.", what),
-				"%s of a select list with * is not supported across shards: the shards must sort by every output column", what)
+			// The columns cannot be counted: sorted by the whole row.
+			// ORDER BY items could name columns the * expands to.
+			if len(sel.SortClause) > 0 {
+				return nil, nil, unsupported(fmt.Sprintf("Name the columns in the select list of the %s's first query, or route it to one shard.", what),
+					"%s of a select list with * and ORDER BY is not supported across shards: the shards must sort by every output column", what)
+			}
+			star = true
 		case rt.Name != "":
 			names[i] = rt.Name
 		case len(columnRef(rt.Val)) > 0:
@@ -123,6 +137,10 @@ func setOpOrder(sel *pg_query.SelectStmt, what string, all bool) (m *Merge, rest
 	}
 	if m.Limit, m.Offset, err = limitExprs(sel.LimitCount, sel.LimitOffset); err != nil {
 		return nil, nil, err
+	}
+	if star {
+		m.OrderAll = true
+		return m, nil, nil
 	}
 	if all {
 		for i, u := range used {
@@ -163,16 +181,30 @@ func shardLimit(out *pg_query.SelectStmt, m *Merge) {
 //
 //	SELECT * FROM (union ORDER BY … FETCH FIRST n ROWS WITH TIES) __shardgate_u ORDER BY …
 func tiesThenSorted(union *pg_query.SelectStmt, keys []SortKey) *pg_query.SelectStmt {
-	out := &pg_query.SelectStmt{
+	out := wrapped(union, "__shardgate_u")
+	out.SortClause = sortByPositions(keys)
+	return out
+}
+
+// wrapped is SELECT * FROM (inner) alias.
+func wrapped(inner *pg_query.SelectStmt, alias string) *pg_query.SelectStmt {
+	return &pg_query.SelectStmt{
 		TargetList: []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeAStarNode()}, -1), -1)},
 		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
-			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: union}},
-			Alias:    &pg_query.Alias{Aliasname: "__shardgate_u"},
+			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: inner}},
+			Alias:    &pg_query.Alias{Aliasname: alias},
 		}}}},
 		Op: pg_query.SetOperation_SETOP_NONE,
 	}
-	out.SortClause = sortByPositions(keys)
-	return out
+}
+
+// wholeRow is an ORDER BY (or DISTINCT ON) item of the whole row of alias:
+// PostgreSQL compares rows column by column, each by its type's default
+// ordering and its collation, NULLs after other values, as ORDER BY 1, 2,
+// … does.
+func wholeRow(alias string) *pg_query.Node {
+	return pg_query.MakeSortByNode(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeStrNode(alias)}, -1),
+		pg_query.SortByDir_SORTBY_DEFAULT, pg_query.SortByNulls_SORTBY_NULLS_DEFAULT, -1)
 }
 
 // sortByPositions is the ORDER BY of keys, by position: each Column is
@@ -223,7 +255,7 @@ func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.OrderBy, m.Limit, m.Offset, m.WithTies = order.OrderBy, order.Limit, order.Offset, order.WithTies
+	m.OrderBy, m.Limit, m.Offset, m.WithTies, m.OrderAll = order.OrderBy, order.Limit, order.Offset, order.WithTies, order.OrderAll
 	m.HiddenColumns = 1
 	var arms [2]*pg_query.SelectStmt
 	for i, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
@@ -240,11 +272,22 @@ func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 		}}}},
 		Op: pg_query.SetOperation_SETOP_NONE,
 	}
-	if !sel.All {
-		out.DistinctClause = []*pg_query.Node{{}}
+	switch {
+	case m.OrderAll:
+		// By the whole row: every column in order, then the query's
+		// number; DISTINCT ON (the row), as DISTINCT needs its ORDER BY
+		// items in the select list.
+		out.SortClause = []*pg_query.Node{wholeRow("__shardgate_s")}
+		if !sel.All {
+			out.DistinctClause = []*pg_query.Node{wholeRow("__shardgate_s").GetSortBy().Node}
+		}
+	default:
+		if !sel.All {
+			out.DistinctClause = []*pg_query.Node{{}}
+		}
+		keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(len(sel.Larg.TargetList))})
+		out.SortClause = sortByPositions(keys)
 	}
-	keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(len(sel.Larg.TargetList))})
-	out.SortClause = sortByPositions(keys)
 	// The client's LIMIT and OFFSET parameters stay, typed as
 	// PostgreSQL types them, as LIMIT NULL and OFFSET NULL: none.
 	for _, x := range []struct {
