@@ -173,6 +173,11 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			win.Kind = WinRank
 		case router.WinDenseRank:
 			win.Kind = WinDenseRank
+		case router.WinLag:
+			win.Kind, win.Offset = WinLag, w.Offset
+			if win.Arg, err = idx(w.Arg); err != nil {
+				return spec, err
+			}
 		default:
 			a, err := aggOf(router.Aggregate{Column: w.Column, Func: w.Func}, idx)
 			if err != nil {

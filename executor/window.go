@@ -17,6 +17,7 @@ const (
 	WinDenseRank
 	WinTotal   // Window.Agg over every row
 	WinRunning // Window.Agg over the rows up to the row's last peer
+	WinLag     // the Arg column's value Offset rows before
 )
 
 // Window is a select list item whose window function the proxy computes.
@@ -24,6 +25,9 @@ type Window struct {
 	Col  int
 	Kind WindowKind
 	Agg  AggKind // WinTotal: count, sum, min or max
+	// WinLag: the column of lag's argument (hidden, in Col's format)
+	// and the offset.
+	Arg, Offset int
 }
 
 // windowState numbers the merged rows and holds the totals.
@@ -40,6 +44,33 @@ type windowState struct {
 	heads []*cursor
 	src   int // the source of the row sent
 	peers []bool
+	// lags holds, per Spec.Windows, a WinLag's last Offset+1 values.
+	lags [][][]byte
+}
+
+// lagValue is lag's value in row cols: its argument Offset rows before
+// (NULL before the first rows), after it keeps the row's own.
+func (m *Merger) lagValue(i int, w Window, cols [][]byte) []byte {
+	st := m.win
+	if st.lags == nil {
+		st.lags = make([][][]byte, len(m.spec.Windows))
+	}
+	q := st.lags[i]
+	var v []byte
+	if a := cols[w.Arg]; a != nil {
+		v = append(make([]byte, 0, len(a)), a...)
+	}
+	if len(q) == w.Offset+1 {
+		copy(q, q[1:])
+		q[len(q)-1] = v
+	} else {
+		q = append(q, v)
+	}
+	st.lags[i] = q
+	if len(q) < w.Offset+1 {
+		return nil
+	}
+	return q[0]
 }
 
 // runningValue is the value of running window i (w) in row cols, the
@@ -145,6 +176,9 @@ func (m *Merger) windowRow(cols [][]byte) error {
 		switch w.Kind {
 		case WinTotal:
 			cols[w.Col] = st.totals[i]
+			continue
+		case WinLag:
+			cols[w.Col] = m.lagValue(i, w, cols)
 			continue
 		case WinRunning:
 			v, err := m.runningValue(i, w, cols, &peersDone)

@@ -45,3 +45,19 @@ func TestRunningMinEmptyText(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestLagWindow: lag(x, 2) OVER (ORDER BY k) from a hidden copy of x
+// (column 2): the value two merged rows before, NULL for the first two,
+// and a NULL argument stays NULL; the hidden column is cut.
+func TestLagWindow(t *testing.T) {
+	cols := []Column{{Name: "k", OID: oidInt4}, {Name: "lag", OID: oidText}, {Name: "x", OID: oidText}}
+	spec := Spec{Limit: -1, OrderBy: []SortKey{{Col: 0}}, WindowOrder: 1, Visible: 2,
+		Windows: []Window{{Col: 1, Kind: WinLag, Arg: 2, Offset: 2}}}
+	a := [][]string{{"1", "shard", "a"}, {"4", "shard", "NULL"}, {"5", "shard", "e"}}
+	b := [][]string{{"2", "shard", ""}, {"3", "shard", "c"}}
+	got := run(t, spec, cols, a, b)
+	want := [][]string{{"1", "NULL"}, {"2", "NULL"}, {"3", "a"}, {"4", ""}, {"5", "c"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -669,7 +669,7 @@ func (c *client) appendPortal(out []byte, p *sPortal, i int) []byte {
 		} else {
 			newTail = append(append([]byte(sql), 0), st.typesPart()...)
 			if plan.Merge != nil && plan.Merge.HiddenColumns > 0 {
-				tail = widenResultFormats(tail, plan.Merge.HiddenColumns)
+				tail = widenResultFormats(tail, plan.Merge.HiddenColumns, plan.Merge.HiddenFormats)
 			}
 		}
 		st = &sStmt{sql: sql, st: c.l.stmts.get(newTail)}

@@ -1,6 +1,9 @@
 package frontend
 
-import "github.com/shardgate/shardgate/wire"
+import (
+	"github.com/shardgate/shardgate/router"
+	"github.com/shardgate/shardgate/wire"
+)
 
 // The proxy decodes the messages of a sharded client's batch itself, in
 // the order PostgreSQL's exec_*_message functions read them; a message
@@ -116,9 +119,11 @@ func resultFormats(tail []byte) []byte {
 	return d.Rest()
 }
 
-// widenResultFormats adds text-format entries for the hidden columns the
-// router appended, when the client's Bind lists one format per column.
-func widenResultFormats(tail []byte, hidden int) []byte {
+// widenResultFormats adds format entries for the hidden columns the
+// router appended, when the client's Bind lists one format per column:
+// text, or the format of the visible column like names (lag's argument
+// takes its window column's).
+func widenResultFormats(tail []byte, hidden int, like []router.Column) []byte {
 	rf := resultFormats(tail)
 	d := wire.NewBody(rf)
 	n := d.Uint16()
@@ -130,7 +135,15 @@ func widenResultFormats(tail []byte, hidden int) []byte {
 	out = wire.AppendInt16(out, int16(int(n)+hidden))
 	out = append(out, formats...)
 	for i := 0; i < hidden; i++ {
-		out = wire.AppendInt16(out, 0)
+		f := int16(0)
+		if i < len(like) {
+			// A value the merge copies into a visible column comes in
+			// that column's format.
+			if c := like[i].Index(int(n) + hidden); c >= 0 && c < int(n) {
+				f = int16(uint16(formats[2*c])<<8 | uint16(formats[2*c+1]))
+			}
+		}
+		out = wire.AppendInt16(out, f)
 	}
 	return out
 }

@@ -43,6 +43,11 @@ type mergeBuilder struct {
 	targets []mergeTarget
 	star    int              // index of the first * target, or -1
 	hidden  []*pg_query.Node // expressions appended to the select list
+	// hiddenLike: hidden columns (by index in hidden) in the result format
+	// of a select list item (lag's argument in the window column's);
+	// lagArgs, per proxy window, lag's argument ('h') or nothing.
+	hiddenLike map[int]ref
+	lagArgs    []ref
 	groups  []*pg_query.Node // GROUP BY expressions
 	aggs    []mergeAgg
 	grouped bool
@@ -623,6 +628,18 @@ func (b *mergeBuilder) columns() {
 	}
 	for i, r := range b.windowRefs {
 		b.m.Windows[i].Column = b.column(r)
+		if a := b.lagArgs[i]; a.kind == 'h' {
+			b.m.Windows[i].Arg = b.column(a)
+		}
+	}
+	if len(b.hiddenLike) > 0 {
+		b.m.HiddenFormats = make([]Column, len(b.hidden))
+		for i := range b.m.HiddenFormats {
+			b.m.HiddenFormats[i] = NoColumn
+			if r, ok := b.hiddenLike[i]; ok {
+				b.m.HiddenFormats[i] = b.column(r)
+			}
+		}
 	}
 	for i, r := range b.sortRefs {
 		k := SortKey{Column: b.column(r)}

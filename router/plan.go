@@ -115,6 +115,9 @@ type Plan struct {
 // the end because the width of `*` is known only from RowDescription.
 type Column int
 
+// NoColumn is no column (its Index is negative in any row).
+const NoColumn Column = -1 << 30
+
 // Index returns the 0-based position of c in a row of n columns.
 func (c Column) Index(n int) int {
 	if c < 0 {
@@ -228,6 +231,11 @@ type Merge struct {
 	// added (ORDER BY, GROUP BY or HAVING expressions missing from the select
 	// list, the count of an avg); the executor strips them.
 	HiddenColumns int
+	// HiddenFormats, when not nil, says per hidden column which visible
+	// column's result format it takes in the extended protocol (NoColumn:
+	// text, when the client's Bind lists a format per column); a value
+	// the executor copies into that column must arrive in its format.
+	HiddenFormats []Column
 	// Rewritten is the SQL to send to shards instead of the client's, or ""
 	// when the client's statement is sent as is. It uses the same parameters.
 	Rewritten string

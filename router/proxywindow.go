@@ -41,7 +41,11 @@ const (
 	WinRowNumber AggFunc = 100 + iota
 	WinRank
 	WinDenseRank
+	WinLag
 )
+
+// maxLagOffset bounds lag's offset: the merge keeps that many rows' values.
+const maxLagOffset = 10000
 
 // Window is a select list item whose window function the proxy computes.
 type Window struct {
@@ -50,6 +54,10 @@ type Window struct {
 	// Running: an aggregate OVER (ORDER BY …), over the rows up to the
 	// row's last peer, not over every row.
 	Running bool
+	// Arg and Offset: lag(arg, offset), arg a hidden column in the
+	// window column's result format (Merge.HiddenFormats).
+	Arg    Column
+	Offset int
 }
 
 // proxyWindow is a window call checkWindow accepts for the proxy.
@@ -58,6 +66,19 @@ type proxyWindow struct {
 	order   []*pg_query.Node // the window's ORDER BY (SortBy nodes)
 	f       AggFunc
 	running bool // an aggregate over an ordered window
+}
+
+// lagOffset is the offset of lag(x[, offset]): a constant from 0 to
+// maxLagOffset, or false.
+func lagOffset(fc *pg_query.FuncCall) (int, bool) {
+	switch len(fc.Args) {
+	case 1:
+		return 1, true
+	case 2:
+		n, ok := intConst(fc.Args[1])
+		return int(n), ok && n >= 0 && n <= maxLagOffset
+	}
+	return 0, false
 }
 
 // proxyWindowFunc reports how the proxy computes a window call over w
@@ -72,6 +93,13 @@ func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, boo
 			return 0, false
 		}
 		return map[string]AggFunc{"row_number": WinRowNumber, "rank": WinRank, "dense_rank": WinDenseRank}[name], true
+	case "lag":
+		// The value of a row before, by a constant offset, without a
+		// default: the merge keeps the last rows' values.
+		if _, ok := lagOffset(fc); !ok {
+			return 0, false
+		}
+		return WinLag, true
 	case "count", "sum", "min", "max":
 		// Over the whole result (no ORDER BY) or running (ORDER BY),
 		// with the default frame only.
@@ -137,7 +165,21 @@ func (b *mergeBuilder) proxyWindows() error {
 			order = pw.order
 		}
 		b.windowRefs = append(b.windowRefs, ref{'t', col})
-		b.m.Windows = append(b.m.Windows, Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber})
+		w := Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber}
+		argRef := ref{kind: 0}
+		if pw.f == WinLag {
+			w.Offset, _ = lagOffset(pw.fc)
+			// Its own hidden column (not one shared with an ORDER BY
+			// key), in the window column's format.
+			b.hidden = append(b.hidden, proto.Clone(pw.fc.Args[0]).(*pg_query.Node))
+			argRef = ref{'h', len(b.hidden) - 1}
+			if b.hiddenLike == nil {
+				b.hiddenLike = map[int]ref{}
+			}
+			b.hiddenLike[argRef.i] = ref{'t', col}
+		}
+		b.lagArgs = append(b.lagArgs, argRef)
+		b.m.Windows = append(b.m.Windows, w)
 	}
 	if len(order) == 0 {
 		return nil

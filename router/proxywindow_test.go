@@ -35,7 +35,14 @@ var proxyWindowCases = []mergeCase{
 			Rewritten: "SELECT id, count(*) OVER w, rank() OVER w, name AS __shardgate_1 FROM accounts WINDOW w AS (ORDER BY name) ORDER BY name, id"}},
 	{name: "running sum with a frame", sql: "SELECT id, sum(balance) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) FROM accounts", msg: "window function sum()"},
 	{name: "a frame", sql: "SELECT id, count(*) OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM accounts", msg: "window function count()"},
-	{name: "lag", sql: "SELECT id, lag(id) OVER (ORDER BY id) FROM accounts", msg: "window function lag()"},
+	{name: "lag", sql: "SELECT id, lag(name, 2) OVER (ORDER BY id) FROM accounts",
+		want: &Merge{OrderBy: []SortKey{{Column: 0}}, HiddenColumns: 1, WindowOrder: 1,
+			Windows:       []Window{{Column: 1, Func: WinLag, Arg: -1, Offset: 2}},
+			HiddenFormats: []Column{1},
+			Rewritten:     "SELECT id, lag(name, 2) OVER (ORDER BY id), name AS __shardgate_1 FROM accounts ORDER BY id"}},
+	{name: "lag with a default", sql: "SELECT id, lag(id, 1, 0) OVER (ORDER BY id) FROM accounts", msg: "window function lag()"},
+	{name: "lag by a parameter", sql: "SELECT id, lag(id, $1) OVER (ORDER BY id) FROM accounts", msg: "window function lag()"},
+	{name: "lead", sql: "SELECT id, lead(id) OVER (ORDER BY id) FROM accounts", msg: "window function lead()"},
 }
 
 func TestMergeProxyWindows(t *testing.T) { testMerge(t, proxyWindowCases) }
