@@ -1,8 +1,8 @@
 package executor
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 
 	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"

@@ -48,10 +48,10 @@ type mergeBuilder struct {
 	// lagArgs, per proxy window, lag's argument ('h') or nothing.
 	hiddenLike map[int]ref
 	lagArgs    []ref
-	groups  []*pg_query.Node // GROUP BY expressions
-	aggs    []mergeAgg
-	grouped bool
-	m       Merge
+	groups     []*pg_query.Node // GROUP BY expressions
+	aggs       []mergeAgg
+	grouped    bool
+	m          Merge
 	// The columns of m's fields, turned into Columns once every hidden
 	// column is known.
 	groupRefs, havingRefs, orderRefs, distinctRefs []ref
