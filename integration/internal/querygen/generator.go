@@ -214,9 +214,11 @@ func (b *builder) plain(from string) string {
 		ord := b.anyExpr()
 		b.compares(ord)
 		agg := "count(*)"
-		if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
-			agg = pick(b, "count("+e.sql+")", "min("+e.sql+")", "max("+e.sql+")")
+		if e, ok := b.exprWhere(expr.minMaxable); ok && b.rng.IntN(3) > 0 {
+			agg = pick(b, "min(", "max(") + e.sql + ")"
 			b.compares(e)
+		} else if e, ok := b.exprWhere(func(e expr) bool { return !e.variant }); ok {
+			agg = "count(" + e.sql + ")"
 		}
 		dir := pick(b, "", " DESC", " NULLS FIRST", " DESC NULLS LAST")
 		extra += ", " + agg + " OVER (ORDER BY " + ord.sql + dir + ") AS running"
