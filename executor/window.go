@@ -1,6 +1,9 @@
 package executor
 
-import "fmt"
+import (
+	"fmt"
+	"iter"
+)
 
 // Window functions the proxy computes over the merged rows
 // (router/proxywindow.go): row numbers and ranks in the merge's order,
@@ -100,16 +103,28 @@ func (m *Merger) runningValue(i int, w Window, cols [][]byte, peersDone *bool) (
 			st.peers[c.idx] = cmp == 0
 		}
 	}
-	var total []byte
-	for src, vals := range st.last {
-		v := vals[i]
-		if st.peers[src] {
-			for _, c := range st.heads {
-				if c.idx == src {
-					v = c.cols[w.Col]
+	return m.combineWindow(w, func(yield func([]byte) bool) {
+		for src, vals := range st.last {
+			v := vals[i]
+			if st.peers[src] {
+				for _, c := range st.heads {
+					if c.idx == src {
+						v = c.cols[w.Col]
+					}
 				}
 			}
+			if !yield(v) {
+				return
+			}
 		}
+	})
+}
+
+// combineWindow folds the shards' values of aggregate window w (NULLs
+// add nothing) into one: NULL over none, or 0 for a count.
+func (m *Merger) combineWindow(w Window, values iter.Seq[[]byte]) ([]byte, error) {
+	var total []byte
+	for v := range values {
 		switch {
 		case v == nil:
 			continue
@@ -140,24 +155,15 @@ func (m *Merger) startWindows(heads [][][]byte) error {
 		if w.Kind != WinTotal {
 			continue
 		}
-		var total []byte
-		for _, h := range heads {
-			v := h[w.Col]
-			switch {
-			case v == nil:
-				continue
-			case total == nil:
-				total = append([]byte{}, v...)
-				continue
+		total, err := m.combineWindow(w, func(yield func([]byte) bool) {
+			for _, h := range heads {
+				if !yield(h[w.Col]) {
+					return
+				}
 			}
-			out, err := m.foldPartial(w.Agg, w.Col, total, v)
-			if err != nil {
-				return err
-			}
-			total = out
-		}
-		if total == nil && w.Agg == AggCount {
-			total = countValue(0, m.cols[w.Col].Format)
+		})
+		if err != nil {
+			return err
 		}
 		m.win.totals[i] = total
 	}

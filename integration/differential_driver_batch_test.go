@@ -31,15 +31,18 @@ import (
 func diffBatchRunners() []diffRunner {
 	return []diffRunner{
 		{name: "pipeline", run: func(t testing.TB, url string, stmts []string, between func()) []stmtResult {
-			return runBatchScript(t, url, stmts, between, pipelineStmt)
+			return runWireStmts(t, url, stmts, between, pipelineStmt)
 		}},
 		{name: "multi-statement Query", run: func(t testing.TB, url string, stmts []string, between func()) []stmtResult {
-			return runBatchScript(t, url, stmts, between, multiStmt)
+			return runWireStmts(t, url, stmts, between, multiStmt)
 		}},
 	}
 }
 
-func runBatchScript(t testing.TB, url string, stmts []string, between func(), run func(*wireConn, string) (stmtResult, bool)) []stmtResult {
+// runWireStmts runs each statement with run on one raw protocol
+// connection, between after each, until run reports the connection
+// unusable.
+func runWireStmts(t testing.TB, url string, stmts []string, between func(), run func(*wireConn, string) (stmtResult, bool)) []stmtResult {
 	t.Helper()
 	w := dialWire(t, url)
 	defer w.close()

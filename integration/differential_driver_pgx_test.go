@@ -136,20 +136,7 @@ func simpleStmt(ctx context.Context, conn *pgx.Conn, sql string) stmtResult {
 // the portal is suspended; then Sync.
 func runFetchScript(t testing.TB, url string, stmts []string, between func()) []stmtResult {
 	t.Helper()
-	w := dialWire(t, url)
-	defer w.close()
-	var out []stmtResult
-	for _, sql := range stmts {
-		r, ok := fetchStmt(w, sql)
-		out = append(out, r)
-		if !ok {
-			break
-		}
-		if between != nil {
-			between()
-		}
-	}
-	return out
+	return runWireStmts(t, url, stmts, between, fetchStmt)
 }
 
 // maxFetches bounds the Execute messages of one statement.

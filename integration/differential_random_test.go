@@ -448,11 +448,7 @@ func rndFetch(hc *pgconn.HijackedConn, sql string) (answer, error) {
 		}
 		switch m := m.(type) {
 		case *pgproto3.RowDescription:
-			for _, f := range m.Fields {
-				a.Fields = append(a.Fields, fieldKey(pgconn.FieldDescription{Name: string(f.Name), TableOID: f.TableOID,
-					TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
-					TypeModifier: f.TypeModifier, Format: f.Format}))
-			}
+			a.Fields = append(a.Fields, rowDescKeys(m)...)
 		case *pgproto3.DataRow:
 			a.Rows = append(a.Rows, rawRow(m.Values))
 		case *pgproto3.PortalSuspended:
@@ -504,11 +500,7 @@ func rndPipeline(hc *pgconn.HijackedConn, sql string) (answer, error) {
 		}
 		switch m := m.(type) {
 		case *pgproto3.RowDescription:
-			for _, f := range m.Fields {
-				a.Fields = append(a.Fields, fieldKey(pgconn.FieldDescription{Name: string(f.Name), TableOID: f.TableOID,
-					TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
-					TypeModifier: f.TypeModifier, Format: f.Format}))
-			}
+			a.Fields = append(a.Fields, rowDescKeys(m)...)
 		case *pgproto3.NoData:
 			a.Fields = append(a.Fields, "(no data)")
 		case *pgproto3.DataRow:
@@ -533,6 +525,17 @@ func rndPipeline(hc *pgconn.HijackedConn, sql string) (answer, error) {
 			return a, nil
 		}
 	}
+}
+
+// rowDescKeys are the fieldKeys of a RowDescription's fields.
+func rowDescKeys(m *pgproto3.RowDescription) []string {
+	var out []string
+	for _, f := range m.Fields {
+		out = append(out, fieldKey(pgconn.FieldDescription{Name: string(f.Name), TableOID: f.TableOID,
+			TableAttributeNumber: f.TableAttributeNumber, DataTypeOID: f.DataTypeOID, DataTypeSize: f.DataTypeSize,
+			TypeModifier: f.TypeModifier, Format: f.Format}))
+	}
+	return out
 }
 
 // run is the answer to c on conn, as rr runs it.
