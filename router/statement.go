@@ -416,7 +416,7 @@ func (s *Statement) hinted(shard int) (*Plan, error) {
 func (s *Statement) routeParts(env *routeEnv, cursor func(string) bool) (*Plan, error) {
 	r := s.r
 	direct, write, ctl := -1, false, Kind(0)
-	var one, omniRead, broadcast, other bool
+	var one, omniRead, other bool
 	for _, p := range s.parts {
 		if cursor != nil && cursor(cursorOf(p.node)) {
 			return s.partsPlan(), nil
@@ -431,18 +431,13 @@ func (s *Statement) routeParts(env *routeEnv, cursor func(string) bool) (*Plan, 
 			return s.partsPlan(), nil
 		}
 		write = write || pl.Write
+		other = other || pl.Kind != Session
 		conflict := pl.Merge != nil || pl.InsertRows != nil || pl.Copy != nil || pl.InsertSelect != nil
 		switch pl.Kind {
 		case Session, Transaction:
 			if ctl != Transaction {
 				ctl = pl.Kind
 			}
-		}
-		if pl.Kind != Session {
-			other = true
-		}
-		switch pl.Kind {
-		case Session, Transaction:
 		case Any:
 			one = true
 		case OmniRead:
@@ -450,19 +445,14 @@ func (s *Statement) routeParts(env *routeEnv, cursor func(string) bool) (*Plan, 
 		case Direct:
 			conflict = conflict || (direct >= 0 && direct != pl.Shards[0])
 			direct = pl.Shards[0]
-		case OmniWrite:
-			broadcast = true
-		case All:
-			// Only DDL runs alike everywhere; a sharded read or write differs.
-			conflict = conflict || !p.ddl
-			broadcast = true
 		default:
+			// Every shard (DDL, omni writes), among other statements:
+			// each on its own, so that the client gets every
+			// statement's answer (from one shard); or a statement that
+			// needs a merge.
 			conflict = true
 		}
-		if conflict || (broadcast && (direct >= 0 || len(s.parts) > 1)) {
-			// Several statements on every shard: each on its own, so
-			// that the client gets every statement's answer (from one
-			// shard).
+		if conflict {
 			return s.partsPlan(), nil
 		}
 	}
@@ -477,10 +467,6 @@ func (s *Statement) routeParts(env *routeEnv, cursor func(string) bool) (*Plan, 
 		return s.partsPlan(), nil
 	}
 	switch {
-	case broadcast:
-		// Every shard runs the same statements with the same effect: the
-		// client sees one shard's answers.
-		return r.sharedPlan(OmniWrite, true), nil
 	case direct >= 0:
 		return r.direct(direct, write), nil
 	case omniRead:
