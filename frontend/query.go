@@ -485,7 +485,7 @@ type serverGone struct {
 // setsName reports whether ops change setting name (or all settings).
 func setsName(ops []setOp, name string) bool {
 	for _, op := range ops {
-		if op.kind != opHint && (op.name == strings.ToLower(name) || op.kind == opResetAll || op.kind == opDiscardAll) {
+		if op.kind != opHint && op.kind != opLocal && (op.name == strings.ToLower(name) || op.kind == opResetAll || op.kind == opDiscardAll) {
 			return true
 		}
 	}

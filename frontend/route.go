@@ -255,10 +255,16 @@ func (h *hints) forRouter(c *client) router.Hints {
 // search_path of its own (a startup parameter or option, or a SET): a
 // statement some other session's server accepted may then not resolve in
 // its session, so the proxy does not answer its Parse on that word
-// (stmt.valid).
+// (stmt.valid). The open transaction counts too: a SET, RESET or SET LOCAL
+// of search_path in it, or a change the proxy did not follow (set_config).
 func (c *client) ownSearchPath() bool {
-	if _, ok := c.sess.sets["search_path"]; ok {
+	if _, ok := c.sess.sets["search_path"]; ok || c.sess.resync {
 		return true
+	}
+	for _, op := range c.sess.pending {
+		if op.name == "search_path" && op.kind != opHint {
+			return true
+		}
 	}
 	params := c.startup.Params()
 	_, ok := params["search_path"]

@@ -21,6 +21,10 @@ const (
 	opDeallocAll               // DEALLOCATE ALL: prepared statements
 	opHint                     // SET [LOCAL] shardgate.shard / shardgate.sharding_key: routing, never sent
 	opDeallocate               // DEALLOCATE name: one prepared statement (name)
+	// opLocal is SET LOCAL name: it ends with its transaction and changes
+	// nothing at commit, but while the transaction is open the session
+	// resolves with it (ownSearchPath).
+	opLocal
 )
 
 // setOp is one tracked change, applied when its transaction commits.
@@ -419,8 +423,8 @@ func analyze(sql []byte) stmtEffect {
 }
 
 // sessionOps parses sql and returns the session changes its statements
-// make. SET LOCAL and SET TRANSACTION last for one transaction and are not
-// tracked.
+// make. SET LOCAL lasts for one transaction: its op (opLocal) only says the
+// transaction changed the setting. SET TRANSACTION is not tracked.
 func sessionOps(sql string) ([]setOp, error) {
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
@@ -453,6 +457,7 @@ func sessionOps(sql string) ([]setOp, error) {
 				continue
 			}
 			if v.IsLocal {
+				ops = append(ops, setOp{kind: opLocal, name: name})
 				continue
 			}
 			switch v.Kind {

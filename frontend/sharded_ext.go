@@ -304,8 +304,17 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	if err := c.useShard(shard); err != nil {
 		return c.lostShard(err)
 	}
-	// search_path decides what the statement's names resolve to.
-	if err := c.runPrefix(shard, c.settingsPrefix(shard)); err != nil {
+	// search_path decides what the statement's names resolve to: the
+	// session's, and the open transaction's when it changed it (SET
+	// LOCAL): then the shard joins the transaction now, as its Execute
+	// would, so that the Parse sees what PostgreSQL's would.
+	pre := c.settingsPrefix(shard)
+	if c.xs.InTx() && !c.xs.InTxOn(shard) && c.ownSearchPath() {
+		if q := c.xs.TxPrefix(shard, false); q != "" {
+			pre = append(pre, q)
+		}
+	}
+	if err := c.runPrefix(shard, pre); err != nil {
 		return err
 	}
 	out := c.ensureParsed(nil, st)

@@ -72,8 +72,8 @@ func TestSessionOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ops) != 4 || ops[0].kind != opSet || ops[0].name != "search_path" || ops[1].kind != opReset || ops[1].name != "timezone" ||
-		ops[2].kind != opHint || ops[2].stmt != "1" || ops[3].kind != opDiscardAll {
+	if len(ops) != 5 || ops[0].kind != opSet || ops[0].name != "search_path" || ops[1].kind != opLocal || ops[1].name != "work_mem" ||
+		ops[2].kind != opReset || ops[2].name != "timezone" || ops[3].kind != opHint || ops[3].stmt != "1" || ops[4].kind != opDiscardAll {
 		t.Fatalf("ops %+v", ops)
 	}
 	if ops[0].stmt != "SET search_path TO a, b" {

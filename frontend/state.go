@@ -186,6 +186,8 @@ func (k opKind) String() string {
 		return "hint"
 	case opDeallocate:
 		return "deallocate"
+	case opLocal:
+		return "local"
 	}
 	return fmt.Sprintf("opKind(%d)", uint8(k))
 }

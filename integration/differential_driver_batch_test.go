@@ -93,7 +93,13 @@ func (b *batchResult) next() {
 // ends.
 func (b *batchResult) take(m pgproto3.BackendMessage) (done, fatal bool) {
 	switch m := m.(type) {
-	case *pgproto3.ParseComplete, *pgproto3.BindComplete, *pgproto3.ParameterDescription:
+	case *pgproto3.ParseComplete:
+		// Where an error comes in the batch: PostgreSQL fails a Parse
+		// whose names do not resolve, before any Bind.
+		b.r.Fields = append(b.r.Fields, "(parsed)")
+	case *pgproto3.BindComplete:
+		b.r.Fields = append(b.r.Fields, "(bound)")
+	case *pgproto3.ParameterDescription:
 	case *pgproto3.NoData:
 		// A Describe's answer: drivers pair it with the statement it
 		// describes, so a missing or extra one shifts every later answer.
