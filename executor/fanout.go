@@ -48,6 +48,16 @@ type ShardRows struct {
 	// Bound: the server answered the Bind with BindComplete, so that an
 	// error after it is the Execute's, not the Bind's.
 	Bound bool
+
+	// cursor: the shard runs the read as this cursor (Answer.Cursor);
+	// declared once its DECLARE's CommandComplete was read, batch the
+	// rows the FETCH under way asked for, rows the rows read in all.
+	// finishing: Finish drains the rows, so a cursor fetches no more.
+	cursor    *ShardCursor
+	declared  bool
+	finishing bool
+	batch     int
+	rows      int64
 }
 
 // NewShardRows returns a reader of srv's answer; messages for the client
@@ -119,6 +129,13 @@ func (r *ShardRows) Header() {
 	if !ok {
 		return
 	}
+	if typ == 'C' && r.cursor != nil && !r.declared {
+		// DECLARE CURSOR; its FETCH 0 describes the rows.
+		r.declared = true
+		if typ, body, ok = r.next(); !ok {
+			return
+		}
+	}
 	switch typ {
 	case 'T':
 		r.desc = append([]byte{}, body...)
@@ -157,12 +174,21 @@ func (r *ShardRows) Next() ([]byte, error) {
 		return nil, nil
 	}
 	typ, body, ok := r.next()
+	for ok && typ == 'C' && r.cursor != nil {
+		more, err := r.nextBatch(body)
+		if err != nil || !more {
+			r.inRows = false
+			return nil, err
+		}
+		typ, body, ok = r.next()
+	}
 	if !ok {
 		r.inRows = false
 		return nil, r.ioErr
 	}
 	switch typ {
 	case 'D':
+		r.rows++
 		return body, nil
 	case 'C':
 		r.tag = string(trimNul(body))
@@ -178,11 +204,85 @@ func (r *ShardRows) Next() ([]byte, error) {
 	return nil, nil
 }
 
+// nextBatch ends a batch of a shard cursor, whose FETCH answered
+// CommandComplete body: more is true when the next batch's rows follow
+// (its FETCH sent and its RowDescription read). A batch with fewer rows
+// than it asked for was the last; Stop closes the cursor instead of
+// fetching on. The tag is then the one a plain read would have had.
+func (r *ShardRows) nextBatch(body []byte) (more bool, err error) {
+	tag := string(trimNul(body))
+	n, perr := strconv.Atoi(strings.TrimPrefix(tag, "FETCH "))
+	if perr != nil {
+		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected command tag %q in a cursor's rows from server", tag)
+		return false, r.serr
+	}
+	r.tag = SelectTag(r.rows)
+	if n < r.batch {
+		return false, nil // the shard has no more rows
+	}
+	if err := r.toReady(); err != nil {
+		return false, err
+	}
+	name := wire.QuoteIdent(r.cursor.Name)
+	if r.cursor.Stop || r.finishing {
+		r.srv.W.Write(wire.AppendQuery(nil, "CLOSE "+name))
+		if err := r.srv.Flush(); err != nil {
+			r.ioErr = err
+			return false, err
+		}
+		return false, nil // Finish reads its answer
+	}
+	r.batch = min(max(2*r.batch, firstCursorBatch), maxCursorBatch)
+	r.srv.W.Write(wire.AppendQuery(nil, "FETCH FORWARD "+strconv.Itoa(r.batch)+" FROM "+name))
+	if err := r.srv.Flush(); err != nil {
+		r.ioErr = err
+		return false, err
+	}
+	typ, body, ok := r.next()
+	switch {
+	case !ok:
+		return false, r.ioErr
+	case typ == 'T':
+		return true, nil
+	case typ == 'E':
+		r.serr = wire.ParseError(body)
+		r.srv.NoteError(r.serr)
+		return false, r.serr
+	}
+	r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
+	return false, r.serr
+}
+
+// toReady reads to the ReadyForQuery that ends a batch of a shard cursor,
+// which the reader then leaves behind: the status Finish waits for is the
+// next statement's.
+func (r *ShardRows) toReady() error {
+	for {
+		typ, body, ok := r.next()
+		if !ok {
+			return r.ioErr
+		}
+		switch typ {
+		case 'Z':
+			if r.ready(body); r.ioErr != nil {
+				return r.ioErr
+			}
+			r.status = 0
+			return nil
+		case 'E':
+			r.serr = wire.ParseError(body)
+			r.srv.NoteError(r.serr)
+			return r.serr
+		}
+	}
+}
+
 // Finish reads to ReadyForQuery.
 func (r *ShardRows) Finish() {
 	if r.ioErr != nil || r.status != 0 {
 		return
 	}
+	r.finishing = true
 	for r.inRows {
 		if _, err := r.Next(); err != nil {
 			break
@@ -274,6 +374,43 @@ type Answer struct {
 	Collation string   // the database's collation, for ORDER BY on text
 	Describe  Describe // RowDescription or not
 	Sink      io.Writer
+	// Cursor, when set, runs the read on each shard as a cursor of the
+	// shards' open transaction, fetched in batches as the merge needs
+	// rows (see ShardCursor). Execute only, inside a transaction.
+	Cursor *ShardCursor
+}
+
+// ShardCursor is a read that each shard runs as a cursor of its own, for a
+// cursor the proxy holds over several shards: DECLARE, then FETCH FORWARD
+// in batches as the merge asks for rows, so that each shard plans the query
+// for a fast start (cursor_tuple_fraction) and computes only the rows
+// fetched so far, as PostgreSQL does for one cursor. An error in a row is
+// then raised by the FETCH that reaches it (give or take the merge's
+// look-ahead of one row per shard), not at DECLARE, and a cursor closed
+// early has not read the rest. The DECLARE is followed by FETCH 0, which
+// describes the rows without computing one.
+type ShardCursor struct {
+	Name string // the shards' cursor (NewCursor)
+	// Stop makes the readers fetch no further batch: at the end of the one
+	// under way they close the shards' cursor and end the rows, which the
+	// merge then drains in a few rows rather than to the end.
+	Stop bool
+}
+
+// Batches of a shard cursor: the first FETCH asks for firstCursorBatch
+// rows and each next one for twice as many, up to maxCursorBatch. Small
+// first batches keep a shard from computing rows far beyond the ones a
+// small FETCH wants; doubling keeps the round trips of a long read few.
+const (
+	firstCursorBatch = 1
+	maxCursorBatch   = 1024
+)
+
+// NewCursor returns a ShardCursor with a name no other cursor of the
+// session's transaction has.
+func (s *Session) NewCursor() *ShardCursor {
+	s.cursorSeq++
+	return &ShardCursor{Name: "__shardgate_c" + strconv.FormatUint(s.cursorSeq, 10)}
 }
 
 // Gather finishes a statement that ran on the plan's shards, whose readers
@@ -419,7 +556,13 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 			srv.W.Write(wire.AppendQuery(nil, q))
 			prefixed[k]++
 		}
-		srv.W.Write(wire.AppendQuery(nil, p.SQLFor(i)))
+		sql := p.SQLFor(i)
+		if a.Cursor != nil {
+			// A newline ends a trailing comment of the query.
+			name := wire.QuoteIdent(a.Cursor.Name)
+			sql = "DECLARE " + name + " NO SCROLL CURSOR FOR " + sql + "\n; FETCH FORWARD 0 FROM " + name
+		}
+		srv.W.Write(wire.AppendQuery(nil, sql))
 		if err := srv.Flush(); err != nil {
 			return "", s.lost(i, err)
 		}
@@ -431,6 +574,7 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 		srv := s.shards[i].server
 		r := NewShardRows(srv, a.Sink)
 		r.ShareNotices(notices)
+		r.cursor = a.Cursor
 		readers[k] = r
 		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
 			_, serr, err := ReadToReady(srv)

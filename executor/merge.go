@@ -151,6 +151,17 @@ type Sink interface {
 	Write([]byte) (int, error)
 }
 
+// RowsWanted is a Sink that takes rows a few at a time (a cursor's FETCH):
+// the merger writes its rows once it holds as many as the sink still
+// wants, rather than by the 32 KiB, so that it pulls no more rows from the
+// shards than a FETCH needs.
+type RowsWanted interface {
+	Sink
+	// RowsWanted is the number of rows the sink still wants before it
+	// pauses the merge; 0 or less: as many as come.
+	RowsWanted() int64
+}
+
 // Column describes one result column (from RowDescription).
 type Column struct {
 	Name string
@@ -254,7 +265,9 @@ type Merger struct {
 	folds   []foldCol         // sum and avg columns a server adds (fold.go)
 	visible int
 	out     Sink
+	wants   RowsWanted // out, when it takes rows a few at a time
 	buf     []byte
+	held    int64 // rows in buf
 	sent    int64 // rows sent
 	skipped int64 // rows skipped for OFFSET
 	// prev is the last row kept (Dedup), tie the last row sent within
@@ -270,6 +283,7 @@ func NewMerger(spec Spec, cols []Column, out Sink) (*Merger, error) {
 	if m.visible <= 0 || m.visible > len(cols) {
 		m.visible = len(cols)
 	}
+	m.wants, _ = out.(RowsWanted)
 	for _, a := range spec.Aggs {
 		if a.Kind == AggAvg {
 			if err := m.retypeAvg(a.Col); err != nil {
@@ -353,7 +367,7 @@ func (m *Merger) Run(sources []Rows) (int64, error) {
 		if _, werr := m.out.Write(m.buf); err == nil {
 			err = werr
 		}
-		m.buf = m.buf[:0]
+		m.buf, m.held = m.buf[:0], 0
 	}
 	return m.sent, err
 }
@@ -384,11 +398,13 @@ func (m *Merger) send(cols [][]byte) error {
 		return nil
 	}
 	m.buf = appendDataRow(m.buf, cols, m.visible)
-	if len(m.buf) > 32<<10 {
+	m.held++
+	if len(m.buf) > 32<<10 || m.wants != nil && m.held >= m.wants.RowsWanted() && m.wants.RowsWanted() > 0 {
 		if _, err := m.out.Write(m.buf); err != nil {
 			return err
 		}
 		m.buf = m.buf[:0]
+		m.held = 0
 	}
 	return nil
 }

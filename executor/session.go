@@ -26,6 +26,8 @@ type Session struct {
 	shards []shard
 	tx     tx
 	coord  *Coordinator
+	// cursorSeq numbers the shards' cursors of the session (NewCursor).
+	cursorSeq uint64
 
 	// Ready, when set, runs before the session sends a statement of its
 	// own to shard i's server: the client ends there what its extended

@@ -42,9 +42,16 @@ import (
 // and a ROLLBACK ends the WITH HOLD cursors the transaction declared, as
 // in PostgreSQL.
 //
-// Differences from a server's cursor, which docs/routing.md lists: an
-// error before the merge's first rows comes at DECLARE (PostgreSQL's
-// comes at the first FETCH); a cursor that neither SCROLL nor NO SCROLL
+// Inside a transaction the shards run the query as cursors of their own
+// (executor.ShardCursor), fetched in batches as the merge needs rows, and
+// the merge stops at the rows a FETCH wants (cursorFeed.RowsWanted): each
+// shard plans for a fast start and computes what is fetched, as
+// PostgreSQL's cursor does, and a CLOSE stops the shards at the end of
+// their batch.
+//
+// Differences from a server's cursor, which docs/routing.md lists: the
+// merge reads one row ahead on each shard, so an error can come one FETCH
+// early; a cursor that neither SCROLL nor NO SCROLL
 // declared scans backward over its window only (PostgreSQL decides by the
 // plan); ROLLBACK TO SAVEPOINT does not close the cursors declared after
 // the savepoint; and pg_cursors does not list them. Every statement of
@@ -80,6 +87,10 @@ type proxyCursor struct {
 	// the FETCH that needs a row beyond the ones read.
 	src *portalStream
 	err error
+	// shard is the cursor each shard runs the query as, when the shards
+	// are in a transaction (executor.ShardCursor); nil when they run it
+	// as a plain read (WITH HOLD outside a transaction block).
+	shard *executor.ShardCursor
 }
 
 // total is the number of rows read from the merge so far (all of them once
@@ -281,6 +292,10 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 func (c *client) startCursorStream(cur *proxyCursor, p *routePlan) {
 	st := &portalStream{c: c, cur: cur, shards: slices.Clone(p.Shards)}
 	a := &executor.Answer{Plan: &p.Plan, Collation: c.collation(), Describe: executor.DescribeRows, Sink: cursorFeed{st}}
+	if c.xs.InTx() {
+		cur.shard = c.xs.NewCursor()
+		a.Cursor = cur.shard
+	}
 	st.next, st.stop = iter.Pull(func(yield func(struct{}) bool) {
 		st.yield = yield
 		st.tag, st.err = c.xs.Execute(a, false)
@@ -300,6 +315,18 @@ func (c *client) startCursorStream(cur *proxyCursor, p *routePlan) {
 type cursorFeed struct{ st *portalStream }
 
 func (f cursorFeed) Write(msgs []byte) (int, error) { return f.st.cursorWrite(msgs) }
+
+// RowsWanted implements executor.RowsWanted: a live stream wants the rows
+// its FETCH still lacks, so that the merge pulls no more from the shards
+// (whose cursors compute rows as they are fetched); a stream being settled
+// wants them all.
+func (f cursorFeed) RowsWanted() int64 {
+	st := f.st
+	if st.mode != streamLive {
+		return 0
+	}
+	return int64(max(st.want-st.cur.total(), 1))
+}
 
 // cursorWrite takes the merge's messages for the cursor: the
 // RowDescription and DataRows are kept, notices go to the client. A live

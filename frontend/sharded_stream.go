@@ -196,6 +196,9 @@ func (c *client) settleStream(mode streamMode) {
 	if st.cur != nil {
 		c.stream = nil
 		st.mode = mode
+		if mode == streamDrop && st.cur.shard != nil {
+			st.cur.shard.Stop = true // the shards' cursors fetch no more
+		}
 		st.next() // only a live stream pauses: this runs it to its end
 		c.endCursorStream(st)
 		return
