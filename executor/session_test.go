@@ -38,6 +38,10 @@ type backend struct {
 	id      int    // the shard, in the rows it returns
 	copying bool   // in COPY FROM STDIN
 	copied  []byte
+	// cursorRows are the rows a cursor declared FOR SELECT cursor rows
+	// has left to fetch, failRow the 1-based row its FETCH fails at (0:
+	// none), fetched the rows fetched so far.
+	cursorRows, failRow, fetched int
 }
 
 func (b *backend) Read(p []byte) (int, error) {
@@ -95,6 +99,32 @@ func (b *backend) query(q string) {
 		if b.status == 'T' {
 			b.status = 'E'
 		}
+	case strings.HasPrefix(up, "DECLARE "):
+		// DECLARE name NO SCROLL CURSOR FOR SELECT cursor rows; FETCH FORWARD 0
+		b.out.Write(wire.AppendCommandComplete(nil, "DECLARE CURSOR"))
+		b.out.Write(wire.AppendRowDescription(nil, []wire.Field{{Name: "v", OID: wire.OIDText, Size: -1}}))
+		b.out.Write(wire.AppendCommandComplete(nil, "FETCH 0"))
+		b.out.Write(wire.AppendReadyForQuery(nil, b.status))
+		return
+	case strings.HasPrefix(up, "FETCH FORWARD "):
+		var n int
+		fmt.Sscanf(q, "FETCH FORWARD %d", &n)
+		b.out.Write(wire.AppendRowDescription(nil, []wire.Field{{Name: "v", OID: wire.OIDText, Size: -1}}))
+		k := 0
+		for ; k < n && b.cursorRows > 0; k++ {
+			b.fetched++
+			b.cursorRows--
+			if b.fetched == b.failRow {
+				b.out.Write(wire.AppendError(nil, wire.Errorf("22012", "division by zero")))
+				b.status = 'E'
+				b.out.Write(wire.AppendReadyForQuery(nil, b.status))
+				return
+			}
+			b.out.Write(wire.AppendDataRow(nil, [][]byte{[]byte(fmt.Sprintf("s%d-%d", b.id, b.fetched))}))
+		}
+		b.out.Write(wire.AppendCommandComplete(nil, fmt.Sprintf("FETCH %d", k)))
+		b.out.Write(wire.AppendReadyForQuery(nil, b.status))
+		return
 	case strings.HasPrefix(up, "BEGIN"):
 		b.status = 'T'
 	case strings.HasPrefix(q, "SELECT pg_current_xact_id(); "):
@@ -447,6 +477,88 @@ func TestSessionCopyIn(t *testing.T) {
 		var ce *ClientError
 		if !errors.As(err, &ce) {
 			t.Fatalf("CopyIn: %v, want a *ClientError", err)
+		}
+	})
+}
+
+// wantOne is a sink that takes rows one at a time (RowsWanted) and asks
+// the shards' cursor to stop after stopAfter rows (0: never).
+type wantOne struct {
+	bytes.Buffer
+	cur       *ShardCursor
+	stopAfter int
+}
+
+func (w *wantOne) RowsWanted() int64 { return 1 }
+
+func (w *wantOne) Write(b []byte) (int, error) {
+	n, _ := w.Buffer.Write(b)
+	if types, _ := messages(w.Bytes()); w.stopAfter > 0 && strings.Count(types, "D") >= w.stopAfter {
+		w.cur.Stop = true
+	}
+	return n, nil
+}
+
+// TestSessionExecuteShardCursor: a read run as the shards' cursors
+// fetches in batches of 1, 2, 4, … until a batch comes back short, and
+// its tag counts every row; Stop closes each shard's cursor at the end of
+// the batch under way; a row that fails fails the read at its batch.
+func TestSessionExecuteShardCursor(t *testing.T) {
+	plan := &Plan{Kind: RouteRead, Shards: []int{0, 1}, SQL: "SELECT cursor rows"}
+	t.Run("to the end", func(t *testing.T) {
+		s, b := testSession(t, 2)
+		b[0].cursorRows, b[1].cursorRows = 5, 3
+		cur := s.NewCursor()
+		var sink bytes.Buffer
+		tag, err := s.Execute(&Answer{Plan: plan, Sink: &sink, Cursor: cur}, false)
+		if err != nil || tag != "SELECT 8" {
+			t.Fatalf("Execute: %q %v, want SELECT 8", tag, err)
+		}
+		if types, _ := messages(sink.Bytes()); types != "TDDDDDDDD" {
+			t.Fatalf("the client got %q", types)
+		}
+		name := `"` + cur.Name + `"`
+		want0 := []string{"DECLARE " + name + " NO SCROLL CURSOR FOR SELECT cursor rows\n; FETCH FORWARD 0 FROM " + name,
+			"FETCH FORWARD 1 FROM " + name, "FETCH FORWARD 2 FROM " + name, "FETCH FORWARD 4 FROM " + name}
+		if got := b[0].sent(); strings.Join(got, "|") != strings.Join(want0, "|") {
+			t.Fatalf("shard 0 got %q, want %q", got, want0)
+		}
+		// 3 rows: batches 1 and 2 come back full, so a third one asks.
+		if got := b[1].sent(); len(got) != 4 || got[3] != "FETCH FORWARD 4 FROM "+name {
+			t.Fatalf("shard 1 got %q", got)
+		}
+		if next := s.NewCursor(); next.Name == cur.Name {
+			t.Fatalf("two cursors named %q", next.Name)
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		s, b := testSession(t, 2)
+		b[0].cursorRows, b[1].cursorRows = 100, 100
+		cur := s.NewCursor()
+		sink := &wantOne{cur: cur, stopAfter: 2}
+		if _, err := s.Execute(&Answer{Plan: plan, Sink: sink, Cursor: cur}, false); err != nil {
+			t.Fatal(err)
+		}
+		if b[0].fetched != 3 || b[1].fetched != 0 {
+			t.Fatalf("fetched %d and %d rows, want 3 (batches 1 and 2) and 0", b[0].fetched, b[1].fetched)
+		}
+		for i, bk := range b {
+			got := bk.sent()
+			if last := got[len(got)-1]; last != `CLOSE "`+cur.Name+`"` {
+				t.Fatalf("shard %d: last query %q, want its cursor closed", i, last)
+			}
+		}
+	})
+	t.Run("a failing row", func(t *testing.T) {
+		s, b := testSession(t, 2)
+		b[0].cursorRows, b[1].cursorRows = 10, 10
+		b[1].failRow = 6
+		_, err := s.Execute(&Answer{Plan: plan, Sink: io.Discard, Cursor: s.NewCursor()}, false)
+		if e, ok := wire.AsError(err); !ok || e.Code != "22012" {
+			t.Fatalf("Execute: %v, want the shard's 22012", err)
+		}
+		if b[1].fetched != 6 {
+			t.Fatalf("shard 1 fetched %d rows, want 6 (batches 1, 2 and the failing 4)", b[1].fetched)
 		}
 	})
 }
