@@ -145,9 +145,7 @@ func (r *ShardRows) Header() {
 	case 'I':
 		r.empty = true
 	case 'E':
-		r.serr = wire.ParseError(body)
-		r.srv.NoteError(r.serr)
-		if r.serr.Fatal() {
+		if r.fail(body).Fatal() {
 			r.srv.Broken = true
 		}
 	case 'Z':
@@ -155,6 +153,14 @@ func (r *ShardRows) Header() {
 	default:
 		r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
 	}
+}
+
+// fail records the shard's ErrorResponse body as the reader's error (and
+// the server's, see pool.Server.NoteError) and returns it.
+func (r *ShardRows) fail(body []byte) *wire.Error {
+	r.serr = wire.ParseError(body)
+	r.srv.NoteError(r.serr)
+	return r.serr
 }
 
 // ready records the status of the shard's ReadyForQuery; a malformed one
@@ -193,8 +199,7 @@ func (r *ShardRows) Next() ([]byte, error) {
 	case 'C':
 		r.tag = string(trimNul(body))
 	case 'E':
-		r.serr = wire.ParseError(body)
-		r.srv.NoteError(r.serr)
+		r.fail(body)
 		r.inRows = false
 		return nil, r.serr
 	default:
@@ -245,9 +250,7 @@ func (r *ShardRows) nextBatch(body []byte) (more bool, err error) {
 	case typ == 'T':
 		return true, nil
 	case typ == 'E':
-		r.serr = wire.ParseError(body)
-		r.srv.NoteError(r.serr)
-		return false, r.serr
+		return false, r.fail(body)
 	}
 	r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
 	return false, r.serr
@@ -270,9 +273,7 @@ func (r *ShardRows) toReady() error {
 			r.status = 0
 			return nil
 		case 'E':
-			r.serr = wire.ParseError(body)
-			r.srv.NoteError(r.serr)
-			return r.serr
+			return r.fail(body)
 		}
 	}
 }
@@ -296,8 +297,7 @@ func (r *ShardRows) Finish() {
 		switch typ {
 		case 'E':
 			if r.serr == nil {
-				r.serr = wire.ParseError(body)
-				r.srv.NoteError(r.serr)
+				r.fail(body)
 			}
 		case 'C':
 			if r.tag == "" {

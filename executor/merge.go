@@ -399,7 +399,7 @@ func (m *Merger) send(cols [][]byte) error {
 	}
 	m.buf = appendDataRow(m.buf, cols, m.visible)
 	m.held++
-	if len(m.buf) > 32<<10 || m.wants != nil && m.held >= m.wants.RowsWanted() && m.wants.RowsWanted() > 0 {
+	if len(m.buf) > 32<<10 || m.enough() {
 		if _, err := m.out.Write(m.buf); err != nil {
 			return err
 		}
@@ -407,6 +407,16 @@ func (m *Merger) send(cols [][]byte) error {
 		m.held = 0
 	}
 	return nil
+}
+
+// enough reports whether the rows held are all that a sink taking rows a
+// few at a time (RowsWanted) still wants.
+func (m *Merger) enough() bool {
+	if m.wants == nil {
+		return false
+	}
+	w := m.wants.RowsWanted()
+	return w > 0 && m.held >= w
 }
 
 // next passes one row of the ordered merge on: it drops a row equal to
