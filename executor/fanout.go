@@ -58,6 +58,15 @@ type ShardRows struct {
 	finishing bool
 	batch     int
 	rows      int64
+
+	// parked: Park read the rest of the batch under way (held, then the
+	// tag of its FETCH in heldTag or its error in heldErr) and the
+	// ReadyForQuery after it, so that the server is free for other
+	// statements until the merge wants a row beyond the held ones.
+	parked  bool
+	held    [][]byte
+	heldTag []byte
+	heldErr *wire.Error
 }
 
 // NewShardRows returns a reader of srv's answer; messages for the client
@@ -179,9 +188,12 @@ func (r *ShardRows) Next() ([]byte, error) {
 	if !r.inRows {
 		return nil, nil
 	}
+	if r.parked {
+		return r.unpark()
+	}
 	typ, body, ok := r.next()
 	for ok && typ == 'C' && r.cursor != nil {
-		more, err := r.nextBatch(body)
+		more, err := r.nextBatch(body, false)
 		if err != nil || !more {
 			r.inRows = false
 			return nil, err
@@ -195,6 +207,11 @@ func (r *ShardRows) Next() ([]byte, error) {
 	switch typ {
 	case 'D':
 		r.rows++
+		if r.cursor != nil {
+			// The merge holds this row while the reader may be parked,
+			// which reads on into the server's buffer.
+			return bytes.Clone(body), nil
+		}
 		return body, nil
 	case 'C':
 		r.tag = string(trimNul(body))
@@ -214,7 +231,8 @@ func (r *ShardRows) Next() ([]byte, error) {
 // (its FETCH sent and its RowDescription read). A batch with fewer rows
 // than it asked for was the last; Stop closes the cursor instead of
 // fetching on. The tag is then the one a plain read would have had.
-func (r *ShardRows) nextBatch(body []byte) (more bool, err error) {
+// atReady: Park has read the batch's ReadyForQuery already.
+func (r *ShardRows) nextBatch(body []byte, atReady bool) (more bool, err error) {
 	tag := string(trimNul(body))
 	n, perr := strconv.Atoi(strings.TrimPrefix(tag, "FETCH "))
 	if perr != nil {
@@ -225,7 +243,9 @@ func (r *ShardRows) nextBatch(body []byte) (more bool, err error) {
 	if n < r.batch {
 		return false, nil // the shard has no more rows
 	}
-	if err := r.toReady(); err != nil {
+	if atReady {
+		r.status = 0 // what Finish waits for is the next statement's
+	} else if err := r.toReady(); err != nil {
 		return false, err
 	}
 	name := wire.QuoteIdent(r.cursor.Name)
@@ -254,6 +274,80 @@ func (r *ShardRows) nextBatch(body []byte) (more bool, err error) {
 	}
 	r.serr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q from server", typ)
 	return false, r.serr
+}
+
+// Park frees the server of a shard cursor's reader while the merge is
+// paused: it reads the rest of the batch under way into memory, with the
+// tag or the error that ends it, and the ReadyForQuery after it. The
+// shard's cursor stays open in its transaction; Next hands out the held
+// rows, then the held end, and fetches the next batch as before. A reader
+// whose rows ended is read to its ReadyForQuery, as Finish does. At most
+// one batch is held per shard (maxCursorBatch rows), which the shard had
+// computed or was computing anyway. An error is the server's failure.
+func (r *ShardRows) Park() error {
+	if r.cursor == nil || r.parked || r.ioErr != nil || r.status != 0 {
+		return r.ioErr
+	}
+	if !r.inRows {
+		r.Finish()
+		return r.ioErr
+	}
+	for r.heldTag == nil && r.heldErr == nil {
+		typ, body, ok := r.next()
+		if !ok {
+			return r.ioErr
+		}
+		switch typ {
+		case 'D':
+			r.held = append(r.held, bytes.Clone(body))
+			r.rows++
+		case 'C':
+			r.heldTag = bytes.Clone(body)
+		case 'E':
+			r.heldErr = wire.ParseError(body)
+			r.srv.NoteError(r.heldErr)
+		default:
+			r.heldErr = wire.Errorf(wire.ProtocolViolation, "unexpected message %q in rows from server", typ)
+		}
+	}
+	for {
+		typ, body, ok := r.next()
+		if !ok {
+			return r.ioErr
+		}
+		if typ == 'Z' {
+			r.ready(body)
+			r.parked = r.ioErr == nil
+			return r.ioErr
+		}
+	}
+}
+
+// unpark is Next of a parked reader: a held row, else the held end of the
+// batch, after which the next batch is fetched (or the cursor closed).
+func (r *ShardRows) unpark() ([]byte, error) {
+	if len(r.held) > 0 {
+		row := r.held[0]
+		r.held[0] = nil
+		r.held = r.held[1:]
+		return row, nil
+	}
+	r.parked = false
+	r.held = nil
+	if e := r.heldErr; e != nil {
+		r.heldErr = nil
+		r.serr = e
+		r.inRows = false
+		return nil, e
+	}
+	tag := r.heldTag
+	r.heldTag = nil
+	more, err := r.nextBatch(tag, true)
+	if err != nil || !more {
+		r.inRows = false
+		return nil, err
+	}
+	return r.Next()
 }
 
 // toReady reads to the ReadyForQuery that ends a batch of a shard cursor,
@@ -395,6 +489,23 @@ type ShardCursor struct {
 	// under way they close the shards' cursor and end the rows, which the
 	// merge then drains in a few rows rather than to the end.
 	Stop bool
+
+	readers []*ShardRows // one per shard, set by Execute
+}
+
+// Park frees the shards' servers between two reads of the cursor's merge
+// (ShardRows.Park), so that other statements of the transaction can run
+// on them while the cursor waits for its next FETCH. An error is a
+// server's failure: the server is broken and the merge fails when it
+// reads that shard again.
+func (c *ShardCursor) Park() error {
+	var first error
+	for _, r := range c.readers {
+		if err := r.Park(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Batches of a shard cursor: the first FETCH asks for firstCursorBatch
@@ -576,6 +687,9 @@ func (s *Session) Execute(a *Answer, implicit bool) (string, error) {
 		r.ShareNotices(notices)
 		r.cursor = a.Cursor
 		readers[k] = r
+		if a.Cursor != nil {
+			a.Cursor.readers = readers
+		}
 		for n := 0; n < prefixed[k] && r.ioErr == nil; n++ {
 			_, serr, err := ReadToReady(srv)
 			if err != nil {

@@ -102,6 +102,11 @@ type shardedState struct {
 	// cursors are the client's cursors over several shards, which the
 	// proxy holds (sharded_cursor.go).
 	cursors map[string]*proxyCursor
+	// savepoints are the open transaction's savepoints, oldest first, each
+	// with the number spSeq gave it, so that a ROLLBACK TO ends the
+	// cursors declared after its savepoint (cursor.spSeq).
+	savepoints []savepointMark
+	spSeq      int
 	// relisten are the LISTEN channels a resharding cutover took from
 	// the session's old servers, to LISTEN on the new shard relistenShard
 	// before the session's next transaction (listenAgain).

@@ -34,8 +34,13 @@ import (
 // when declared with neither SCROLL nor NO SCROLL (a backward move past
 // them answers PostgreSQL's 55000 for a plan that cannot scan backward),
 // none when NO SCROLL. A statement that needs the shards' servers while
-// the merge is paused settles it first: the rest of its rows are kept
-// (up to maxChunkedResult) for the cursor's next FETCHes. The cursor
+// the merge is paused parks it first when the shards run the query as
+// cursors of their transaction (below): the batch each shard is sending
+// is read into memory (executor.ShardCursor.Park), the merge stays paused
+// and goes on at the cursor's next FETCH, which parks the client's other
+// paused merge, if any (fillCursor). A merge over plain reads (WITH HOLD
+// outside a transaction block) is settled instead: the rest of its rows
+// are kept (up to maxChunkedResult) for the cursor's next FETCHes. The cursor
 // lives with the client, not on a server, so a WITH HOLD cursor pins
 // nothing (its rows are read to the end at the COMMIT, as PostgreSQL
 // computes them then); a cursor without HOLD ends with its transaction,
@@ -53,8 +58,11 @@ import (
 // merge reads one row ahead on each shard, so an error can come one FETCH
 // early; a cursor that neither SCROLL nor NO SCROLL
 // declared scans backward over its window only (PostgreSQL decides by the
-// plan); ROLLBACK TO SAVEPOINT does not close the cursors declared after
-// the savepoint; and pg_cursors does not list them. Every statement of
+// plan); a statement between FETCHes that fails on a shard because of a
+// row of the batch under way (which the shard computes anyway) answers
+// 25P02 where PostgreSQL, which has not reached that row, runs it; and
+// pg_cursors does not list them. A ROLLBACK TO ends the cursors declared
+// after its savepoint (savepointDone), as PostgreSQL does. Every statement of
 // such a cursor may come through either protocol; in the extended one the
 // proxy executes them itself (routePlan.cursorOp).
 
@@ -91,6 +99,15 @@ type proxyCursor struct {
 	// are in a transaction (executor.ShardCursor); nil when they run it
 	// as a plain read (WITH HOLD outside a transaction block).
 	shard *executor.ShardCursor
+	// spSeq is the client's savepoint count when the cursor was declared:
+	// a ROLLBACK TO a savepoint numbered spSeq or less ends it.
+	spSeq int
+}
+
+// savepointMark is an open savepoint of a sharded client's transaction.
+type savepointMark struct {
+	name string
+	seq  int
 }
 
 // total is the number of rows read from the merge so far (all of them once
@@ -258,7 +275,7 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 	}
 	c.routeCounts().count(len(p.Shards), c.xs.Len())
 	cur := &proxyCursor{name: d.Portalname, scroll: d.Options&cursorNoScroll == 0, keepAll: d.Options&cursorScroll != 0,
-		hold: d.Options&cursorHold != 0, inTx: c.xs.InTx()}
+		hold: d.Options&cursorHold != 0, inTx: c.xs.InTx(), spSeq: c.spSeq}
 	c.startCursorStream(cur, p)
 	c.ranOn(p.Shards)
 	if !explicit {
@@ -350,8 +367,16 @@ func (st *portalStream) cursorWrite(msgs []byte) (int, error) {
 }
 
 // fillCursor runs cur's merge until the cursor has need rows (and its
-// RowDescription), or the merge ends.
+// RowDescription), or the merge ends. A merge that was parked becomes the
+// client's stream again, parking the one that was (only one stream reads
+// the shards' servers at a time).
 func (c *client) fillCursor(cur *proxyCursor, need int) {
+	if cur.src != nil && cur.desc != nil && c.stream != cur.src && cur.total() < need {
+		if c.stream != nil {
+			c.settleStream(streamKeep)
+		}
+		c.stream = cur.src
+	}
 	for cur.src != nil && (cur.desc == nil || cur.total() < need) {
 		st := cur.src
 		st.want = need
@@ -656,9 +681,102 @@ func (cur *proxyCursor) endsWith(sql string) bool {
 // producing its rows.
 func (c *client) closeCursor(name string) {
 	if cur := c.cursors[name]; cur != nil && cur.src != nil {
-		c.settleStream(streamDrop)
+		if cur.src == c.stream {
+			c.settleStream(streamDrop)
+		} else {
+			c.stopParked(cur)
+		}
 	}
 	delete(c.cursors, name)
+}
+
+// parkCursorStream frees the shards' servers of a cursor's paused merge
+// for the client's next statement: each shard's batch under way is read
+// into memory (executor.ShardCursor.Park) and the merge stays paused, to
+// go on at the cursor's next FETCH (fillCursor). A server that fails is
+// broken: the statement that needs it fails, and so does the merge when
+// it reads that shard again.
+func (c *client) parkCursorStream(st *portalStream) {
+	c.stream = nil
+	if err := st.cur.shard.Park(); err != nil {
+		c.log.Debug("parking a cursor's merge failed", "cursor", st.cur.name, "err", err)
+	}
+}
+
+// stopParked ends the parked merge of cursor cur without reading its
+// shards: their cursors end with the transaction, or ended already (a
+// ROLLBACK TO, a server lost).
+func (c *client) stopParked(cur *proxyCursor) {
+	st := cur.src
+	st.mode = streamDrop
+	st.stop()
+	cur.src = nil
+}
+
+// endCursorMerges settles the merges still producing cursors' rows before
+// the transaction ends (committed: a COMMIT that commits): a WITH HOLD
+// cursor is computed whole, as PostgreSQL computes it at COMMIT; every
+// other merge is stopped, its rows dropped.
+func (c *client) endCursorMerges(committed bool) {
+	if st := c.stream; st != nil && st.cur != nil {
+		mode := streamDrop
+		if committed && st.cur.hold {
+			mode = streamKeep
+		}
+		c.settleCursorStream(st, mode)
+	}
+	for _, cur := range c.cursors {
+		if cur.src == nil {
+			continue
+		}
+		if committed && cur.hold {
+			c.stream = cur.src
+			c.settleCursorStream(cur.src, streamKeep)
+			continue
+		}
+		c.stopParked(cur)
+	}
+	c.savepoints = c.savepoints[:0]
+}
+
+// savepointDone follows a SAVEPOINT, RELEASE or ROLLBACK TO name that
+// succeeded on the shards: a ROLLBACK TO ends the cursors declared after
+// the savepoint, as PostgreSQL drops the portals of the subtransactions
+// it rolls back (their shards' cursors are gone with them).
+func (c *client) savepointDone(kind executor.SavepointKind, name string) {
+	if kind == executor.SavepointSet {
+		c.spSeq++
+		c.savepoints = append(c.savepoints, savepointMark{name: name, seq: c.spSeq})
+		return
+	}
+	at := -1
+	for k := len(c.savepoints) - 1; k >= 0; k-- {
+		if c.savepoints[k].name == name {
+			at = k
+			break
+		}
+	}
+	if at < 0 {
+		return
+	}
+	if kind == executor.SavepointRelease {
+		c.savepoints = c.savepoints[:at]
+		return
+	}
+	c.savepoints = c.savepoints[:at+1]
+	seq := c.savepoints[at].seq
+	for name, cur := range c.cursors {
+		if cur.spSeq < seq {
+			continue
+		}
+		if cur.src != nil {
+			if cur.src == c.stream {
+				c.stream = nil
+			}
+			c.stopParked(cur)
+		}
+		delete(c.cursors, name)
+	}
 }
 
 // movesBack reports whether PostgreSQL's DoPortalRunFetch moves a portal

@@ -113,6 +113,7 @@ func (c *client) finishTx(commit bool) (string, error) {
 	// The transaction's portals end with it, as PostgreSQL's do.
 	clear(c.sportals)
 	cursorsKept := commit && !c.xs.Failed()
+	c.endCursorMerges(cursorsKept)
 	tag, committed, err := c.xs.End(commit)
 	c.endSession(err == nil && tag == "COMMIT", committed)
 	// The proxy's cursors end with the transaction, implicit ones too.
@@ -135,6 +136,9 @@ func (c *client) runSavepoint(p *routePlan) (tag string, serr *wire.Error, ioErr
 	tag, restore, serr, ioErr := c.xs.Savepoint(kind, p.savepoint, p.SQL, len(c.sess.pending))
 	if restore >= 0 {
 		c.sess.pending = c.sess.pending[:restore]
+	}
+	if serr == nil && ioErr == nil {
+		c.savepointDone(kind, p.savepoint)
 	}
 	return tag, serr, ioErr
 }

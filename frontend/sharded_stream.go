@@ -26,7 +26,8 @@ import (
 //
 // A paused stream holds its shards' servers mid-answer. Before anything
 // else the client sends is served (sharded_ext.go calls streamNext for each
-// message), the stream settles: the rest of its rows are kept for the
+// message), the stream settles — a cursor's merge over the shards' own
+// cursors is parked instead (sharded_cursor.go) —: the rest of its rows are kept for the
 // portal's later Executes, as the proxy did before it streamed
 // (bufferedRows, up to maxChunkedResult), or dropped when the portal ends
 // — at a Sync outside a transaction block, or when the portal is closed
@@ -194,13 +195,11 @@ func (c *client) settleStream(mode streamMode) {
 		return
 	}
 	if st.cur != nil {
-		c.stream = nil
-		st.mode = mode
-		if mode == streamDrop && st.cur.shard != nil {
-			st.cur.shard.Stop = true // the shards' cursors fetch no more
+		if mode == streamKeep && st.cur.shard != nil {
+			c.parkCursorStream(st)
+			return
 		}
-		st.next() // only a live stream pauses: this runs it to its end
-		c.endCursorStream(st)
+		c.settleCursorStream(st, mode)
 		return
 	}
 	c.stream, st.p.stream = nil, nil
@@ -222,6 +221,19 @@ func (c *client) settleStream(mode streamMode) {
 	st.p.chunks = kept
 }
 
+// settleCursorStream runs the paused merge of a cursor to its end,
+// keeping its rows in the cursor (streamKeep) or dropping them
+// (streamDrop: the shards' cursors close at the end of their batch).
+func (c *client) settleCursorStream(st *portalStream, mode streamMode) {
+	c.stream = nil
+	st.mode = mode
+	if mode == streamDrop && st.cur.shard != nil {
+		st.cur.shard.Stop = true // the shards' cursors fetch no more
+	}
+	st.next() // only a live stream pauses: this runs it to its end
+	c.endCursorStream(st)
+}
+
 // dropStream ends a paused stream of a client that is leaving: its servers
 // are closed rather than read to the end of a result nobody wants.
 func (c *client) dropStream() {
@@ -241,6 +253,16 @@ func (c *client) dropStream() {
 	}
 	st.mode = streamDrop
 	st.stop()
+}
+
+// dropParked stops the parked merges of a client that is leaving (their
+// servers are idle in the transaction that the client's end rolls back).
+func (c *client) dropParked() {
+	for _, cur := range c.cursors {
+		if cur.src != nil {
+			c.stopParked(cur)
+		}
+	}
 }
 
 // usesShard reports whether a paused stream reads shard i.

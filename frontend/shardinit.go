@@ -32,6 +32,7 @@ func (c *client) initShards(st *State) error {
 // abandonShards cleans up after a client of a sharded database left.
 func (c *client) abandonShards() {
 	c.dropStream()
+	c.dropParked()
 	if c.server != nil && (len(c.q) > 0) {
 		c.clientErr = errClientGone
 		c.rollback()
