@@ -124,6 +124,8 @@ type Spec struct {
 	// column says, and sends it as often as the operation keeps it
 	// (setop.go).
 	SetOp SetOpKind
+	// SetSteps is the set operation's tree in postfix order (setop.go).
+	SetSteps []SetStep
 	// WithTies, for FETCH FIRST n ROWS WITH TIES, sends after the Limit
 	// rows every further row equal to the last of them by the first
 	// WithTies keys of OrderBy (0: no ties).

@@ -191,8 +191,12 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 		spec.Windows = append(spec.Windows, win)
 	}
 	spec.WindowOrder = m.WindowOrder
-	spec.SetOp = map[router.SetOp]SetOpKind{router.SetIntersect: SetIntersect, router.SetIntersectAll: SetIntersectAll,
-		router.SetExcept: SetExcept, router.SetExceptAll: SetExceptAll}[m.SetOp]
+	setOps := map[router.SetOp]SetOpKind{router.SetIntersect: SetIntersect, router.SetIntersectAll: SetIntersectAll,
+		router.SetExcept: SetExcept, router.SetExceptAll: SetExceptAll, router.SetUnion: SetUnion, router.SetUnionAll: SetUnionAll}
+	spec.SetOp = setOps[m.SetOp]
+	for _, s := range m.SetSteps {
+		spec.SetSteps = append(spec.SetSteps, SetStep{Op: setOps[s.Op], Leaf: s.Leaf})
+	}
 	spec.Count, spec.Exists = m.CountName != "", m.Exists
 	for _, d := range m.DistinctOn {
 		col, err := idx(d)

@@ -103,6 +103,30 @@ var crossShardScripts = []diffScript{
 		"SELECT id::numeric / 2 AS h FROM accounts EXCEPT SELECT id::numeric FROM accounts ORDER BY 1 DESC LIMIT 3",
 		"SELECT id % 3 AS k FROM accounts WHERE id < 0 INTERSECT SELECT id FROM accounts ORDER BY 1",
 	}},
+	// Set operations of more than two queries, and a UNION under a UNION
+	// ALL: the shards send every query's rows, numbered, and the proxy
+	// computes the client's tree of operations from each run's counts.
+	{name: "set operations of several queries", stmts: []string{
+		"SELECT id % 3 FROM accounts INTERSECT SELECT id % 4 FROM accounts EXCEPT SELECT id % 2 FROM accounts ORDER BY 1",
+		"SELECT id % 5 FROM accounts EXCEPT ALL SELECT id % 3 FROM accounts WHERE id > 4 INTERSECT ALL SELECT id % 2 FROM accounts ORDER BY 1",
+		"SELECT id % 3 FROM accounts UNION ALL SELECT id % 2 FROM accounts INTERSECT ALL SELECT id % 4 FROM accounts ORDER BY 1",
+		"(SELECT id % 3 AS k FROM accounts UNION SELECT id % 5 FROM accounts) EXCEPT ALL (SELECT id % 2 FROM accounts UNION ALL SELECT id % 2 FROM accounts) ORDER BY k",
+		"SELECT id % 3 FROM accounts UNION ALL (SELECT id % 2 FROM accounts UNION SELECT id % 4 FROM accounts) ORDER BY 1",
+		"SELECT id FROM accounts UNION SELECT id FROM accounts UNION ALL SELECT id FROM accounts WHERE id < 3 ORDER BY 1",
+		"SELECT id % 2 AS p, length(email) AS l FROM accounts INTERSECT SELECT id % 3, length(email) FROM accounts EXCEPT SELECT 0, 2 FROM accounts ORDER BY l, p LIMIT 2",
+		"SELECT NULLIF(id % 3, 0) AS n FROM accounts INTERSECT ALL SELECT NULLIF(id % 2, 1) FROM accounts UNION ALL SELECT NULL::int FROM accounts WHERE id = 1 ORDER BY 1 NULLS FIRST",
+		"SELECT id % 3 FROM accounts INTERSECT SELECT (id % 4)::numeric FROM accounts EXCEPT SELECT 1.0 FROM accounts WHERE id = 1 ORDER BY 1",
+		"SELECT email FROM accounts EXCEPT SELECT email FROM accounts WHERE id = 2 EXCEPT SELECT email FROM accounts WHERE id > 6 INTERSECT SELECT email FROM accounts ORDER BY 1 DESC",
+		"SELECT id % 4 AS k FROM accounts INTERSECT ALL SELECT id % 4 FROM accounts INTERSECT ALL SELECT id % 2 FROM accounts ORDER BY 1 FETCH FIRST 1 ROW WITH TIES",
+		"SELECT id % 3 FROM accounts WHERE id < 0 EXCEPT SELECT id FROM accounts INTERSECT SELECT id FROM accounts ORDER BY 1",
+		"SELECT id % 3 FROM accounts INTERSECT SELECT id % 2 FROM accounts UNION SELECT g FROM generate_series(5, 6) g ORDER BY 1",
+		"SELECT id % 3 FROM accounts INTERSECT SELECT id % 2 FROM accounts UNION SELECT '7' FROM accounts ORDER BY 1",
+	}},
+	{name: "a set operation with ALL over a query that reads no sharded table", refusedOnTwo: map[int]string{
+		0: `ERROR 0A000 "a query of a set operation with ALL that reads no sharded table would count its rows once per shard" detail "" hint "Constrain the sharding key to one shard, or route the statement with /* shard: N */ or SET shardgate.shard."`,
+	}, stmts: []string{
+		"SELECT id % 3 FROM accounts INTERSECT SELECT id % 2 FROM accounts UNION ALL SELECT g FROM generate_series(5, 6) g",
+	}},
 	// A first query with *: the shards sort by the whole row. Without
 	// hash aggregation PostgreSQL sorts the rows by every column too, so
 	// that a statement without ORDER BY has one order to compare.

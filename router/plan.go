@@ -199,14 +199,19 @@ type Merge struct {
 	// the executor drops each row equal to the one before it, before
 	// OFFSET and LIMIT.
 	Dedup bool
-	// SetOp, when not 0, is a top-level INTERSECT or EXCEPT across shards
-	// (union.go: setOpMerge): each shard returns the rows of both queries,
-	// the query's number (1 or 2) in the last hidden column, sorted by
-	// OrderBy, which holds every output column (the client's ORDER BY keys
-	// first); the executor counts each run of equal rows per query and
-	// sends it as often as the operation keeps it, before OFFSET and
-	// LIMIT.
+	// SetOp, when not 0, is the top operation of a set operation with
+	// INTERSECT or EXCEPT in it, or a UNION under a UNION ALL, across
+	// shards (union.go: setOpMerge): each shard returns the rows of every
+	// query, the query's number (1, 2, …) in the last hidden column, sorted
+	// by OrderBy, which holds every output column (the client's ORDER BY
+	// keys first); the executor counts each run of equal rows per query,
+	// computes from those counts how often the whole operation keeps the
+	// row (SetSteps) and sends it that often, before OFFSET and LIMIT.
 	SetOp SetOp
+	// SetSteps is the set operation's tree in postfix order: a step with
+	// a Leaf pushes the count of that query (0-based), one without pops
+	// two counts and pushes what its operation makes of them.
+	SetSteps []SetStep
 	// OrderAll: a UNION, INTERSECT or EXCEPT whose first query's select
 	// list has *, which the router cannot count: the rows are sorted by
 	// every visible output column in order (the executor adds them to
@@ -282,7 +287,16 @@ const (
 	SetIntersectAll
 	SetExcept
 	SetExceptAll
+	SetUnion
+	SetUnionAll
 )
+
+// SetStep is one step of Merge.SetSteps: the count of query Leaf when Op
+// is 0, else operation Op over the two counts before it.
+type SetStep struct {
+	Op   SetOp
+	Leaf int
+}
 
 // Outer is a statement that computes, for one combined row (group) of a
 // grouped query, the values that only the combined aggregates determine:

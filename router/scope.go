@@ -249,22 +249,43 @@ func unionTree(sel *pg_query.SelectStmt, top, all bool) bool {
 	return true
 }
 
-// setOpPair reports whether sel is an INTERSECT or EXCEPT [ALL] of two
-// queries that are each a rowSource, with no locking, WITH, ORDER BY,
-// LIMIT or OFFSET of their own: the proxy computes it from each shard's
-// rows of both (union.go: setOpMerge).
-func setOpPair(sel *pg_query.SelectStmt) bool {
-	if sel == nil || sel.Op != pg_query.SetOperation_SETOP_INTERSECT && sel.Op != pg_query.SetOperation_SETOP_EXCEPT ||
-		len(sel.LockingClause) > 0 || sel.WithClause != nil {
+// setOpTree reports whether sel is a set operation — any tree of UNION,
+// INTERSECT and EXCEPT, with or without ALL — whose queries are each a
+// rowSource and whose queries and inner operations have no locking, WITH,
+// ORDER BY, LIMIT or OFFSET of their own: the proxy computes it from each
+// shard's rows of every query (union.go: setOpMerge). The pure UNION
+// trees that unionAll takes are merged as unions instead.
+func setOpTree(sel *pg_query.SelectStmt) bool {
+	if sel == nil || isLeafQuery(sel) || len(sel.LockingClause) > 0 || sel.WithClause != nil {
 		return false
 	}
-	for _, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
-		if side.Op != pg_query.SetOperation_SETOP_NONE && side.Op != pg_query.SetOperation_SET_OPERATION_UNDEFINED ||
-			!rowSource(side) || side.WithClause != nil || len(side.SortClause) > 0 || side.LimitCount != nil || side.LimitOffset != nil {
-			return false
-		}
+	return setOpBranch(sel.Larg) && setOpBranch(sel.Rarg)
+}
+
+// setOpBranch is setOpTree for a node under the top.
+func setOpBranch(side *pg_query.SelectStmt) bool {
+	if side.WithClause != nil || len(side.SortClause) > 0 || side.LimitCount != nil || side.LimitOffset != nil || len(side.LockingClause) > 0 {
+		return false
 	}
-	return true
+	if isLeafQuery(side) {
+		return rowSource(side)
+	}
+	return setOpBranch(side.Larg) && setOpBranch(side.Rarg)
+}
+
+// isLeafQuery reports whether sel is a query rather than a set operation.
+func isLeafQuery(sel *pg_query.SelectStmt) bool {
+	return sel.Op == pg_query.SetOperation_SETOP_NONE || sel.Op == pg_query.SetOperation_SET_OPERATION_UNDEFINED
+}
+
+// setOpCounts reports whether a set operation keeps its rows as often as
+// the queries return them anywhere in its tree (an ALL), so that a query
+// whose rows every shard repeats would be counted once per shard.
+func setOpCounts(sel *pg_query.SelectStmt) bool {
+	if isLeafQuery(sel) {
+		return false
+	}
+	return sel.All || setOpCounts(sel.Larg) || setOpCounts(sel.Rarg)
 }
 
 // unionLeaves appends the queries of a unionAll to out, in order.
@@ -402,7 +423,7 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 		rowSel = sel
 	}
 	a.with(sel.WithClause, rowSel)
-	if rows && nested == "" && (unionAll(sel, true) || setOpPair(sel)) {
+	if union := unionAll(sel, true); rows && nested == "" && (union || setOpTree(sel)) {
 		// Each query of it counts as the statement's own: each shard
 		// computes its rows of each, and the shards' answers together
 		// are the whole (branch keeps their tables apart in finishPart).
@@ -411,12 +432,16 @@ func (a *analyzer) query(sel *pg_query.SelectStmt, nested string) *scope {
 			a.rowScope, a.leaf = true, a.branches
 			// Under a UNION, a query's rows that every shard repeats
 			// are deduplicated like any others.
-			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil && sel.All {
+			counts := union && sel.All || !union && setOpCounts(sel)
+			if sc := a.query(leaf, ""); (sc == nil || !shardedRows(sc)) && a.unionErr == nil && counts {
 				what := map[pg_query.SetOperation]string{pg_query.SetOperation_SETOP_INTERSECT: "INTERSECT", pg_query.SetOperation_SETOP_EXCEPT: "EXCEPT"}[sel.Op]
-				if what == "" {
+				switch {
+				case union:
 					a.unionErr = unsupported(hintOneShard, "a query of UNION ALL that reads no sharded table would answer its rows once per shard")
-				} else {
+				case what != "" && sel.All && isLeafQuery(sel.Larg) && isLeafQuery(sel.Rarg):
 					a.unionErr = unsupported(hintOneShard, "a query of %s ALL that reads no sharded table would count its rows once per shard", what)
+				default:
+					a.unionErr = unsupported(hintOneShard, "a query of a set operation with ALL that reads no sharded table would count its rows once per shard")
 				}
 			}
 		}

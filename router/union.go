@@ -18,8 +18,8 @@ import (
 // the shards' streams are merged by: the client sees each query's rows
 // after the one before, as from one server.
 func unionMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
-	if sel.Op == pg_query.SetOperation_SETOP_INTERSECT || sel.Op == pg_query.SetOperation_SETOP_EXCEPT {
-		return setOpMerge(sel, version)
+	if !unionAll(sel, true) {
+		return setOpMerge(sel, version) // INTERSECT or EXCEPT in it, or a UNION under a UNION ALL
 	}
 	if !sel.All || len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil {
 		return sortedUnionMerge(sel, version)
@@ -224,68 +224,59 @@ func sortByPositions(keys []SortKey) []*pg_query.Node {
 	return items
 }
 
-// setOpMerge is the Merge of a top-level INTERSECT or EXCEPT [ALL] of two
-// queries that each filter per row over sharded tables (scope.go:
-// setOpPair). A row of one query may be on one shard and its equal of the
-// other query on another, so no shard can compute the operation: each
-// returns the rows of both queries, each with its query's number, sorted
-// by the client's ORDER BY keys, then every other output column, then the
-// number; the executor counts each run of equal rows per query and keeps
-// it once (INTERSECT: in both; EXCEPT: in the first only) or min(l, r) /
-// l - r times (ALL). Without ALL, the shards deduplicate their rows of
-// each query first:
+// setOpMerge is the Merge of a set operation (scope.go: setOpTree) with
+// INTERSECT or EXCEPT in it, or a UNION under a UNION ALL, over queries
+// that each filter per row over sharded tables. A row of one query may be
+// on one shard and its equal of another query on another, so no shard can
+// compute the operation: each returns the rows of every query, each with
+// its query's number, sorted by the client's ORDER BY keys, then every
+// other output column, then the number; the executor counts each run of
+// equal rows per query and computes from the counts how often the
+// operation keeps the row (Merge.SetSteps: INTERSECT keeps it once if
+// every side has it, EXCEPT once if the left side has it and the right
+// not, UNION once if either has it; with ALL min(l, r), l - r and l + r
+// times). When no operation of the tree has ALL, only whether a query has
+// a row counts, and the shards deduplicate their rows of each query first:
 //
 //	SELECT DISTINCT * FROM (SELECT a, b, 1 FROM t WHERE … UNION ALL
 //	  SELECT c, d, 2 FROM u WHERE …) __shardgate_s ORDER BY 1, 2, 3
 //
-// The UNION ALL gives the output columns the names, types and type
-// modifiers of the client's set operation (PostgreSQL resolves both
-// alike). LIMIT and OFFSET are the proxy's: the shards return every row.
+// The shards' tree has the client's shape with every operation made a
+// UNION ALL, which gives the output columns the names, types and type
+// modifiers of the client's operation (PostgreSQL resolves them node by
+// node, whatever the operation). LIMIT and OFFSET are the proxy's: the
+// shards return every row.
 func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
-	what := "INTERSECT"
-	m := &Merge{SetOp: SetIntersect}
-	if sel.Op == pg_query.SetOperation_SETOP_EXCEPT {
-		what, m.SetOp = "EXCEPT", SetExcept
-	}
-	if sel.All {
-		what += " ALL"
-		m.SetOp++ // SetIntersectAll, SetExceptAll
-	}
+	what := setOpName(sel)
+	m := &Merge{SetOp: setOpKind(sel)}
 	order, _, err := setOpOrder(sel, what, true)
 	if err != nil {
 		return nil, err
 	}
 	m.OrderBy, m.Limit, m.Offset, m.WithTies, m.OrderAll = order.OrderBy, order.Limit, order.Offset, order.WithTies, order.OrderAll
 	m.HiddenColumns = 1
-	var arms [2]*pg_query.SelectStmt
-	for i, side := range []*pg_query.SelectStmt{sel.Larg, sel.Rarg} {
-		arms[i] = proto.Clone(side).(*pg_query.SelectStmt)
-		arms[i].TargetList = append(arms[i].TargetList, pg_query.MakeResTargetNodeWithNameAndVal("__shardgate_q", pg_query.MakeAConstIntNode(int64(i+1), -1), -1))
-	}
-	out := &pg_query.SelectStmt{
-		TargetList: []*pg_query.Node{pg_query.MakeResTargetNodeWithVal(pg_query.MakeColumnRefNode([]*pg_query.Node{pg_query.MakeAStarNode()}, -1), -1)},
-		FromClause: []*pg_query.Node{{Node: &pg_query.Node_RangeSubselect{RangeSubselect: &pg_query.RangeSubselect{
-			Subquery: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: &pg_query.SelectStmt{
-				Op: pg_query.SetOperation_SETOP_UNION, All: true, Larg: arms[0], Rarg: arms[1],
-			}}},
-			Alias: &pg_query.Alias{Aliasname: "__shardgate_s"},
-		}}}},
-		Op: pg_query.SetOperation_SETOP_NONE,
-	}
+	width := len(unionLeaves(sel, nil)[0].TargetList) // the query number's column, 0-based
+	tree := proto.Clone(sel).(*pg_query.SelectStmt)
+	tree.SortClause, tree.LimitCount, tree.LimitOffset = nil, nil, nil
+	tree.LimitOption = pg_query.LimitOption_LIMIT_OPTION_DEFAULT
+	leaves := 0
+	m.SetSteps = setOpSteps(tree, &leaves, nil)
+	dedup := !setOpCounts(sel)
+	out := wrapped(tree, "__shardgate_s")
 	switch {
 	case m.OrderAll:
 		// By the whole row: every column in order, then the query's
 		// number; DISTINCT ON (the row), as DISTINCT needs its ORDER BY
 		// items in the select list.
 		out.SortClause = []*pg_query.Node{wholeRow("__shardgate_s")}
-		if !sel.All {
+		if dedup {
 			out.DistinctClause = []*pg_query.Node{wholeRow("__shardgate_s").GetSortBy().Node}
 		}
 	default:
-		if !sel.All {
+		if dedup {
 			out.DistinctClause = []*pg_query.Node{{}}
 		}
-		keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(len(sel.Larg.TargetList))})
+		keys := append(slices.Clone(m.OrderBy), SortKey{Column: Column(width)})
 		out.SortClause = sortByPositions(keys)
 	}
 	// The client's LIMIT and OFFSET parameters stay, typed as
@@ -308,4 +299,48 @@ func setOpMerge(sel *pg_query.SelectStmt, version int32) (*Merge, error) {
 	}
 	m.Rewritten = sql
 	return m, nil
+}
+
+// setOpSteps makes every operation of tree a UNION ALL and numbers its
+// queries (a last column __shardgate_q, from 1, in *leaves order), and
+// appends the tree's steps in postfix order to steps.
+func setOpSteps(tree *pg_query.SelectStmt, leaves *int, steps []SetStep) []SetStep {
+	if isLeafQuery(tree) {
+		*leaves++
+		tree.TargetList = append(tree.TargetList, pg_query.MakeResTargetNodeWithNameAndVal("__shardgate_q", pg_query.MakeAConstIntNode(int64(*leaves), -1), -1))
+		return append(steps, SetStep{Leaf: *leaves - 1})
+	}
+	steps = setOpSteps(tree.Larg, leaves, steps)
+	steps = setOpSteps(tree.Rarg, leaves, steps)
+	steps = append(steps, SetStep{Op: setOpKind(tree)})
+	tree.Op, tree.All = pg_query.SetOperation_SETOP_UNION, true
+	return steps
+}
+
+// setOpKind is the SetOp of the operation at the top of sel.
+func setOpKind(sel *pg_query.SelectStmt) SetOp {
+	k := SetUnion
+	switch sel.Op {
+	case pg_query.SetOperation_SETOP_INTERSECT:
+		k = SetIntersect
+	case pg_query.SetOperation_SETOP_EXCEPT:
+		k = SetExcept
+	}
+	if sel.All {
+		k++ // SetIntersectAll, SetExceptAll, SetUnionAll
+	}
+	return k
+}
+
+// setOpName names the operation at the top of sel, for messages.
+func setOpName(sel *pg_query.SelectStmt) string {
+	what := map[pg_query.SetOperation]string{pg_query.SetOperation_SETOP_INTERSECT: "INTERSECT",
+		pg_query.SetOperation_SETOP_EXCEPT: "EXCEPT"}[sel.Op]
+	if what == "" {
+		what = "UNION"
+	}
+	if sel.All {
+		what += " ALL"
+	}
+	return what
 }
