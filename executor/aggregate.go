@@ -18,6 +18,9 @@ type group struct {
 	arrays map[int]*arrayState // array_agg columns being built (collect.go)
 	// partials are the partial sums of folded columns (fold.go).
 	partials map[int][][]byte
+	// moments are the stddev and variance columns being combined
+	// (variance.go).
+	moments map[int]*momentState
 }
 
 // aggregate reads every row, combines partial aggregates per group, and
@@ -96,6 +99,9 @@ func (m *Merger) finish(order []*group) ([]*group, error) {
 	kept := order[:0]
 	for _, g := range order {
 		if err := m.finishAvg(g); err != nil {
+			return nil, err
+		}
+		if err := m.finishMoments(g); err != nil {
 			return nil, err
 		}
 		m.finishArrays(g)
@@ -250,6 +256,11 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 		switch a.Kind {
 		case AggAvg:
 			if err := m.addAvg(g.avg[a.Col], a, cols); err != nil {
+				return err
+			}
+			continue
+		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
+			if err := m.addMoments(g.moments[a.Col], a, cols); err != nil {
 				return err
 			}
 			continue

@@ -21,25 +21,30 @@ type SortKey struct {
 type AggKind uint8
 
 const (
-	AggCount     AggKind = iota + 1 // sum of counts
-	AggSum                          // sum of sums
-	AggMin                          // least
-	AggMax                          // greatest
-	AggBoolAnd                      // AND
-	AggBoolOr                       // OR
-	AggAvg                          // sum(SumCol) / sum(CountCol), in the column's own type
-	AggStringAgg                    // partial strings joined, each after its row's separator (SepCol)
-	AggArrayAgg                     // partial arrays concatenated along the first dimension
-	AggJSONAgg                      // partial json arrays concatenated (StructCol: x is an array or composite)
-	AggJSONBAgg                     // partial jsonb arrays concatenated
-	AggBitAnd                       // bitwise AND of integers or equal-length bit strings
-	AggBitOr                        // bitwise OR
-	AggBitXor                       // bitwise XOR
+	AggCount      AggKind = iota + 1 // sum of counts
+	AggSum                           // sum of sums
+	AggMin                           // least
+	AggMax                           // greatest
+	AggBoolAnd                       // AND
+	AggBoolOr                        // OR
+	AggAvg                           // sum(SumCol) / sum(CountCol), in the column's own type
+	AggStringAgg                     // partial strings joined, each after its row's separator (SepCol)
+	AggArrayAgg                      // partial arrays concatenated along the first dimension
+	AggJSONAgg                       // partial json arrays concatenated (StructCol: x is an array or composite)
+	AggJSONBAgg                      // partial jsonb arrays concatenated
+	AggBitAnd                        // bitwise AND of integers or equal-length bit strings
+	AggBitOr                         // bitwise OR
+	AggBitXor                        // bitwise XOR
+	AggStddevSamp                    // from the shards' moments of x (variance.go)
+	AggStddevPop
+	AggVarSamp
+	AggVarPop
 )
 
 func (k AggKind) String() string {
 	names := [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg",
-		"string_agg", "array_agg", "json_agg", "jsonb_agg", "bit_and", "bit_or", "bit_xor"}
+		"string_agg", "array_agg", "json_agg", "jsonb_agg", "bit_and", "bit_or", "bit_xor",
+		"stddev_samp", "stddev_pop", "var_samp", "var_pop"}
 	if int(k) >= len(names) {
 		return "AggKind(" + strconv.Itoa(int(k)) + ")"
 	}
@@ -62,6 +67,9 @@ type Agg struct {
 	// whether x is an array or a composite (json_agg writes "\n " before
 	// such elements after the first).
 	StructCol int
+	// Moments are, for the stddev and variance kinds, the hidden columns
+	// of the shards' moments of x (variance.go).
+	Moments Moments
 }
 
 // Spec says how rows from several shards become one result.

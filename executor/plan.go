@@ -283,6 +283,12 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 		agg.Kind = AggBitOr
 	case router.AggBitXor:
 		agg.Kind = AggBitXor
+	case router.AggStddevSamp, router.AggStddevPop, router.AggVarSamp, router.AggVarPop:
+		agg.Kind = map[router.AggFunc]AggKind{router.AggStddevSamp: AggStddevSamp, router.AggStddevPop: AggStddevPop,
+			router.AggVarSamp: AggVarSamp, router.AggVarPop: AggVarPop}[a.Func]
+		if agg.Moments, err = momentsOf(a.Moments, idx); err != nil {
+			return Agg{}, err
+		}
 	default:
 		return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
 	}

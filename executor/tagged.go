@@ -187,6 +187,8 @@ func (m *Merger) newTaggedGroup(cols [][]byte) (*group, error) {
 			g.cols[a.Col] = m.zeroCount(a.Col)
 		case AggAvg:
 			g.cols[a.CountCol] = nil
+		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
+			g.cols[a.Moments.Count] = nil
 		}
 	}
 	if err := m.initGroup(g); err != nil {

@@ -18,6 +18,8 @@ var mergeable = map[string]AggFunc{
 	"bit_and": AggBitAnd, "bit_or": AggBitOr, "bit_xor": AggBitXor,
 	"string_agg": AggStringAgg, "array_agg": AggArrayAgg, "json_agg": AggJSONAgg, "json_agg_strict": AggJSONAgg,
 	"jsonb_agg": AggJSONBAgg, "jsonb_agg_strict": AggJSONBAgg,
+	"stddev": AggStddevSamp, "stddev_samp": AggStddevSamp, "stddev_pop": AggStddevPop,
+	"variance": AggVarSamp, "var_samp": AggVarSamp, "var_pop": AggVarPop,
 }
 
 // aggregates are PostgreSQL's other built-in aggregates: across shards they
@@ -29,7 +31,7 @@ func init() {
 		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
 		xmlagg range_agg range_intersect_agg any_value corr covar_pop covar_samp
 		regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
-		stddev stddev_pop stddev_samp variance var_pop var_samp mode percentile_cont percentile_disc
+		mode percentile_cont percentile_disc
 		rank dense_rank percent_rank cume_dist`) {
 		aggregates[name] = true
 	}
@@ -57,6 +59,8 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 		return 0, rejectf("%s() WITHIN GROUP", name)
 	case collects(f) && len(fc.Args) != collectArgs(f):
 		return 0, rejectf("%s() of %d arguments", name, len(fc.Args))
+	case isVariance(f):
+		return f, checkVariance(fc)
 	}
 	return f, nil
 }
@@ -136,6 +140,8 @@ func (b *mergeBuilder) aggregates() {
 			agg.Sep = b.column(a.sep)
 		case AggJSONAgg:
 			agg.Structured = b.column(a.structured)
+		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
+			agg.Moments = b.momentColumns(a.moments)
 		}
 		b.m.Aggregates = append(b.m.Aggregates, agg)
 	}

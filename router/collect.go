@@ -113,6 +113,8 @@ func (b *mergeBuilder) newAgg(fc *pg_query.FuncCall, at, count ref, f AggFunc, v
 			return a, err
 		}
 		a.structured = b.hide(n)
+	case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
+		a.moments = b.hideMoments(fc)
 	}
 	return a, nil
 }

@@ -35,6 +35,8 @@ type mergeAgg struct {
 	// sep is string_agg's separator column, structured json_agg's
 	// argument kind (collect.go).
 	sep, structured ref
+	// moments are the hidden columns of a stddev or variance (variance.go).
+	moments momentRefs
 }
 
 // mergeBuilder builds the Merge of one SELECT.

@@ -394,6 +394,16 @@ const (
 	AggBitAnd
 	AggBitOr
 	AggBitXor
+	// AggStddevSamp (stddev, stddev_samp), AggStddevPop, AggVarSamp
+	// (variance, var_samp) and AggVarPop are computed from the shards'
+	// moments of x (Aggregate.Moments, variance.go): exactly as
+	// numeric_stddev_internal does for integer and numeric x, by
+	// float8_combine and the float8 final functions for real and double
+	// precision x.
+	AggStddevSamp
+	AggStddevPop
+	AggVarSamp
+	AggVarPop
 )
 
 // String returns the SQL name of the aggregate.
@@ -427,6 +437,14 @@ func (f AggFunc) String() string {
 		return "bit_or"
 	case AggBitXor:
 		return "bit_xor"
+	case AggStddevSamp:
+		return "stddev_samp"
+	case AggStddevPop:
+		return "stddev_pop"
+	case AggVarSamp:
+		return "var_samp"
+	case AggVarPop:
+		return "var_pop"
 	}
 	return "AggFunc(" + strconv.Itoa(int(f)) + ")"
 }
@@ -449,6 +467,9 @@ type Aggregate struct {
 	// whether x is an array or a composite, which json_agg sets apart
 	// with a newline.
 	Structured Column
+	// Moments are, for the stddev and variance aggregates, the hidden
+	// columns of the shards' partial moments of x.
+	Moments Moments
 }
 
 // Cond is a HAVING condition: Column Op Value.

@@ -33,9 +33,15 @@ func (b *mergeBuilder) rewrite(version int32) (string, error) {
 			changed = true
 		}
 	}
+	avgs := map[int]bool{} // hidden avg aggregates, which shards sum
+	for _, a := range b.aggs {
+		if a.f == AggAvg && a.at.kind == 'h' {
+			avgs[a.at.i] = true
+		}
+	}
 	for i, h := range b.hidden {
 		val := proto.Clone(h).(*pg_query.Node)
-		if f := val.GetFuncCall(); f != nil && funcName(f) == "avg" {
+		if f := val.GetFuncCall(); f != nil && avgs[i] {
 			f.Funcname = []*pg_query.Node{pg_query.MakeStrNode("sum")}
 		}
 		out.TargetList = append(out.TargetList, pg_query.MakeResTargetNodeWithNameAndVal(fmt.Sprintf("__shardgate_%d", i+1), val, -1))

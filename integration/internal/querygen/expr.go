@@ -124,9 +124,16 @@ func (b *builder) aggregate() expr {
 		if e, ok := b.exprWhere(expr.summable); ok {
 			return expr{sql: "sum(" + e.sql + ")" + filter, fam: famNumeric, variant: e.variant || e.fam == famNumeric, agg: true}
 		}
-	case n < 66:
+	case n < 63:
 		if e, ok := b.exprWhere(expr.summable); ok {
 			return expr{sql: "avg(" + e.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
+		}
+	case n < 66:
+		// Of integers and numerics only: over floats the last digits
+		// depend on the order of the rows.
+		if e, ok := b.exprWhere(expr.summable); ok {
+			f := pick(b, "stddev(", "stddev_samp(", "stddev_pop(", "variance(", "var_samp(", "var_pop(")
+			return expr{sql: f + e.sql + ")" + filter, fam: famNumeric, variant: true, agg: true}
 		}
 	case n < 70:
 		if e, ok := b.exprWhere(func(e expr) bool { return e.fam == famInterval }); ok {

@@ -69,6 +69,7 @@ func TestQueriesCoverConstructs(t *testing.T) {
 	text := all.String()
 	for _, want := range []string{
 		"count(*)", "count(DISTINCT ", "sum(", "avg(", "min(", "max(", "bool_and(", "bool_or(", "every(",
+		"stddev", "var_",
 		"FILTER (WHERE", "coalesce(sum(", "round(", "count(*)::int", "CASE WHEN", "::numeric - min(",
 		"GROUP BY", "HAVING", "SELECT DISTINCT ", "SELECT DISTINCT ON (", "ORDER BY", " DESC", "NULLS FIRST",
 		"NULLS LAST", "LIMIT", "OFFSET", "FETCH FIRST", "a.shard_key = ", "a.shard_key IN (", "= ANY(",
