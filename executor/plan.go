@@ -70,11 +70,12 @@ type Plan struct {
 	SQL    string // what to send (the client's text, or the router's rewrite)
 	Write  bool   // the statement writes
 
-	PerShard       map[int]string // multi-row INSERT split: the statement for each shard
-	PerShardParams map[int][]int  // … and which client parameter feeds each of its parameters
-	Copy           *router.Copy   // RouteCopy: how to split the rows
-	Merge          *router.Merge  // how to merge rows of several shards
-	Params         [][]byte       // Bind parameters (LIMIT $n, HAVING … $n)
+	PerShard       map[int]string  // multi-row INSERT split: the statement for each shard
+	PerShardParams map[int][]int   // … and which client parameter feeds each of its parameters
+	Copy           *router.Copy    // RouteCopy: how to split the rows
+	CopyOut        *router.CopyOut // RouteRead of COPY (query) TO STDOUT: its format (copyout.go)
+	Merge          *router.Merge   // how to merge rows of several shards
+	Params         [][]byte        // Bind parameters (LIMIT $n, HAVING … $n)
 	Formats        []int16
 	// ParamTypes are the parameter types of the client's Parse, for a
 	// probe that only parses the statement (Merge.ParseOnly, probe.go).

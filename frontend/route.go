@@ -149,7 +149,7 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 		return nil, wire.Errorf(wire.InternalError, "router returned plan kind %v", p.Kind)
 	}
 	if p.Merge != nil {
-		out.Merge = p.Merge
+		out.Merge, out.CopyOut = p.Merge, p.CopyOut
 		if p.Merge.Rewritten != "" {
 			out.SQL = p.Merge.Rewritten
 		}

@@ -419,6 +419,9 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	if p.Kind == executor.RouteInsertSelect {
 		return c.runInsertSelect(p)
 	}
+	if p.CopyOut != nil {
+		return c.runCopyOut(p)
+	}
 	return c.runMany(p)
 }
 

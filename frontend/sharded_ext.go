@@ -783,6 +783,12 @@ func (c *client) planPortal(p *sPortal) error {
 	if plan == nil && err == nil {
 		plan, err = c.rt.planParams(p.stmt.sql, p.params, p.formats, c)
 	}
+	if err == nil && plan.CopyOut != nil {
+		// Drivers send COPY … TO STDOUT as a simple Query.
+		err = &wire.Error{Severity: "ERROR", Code: wire.FeatureNotSupported,
+			Message: "COPY of a query whose rows must be merged across shards is supported in the simple query protocol only",
+			Hint:    "Send the COPY as a simple Query (as psql's \\copy and the drivers' COPY APIs do), or route it to one shard with /* shard: N */."}
+	}
 	if err != nil {
 		return err
 	}

@@ -48,9 +48,11 @@ func (r *Router) analyze(sql string, standard bool) (*Statement, error) {
 		p.node = raw.Stmt
 		p.text, p.at = stmtText(sql, raw)
 		p.copyProbe(sql)
+		p.finishCopyOut()
 		if p.onPath != nil {
 			p.onPath.node, p.onPath.text, p.onPath.at = p.node, p.text, p.at
 			p.onPath.copyProbe(sql)
+			p.onPath.finishCopyOut()
 		}
 		s.parts = append(s.parts, p)
 	}

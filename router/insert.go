@@ -269,12 +269,11 @@ func (s *Statement) InsertSQL(rows []int) (sql string, params []int, err error) 
 func (a *analyzer) copy(p *part, cs *pg_query.CopyStmt) {
 	if cs.Query != nil {
 		if sel := cs.Query.GetSelectStmt(); sel != nil {
-			a.query(sel, "")
+			a.rowScope = true // its rows are the shards' rows together
+			sc := a.query(sel, "")
 			a.group()
 			if len(a.groups) > 0 {
-				if m, err := buildMerge(sel, a.version, nil); m != nil || err != nil {
-					p.fanout = unsupported(hintOneShard, "COPY of a query whose rows must be merged across shards (ORDER BY, LIMIT, aggregates, DISTINCT)")
-				}
+				a.copyOut(p, cs, sel, sc)
 			}
 		} else {
 			p.write = true
@@ -324,6 +323,39 @@ func (a *analyzer) copy(p *part, cs *pg_query.CopyStmt) {
 		p.copy.key, p.copyKey, p.kind = in.key, in.key, All
 		p.copy.Table, p.copy.KeyName, p.copy.Fields = in.rv.Relname, in.key.column, len(cols)
 	}
+}
+
+// copyOut plans COPY (sel) TO of a query over sharded tables: when its
+// rows must be merged (ORDER BY, LIMIT, aggregates, DISTINCT, set
+// operations), the shards run sel merged as a SELECT and the executor
+// writes the rows as COPY data (copyout.go), for COPY … TO STDOUT; to a
+// file or program on the server it is refused.
+func (a *analyzer) copyOut(p *part, cs *pg_query.CopyStmt, sel *pg_query.SelectStmt, sc *scope) {
+	var m *Merge
+	var err error
+	if a.branches > 0 {
+		m, err = unionMerge(sel, a.version)
+	} else {
+		m, err = buildMerge(sel, a.version, a.topKey(sc, sel))
+	}
+	if m == nil && err == nil {
+		return // the shards' COPY data, concatenated
+	}
+	refuse := unsupported(hintOneShard, "COPY of a query whose rows must be merged across shards (ORDER BY, LIMIT, aggregates, DISTINCT) to a file or program on the server")
+	if err != nil || cs.Filename != "" || cs.IsProgram {
+		if err == nil {
+			err = refuse
+		}
+		p.fanout = err
+		return
+	}
+	if m.Rewritten == "" {
+		if m.Rewritten, err = deparse(a.version, &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: sel}}); err != nil {
+			p.fanout = err
+			return
+		}
+	}
+	p.merge, p.copyOut = m, &CopyOut{stmt: cs} // finishCopyOut reads it once p.text is known
 }
 
 // copyOptions reads the options of COPY … FROM.

@@ -104,6 +104,10 @@ type Plan struct {
 	// All: its rows may go to any shard): where its SELECT runs and how
 	// the rows are sent on.
 	InsertSelect *InsertSelect
+	// CopyOut is set for COPY (query) TO STDOUT whose rows are merged
+	// across shards: the shards run Merge.Rewritten, a SELECT, and the
+	// rows go to the client as COPY data (copyout.go).
+	CopyOut *CopyOut
 
 	one [1]int // backing array of Shards for a Direct plan
 }

@@ -58,6 +58,7 @@ type part struct {
 	mergeErr error       // SELECT: why the answers of several shards cannot be combined
 	copy     *Copy       // COPY … FROM STDIN
 	copyKey  *keyFunc    // COPY FROM into a sharded table: rows are split by it
+	copyOut  *CopyOut    // COPY (query) TO STDOUT whose rows are merged
 
 	// insertSelect is INSERT … SELECT into a sharded table, and source the
 	// analysis of its SELECT, which routes where the rows are read.
@@ -204,7 +205,7 @@ func (p *part) plan(r *Router, env *routeEnv) (*Plan, error) {
 	if p.mergeErr != nil {
 		return nil, p.mergeErr
 	}
-	pl := &Plan{Kind: Multi, Write: p.write, Merge: p.merge, Copy: p.copy}
+	pl := &Plan{Kind: Multi, Write: p.write, Merge: p.merge, Copy: p.copy, CopyOut: p.copyOut}
 	if n == env.shards {
 		pl.Kind, pl.Shards = All, r.all
 	} else {
