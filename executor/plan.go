@@ -179,6 +179,14 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			if win.Arg, err = idx(w.Arg); err != nil {
 				return spec, err
 			}
+		case router.WinNtile, router.WinPercentRank:
+			win.Kind, win.Offset = WinNtile, w.Offset
+			if w.Func == router.WinPercentRank {
+				win.Kind = WinPercentRank
+			}
+			if win.Arg, err = idx(w.Arg); err != nil {
+				return spec, err
+			}
 		default:
 			a, err := aggOf(router.Aggregate{Column: w.Column, Func: w.Func}, idx)
 			if err != nil {

@@ -1,8 +1,11 @@
 package executor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"iter"
+	"math"
+	"strconv"
 )
 
 // Window functions the proxy computes over the merged rows
@@ -21,6 +24,11 @@ const (
 	WinTotal   // Window.Agg over every row
 	WinRunning // Window.Agg over the rows up to the row's last peer
 	WinLag     // the Arg column's value Offset rows before
+	// WinNtile: the row's bucket of Offset, dealt in the merge's order;
+	// WinPercentRank: (rank - 1) / (rows - 1). Both know the rows from
+	// the Arg column, each shard's count(*) OVER ().
+	WinNtile
+	WinPercentRank
 )
 
 // Window is a select list item whose window function the proxy computes.
@@ -49,6 +57,17 @@ type windowState struct {
 	peers []bool
 	// lags holds, per Spec.Windows, a WinLag's last Offset+1 values.
 	lags [][][]byte
+	// rows is the number of rows over all shards (WinNtile,
+	// WinPercentRank), from the shards' first rows.
+	rows int64
+	// ntiles holds, per Spec.Windows, a WinNtile's state.
+	ntiles []ntileState
+}
+
+// ntileState is window_ntile's state: the bucket, the rows in it so far,
+// its size and how many buckets still get a row more.
+type ntileState struct {
+	ntile, inBucket, boundary, remainder int64
 }
 
 // lagValue is lag's value in row cols: its argument Offset rows before
@@ -151,6 +170,22 @@ func (m *Merger) startWindows(heads [][][]byte) error {
 		return nil
 	}
 	m.win = &windowState{totals: make([][]byte, len(m.spec.Windows))}
+	for _, w := range m.spec.Windows {
+		if w.Kind != WinNtile && w.Kind != WinPercentRank {
+			continue
+		}
+		for _, h := range heads {
+			if h[w.Arg] == nil {
+				continue
+			}
+			n, err := m.intValue(w.Arg, h[w.Arg])
+			if err != nil {
+				return err
+			}
+			m.win.rows += n
+		}
+		break
+	}
 	for i, w := range m.spec.Windows {
 		if w.Kind != WinTotal {
 			continue
@@ -196,6 +231,12 @@ func (m *Merger) windowRow(cols [][]byte) error {
 		case WinRowNumber:
 			cols[w.Col] = countValue(st.n, m.cols[w.Col].Format)
 			continue
+		case WinNtile:
+			if st.ntiles == nil {
+				st.ntiles = make([]ntileState, len(m.spec.Windows))
+			}
+			cols[w.Col] = int4Value(st.ntiles[i].next(st.rows, int64(w.Offset)), m.cols[w.Col].Format)
+			continue
 		}
 		if !ranked {
 			ranked = true
@@ -212,8 +253,12 @@ func (m *Merger) windowRow(cols [][]byte) error {
 			}
 		}
 		v := st.rank
-		if w.Kind == WinDenseRank {
+		switch w.Kind {
+		case WinDenseRank:
 			v = st.dense
+		case WinPercentRank:
+			cols[w.Col] = float8Value(percentRank(st.rank, st.rows), m.cols[w.Col].Format)
+			continue
 		}
 		cols[w.Col] = countValue(v, m.cols[w.Col].Format)
 	}
@@ -221,4 +266,61 @@ func (m *Merger) windowRow(cols [][]byte) error {
 		st.prev = cloneRow(st.prev, cols)
 	}
 	return nil
+}
+
+// next is the bucket of the next of rows for ntile(buckets), as
+// PostgreSQL's window_ntile deals them: rows/buckets rows each, the first
+// rows%buckets buckets one more.
+func (st *ntileState) next(rows, buckets int64) int64 {
+	if buckets <= 0 {
+		return 0 // the shards failed with 22014 before any row
+	}
+	if st.ntile == 0 {
+		st.ntile = 1
+		st.boundary = rows / buckets
+		if st.boundary <= 0 {
+			st.boundary = 1
+		} else {
+			st.remainder = rows % buckets
+			if st.remainder != 0 {
+				st.boundary++
+			}
+		}
+	}
+	st.inBucket++
+	if st.boundary < st.inBucket {
+		if st.remainder != 0 && st.ntile == st.remainder {
+			st.remainder = 0
+			st.boundary--
+		}
+		st.ntile++
+		st.inBucket = 1
+	}
+	return st.ntile
+}
+
+// percentRank is window_percent_rank's (rank - 1) / (rows - 1), 0 for a
+// single row.
+func percentRank(rank, rows int64) float64 {
+	if rows <= 1 {
+		return 0
+	}
+	return float64(rank-1) / float64(rows-1)
+}
+
+// int4Value is n as an int4 value in format.
+func int4Value(n int64, format int16) []byte {
+	if format == 1 {
+		return binary.BigEndian.AppendUint32(nil, uint32(int32(n)))
+	}
+	return strconv.AppendInt(nil, n, 10)
+}
+
+// float8Value is f as a float8 value in format (text as float8out writes
+// it with extra_float_digits above 0).
+func float8Value(f float64, format int16) []byte {
+	if format == 1 {
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
+	}
+	return []byte(formatFloat8(f))
 }

@@ -128,6 +128,16 @@ var orderAggScripts = []diffScript{
 		"SELECT t, rank() OVER (ORDER BY t NULLS FIRST), count(*) OVER () FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
 		"SELECT ord, count(*) OVER () FROM oa WHERE ord = 7",
 		"SELECT ord, sum(ord::int8 * 1000000000000) OVER () FROM oa ORDER BY ord DESC FETCH FIRST 2 ROWS ONLY",
+		// ntile and percent_rank: the proxy counts the rows from each
+		// shard's count(*) OVER ().
+		"SELECT ord, ntile(4) OVER (ORDER BY ord), percent_rank() OVER (ORDER BY ord) FROM oa",
+		"SELECT grp, ord, ntile(3) OVER w, percent_rank() OVER w, rank() OVER w FROM oa WINDOW w AS (ORDER BY grp DESC) ORDER BY grp DESC, ord LIMIT 7 OFFSET 2",
+		"SELECT ord, ntile(100) OVER (ORDER BY ord DESC), percent_rank() OVER (ORDER BY ord DESC) FROM oa WHERE ord < 4 ORDER BY ord DESC",
+		"SELECT ord, percent_rank() OVER (ORDER BY ord), ntile(1) OVER (ORDER BY ord) FROM oa WHERE ord = 7",
+		"SELECT ord, ntile(2) OVER (ORDER BY ord), percent_rank() OVER () FROM oa WHERE ord < 0",
+		"SELECT t, ntile(5) OVER (ORDER BY t NULLS FIRST), percent_rank() OVER (ORDER BY t NULLS FIRST) FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
+		"SELECT ord, ntile(4) OVER (ORDER BY ord), ntile(7) OVER (ORDER BY ord) FROM oa WHERE ord <= 10",
+		"SELECT ord, ntile(0) OVER (ORDER BY ord) FROM oa",
 		// Running aggregates: the default frame counts a row's peers,
 		// which grp spreads over every shard.
 		"SELECT ord, sum(ord) OVER (ORDER BY ord), count(*) OVER (ORDER BY ord) FROM oa",

@@ -21,6 +21,11 @@ import (
 //     computes its rows' total in every row, and the proxy, which reads
 //     the first row of every shard before it sends one, combines the
 //     shards' totals as it combines aggregates, into every row;
+//   - ntile(n) and percent_rank() over the same orderings as rank(): each
+//     shard also returns its row count, count(*) OVER (), in a hidden
+//     column, and the proxy, which knows the whole count from the shards'
+//     first rows, deals the merged rows into n buckets as PostgreSQL's
+//     window_ntile does, or divides a row's rank as window_percent_rank;
 //   - the same running, OVER (ORDER BY k) with the default frame (RANGE
 //     UNBOUNDED PRECEDING: the row's peers included): each shard computes
 //     its running value in every row, and the proxy combines, for a row
@@ -42,6 +47,8 @@ const (
 	WinRank
 	WinDenseRank
 	WinLag
+	WinNtile
+	WinPercentRank
 )
 
 // maxLagOffset bounds lag's offset: the merge keeps that many rows' values.
@@ -55,7 +62,9 @@ type Window struct {
 	// row's last peer, not over every row.
 	Running bool
 	// Arg and Offset: lag(arg, offset), arg a hidden column in the
-	// window column's result format (Merge.HiddenFormats).
+	// window column's result format (Merge.HiddenFormats). For ntile(n)
+	// and percent_rank(), Arg is the hidden count(*) OVER () of each
+	// shard, and Offset ntile's n.
 	Arg    Column
 	Offset int
 }
@@ -93,6 +102,21 @@ func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, boo
 			return 0, false
 		}
 		return map[string]AggFunc{"row_number": WinRowNumber, "rank": WinRank, "dense_rank": WinDenseRank}[name], true
+	case "percent_rank":
+		if len(fc.Args) > 0 {
+			return 0, false
+		}
+		return WinPercentRank, true
+	case "ntile":
+		// A constant number of buckets: the proxy deals the rows.
+		if len(fc.Args) != 1 {
+			return 0, false
+		}
+		// (Not above 0, the shards fail with PostgreSQL's 22014.)
+		if n, ok := intConst(fc.Args[0]); !ok || n < -1<<31 || n > 1<<31-1 {
+			return 0, false
+		}
+		return WinNtile, true
 	case "lag":
 		// The value of a row before, by a constant offset, without a
 		// default: the merge keeps the last rows' values.
@@ -178,6 +202,15 @@ func (b *mergeBuilder) proxyWindows() error {
 			}
 			b.hiddenLike[argRef.i] = ref{'t', col}
 		}
+		if pw.f == WinNtile || pw.f == WinPercentRank {
+			if pw.f == WinNtile {
+				n, _ := intConst(pw.fc.Args[0])
+				w.Offset = int(n)
+			}
+			// Each shard's row count, which the proxy adds up.
+			b.hidden = append(b.hidden, countOverAll())
+			argRef = ref{'h', len(b.hidden) - 1}
+		}
 		b.lagArgs = append(b.lagArgs, argRef)
 		b.m.Windows = append(b.m.Windows, w)
 	}
@@ -214,3 +247,18 @@ func (b *mergeBuilder) proxyWindows() error {
 	b.m.WindowOrder = len(order)
 	return nil
 }
+
+// countOverAll is pg_catalog.count(*) OVER (): the shard's row count, in
+// every row.
+func countOverAll() *pg_query.Node {
+	return &pg_query.Node{Node: &pg_query.Node_FuncCall{FuncCall: &pg_query.FuncCall{
+		Funcname: []*pg_query.Node{pg_query.MakeStrNode("pg_catalog"), pg_query.MakeStrNode("count")},
+		AggStar:  true,
+		Over:     &pg_query.WindowDef{FrameOptions: frameDefaults, Location: -1},
+		Location: -1,
+	}}}
+}
+
+// frameDefaults is PostgreSQL's FRAMEOPTION_DEFAULTS (RANGE UNBOUNDED
+// PRECEDING AND CURRENT ROW), the frame of a window that names none.
+const frameDefaults = 0x02 | 0x20 | 0x400
