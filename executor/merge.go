@@ -445,6 +445,14 @@ func (m *Merger) nextRow(cols [][]byte) (bool, error) {
 	if err := m.windowRow(cols); err != nil {
 		return false, err
 	}
+	if m.win != nil && m.win.delay {
+		return m.delayRow(cols, false)
+	}
+	return m.afterWindows(cols)
+}
+
+// afterWindows is nextRow for a row whose window columns are filled in.
+func (m *Merger) afterWindows(cols [][]byte) (bool, error) {
 	if m.spec.Dedup {
 		if m.prev != nil {
 			c, err := m.compareRows(m.prev, cols)
@@ -665,6 +673,10 @@ func (m *Merger) ordered(sources []Rows) error {
 	}
 	if h.err == nil && m.spec.SetOp != 0 {
 		_, err := m.flushSetOp()
+		return err
+	}
+	if h.err == nil && m.win != nil && m.win.delay {
+		_, err := m.delayRow(nil, true)
 		return err
 	}
 	return h.err

@@ -174,15 +174,21 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			win.Kind = WinRank
 		case router.WinDenseRank:
 			win.Kind = WinDenseRank
-		case router.WinLag:
+		case router.WinLag, router.WinLead:
 			win.Kind, win.Offset = WinLag, w.Offset
+			if w.Func == router.WinLead {
+				win.Kind = WinLead
+			}
 			if win.Arg, err = idx(w.Arg); err != nil {
 				return spec, err
 			}
-		case router.WinNtile, router.WinPercentRank:
+		case router.WinNtile, router.WinPercentRank, router.WinCumeDist:
 			win.Kind, win.Offset = WinNtile, w.Offset
-			if w.Func == router.WinPercentRank {
+			switch w.Func {
+			case router.WinPercentRank:
 				win.Kind = WinPercentRank
+			case router.WinCumeDist:
+				win.Kind = WinCumeDist
 			}
 			if win.Arg, err = idx(w.Arg); err != nil {
 				return spec, err

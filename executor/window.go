@@ -29,6 +29,12 @@ const (
 	// the Arg column, each shard's count(*) OVER ().
 	WinNtile
 	WinPercentRank
+	// WinLead: the Arg column's value Offset rows after; WinCumeDist:
+	// the rows up to the row's last peer over every row (Arg: each
+	// shard's count). The merge holds a row back until they are known
+	// (delayRow).
+	WinLead
+	WinCumeDist
 )
 
 // Window is a select list item whose window function the proxy computes.
@@ -62,6 +68,18 @@ type windowState struct {
 	rows int64
 	// ntiles holds, per Spec.Windows, a WinNtile's state.
 	ntiles []ntileState
+	// held are the rows held back for a WinLead or WinCumeDist (copies,
+	// oldest first); held[0] is row heldFrom (1-based), and the first
+	// heldPeers of them have their cume_dist. delay: the Spec has such
+	// windows; lead: the largest WinLead offset.
+	held      [][][]byte
+	heldFrom  int64
+	heldPeers int
+	delay     bool
+	lead      int
+	// cume: a WinCumeDist over an ordered window holds rows until their
+	// last peer (over OVER () every row is a peer: cume_dist is 1).
+	cume bool
 }
 
 // ntileState is window_ntile's state: the bucket, the rows in it so far,
@@ -171,7 +189,15 @@ func (m *Merger) startWindows(heads [][][]byte) error {
 	}
 	m.win = &windowState{totals: make([][]byte, len(m.spec.Windows))}
 	for _, w := range m.spec.Windows {
-		if w.Kind != WinNtile && w.Kind != WinPercentRank {
+		switch w.Kind {
+		case WinLead:
+			m.win.delay, m.win.lead = true, max(m.win.lead, w.Offset)
+		case WinCumeDist:
+			m.win.delay, m.win.cume = true, m.spec.WindowOrder > 0
+		}
+	}
+	for _, w := range m.spec.Windows {
+		if w.Kind != WinNtile && w.Kind != WinPercentRank && w.Kind != WinCumeDist {
 			continue
 		}
 		for _, h := range heads {
@@ -220,6 +246,19 @@ func (m *Merger) windowRow(cols [][]byte) error {
 			continue
 		case WinLag:
 			cols[w.Col] = m.lagValue(i, w, cols)
+			continue
+		case WinLead:
+			if w.Offset > 0 {
+				cols[w.Col] = nil // delayRow fills it in
+			} else {
+				cols[w.Col] = cols[w.Arg]
+			}
+			continue
+		case WinCumeDist:
+			cols[w.Col] = nil // delayRow fills it in
+			if !st.cume {
+				cols[w.Col] = float8Value(1, m.cols[w.Col].Format)
+			}
 			continue
 		case WinRunning:
 			v, err := m.runningValue(i, w, cols, &peersDone)
@@ -323,4 +362,86 @@ func float8Value(f float64, format int16) []byte {
 		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
 	}
 	return []byte(formatFloat8(f))
+}
+
+// delayRow holds row cols back while a lead or cume_dist of it waits for
+// a row after it, and passes on (afterWindows) the rows held before it
+// that it completes: the row Offset before it gets its lead value from
+// cols, and when cols is not a peer of the rows before it (by the
+// window's order), those rows' peers are all in, so their cume_dist is
+// the rows before cols over every row. done ends the rows: leads past
+// the last row are NULL, and the last peers' cume_dist is all rows'.
+func (m *Merger) delayRow(cols [][]byte, done bool) (bool, error) {
+	st := m.win
+	if !done {
+		if len(st.held) == 0 {
+			st.heldFrom = st.n
+		}
+		peer := st.cume && len(st.held) > st.heldPeers
+		if peer {
+			c, err := m.compareBy(m.spec.OrderBy[:m.spec.WindowOrder], st.held[len(st.held)-1], cols)
+			if err != nil {
+				return false, err
+			}
+			peer = c == 0
+		}
+		if !peer {
+			m.cumeDist(len(st.held), st.n-1)
+		}
+		for _, w := range m.spec.Windows {
+			if w.Kind != WinLead || w.Offset == 0 {
+				continue
+			}
+			if j := len(st.held) - w.Offset; j >= 0 {
+				var v []byte
+				if a := cols[w.Arg]; a != nil {
+					v = append(make([]byte, 0, len(a)), a...)
+				}
+				st.held[j][w.Col] = v
+			}
+		}
+		st.held = append(st.held, cloneRow(nil, cols))
+	} else {
+		m.cumeDist(len(st.held), st.heldFrom+int64(len(st.held))-1)
+	}
+	// Pass on the rows whose windows are all known.
+	ready := st.heldPeers
+	if !done {
+		ready = min(ready, len(st.held)-st.lead)
+	}
+	for k := 0; k < ready; k++ {
+		row := st.held[0]
+		st.held[0] = nil
+		st.held = st.held[1:]
+		st.heldFrom++
+		st.heldPeers--
+		if more, err := m.afterWindows(row); err != nil || !more {
+			return more, err
+		}
+	}
+	if len(st.held) == 0 {
+		st.held = nil // its backing array, once emptied
+	}
+	return true, nil
+}
+
+// cumeDist completes the peers among the first n held rows: their
+// cume_dist is upTo, the rows up to the last of them, over every row.
+func (m *Merger) cumeDist(n int, upTo int64) {
+	st := m.win
+	if !st.cume {
+		st.heldPeers = n // no cume_dist waits for peers
+		return
+	}
+	for ; st.heldPeers < n; st.heldPeers++ {
+		for _, w := range m.spec.Windows {
+			if w.Kind == WinCumeDist {
+				f := 1.0
+				if st.rows > 0 {
+					f = float64(upTo) / float64(st.rows)
+				}
+				st.held[st.heldPeers][w.Col] = float8Value(f, m.cols[w.Col].Format)
+			}
+		}
+	}
 }

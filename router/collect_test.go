@@ -98,7 +98,7 @@ var windowCases = []mergeCase{
 	{name: "window of a window", sql: "SELECT count(*) OVER v FROM accounts WINDOW w AS (PARTITION BY id), v AS (w ORDER BY name)"},
 	{name: "joined table's key", sql: "SELECT o.id, row_number() OVER (PARTITION BY a.id) FROM accounts a JOIN orders o ON o.account_id = a.id"},
 
-	{name: "no PARTITION BY", sql: "SELECT id, lead(id) OVER (ORDER BY id) FROM accounts", msg: "window function lead() over a window not partitioned by the sharding key"},
+	{name: "no PARTITION BY", sql: "SELECT id, lead(id, 1, 0) OVER (ORDER BY id) FROM accounts", msg: "window function lead() over a window not partitioned by the sharding key"},
 	{name: "other column", sql: "SELECT sum(balance) OVER (PARTITION BY country) FROM accounts", msg: "not partitioned by the sharding key"},
 	{name: "expression of the key", sql: "SELECT sum(balance) OVER (PARTITION BY id + 1) FROM accounts", msg: "not partitioned by the sharding key"},
 	{name: "named window without key", sql: "SELECT sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY name)", msg: "not partitioned by the sharding key"},

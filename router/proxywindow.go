@@ -26,6 +26,10 @@ import (
 //     column, and the proxy, which knows the whole count from the shards'
 //     first rows, deals the merged rows into n buckets as PostgreSQL's
 //     window_ntile does, or divides a row's rank as window_percent_rank;
+//   - lead(x[, n]) and cume_dist() over the same orderings: the merge
+//     holds a row back until the row n after it came (lead), or the last
+//     of its peers (cume_dist: the rows up to it over every row, counted
+//     as for percent_rank), n rows or a run of peers at most;
 //   - the same running, OVER (ORDER BY k) with the default frame (RANGE
 //     UNBOUNDED PRECEDING: the row's peers included): each shard computes
 //     its running value in every row, and the proxy combines, for a row
@@ -49,6 +53,8 @@ const (
 	WinLag
 	WinNtile
 	WinPercentRank
+	WinLead
+	WinCumeDist
 )
 
 // maxLagOffset bounds lag's offset: the merge keeps that many rows' values.
@@ -117,13 +123,22 @@ func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, boo
 			return 0, false
 		}
 		return WinNtile, true
-	case "lag":
-		// The value of a row before, by a constant offset, without a
-		// default: the merge keeps the last rows' values.
+	case "lag", "lead":
+		// The value of a row before (after), by a constant offset,
+		// without a default: the merge keeps the last rows' values (holds
+		// the rows back until the one after comes).
 		if _, ok := lagOffset(fc); !ok {
 			return 0, false
 		}
+		if name == "lead" {
+			return WinLead, true
+		}
 		return WinLag, true
+	case "cume_dist":
+		if len(fc.Args) > 0 {
+			return 0, false
+		}
+		return WinCumeDist, true
 	case "count", "sum", "min", "max":
 		// Over the whole result (no ORDER BY) or running (ORDER BY),
 		// with the default frame only.
@@ -191,7 +206,7 @@ func (b *mergeBuilder) proxyWindows() error {
 		b.windowRefs = append(b.windowRefs, ref{'t', col})
 		w := Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber}
 		argRef := ref{kind: 0}
-		if pw.f == WinLag {
+		if pw.f == WinLag || pw.f == WinLead {
 			w.Offset, _ = lagOffset(pw.fc)
 			// Its own hidden column (not one shared with an ORDER BY
 			// key), in the window column's format.
@@ -202,7 +217,7 @@ func (b *mergeBuilder) proxyWindows() error {
 			}
 			b.hiddenLike[argRef.i] = ref{'t', col}
 		}
-		if pw.f == WinNtile || pw.f == WinPercentRank {
+		if pw.f == WinNtile || pw.f == WinPercentRank || pw.f == WinCumeDist {
 			if pw.f == WinNtile {
 				n, _ := intConst(pw.fc.Args[0])
 				w.Offset = int(n)

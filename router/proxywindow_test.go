@@ -48,7 +48,7 @@ var proxyWindowCases = []mergeCase{
 			Rewritten:     "SELECT id, lag(name, 2) OVER (ORDER BY id), name AS __shardgate_1 FROM accounts ORDER BY id"}},
 	{name: "lag with a default", sql: "SELECT id, lag(id, 1, 0) OVER (ORDER BY id) FROM accounts", msg: "window function lag()"},
 	{name: "lag by a parameter", sql: "SELECT id, lag(id, $1) OVER (ORDER BY id) FROM accounts", msg: "window function lag()"},
-	{name: "lead", sql: "SELECT id, lead(id) OVER (ORDER BY id) FROM accounts", msg: "window function lead()"},
+	{name: "lead with a default", sql: "SELECT id, lead(id, 1, 0) OVER (ORDER BY id) FROM accounts", msg: "window function lead()"},
 }
 
 func TestMergeProxyWindows(t *testing.T) { testMerge(t, proxyWindowCases) }
