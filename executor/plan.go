@@ -166,7 +166,7 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 		if err != nil {
 			return spec, err
 		}
-		win := Window{Col: col}
+		win := Window{Col: col, Unordered: w.Unordered}
 		switch w.Func {
 		case router.WinRowNumber:
 			win.Kind = WinRowNumber
@@ -174,11 +174,10 @@ func (p *Plan) Spec(ncols int) (Spec, error) {
 			win.Kind = WinRank
 		case router.WinDenseRank:
 			win.Kind = WinDenseRank
-		case router.WinLag, router.WinLead:
-			win.Kind, win.Offset = WinLag, w.Offset
-			if w.Func == router.WinLead {
-				win.Kind = WinLead
-			}
+		case router.WinLag, router.WinLead, router.WinFirstValue, router.WinLastValue, router.WinNthValue:
+			win.Kind = map[router.AggFunc]WindowKind{router.WinLag: WinLag, router.WinLead: WinLead,
+				router.WinFirstValue: WinFirstValue, router.WinLastValue: WinLastValue, router.WinNthValue: WinNthValue}[w.Func]
+			win.Offset = w.Offset
 			if win.Arg, err = idx(w.Arg); err != nil {
 				return spec, err
 			}

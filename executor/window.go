@@ -35,6 +35,13 @@ const (
 	// (delayRow).
 	WinLead
 	WinCumeDist
+	// WinFirstValue, WinLastValue and WinNthValue over an ordered window
+	// with the default frame (the rows up to the row's last peer): the Arg
+	// column's value in the first row, in the row's last peer (held back
+	// as for WinCumeDist), and in row Offset if the frame reaches it.
+	WinFirstValue
+	WinLastValue
+	WinNthValue
 )
 
 // Window is a select list item whose window function the proxy computes.
@@ -45,6 +52,9 @@ type Window struct {
 	// WinLag: the column of lag's argument (hidden, in Col's format)
 	// and the offset.
 	Arg, Offset int
+	// Unordered: the window has no ORDER BY, so every row is a peer of
+	// every other, whatever order the merge's other windows give.
+	Unordered bool
 }
 
 // windowState numbers the merged rows and holds the totals.
@@ -77,9 +87,14 @@ type windowState struct {
 	heldPeers int
 	delay     bool
 	lead      int
-	// cume: a WinCumeDist over an ordered window holds rows until their
-	// last peer (over OVER () every row is a peer: cume_dist is 1).
+	// cume: a WinCumeDist over an ordered window, a WinLastValue or a
+	// WinNthValue holds rows until their last peer (over OVER () every
+	// row is a peer: cume_dist is 1).
 	cume bool
+	// values holds, per Spec.Windows, WinFirstValue's and WinNthValue's
+	// value once its row came (nthSeen).
+	values  [][]byte
+	nthSeen []bool
 }
 
 // ntileState is window_ntile's state: the bucket, the rows in it so far,
@@ -193,9 +208,13 @@ func (m *Merger) startWindows(heads [][][]byte) error {
 		case WinLead:
 			m.win.delay, m.win.lead = true, max(m.win.lead, w.Offset)
 		case WinCumeDist:
-			m.win.delay, m.win.cume = true, m.spec.WindowOrder > 0
+			m.win.delay, m.win.cume = true, m.win.cume || !w.Unordered && m.spec.WindowOrder > 0
+		case WinLastValue, WinNthValue:
+			m.win.delay, m.win.cume = true, true
 		}
 	}
+	m.win.values = make([][]byte, len(m.spec.Windows))
+	m.win.nthSeen = make([]bool, len(m.spec.Windows))
 	for _, w := range m.spec.Windows {
 		if w.Kind != WinNtile && w.Kind != WinPercentRank && w.Kind != WinCumeDist {
 			continue
@@ -256,9 +275,22 @@ func (m *Merger) windowRow(cols [][]byte) error {
 			continue
 		case WinCumeDist:
 			cols[w.Col] = nil // delayRow fills it in
-			if !st.cume {
+			if w.Unordered || m.spec.WindowOrder == 0 {
 				cols[w.Col] = float8Value(1, m.cols[w.Col].Format)
 			}
+			continue
+		case WinFirstValue, WinNthValue:
+			n := int64(1)
+			if w.Kind == WinNthValue {
+				n = int64(w.Offset)
+			}
+			if st.n == n {
+				st.values[i], st.nthSeen[i] = copyValue(cols[w.Arg]), true
+			}
+			cols[w.Col] = st.values[i] // WinNthValue: delayRow decides
+			continue
+		case WinLastValue:
+			cols[w.Col] = nil // delayRow fills it in
 			continue
 		case WinRunning:
 			v, err := m.runningValue(i, w, cols, &peersDone)
@@ -292,10 +324,15 @@ func (m *Merger) windowRow(cols [][]byte) error {
 			}
 		}
 		v := st.rank
-		switch w.Kind {
-		case WinDenseRank:
+		switch {
+		case w.Unordered && w.Kind == WinPercentRank:
+			cols[w.Col] = float8Value(0, m.cols[w.Col].Format)
+			continue
+		case w.Unordered:
+			v = 1
+		case w.Kind == WinDenseRank:
 			v = st.dense
-		case WinPercentRank:
+		case w.Kind == WinPercentRank:
 			cols[w.Col] = float8Value(percentRank(st.rank, st.rows), m.cols[w.Col].Format)
 			continue
 		}
@@ -433,14 +470,32 @@ func (m *Merger) cumeDist(n int, upTo int64) {
 		st.heldPeers = n // no cume_dist waits for peers
 		return
 	}
+	if n <= st.heldPeers {
+		return
+	}
+	last := st.held[n-1]
 	for ; st.heldPeers < n; st.heldPeers++ {
-		for _, w := range m.spec.Windows {
-			if w.Kind == WinCumeDist {
+		row := st.held[st.heldPeers]
+		for i, w := range m.spec.Windows {
+			switch w.Kind {
+			case WinCumeDist:
+				if w.Unordered || m.spec.WindowOrder == 0 {
+					continue // 1, set as the row came
+				}
 				f := 1.0
 				if st.rows > 0 {
 					f = float64(upTo) / float64(st.rows)
 				}
-				st.held[st.heldPeers][w.Col] = float8Value(f, m.cols[w.Col].Format)
+				row[w.Col] = float8Value(f, m.cols[w.Col].Format)
+			case WinLastValue:
+				row[w.Col] = copyValue(last[w.Arg])
+			case WinNthValue:
+				// NULL while the frame, up to the last peer, is short of
+				// row n.
+				row[w.Col] = nil
+				if st.nthSeen[i] && int64(w.Offset) <= upTo {
+					row[w.Col] = st.values[i]
+				}
 			}
 		}
 	}

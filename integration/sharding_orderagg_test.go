@@ -160,6 +160,16 @@ var orderAggScripts = []diffScript{
 		"SELECT t, cume_dist() OVER (ORDER BY t NULLS FIRST) FROM oa WHERE ord < 20 ORDER BY t NULLS FIRST",
 		"SELECT ord, lead(ord, 100) OVER (ORDER BY ord DESC), cume_dist() OVER (ORDER BY ord DESC) FROM oa ORDER BY ord DESC LIMIT 3",
 		"SELECT ord, cume_dist() OVER (), lead(ord) OVER () FROM oa WHERE ord = 7",
+		// A ranking function over no ORDER BY: every row is a peer,
+		// whatever another window orders the merge by.
+		"SELECT ord, rank() OVER (), dense_rank() OVER (), percent_rank() OVER (), cume_dist() OVER (), count(*) OVER (ORDER BY ord) FROM oa ORDER BY ord",
+		// first_value, last_value and nth_value over the default frame:
+		// the rows up to a row's last peer.
+		"SELECT grp, ord, first_value(ord) OVER w, last_value(ord) OVER w, nth_value(t, 3) OVER w, nth_value(ord, 30) OVER w FROM oa WINDOW w AS (ORDER BY grp DESC, ord) ORDER BY grp DESC, ord",
+		"SELECT grp, ord, last_value(grp * 10) OVER (ORDER BY grp), nth_value(grp, 20) OVER (ORDER BY grp), first_value(grp) OVER (ORDER BY grp), cume_dist() OVER (ORDER BY grp) FROM oa ORDER BY grp, ord",
+		"SELECT ord, first_value(t) OVER (ORDER BY ord), last_value(u) OVER (ORDER BY ord), nth_value(ts, 2) OVER (ORDER BY ord) FROM oa ORDER BY ord LIMIT 5 OFFSET 3",
+		"SELECT ord, nth_value(ord, 0) OVER (ORDER BY ord) FROM oa",
+		"SELECT ord, last_value(ord) OVER (ORDER BY ord) FROM oa WHERE ord < 0",
 		"SELECT ord, lead(ord) OVER (ORDER BY ord), cume_dist() OVER (ORDER BY ord) FROM oa WHERE ord < 0",
 		"BEGIN",
 		"DECLARE wc CURSOR FOR SELECT ord, row_number() OVER (ORDER BY ord), count(*) OVER (), sum(ord) OVER (ORDER BY ord) FROM oa",

@@ -30,6 +30,10 @@ import (
 //     holds a row back until the row n after it came (lead), or the last
 //     of its peers (cume_dist: the rows up to it over every row, counted
 //     as for percent_rank), n rows or a run of peers at most;
+//   - first_value(x), last_value(x) and nth_value(x, n) over such an
+//     ordered window with the default frame (the rows up to the row's
+//     last peer): the first row's x, the last peer's (held back as for
+//     cume_dist), the n-th row's once the frame reaches it;
 //   - the same running, OVER (ORDER BY k) with the default frame (RANGE
 //     UNBOUNDED PRECEDING: the row's peers included): each shard computes
 //     its running value in every row, and the proxy combines, for a row
@@ -55,6 +59,9 @@ const (
 	WinPercentRank
 	WinLead
 	WinCumeDist
+	WinFirstValue
+	WinLastValue
+	WinNthValue
 )
 
 // maxLagOffset bounds lag's offset: the merge keeps that many rows' values.
@@ -67,6 +74,10 @@ type Window struct {
 	// Running: an aggregate OVER (ORDER BY …), over the rows up to the
 	// row's last peer, not over every row.
 	Running bool
+	// Unordered: a ranking function OVER (), over a window without ORDER
+	// BY, whose every row is a peer (rank 1, percent_rank 0, cume_dist
+	// 1), while another window orders the merge.
+	Unordered bool
 	// Arg and Offset: lag(arg, offset), arg a hidden column in the
 	// window column's result format (Merge.HiddenFormats). For ntile(n)
 	// and percent_rank(), Arg is the hidden count(*) OVER () of each
@@ -139,6 +150,25 @@ func proxyWindowFunc(fc *pg_query.FuncCall, w *pg_query.WindowDef) (AggFunc, boo
 			return 0, false
 		}
 		return WinCumeDist, true
+	case "first_value", "last_value", "nth_value":
+		// Over an ordered window with the default frame (the rows up
+		// to the row's last peer); nth_value's n a constant.
+		if len(w.OrderClause) == 0 || w.FrameOptions&frameNonDefault != 0 {
+			return 0, false
+		}
+		if name == "nth_value" {
+			if len(fc.Args) != 2 {
+				return 0, false
+			}
+			if n, ok := intConst(fc.Args[1]); !ok || n < -1<<31 || n > 1<<31-1 {
+				return 0, false
+			}
+			return WinNthValue, true
+		}
+		if len(fc.Args) != 1 {
+			return 0, false
+		}
+		return map[string]AggFunc{"first_value": WinFirstValue, "last_value": WinLastValue}[name], true
 	case "count", "sum", "min", "max":
 		// Over the whole result (no ORDER BY) or running (ORDER BY),
 		// with the default frame only.
@@ -204,10 +234,16 @@ func (b *mergeBuilder) proxyWindows() error {
 			order = pw.order
 		}
 		b.windowRefs = append(b.windowRefs, ref{'t', col})
-		w := Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber}
+		w := Window{Func: pw.f, Running: len(pw.order) > 0 && pw.f < WinRowNumber, Unordered: len(pw.order) == 0 && peerRanked(pw.f)}
 		argRef := ref{kind: 0}
-		if pw.f == WinLag || pw.f == WinLead {
+		switch pw.f {
+		case WinNthValue:
+			n, _ := intConst(pw.fc.Args[1])
+			w.Offset = int(n)
+		case WinLag, WinLead:
 			w.Offset, _ = lagOffset(pw.fc)
+		}
+		if pw.f == WinLag || pw.f == WinLead || pw.f == WinFirstValue || pw.f == WinLastValue || pw.f == WinNthValue {
 			// Its own hidden column (not one shared with an ORDER BY
 			// key), in the window column's format.
 			b.hidden = append(b.hidden, proto.Clone(pw.fc.Args[0]).(*pg_query.Node))
@@ -277,3 +313,13 @@ func countOverAll() *pg_query.Node {
 // frameDefaults is PostgreSQL's FRAMEOPTION_DEFAULTS (RANGE UNBOUNDED
 // PRECEDING AND CURRENT ROW), the frame of a window that names none.
 const frameDefaults = 0x02 | 0x20 | 0x400
+
+// peerRanked reports whether window function f ranks a row by its peers,
+// so that over a window without ORDER BY every row gets the same value.
+func peerRanked(f AggFunc) bool {
+	switch f {
+	case WinRank, WinDenseRank, WinPercentRank, WinCumeDist:
+		return true
+	}
+	return false
+}
