@@ -21,6 +21,9 @@ type group struct {
 	// moments are the stddev and variance columns being combined
 	// (variance.go).
 	moments map[int]*momentState
+	// regressions are the corr, covar_ and regr_ columns being combined
+	// (regression.go).
+	regressions map[int]*regrState
 }
 
 // aggregate reads every row, combines partial aggregates per group, and
@@ -104,6 +107,7 @@ func (m *Merger) finish(order []*group) ([]*group, error) {
 		if err := m.finishMoments(g); err != nil {
 			return nil, err
 		}
+		m.finishRegressions(g)
 		m.finishArrays(g)
 		ok, err := m.having(g.cols)
 		if err != nil {
@@ -261,6 +265,12 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 			continue
 		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
 			if err := m.addMoments(g.moments[a.Col], a, cols); err != nil {
+				return err
+			}
+			continue
+		case AggCorr, AggCovarPop, AggCovarSamp, AggRegrAvgX, AggRegrAvgY, AggRegrIntercept, AggRegrR2, AggRegrSlope,
+			AggRegrSXX, AggRegrSXY, AggRegrSYY:
+			if err := m.addRegression(g.regressions[a.Col], a, cols); err != nil {
 				return err
 			}
 			continue

@@ -32,6 +32,9 @@ func (m *Merger) initGroup(g *group) error {
 	if err := m.initMoments(g); err != nil {
 		return err
 	}
+	if err := m.initRegressions(g); err != nil {
+		return err
+	}
 	for _, a := range m.spec.Aggs {
 		if a.Kind != AggArrayAgg {
 			continue

@@ -39,12 +39,24 @@ const (
 	AggStddevPop
 	AggVarSamp
 	AggVarPop
+	AggCorr // from the shards' states of float8_regr_accum (regression.go)
+	AggCovarPop
+	AggCovarSamp
+	AggRegrAvgX
+	AggRegrAvgY
+	AggRegrIntercept
+	AggRegrR2
+	AggRegrSlope
+	AggRegrSXX
+	AggRegrSXY
+	AggRegrSYY
 )
 
 func (k AggKind) String() string {
 	names := [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg",
 		"string_agg", "array_agg", "json_agg", "jsonb_agg", "bit_and", "bit_or", "bit_xor",
-		"stddev_samp", "stddev_pop", "var_samp", "var_pop"}
+		"stddev_samp", "stddev_pop", "var_samp", "var_pop", "corr", "covar_pop", "covar_samp", "regr_avgx", "regr_avgy",
+		"regr_intercept", "regr_r2", "regr_slope", "regr_sxx", "regr_sxy", "regr_syy"}
 	if int(k) >= len(names) {
 		return "AggKind(" + strconv.Itoa(int(k)) + ")"
 	}
@@ -70,6 +82,9 @@ type Agg struct {
 	// Moments are, for the stddev and variance kinds, the hidden columns
 	// of the shards' moments of x (variance.go).
 	Moments Moments
+	// Regression is, for AggCorr through AggRegrSYY, the hidden columns
+	// of the shards' states of float8_regr_accum (regression.go).
+	Regression Regression
 }
 
 // Spec says how rows from several shards become one result.

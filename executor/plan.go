@@ -303,8 +303,17 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 		if agg.Moments, err = momentsOf(a.Moments, idx); err != nil {
 			return Agg{}, err
 		}
+	case router.AggRegrCount:
+		agg.Kind = AggCount
 	default:
-		return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
+		k, ok := regressionKinds[a.Func]
+		if !ok {
+			return Agg{}, wire.Errorf(wire.FeatureNotSupported, "aggregate %v cannot be combined across shards", a.Func)
+		}
+		agg.Kind = k
+		if agg.Regression, err = regressionOf(a.Regression, idx); err != nil {
+			return Agg{}, err
+		}
 	}
 	return agg, nil
 }

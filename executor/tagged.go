@@ -190,6 +190,9 @@ func (m *Merger) newTaggedGroup(cols [][]byte) (*group, error) {
 		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
 			g.cols[a.Moments.Count] = nil
 		}
+		if isRegression(a.Kind) {
+			g.cols[a.Regression.Count] = nil
+		}
 	}
 	if err := m.initGroup(g); err != nil {
 		return nil, err

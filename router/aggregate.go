@@ -20,6 +20,9 @@ var mergeable = map[string]AggFunc{
 	"jsonb_agg": AggJSONBAgg, "jsonb_agg_strict": AggJSONBAgg,
 	"stddev": AggStddevSamp, "stddev_samp": AggStddevSamp, "stddev_pop": AggStddevPop,
 	"variance": AggVarSamp, "var_samp": AggVarSamp, "var_pop": AggVarPop,
+	"corr": AggCorr, "covar_pop": AggCovarPop, "covar_samp": AggCovarSamp, "regr_avgx": AggRegrAvgX, "regr_avgy": AggRegrAvgY,
+	"regr_count": AggRegrCount, "regr_intercept": AggRegrIntercept, "regr_r2": AggRegrR2, "regr_slope": AggRegrSlope,
+	"regr_sxx": AggRegrSXX, "regr_sxy": AggRegrSXY, "regr_syy": AggRegrSYY,
 }
 
 // aggregates are PostgreSQL's other built-in aggregates: across shards they
@@ -29,9 +32,7 @@ var aggregates = map[string]bool{}
 func init() {
 	for _, name := range strings.Fields(`json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
 		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
-		xmlagg range_agg range_intersect_agg any_value corr covar_pop covar_samp
-		regr_avgx regr_avgy regr_count regr_intercept regr_r2 regr_slope regr_sxx regr_sxy regr_syy
-		mode percentile_cont percentile_disc
+		xmlagg range_agg range_intersect_agg any_value mode percentile_cont percentile_disc
 		rank dense_rank percent_rank cume_dist`) {
 		aggregates[name] = true
 	}
@@ -61,6 +62,8 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 		return 0, rejectf("%s() of %d arguments", name, len(fc.Args))
 	case isVariance(f):
 		return f, checkVariance(fc)
+	case isRegression(f):
+		return f, checkRegression(fc)
 	}
 	return f, nil
 }
@@ -142,6 +145,9 @@ func (b *mergeBuilder) aggregates() {
 			agg.Structured = b.column(a.structured)
 		case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
 			agg.Moments = b.momentColumns(a.moments)
+		}
+		if isRegression(a.f) && a.f != AggRegrCount {
+			agg.Regression = b.regressionColumns(a.regression)
 		}
 		b.m.Aggregates = append(b.m.Aggregates, agg)
 	}

@@ -116,6 +116,9 @@ func (b *mergeBuilder) newAgg(fc *pg_query.FuncCall, at, count ref, f AggFunc, v
 	case AggStddevSamp, AggStddevPop, AggVarSamp, AggVarPop:
 		a.moments = b.hideMoments(fc)
 	}
+	if isRegression(f) && f != AggRegrCount {
+		a.regression = b.hideRegression(fc)
+	}
 	return a, nil
 }
 

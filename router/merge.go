@@ -37,6 +37,8 @@ type mergeAgg struct {
 	sep, structured ref
 	// moments are the hidden columns of a stddev or variance (variance.go).
 	moments momentRefs
+	// regression are those of corr, covar_ and regr_ (regression.go).
+	regression regrRefs
 }
 
 // mergeBuilder builds the Merge of one SELECT.

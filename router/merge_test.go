@@ -123,7 +123,7 @@ var mergeCases = []mergeCase{
 	{name: "xmlagg", sql: "SELECT xmlagg(name::xml) FROM accounts", msg: "aggregate xmlagg()"},
 	{name: "json_object_agg", sql: "SELECT country, json_object_agg(id, name) FROM accounts GROUP BY country", msg: "aggregate json_object_agg()"},
 	{name: "JSON_ARRAYAGG", sql: "SELECT JSON_ARRAYAGG(id) FROM accounts", msg: "JSON_ARRAYAGG"},
-	{name: "corr", sql: "SELECT corr(balance, id) FROM accounts", msg: "aggregate corr()"},
+	{name: "any_value", sql: "SELECT any_value(balance) FROM accounts", msg: "aggregate any_value()"},
 	{name: "percentile", sql: "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY balance) FROM accounts", msg: "aggregate percentile_cont()"},
 	{name: "ORDER BY USING", sql: "SELECT id FROM accounts ORDER BY id USING <", msg: "USING"},
 	{name: "WITH TIES grouped", sql: "SELECT country, count(*) FROM accounts GROUP BY 1 ORDER BY 2 FETCH FIRST 3 ROWS WITH TIES",

@@ -97,7 +97,7 @@ var outerCases = []mergeCase{
 	{name: "parameter used first in WHERE", sql: "SELECT country FROM accounts WHERE balance > $1 GROUP BY country HAVING sum(balance) > 2 * $1",
 		msg: "parameter $1 in an expression over aggregates, used first in WHERE"},
 	{name: "whole row", sql: "SELECT count(*)::text || row(a.*)::text FROM accounts a", msg: "whole-row reference"},
-	{name: "other aggregate inside", sql: "SELECT coalesce(corr(balance, id), 0) FROM accounts", msg: "aggregate corr()"},
+	{name: "other aggregate inside", sql: "SELECT coalesce(any_value(balance), 0) FROM accounts", msg: "aggregate any_value()"},
 }
 
 func TestMergeOuter(t *testing.T) { testMerge(t, outerCases) }

@@ -408,6 +408,22 @@ const (
 	AggStddevPop
 	AggVarSamp
 	AggVarPop
+	// AggCorr through AggRegrSYY are corr, covar_pop, covar_samp and the
+	// regr_ aggregates but regr_count, computed from the shards' states
+	// of float8_regr_accum (Aggregate.Regression, regression.go).
+	// AggRegrCount adds the shards' regr_count as counts.
+	AggCorr
+	AggCovarPop
+	AggCovarSamp
+	AggRegrAvgX
+	AggRegrAvgY
+	AggRegrIntercept
+	AggRegrR2
+	AggRegrSlope
+	AggRegrSXX
+	AggRegrSXY
+	AggRegrSYY
+	AggRegrCount
 )
 
 // String returns the SQL name of the aggregate.
@@ -450,6 +466,9 @@ func (f AggFunc) String() string {
 	case AggVarPop:
 		return "var_pop"
 	}
+	if name, ok := regressionNames[f]; ok {
+		return name
+	}
 	return "AggFunc(" + strconv.Itoa(int(f)) + ")"
 }
 
@@ -474,6 +493,9 @@ type Aggregate struct {
 	// Moments are, for the stddev and variance aggregates, the hidden
 	// columns of the shards' partial moments of x.
 	Moments Moments
+	// Regression is, for AggCorr through AggRegrSYY, the hidden columns
+	// of the shards' states of float8_regr_accum.
+	Regression Regression
 }
 
 // Cond is a HAVING condition: Column Op Value.

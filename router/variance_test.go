@@ -21,7 +21,6 @@ var varianceCases = []mergeCase{
 			}}},
 	{name: "DISTINCT", sql: "SELECT stddev(DISTINCT id) FROM accounts", msg: "stddev(DISTINCT …)"},
 	{name: "two arguments", sql: "SELECT variance(id, id) FROM accounts", msg: "variance() of 2 arguments"},
-	{name: "corr is still refused", sql: "SELECT corr(id, id) FROM accounts", msg: "aggregate corr()"},
 }
 
 func TestMergeVariance(t *testing.T) {

@@ -70,6 +70,7 @@ var origins = []origin{
 	{StringDataLengthMismatch, `cannot OR bit strings of different sizes`, "varbit.c", "1300", "bit_or"},
 	{StringDataLengthMismatch, `cannot XOR bit strings of different sizes`, "varbit.c", "1340", "bitxor"},
 	{ArraySubscriptError, `cannot accumulate arrays of different dimensionality`, "arrayfuncs.c", "5623", "accumArrayResultArr"},
+	{NumericValueOutOfRange, `value out of range: overflow`, "float.c", "87", "float_overflow_error"},
 }
 
 // Location is where PostgreSQL raises an error that it raises in more than

@@ -226,6 +226,9 @@ func TestOriginsMatchPostgres(t *testing.T) {
 		`cannot accumulate arrays of different dimensionality`: func(t *testing.T) *pgconn.PgError {
 			return raw(t, query("SELECT array_agg(x) FROM (VALUES (ARRAY[1]), (ARRAY[1, 2])) v(x)"))
 		},
+		`value out of range: overflow`: func(t *testing.T) *pgconn.PgError {
+			return raw(t, query("SELECT regr_sxx(y, x) FROM (VALUES (0, 1e200::float8), (0, -1e200::float8)) v(y, x)"))
+		},
 		`sorry, too many clients already`: func(t *testing.T) *pgconn.PgError {
 			for range 20 {
 				pc, err := pgconn.Connect(ctx, dsn)
