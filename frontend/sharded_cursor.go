@@ -278,10 +278,11 @@ func (c *client) openCursor(ctx context.Context, d *pg_query.DeclareCursorStmt, 
 		hold: d.Options&cursorHold != 0, inTx: c.xs.InTx(), spSeq: c.spSeq}
 	c.startCursorStream(cur, p)
 	c.ranOn(p.Shards)
-	if !explicit {
+	if !explicit && cur.src != nil {
 		// WITH HOLD outside a transaction block: PostgreSQL computes
-		// its rows as the DECLARE's implicit transaction commits.
-		c.settleStream(streamKeep)
+		// its rows as the DECLARE's implicit transaction commits (not
+		// parked: the implicit transaction may end at the next Sync).
+		c.settleCursorStream(cur.src, streamKeep)
 	}
 	if cur.err != nil {
 		// The query failed before its first row, or, computed whole,
