@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestShardCursorFetchesAsNeeded: a cursor over both shards computes its
@@ -22,28 +23,9 @@ import (
 func TestShardCursorFetchesAsNeeded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, p, plain := twoShardsBesidePlain(t, ctx)
 	const n = 2000
-	fill := fmt.Sprintf("INSERT INTO accounts SELECT g, 'e' || g FROM generate_series(1, %d) g", n)
-	for _, db := range []string{"shard0", "shard1", "plain"} {
-		// The router refuses nextval() over several shards; a function
-		// of the application's own that calls it is no business of its.
-		if err := cl.Exec(ctx, db, "CREATE SEQUENCE s; CREATE FUNCTION tick() RETURNS bigint LANGUAGE sql VOLATILE AS $$SELECT nextval('s')$$"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.Exec(ctx, "plain", fill); err != nil {
-		t.Fatal(err)
-	}
+	cl, p, plain := tickRows(t, ctx, n)
 	c := dialStream(t, p.AppURL("app"))
-	if _, end := c.chunk(&pgproto3.Query{String: fill}); end != fmt.Sprintf("INSERT 0 %d", n) {
-		t.Fatalf("insert through the proxy: %q", end)
-	}
-	for _, db := range []string{"shard0", "shard1", "plain"} {
-		if err := cl.Exec(ctx, db, "ANALYZE accounts"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	run := func(name string, c *streamConn) {
 		t.Helper()
 		steps := []struct {
@@ -73,25 +55,58 @@ func TestShardCursorFetchesAsNeeded(t *testing.T) {
 	run("plain PostgreSQL", dialStream(t, plain))
 	run("the proxy", c)
 	for _, db := range []string{"plain", "shard0", "shard1"} {
-		conn, err := pgx.Connect(ctx, cl.DSN(db))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var last int64
-		var called bool
-		err = conn.QueryRow(ctx, "SELECT last_value, is_called FROM s").Scan(&last, &called)
-		conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Plain: the 3 rows fetched. Each shard: the rows of its
 		// batches, 1 then 2, plus the merge's look-ahead.
 		limit := int64(3)
 		if db != "plain" {
 			limit = 4
 		}
-		if !called || last > limit {
+		if last, called := ticks(t, ctx, cl, db); !called || last > limit {
 			t.Errorf("%s: nextval() ran %d times (called %v) for a cursor closed after 3 of %d rows; want 1 to %d", db, last, called, n, limit)
 		}
 	}
+}
+
+// tickRows starts two shards beside a plain database and puts n rows in
+// accounts on both sides (ANALYZEd, so that a cursor's plan uses the
+// index), with tick(), a volatile function that counts its calls in
+// sequence s of each database (ticks reads it). The router refuses
+// nextval() over several shards; a function of the application's own
+// that calls it is no business of its.
+func tickRows(t *testing.T, ctx context.Context, n int) (*pgtest.Cluster, *proxy, string) {
+	t.Helper()
+	cl, p, plain := twoShardsBesidePlain(t, ctx)
+	fill := fmt.Sprintf("INSERT INTO accounts SELECT g, 'e' || g FROM generate_series(1, %d) g", n)
+	for _, db := range []string{"shard0", "shard1", "plain"} {
+		if err := cl.Exec(ctx, db, "CREATE SEQUENCE s; CREATE FUNCTION tick() RETURNS bigint LANGUAGE sql VOLATILE AS $$SELECT nextval('s')$$"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Exec(ctx, "plain", fill); err != nil {
+		t.Fatal(err)
+	}
+	if _, end := dialStream(t, p.AppURL("app")).chunk(&pgproto3.Query{String: fill}); end != fmt.Sprintf("INSERT 0 %d", n) {
+		t.Fatalf("insert through the proxy: %q", end)
+	}
+	for _, db := range []string{"shard0", "shard1", "plain"} {
+		if err := cl.Exec(ctx, db, "ANALYZE accounts"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cl, p, plain
+}
+
+// ticks reads how often tick() ran in database db: sequence s's last
+// value and whether it was called at all.
+func ticks(t *testing.T, ctx context.Context, cl *pgtest.Cluster, db string) (last int64, called bool) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, cl.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT last_value, is_called FROM s").Scan(&last, &called); err != nil {
+		t.Fatal(err)
+	}
+	return last, called
 }

@@ -2,11 +2,9 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -28,25 +26,8 @@ import (
 func TestShardCursorParksForOtherStatements(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, p, plain := twoShardsBesidePlain(t, ctx)
 	const n = 2000
-	fill := fmt.Sprintf("INSERT INTO accounts SELECT g, 'e' || g FROM generate_series(1, %d) g", n)
-	for _, db := range []string{"shard0", "shard1", "plain"} {
-		if err := cl.Exec(ctx, db, "CREATE SEQUENCE s; CREATE FUNCTION tick() RETURNS bigint LANGUAGE sql VOLATILE AS $$SELECT nextval('s')$$"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.Exec(ctx, "plain", fill); err != nil {
-		t.Fatal(err)
-	}
-	if _, end := dialStream(t, p.AppURL("app")).chunk(&pgproto3.Query{String: fill}); end != fmt.Sprintf("INSERT 0 %d", n) {
-		t.Fatalf("insert through the proxy: %q", end)
-	}
-	for _, db := range []string{"shard0", "shard1", "plain"} {
-		if err := cl.Exec(ctx, db, "ANALYZE accounts"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl, p, plain := tickRows(t, ctx, n)
 	steps := []struct {
 		q    string
 		rows int
@@ -97,17 +78,7 @@ func TestShardCursorParksForOtherStatements(t *testing.T) {
 		run(proto+": plain PostgreSQL", plain, extended)
 		run(proto+": the proxy", p.AppURL("app"), extended)
 		for _, db := range []string{"plain", "shard0", "shard1"} {
-			conn, err := pgx.Connect(ctx, cl.DSN(db))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var last int64
-			var called bool
-			err = conn.QueryRow(ctx, "SELECT last_value, is_called FROM s").Scan(&last, &called)
-			conn.Close(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			last, called := ticks(t, ctx, cl, db)
 			// Plain: the 5 rows fetched. Each shard: its batches of 1, 2
 			// and 4 rows at most, which the merge's look-ahead may start.
 			limit := int64(5)
