@@ -307,6 +307,10 @@ func (m *Merger) combine(g *group, cols [][]byte, fresh bool, tag int64) error {
 			out, err = m.appendString(cur, cols[a.SepCol], v, m.cols[a.Col], m.cols[a.SepCol])
 		case AggJSONAgg, AggJSONBAgg:
 			out, err = appendJSON(cur, v, a.Kind == AggJSONAgg && boolValue(cols[a.StructCol]), m.cols[a.Col])
+		case AggJSONObjectAgg:
+			out, err = appendJSONObject(cur, v)
+		case AggJSONBObjectAgg:
+			out, err = mergeJSONBObjects(cur, v, m.cols[a.Col].Format == 1)
 		case AggBitAnd, AggBitOr, AggBitXor:
 			out, err = bitOp(a.Kind, cur, v, m.cols[a.Col])
 		default:

@@ -50,13 +50,15 @@ const (
 	AggRegrSXX
 	AggRegrSXY
 	AggRegrSYY
+	AggJSONObjectAgg  // partial json objects' pairs one after another (jsonobject.go)
+	AggJSONBObjectAgg // partial jsonb objects merged, the last value of a key winning
 )
 
 func (k AggKind) String() string {
 	names := [...]string{"?", "count", "sum", "min", "max", "bool_and", "bool_or", "avg",
 		"string_agg", "array_agg", "json_agg", "jsonb_agg", "bit_and", "bit_or", "bit_xor",
 		"stddev_samp", "stddev_pop", "var_samp", "var_pop", "corr", "covar_pop", "covar_samp", "regr_avgx", "regr_avgy",
-		"regr_intercept", "regr_r2", "regr_slope", "regr_sxx", "regr_sxy", "regr_syy"}
+		"regr_intercept", "regr_r2", "regr_slope", "regr_sxx", "regr_sxy", "regr_syy", "json_object_agg", "jsonb_object_agg"}
 	if int(k) >= len(names) {
 		return "AggKind(" + strconv.Itoa(int(k)) + ")"
 	}

@@ -305,6 +305,10 @@ func aggOf(a router.Aggregate, idx func(router.Column) (int, error)) (Agg, error
 		}
 	case router.AggRegrCount:
 		agg.Kind = AggCount
+	case router.AggJSONObjectAgg:
+		agg.Kind = AggJSONObjectAgg
+	case router.AggJSONBObjectAgg:
+		agg.Kind = AggJSONBObjectAgg
 	default:
 		k, ok := regressionKinds[a.Func]
 		if !ok {

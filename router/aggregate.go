@@ -23,6 +23,7 @@ var mergeable = map[string]AggFunc{
 	"corr": AggCorr, "covar_pop": AggCovarPop, "covar_samp": AggCovarSamp, "regr_avgx": AggRegrAvgX, "regr_avgy": AggRegrAvgY,
 	"regr_count": AggRegrCount, "regr_intercept": AggRegrIntercept, "regr_r2": AggRegrR2, "regr_slope": AggRegrSlope,
 	"regr_sxx": AggRegrSXX, "regr_sxy": AggRegrSXY, "regr_syy": AggRegrSYY,
+	"json_object_agg": AggJSONObjectAgg, "jsonb_object_agg": AggJSONBObjectAgg,
 }
 
 // aggregates are PostgreSQL's other built-in aggregates: across shards they
@@ -30,8 +31,8 @@ var mergeable = map[string]AggFunc{
 var aggregates = map[string]bool{}
 
 func init() {
-	for _, name := range strings.Fields(`json_object_agg json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
-		jsonb_object_agg jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
+	for _, name := range strings.Fields(`json_object_agg_strict json_object_agg_unique json_object_agg_unique_strict
+		jsonb_object_agg_strict jsonb_object_agg_unique jsonb_object_agg_unique_strict
 		xmlagg range_agg range_intersect_agg any_value mode percentile_cont percentile_disc
 		rank dense_rank percent_rank cume_dist`) {
 		aggregates[name] = true
@@ -64,6 +65,10 @@ func aggFunc(fc *pg_query.FuncCall) (AggFunc, error) {
 		return f, checkVariance(fc)
 	case isRegression(f):
 		return f, checkRegression(fc)
+	case (f == AggJSONObjectAgg || f == AggJSONBObjectAgg) && (fc.AggDistinct || len(fc.AggOrder) > 0 || len(fc.Args) != 2):
+		// The shards' partial objects hold their pairs in their own
+		// order; an ORDER BY would need every pair in one order.
+		return 0, rejectf("%s() with DISTINCT, ORDER BY or other than two arguments", name)
 	}
 	return f, nil
 }

@@ -31,7 +31,7 @@ var distinctCases = []mergeCase{
 	{name: "bit_xor DISTINCT dedupes", sql: "SELECT bit_xor(DISTINCT id) FROM accounts",
 		want: &Merge{Grouped: true, Aggregates: []Aggregate{{Column: 0, Func: AggBitXor, Distinct: true}}, SortedBy: []SortKey{{Column: -1}}, HiddenColumns: 1,
 			Rewritten: "SELECT bit_xor(DISTINCT id), id AS __shardgate_1 FROM accounts GROUP BY id ORDER BY 2"}},
-	{name: "other aggregate", sql: "SELECT json_object_agg(DISTINCT name, id) FROM accounts", msg: "aggregate json_object_agg()"},
+	{name: "other aggregate", sql: "SELECT json_object_agg(DISTINCT name, id) FROM accounts", msg: "json_object_agg() with DISTINCT"},
 }
 
 func TestMergeDistinctAggregates(t *testing.T) { testMerge(t, distinctCases) }

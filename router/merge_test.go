@@ -121,7 +121,7 @@ var mergeCases = []mergeCase{
 	{name: "window function", sql: "SELECT id, first_value(id) OVER (ORDER BY id ROWS 2 PRECEDING) FROM accounts", msg: "window function first_value()"},
 	{name: "WINDOW clause", sql: "SELECT id, sum(balance) OVER w FROM accounts WINDOW w AS (PARTITION BY country)", msg: "not partitioned by the sharding key"},
 	{name: "xmlagg", sql: "SELECT xmlagg(name::xml) FROM accounts", msg: "aggregate xmlagg()"},
-	{name: "json_object_agg", sql: "SELECT country, json_object_agg(id, name) FROM accounts GROUP BY country", msg: "aggregate json_object_agg()"},
+	{name: "json_object_agg ordered", sql: "SELECT country, json_object_agg(id, name ORDER BY id) FROM accounts GROUP BY country", msg: "json_object_agg() with DISTINCT, ORDER BY"},
 	{name: "JSON_ARRAYAGG", sql: "SELECT JSON_ARRAYAGG(id) FROM accounts", msg: "JSON_ARRAYAGG"},
 	{name: "any_value", sql: "SELECT any_value(balance) FROM accounts", msg: "aggregate any_value()"},
 	{name: "percentile", sql: "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY balance) FROM accounts", msg: "aggregate percentile_cont()"},

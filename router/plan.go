@@ -424,6 +424,12 @@ const (
 	AggRegrSXY
 	AggRegrSYY
 	AggRegrCount
+	// AggJSONObjectAgg is json_object_agg(k, v): the partial objects'
+	// pairs one after another. AggJSONBObjectAgg is jsonb_object_agg(k,
+	// v): the partial objects' pairs merged, a key's last value winning,
+	// in jsonb's key order.
+	AggJSONObjectAgg
+	AggJSONBObjectAgg
 )
 
 // String returns the SQL name of the aggregate.
