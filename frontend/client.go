@@ -161,6 +161,10 @@ type client struct {
 	resumed    bool            // the loop resumed from a park and has not read yet
 
 	multi bool // sharded: running a multi-statement Query part by part (runParts); here for packing
+
+	// co is the coroutine that runs the client loop on the event loop
+	// (limits.event_loop, hot.go); nil for a client with a goroutine.
+	co *coro
 }
 
 // The client's buffer sizes.
@@ -288,6 +292,8 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.conn.SetDeadline(time.Time{})
 	c.maxMessage = st.Config.Limits.MaxMessageSize
 	c.r.SetMax(c.maxMessage)
+	// Before register: from then on other goroutines read c.conn.
+	hot := c.w.Flush() == nil && c.goHot(st)
 	c.l.register(c) // finish unregisters it
 	// BackendKeyData with the proxy's own pid and secret, then ready.
 	key := []byte{'K', 0, 0, 0, 12}
@@ -304,7 +310,10 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.leaveGateIdle()
 	c.setState(ClientIdle)
 	c.ctx = ctx
-	if c.parkEligible() && c.l.evloop() != nil {
+	if hot && c.startHot() {
+		return errOnLoop // the coroutine serves the client now
+	}
+	if !hot && c.parkEligible() && c.l.evloop() != nil {
 		c.canPark.Store(true)
 	}
 	return c.loop(ctx)
@@ -423,6 +432,7 @@ func (c *client) loop(ctx context.Context) error {
 		if c.parkNow() && c.park() {
 			return errParked
 		}
+		c.hotIdle()
 		stopWatch := c.watchServer()
 		held := c.waitIdle()
 		typ, raw, body, err := c.r.Next()
