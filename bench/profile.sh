@@ -20,7 +20,9 @@
 # PROFILE_WORKLOADS ("select1 select-only"; PROFILE_WORKLOAD is the old
 # name), PROFILE_MODES ("simple extended prepared"), PROFILE_GOMAXPROCS ("1";
 # empty for none), PROFILE_BASE_REF (none), PROFILE_PARK_AFTER (values of
-# limits.client_park_after, each a variant parkV; none), PROFILE_OUT
+# limits.client_park_after, each a variant parkV; none), PROFILE_EVENT_LOOP
+# (GOMAXPROCS values, "default" for Go's, each a variant with
+# limits.event_loop on: evloop, evloop-gomaxprocsN; none), PROFILE_OUT
 # (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
 # PROFILE_RECORD=0 to skip perf record, PROFILE_FLOORS=1 to measure the
 # relays of bench/relayfloor (floor-goroutine, floor-epoll1, floor-coro1,
@@ -39,6 +41,7 @@ PROFILE_MODES=${PROFILE_MODES:-simple extended prepared}
 PROFILE_GOMAXPROCS=${PROFILE_GOMAXPROCS-1}
 PROFILE_BASE_REF=${PROFILE_BASE_REF:-}
 PROFILE_PARK_AFTER=${PROFILE_PARK_AFTER:-}
+PROFILE_EVENT_LOOP=${PROFILE_EVENT_LOOP:-}
 PROFILE_RECORD=${PROFILE_RECORD:-1}
 PROFILE_STRACE=${PROFILE_STRACE:-1}
 PROFILE_OUT=${PROFILE_OUT:-$BENCH_DIR/results/profile.md}
@@ -75,6 +78,15 @@ done
 for a in $PROFILE_PARK_AFTER; do
 	start_shardgate_variant "park$a" "$BENCH_TMP/proxy" "" "{ client_park_after: $a }"
 	VARIANTS+=("park$a")
+done
+for g in $PROFILE_EVENT_LOOP; do
+	if [ "$g" = default ]; then
+		start_shardgate_variant evloop "$BENCH_TMP/proxy" "" "{ event_loop: true }"
+		VARIANTS+=(evloop)
+	else
+		start_shardgate_variant "evloop-gomaxprocs$g" "$BENCH_TMP/proxy" "$g" "{ event_loop: true }"
+		VARIANTS+=("evloop-gomaxprocs$g")
+	fi
 done
 if [ -n "$PROFILE_BASE_REF" ]; then
 	build_ref "$PROFILE_BASE_REF" "$BENCH_TMP/proxy-base"

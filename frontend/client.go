@@ -310,11 +310,11 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.leaveGateIdle()
 	c.setState(ClientIdle)
 	c.ctx = ctx
+	if c.parkEligible() && c.l.evloop() != nil {
+		c.canPark.Store(true)
+	}
 	if hot && c.startHot() {
 		return errOnLoop // the coroutine serves the client now
-	}
-	if !hot && c.parkEligible() && c.l.evloop() != nil {
-		c.canPark.Store(true)
 	}
 	return c.loop(ctx)
 }

@@ -33,9 +33,9 @@ import (
 // reads (writes) fail at once with a timeout error, including a read
 // already waiting, without losing data.
 type fdConn struct {
-	fd           int
-	loop         *hotLoop
+	fd           int32
 	token        int32 // names this conn in the loop's epoll events (fd numbers are reused)
+	loop         *hotLoop
 	laddr, raddr net.Addr
 
 	// ref counts the calls using fd, plus one for the conn itself until
@@ -57,7 +57,10 @@ const fdClosing = 1 << 40
 // blockWait is a goroutine blocked on one direction of an fdConn.
 type blockWait struct {
 	waiting atomic.Bool
-	ch      chan struct{} // made with the conn, capacity 1
+	// ch is made by the first blocking wait (most conns of the loop never
+	// block: a parked client keeps the conn, and each channel is 96 bytes),
+	// before it sets waiting, which notify checks before it looks at ch.
+	ch chan struct{}
 }
 
 func (b *blockWait) notify() {
@@ -89,7 +92,7 @@ func newFDConn(l *hotLoop, c net.Conn) (*fdConn, error) {
 	if derr != nil {
 		return nil, os.NewSyscallError("fcntl", derr)
 	}
-	f := &fdConn{fd: fd, loop: l, laddr: c.LocalAddr(), raddr: c.RemoteAddr()}
+	f := &fdConn{fd: int32(fd), loop: l, laddr: c.LocalAddr(), raddr: c.RemoteAddr()}
 	c.Close()
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		syscall.Close(fd)
@@ -107,8 +110,6 @@ func (f *fdConn) init() {
 	f.ref.Store(1)
 	f.rready.Store(true)
 	f.wready.Store(true)
-	f.rblock.ch = make(chan struct{}, 1)
-	f.wblock.ch = make(chan struct{}, 1)
 }
 
 func (f *fdConn) incref() bool {
@@ -125,7 +126,7 @@ func (f *fdConn) incref() bool {
 
 func (f *fdConn) decref() {
 	if f.ref.Add(-1) == fdClosing {
-		syscall.Close(f.fd)
+		syscall.Close(int(f.fd))
 	}
 }
 
@@ -198,7 +199,7 @@ func (f *fdConn) Read(p []byte) (int, error) {
 		co, loop := f.onLoop()
 		seq := f.rseq.Load()
 		if !loop || f.rready.Load() {
-			n, err := syscall.Read(f.fd, p)
+			n, err := syscall.Read(int(f.fd), p)
 			switch {
 			case err == nil && n == 0:
 				return 0, io.EOF
@@ -235,7 +236,7 @@ func (f *fdConn) Write(p []byte) (int, error) {
 		co, loop := f.onLoop()
 		seq := f.wseq.Load()
 		if !loop || f.wready.Load() {
-			n, err := syscall.Write(f.fd, p[done:])
+			n, err := syscall.Write(int(f.fd), p[done:])
 			if n > 0 {
 				done += n
 			}
@@ -269,6 +270,9 @@ func (f *fdConn) wait(co *coro, loop, write bool, seq uint32) error {
 	}
 	if loop {
 		return co.waitFor(f, dl)
+	}
+	if b.ch == nil {
+		b.ch = make(chan struct{}, 1)
 	}
 	b.waiting.Store(true)
 	defer b.waiting.Store(false)

@@ -102,10 +102,20 @@ func (c *client) goHot(st *State) bool {
 	c.conn = f
 	c.r.Reset(f)
 	c.w.Reset(f)
-	c.co = &coro{}
-	f.co.Store(c.co)
+	c.setCoro(&coro{})
 	return true
 }
+
+// setCoro makes co the coroutine of the client and of its socket (nil:
+// none, for a client that parks, see park).
+func (c *client) setCoro(co *coro) {
+	c.co = co
+	if f, ok := c.conn.(*fdConn); ok {
+		f.co.Store(co)
+	}
+}
+
+func (c *client) dropCoro() { c.setCoro(nil) }
 
 // startHot runs the client's loop as a coroutine of the event loop; false
 // means the loop is closed (shutdown) and the caller serves the client on
@@ -115,8 +125,7 @@ func (c *client) startHot() bool {
 	if loop != nil && loop.start(c.co, func() { c.serve(func() error { return c.loop(c.ctx) }) }) == nil {
 		return true
 	}
-	c.conn.(*fdConn).co.Store(nil)
-	c.co = nil
+	c.dropCoro()
 	return false
 }
 

@@ -104,12 +104,12 @@ func (l *hotLoop) add(f *fdConn) error {
 	}
 	f.token = l.token
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | unix.EPOLLET,
-		Fd: int32(f.fd), Pad: f.token}
-	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, f.fd, &ev); err != nil {
+		Fd: f.fd, Pad: f.token}
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(f.fd), &ev); err != nil {
 		return fmt.Errorf("hot loop: epoll_ctl fd %d: %w", f.fd, err)
 	}
-	if f.fd >= len(l.conns) {
-		l.conns = append(l.conns, make([]*fdConn, f.fd+1-len(l.conns))...)
+	if int(f.fd) >= len(l.conns) {
+		l.conns = append(l.conns, make([]*fdConn, int(f.fd)+1-len(l.conns))...)
 	}
 	l.conns[f.fd] = f
 	return nil
@@ -119,10 +119,10 @@ func (l *hotLoop) add(f *fdConn) error {
 // the epoll set).
 func (l *hotLoop) remove(f *fdConn) {
 	l.mu.Lock()
-	if f.fd < len(l.conns) && l.conns[f.fd] == f {
+	if int(f.fd) < len(l.conns) && l.conns[f.fd] == f {
 		l.conns[f.fd] = nil
 		if !l.closed {
-			syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, f.fd, nil)
+			syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, int(f.fd), nil)
 		}
 	}
 	l.mu.Unlock()
@@ -143,7 +143,16 @@ func (l *hotLoop) lookup(fd, token int32) *fdConn {
 // start makes a coroutine of body and hands it to the loop, which runs it
 // until it first waits. It fails only when the loop was closed.
 func (l *hotLoop) start(co *coro, body func()) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return errHotClosed
+	}
+	l.clients++
+	l.mu.Unlock()
 	co.loop = l
+	// iter.Pull's stop is not kept: a coroutine always runs to its end
+	// (the client finishes), and Shutdown closes the loop only after that.
 	co.next, _ = iter.Pull(func(yield func(coroReq) bool) {
 		co.yield = yield
 		defer func() {
@@ -153,13 +162,6 @@ func (l *hotLoop) start(co *coro, body func()) error {
 		}()
 		body()
 	})
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return errHotClosed
-	}
-	l.clients++
-	l.mu.Unlock()
 	l.adopt(co)
 	return nil
 }
@@ -220,12 +222,10 @@ func (l *hotLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
 	for {
-		// A first look without blocking: under load something is ready,
-		// and the runtime need not hand the thread's P away.
-		n, err := syscall.EpollWait(l.epfd, events, 0)
-		if n == 0 && err == nil {
-			n, err = syscall.EpollWait(l.epfd, events, -1)
-		}
+		// A blocking wait, as bench/relayfloor's coro mode measured it:
+		// the runtime's sysmon retakes the thread's P after 20 µs in the
+		// call, which a non-blocking look first does not avoid either.
+		n, err := syscall.EpollWait(l.epfd, events, -1)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -257,8 +257,12 @@ func (l *hotLoop) run() {
 // reports whether the loop was closed.
 func (l *hotLoop) woken() bool {
 	var buf [8]byte
-	l.pending.Store(false) // before taking the queue: a later wake writes again
+	// The eventfd is read before pending is cleared, and pending is
+	// cleared before the queue is taken: a wake that found pending set
+	// queued its coroutine before that, and one that finds it clear
+	// writes the eventfd again.
 	syscall.Read(l.evfd, buf[:])
+	l.pending.Store(false)
 	l.mu.Lock()
 	ws := l.wakes
 	l.wakes = l.spare[:0]

@@ -25,7 +25,7 @@ func newHotLoop() (*hotLoop, error) { return nil, errors.New("hot loop: needs Li
 func newFDConn(l *hotLoop, c net.Conn) (*fdConn, error) { return nil, errNotSocket }
 
 func (l *hotLoop) start(co *coro, body func()) error { return errors.New("hot loop: needs Linux") }
-func (l *hotLoop) close()                           {}
-func (l *hotLoop) running() int                     { return 0 }
-func (co *coro) off()                               {}
-func (co *coro) on()                                {}
+func (l *hotLoop) close()                            {}
+func (l *hotLoop) running() int                      { return 0 }
+func (co *coro) off()                                {}
+func (co *coro) on()                                 {}
