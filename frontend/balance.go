@@ -197,7 +197,7 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 	if read {
 		cands = c.st.Pools.ReadPools(c.db, c.user, shard)
 	}
-	if c.co != nil && c.co.onLoop.Load() {
+	if co := c.coro(); co != nil && co.onLoop.Load() {
 		// On the event loop only a checkout that needs no wait and no new
 		// connection stays there.
 		if len(cands) == 0 {

@@ -161,10 +161,6 @@ type client struct {
 	resumed    bool            // the loop resumed from a park and has not read yet
 
 	multi bool // sharded: running a multi-statement Query part by part (runParts); here for packing
-
-	// co is the coroutine that runs the client loop on the event loop
-	// (limits.event_loop, hot.go); nil for a client with a goroutine.
-	co *coro
 }
 
 // The client's buffer sizes.

@@ -106,10 +106,20 @@ func (c *client) goHot(st *State) bool {
 	return true
 }
 
-// setCoro makes co the coroutine of the client and of its socket (nil:
-// none, for a client that parks, see park).
+// coro returns the coroutine that runs the client on the event loop, nil
+// for a client with a goroutine. It is kept in the client's socket, not
+// in the client struct, whose size class is what a parked client costs
+// (TestClientSizeClass).
+func (c *client) coro() *coro {
+	if f, ok := c.conn.(*fdConn); ok {
+		return f.co.Load()
+	}
+	return nil
+}
+
+// setCoro makes co the coroutine of the client (nil: none, for a client
+// that parks, see park).
 func (c *client) setCoro(co *coro) {
-	c.co = co
 	if f, ok := c.conn.(*fdConn); ok {
 		f.co.Store(co)
 	}
@@ -122,7 +132,7 @@ func (c *client) dropCoro() { c.setCoro(nil) }
 // its goroutine (its socket's waits block).
 func (c *client) startHot() bool {
 	loop := c.l.hotLoop()
-	if loop != nil && loop.start(c.co, func() { c.serve(func() error { return c.loop(c.ctx) }) }) == nil {
+	if loop != nil && loop.start(c.coro(), func() { c.serve(func() error { return c.loop(c.ctx) }) }) == nil {
 		return true
 	}
 	c.dropCoro()
@@ -134,8 +144,8 @@ func (c *client) startHot() bool {
 // its server's sockets (a pool wait, the gate, a helper goroutine reading
 // one of them). The client comes back at its next hotIdle.
 func (c *client) offLoop() {
-	if c.co != nil {
-		c.co.off()
+	if co := c.coro(); co != nil {
+		co.off()
 	}
 }
 
@@ -144,21 +154,22 @@ func (c *client) offLoop() {
 // session, a pinned server (its watcher reads beside the loop), or a
 // server whose socket is not the loop's.
 func (c *client) hotIdle() {
-	if c.co == nil || c.co.onLoop.Load() {
+	co := c.coro()
+	if co == nil || co.onLoop.Load() {
 		return
 	}
 	if c.xs != nil || c.pinned || c.mode != config.PoolTransaction {
 		return
 	}
 	if s := c.server; s != nil {
-		if f, ok := s.Conn.(*fdConn); !ok || f.co.Load() != c.co {
+		if f, ok := s.Conn.(*fdConn); !ok || f.co.Load() != co {
 			return
 		}
 	}
 	// The sockets' readiness flags are still right: only reads on the
 	// loop clear them (fdConn.Read), and the loop sets them at every edge
 	// whoever drives the client.
-	c.co.on()
+	co.on()
 }
 
 // hotServer gives a server the client checked out to its coroutine:
@@ -166,7 +177,8 @@ func (c *client) hotIdle() {
 // without TLS), with its waits the coroutine's. A server that cannot move
 // keeps the client off the loop until it is returned.
 func (c *client) hotServer(s *pool.Server) {
-	if c.co == nil {
+	co := c.coro()
+	if co == nil {
 		return
 	}
 	f, ok := s.Conn.(*fdConn)
@@ -190,20 +202,21 @@ func (c *client) hotServer(s *pool.Server) {
 			return
 		}
 	}
-	f.co.Store(c.co)
+	f.co.Store(co)
 }
 
 // unhotServer takes a server the client returns off its coroutine,
 // handing the client to a goroutine first when the checkin may block
 // (pool.Server.CheckinBlocks).
 func (c *client) unhotServer(s *pool.Server) {
-	if c.co == nil {
+	co := c.coro()
+	if co == nil {
 		return
 	}
 	if s.CheckinBlocks() {
 		c.offLoop()
 	}
-	if f, ok := s.Conn.(*fdConn); ok && f.co.Load() == c.co {
+	if f, ok := s.Conn.(*fdConn); ok && f.co.Load() == co {
 		f.co.Store(nil)
 	}
 }

@@ -28,9 +28,11 @@ import (
 // nothing is re-armed per message, so a pass-through transaction costs
 // one epoll_wait at most and no failed read.
 //
-// The loop goroutine is not locked to its thread: a coroutine is tied to
-// the thread of its creator only when the creator is locked (runtime
-// coro.go), and a coroutine handed to a goroutine runs on another thread.
+// The loop goroutine is not locked to its thread (runtime.LockOSThread):
+// the runtime resumes a coroutine only on the thread, and with the lock
+// state, of the goroutine that created it (runtime/coro.go throws
+// otherwise), so a locked loop could neither run coroutines made by login
+// goroutines nor hand its own to a goroutine (offLoop).
 type hotLoop struct {
 	epfd, evfd int
 	done       chan struct{} // closed when run returns

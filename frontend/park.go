@@ -291,7 +291,7 @@ func (c *client) park() bool {
 	c.shed()
 	// A client of the event loop parks by ending its coroutine (the
 	// caller returns errParked up through it); resume starts another.
-	co := c.co
+	co := c.coro()
 	c.dropCoro()
 	c.parked.Store(true)
 	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c)
