@@ -141,6 +141,11 @@ type Limits struct {
 	// a goroutine of its own (frontend/park.go). 0 parks at every idle
 	// point; negative never parks.
 	ClientParkAfter time.Duration `yaml:"client_park_after"`
+	// EventLoop serves eligible clients (transaction mode, a database that
+	// is not sharded, plain TCP or Unix socket, not admin) on one event
+	// loop over raw non-blocking sockets instead of a goroutine each
+	// (frontend/hotloop.go). Off by default.
+	EventLoop bool `yaml:"event_loop"`
 }
 
 // TLS configures TLS towards clients and the sslmode towards servers.

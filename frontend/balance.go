@@ -197,6 +197,18 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 	if read {
 		cands = c.st.Pools.ReadPools(c.db, c.user, shard)
 	}
+	if co := c.coro(); co != nil && co.onLoop.Load() {
+		// On the event loop only a checkout that needs no wait and no new
+		// connection stays there.
+		if len(cands) == 0 {
+			start := time.Now()
+			if s, ok, err := primary.TryCheckoutStartup(c.startup); ok {
+				primary.Stats.WaitTime.Observe(time.Since(start))
+				return s, primary, err
+			}
+		}
+		c.offLoop()
+	}
 	for _, p := range cands {
 		if p.Key.Role != "replica" {
 			break // the primary's turn (include_primary), or the fallback

@@ -288,6 +288,8 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.conn.SetDeadline(time.Time{})
 	c.maxMessage = st.Config.Limits.MaxMessageSize
 	c.r.SetMax(c.maxMessage)
+	// Before register: from then on other goroutines read c.conn.
+	hot := c.w.Flush() == nil && c.goHot(st)
 	c.l.register(c) // finish unregisters it
 	// BackendKeyData with the proxy's own pid and secret, then ready.
 	key := []byte{'K', 0, 0, 0, 12}
@@ -306,6 +308,9 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.ctx = ctx
 	if c.parkEligible() && c.l.evloop() != nil {
 		c.canPark.Store(true)
+	}
+	if hot && c.startHot() {
+		return errOnLoop // the coroutine serves the client now
 	}
 	return c.loop(ctx)
 }
@@ -423,6 +428,7 @@ func (c *client) loop(ctx context.Context) error {
 		if c.parkNow() && c.park() {
 			return errParked
 		}
+		c.hotIdle()
 		stopWatch := c.watchServer()
 		held := c.waitIdle()
 		typ, raw, body, err := c.r.Next()

@@ -14,6 +14,10 @@
 //     goroutine returns; the socket becoming readable (or hung up) resumes
 //     the client loop on a new goroutine. limits.client_park_after says
 //     when (0: at every idle point).
+//   - hot.go, hotloop.go, fdconn.go: the event loop (limits.event_loop,
+//     off by default): eligible clients' loops run as coroutines of one
+//     goroutine blocked in epoll_wait over raw sockets; see "Event loop"
+//     below.
 //   - startup.go, auth.go, login.go: the startup phase (SSLRequest,
 //     GSSENCRequest, CancelRequest, StartupMessage), authentication
 //     (SCRAM-SHA-256, MD5, cleartext, trust), the proxy's own
@@ -98,9 +102,79 @@
 // complete (they are not transactional). docs/pooling.md states the
 // resulting semantics per pool mode.
 //
+// # Event loop
+//
+// With limits.event_loop, a client of a transaction-mode database that is
+// not sharded, over plain TCP or a Unix socket, not admin, is moved after
+// login (goHot, before it is registered and sees ReadyForQuery, with
+// nothing buffered either way) to an fdConn: its descriptor duplicated and
+// the net.Conn closed, which takes the socket out of Go's netpoller; it is
+// registered once, edge-triggered, in the hotLoop's epoll set. Its client
+// loop — the same code as every client's, from c.loop down — then runs as
+// an iter.Pull coroutine (coro) that the hotLoop goroutine resumes. A
+// server it checks out is moved to an fdConn the same way (hotServer,
+// pool.Server.SwapConn) and stays one for its life, whoever uses it next.
+//
+// A coroutine is in one of two places:
+//
+//   - on the loop (co.onLoop): the loop goroutine runs it. A read or write
+//     of its client's or its server's socket that would block yields
+//     (coroWait, with the conn in co.waiting); the loop resumes it when
+//     epoll reports that socket, when a deadline the wait armed passes, or
+//     when another goroutine sets a deadline on or closes the conn
+//     (fdConn.nudge: Shutdown's and KILL's SetReadDeadline(time.Now()), a
+//     cutover's nudge, a forced Close). Nothing else may block there: the
+//     loop serves every other client meanwhile.
+//   - on a goroutine: before anything that may block on something else
+//     than its two sockets, the coroutine calls offLoop, which yields
+//     coroOff; the loop starts a goroutine (coro.drive) that resumes it,
+//     and it goes on exactly where it was, on that goroutine, with its
+//     sockets' waits blocking (on a channel the loop signals at each edge,
+//     or a deadline's timer). The places: a checkout that cannot take an
+//     idle server at once (a wait or a new connection, replica reads:
+//     checkoutBalanced tries pool.TryCheckoutStartup first), a closed gate
+//     (admit), COPY FROM STDIN (copyIn's watcher reads the server beside
+//     the client), a batch over 256 KiB (its writer goroutine), a pinned
+//     session's server watcher, a checkin that must absorb a cancel or
+//     reset stale plans (pool.Server.CheckinBlocks), a cutover moving an
+//     idle or pinned session, a database that became sharded, a server
+//     that cannot move to an fdConn (TLS).
+//
+// The coroutine returns to the loop at the top of the client loop, before
+// it reads the next message (hotIdle, coroOn), unless what it holds needs
+// its goroutine: a sharded session (for good), a pinned server (its
+// watcher), a server that is not an fdConn of the coroutine. Invariants:
+//
+//   - Exactly one driver runs a coroutine at a time: the loop between
+//     coroOff and the end of the goroutine's resume is not its driver, and
+//     the goroutine hands it back (adopt) only after it yielded coroOn.
+//     co.onLoop changes only at those two points.
+//   - A conn's co is set only while the client owns it (the client socket
+//     for its life; a server from checkout to checkin, cleared before the
+//     server goes back to the pool), and a conn yields to the loop only
+//     while that coroutine is on the loop, so that helper goroutines (the
+//     COPY and session watchers, the big-batch writer, pool goroutines
+//     probing or closing idle servers) always block instead.
+//   - Readiness flags are only ever too optimistic: the loop sets them at
+//     every edge, whoever drives the client, and only a read or write on
+//     the loop clears them, so a coroutine coming back never misses data.
+//   - A waiter publishes what it waits on (co.waiting, blockWait.waiting)
+//     before its last look at the deadline and the conn's state, and a
+//     nudger changes those before it looks at the waiter: one of the two
+//     sees the other.
+//   - A descriptor is closed only when no call uses it any more (fdConn's
+//     reference count) and after it left the loop's table, so that a
+//     number reused by a new socket never gets the old one's events.
+//   - A client on the loop parks as others do (park.go): its coroutine
+//     ends with errParked, its socket stays registered with the loop (whose
+//     edges find no coroutine waiting), and the evloop's wake starts a new
+//     coroutine on the loop (resume). The loop stops in Shutdown after the
+//     last client ended.
+//
 // # Invariants
 //
-//   - A client is served by at most one goroutine at a time: the one
+//   - A client is served by at most one goroutine (or coroutine driver,
+//     see Event loop) at a time: the one
 //     that parks it returns without touching it again, and only the evloop
 //     starts the next (park.go). Everything the client loop needs between
 //     messages lives in the client struct, not in goroutine locals.

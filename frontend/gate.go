@@ -154,6 +154,7 @@ func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
 		s, p, err := c.checkoutBalanced(ctx, c.pool, 0, read)
 		if err == nil {
 			c.lb.pool = p
+			c.hotServer(s)
 			return s, nil
 		}
 		c.release()
@@ -166,6 +167,7 @@ func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
 
 // checkin returns s to the client's pool and leaves the gate.
 func (c *client) checkin(s *pool.Server) {
+	c.unhotServer(s)
 	serverPool(s, c.pool).Checkin(s)
 	c.release()
 }
@@ -182,6 +184,7 @@ func (c *client) admit(ctx context.Context) error {
 			return nil
 		}
 		ct.leave(g)
+		c.offLoop()
 		if err := c.waitGate(ctx, g); err != nil {
 			return err
 		}

@@ -111,6 +111,7 @@ func (c *client) doneWaiting(held bool) bool {
 // that leaves the session as it was (a checkout that timed out) only
 // leaves the move to the session's next statement.
 func (c *client) moveIdle(ctx context.Context) error {
+	c.offLoop()
 	shard, listens, err := c.heldListens()
 	if err != nil {
 		c.sendFatal(&wire.Error{Severity: "FATAL", Code: wire.ConnectionFailure,

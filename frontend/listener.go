@@ -74,7 +74,8 @@ type Listener struct {
 	clientsNum atomic.Int64
 	shutting   atomic.Bool
 
-	parking parker // idle clients without goroutines (park.go)
+	parking parker   // idle clients without goroutines (park.go)
+	hot     hotState // the event loop of limits.event_loop (hot.go)
 
 	mu      sync.Mutex // guards the following
 	ln      net.Listener
@@ -188,7 +189,7 @@ func (c *client) serve(fn func() error) {
 		c.finish()
 	}()
 	err := fn()
-	if err == errParked {
+	if err == errParked || err == errOnLoop {
 		parked = true
 		return
 	}
@@ -230,6 +231,7 @@ func (c *client) dropServers() {
 	if s := c.server; s != nil {
 		c.server = nil
 		s.Broken = true
+		c.unhotServer(s)
 		serverPool(s, c.pool).Checkin(s)
 	}
 	c.release()
@@ -334,6 +336,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	// With every client gone, nothing plans any more: close the catalog
 	// connections (the caller closes the pools).
 	defer func() { l.State().retire() }()
+	defer l.closeHot() // after the clients, whose coroutines it runs
 	select {
 	case <-done:
 		return nil

@@ -289,6 +289,10 @@ func (c *client) park() bool {
 	}
 	c.r, c.w, c.qBuf, c.q = nil, nil, nil, nil
 	c.shed()
+	// A client of the event loop parks by ending its coroutine (the
+	// caller returns errParked up through it); resume starts another.
+	co := c.coro()
+	c.dropCoro()
 	c.parked.Store(true)
 	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c)
 	if err != nil {
@@ -296,6 +300,7 @@ func (c *client) park() bool {
 			c.log.Warn("client cannot park", "err", err)
 		}
 		c.unparked()
+		c.setCoro(co)
 		return false
 	}
 	// A KILL or Shutdown that came before the park was stored saw nothing
@@ -304,6 +309,7 @@ func (c *client) park() bool {
 	if c.killed.Load() || c.l.shutting.Load() {
 		if e.unpark(key) {
 			c.unparked()
+			c.setCoro(co)
 			return false
 		}
 	}
@@ -360,6 +366,14 @@ func (c *client) unparked() {
 func (c *client) resume() {
 	c.unparked()
 	c.resumed = true
+	if _, ok := c.conn.(*fdConn); ok {
+		// A client of the event loop parked by ending its coroutine: a
+		// new one goes on with its loop there (hot.go).
+		c.setCoro(&coro{})
+		if c.startHot() {
+			return
+		}
+	}
 	c.serve(func() error { return c.loop(c.ctx) })
 }
 

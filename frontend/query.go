@@ -323,6 +323,7 @@ func (c *client) roundTrip() error {
 	s := c.server
 	var werr chan error
 	if len(c.out) > flushWriteThreshold {
+		c.offLoop() // the writer goroutine writes the server beside the relay
 		werr = make(chan error, 1)
 		out, srv := c.out, s // srv: the closure must not capture s, or s escapes on every round trip
 		go func() {

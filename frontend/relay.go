@@ -21,6 +21,7 @@ func (c *client) relay() error {
 	s := c.server
 	for len(c.q) > 0 {
 		if c.inCopy {
+			c.offLoop() // copyIn's watcher reads the server beside it
 			if err := c.copyIn(); err != nil {
 				return err
 			}

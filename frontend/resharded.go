@@ -55,6 +55,7 @@ func (c *client) becomeSharded() error {
 	if db := st.Config.Database(c.db.Name); db == nil || len(db.Shards) < 2 {
 		return nil // refresh handles it at checkout
 	}
+	c.offLoop() // a sharded session is served off the event loop (hotIdle)
 	var kept map[string]*sStmt
 	var moved *sessionMove
 	if c.server != nil {
@@ -230,6 +231,7 @@ func sessionStatements(s *pool.Server, notify func(raw []byte)) ([]protoStmt, er
 // on the channels. The client notices nothing; a session that cannot move
 // ends with 57P01.
 func (c *client) moveSession(ctx context.Context) error {
+	c.offLoop() // new servers, maybe new connections
 	m, err := c.takeSession()
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ func (c *client) watchServer() func() {
 	if c.mode != config.PoolSession && !c.pinned || s == nil || c.xs != nil || len(c.q) > 0 || c.pipe.has(pipeUnsynced) || c.r.Buffered() > 0 {
 		return nil
 	}
+	c.offLoop() // the watcher reads the server beside the loop
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -52,8 +52,14 @@ func startProxy(t testing.TB, yamlText string) *proxy {
 
 // startProxyConfig serves cfg until the test ends; setup runs on the
 // listener before it serves (to set test hooks).
+//
+// SHARDGATE_TEST_EVENT_LOOP=1 turns limits.event_loop on in every proxy
+// the tests start, to run them over the event loop (frontend/hot.go).
 func startProxyConfig(t testing.TB, cfg *config.Config, setup ...func(*frontend.Listener)) *proxy {
 	t.Helper()
+	if os.Getenv("SHARDGATE_TEST_EVENT_LOOP") == "1" {
+		cfg.Limits.EventLoop = true
+	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := frontend.NewState(cfg, log)
 	if err != nil {

@@ -194,6 +194,38 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 	return p.connectSlot(ctx, st)
 }
 
+// TryCheckoutStartup is CheckoutStartup without waiting or connecting:
+// ok is false when the pool has no idle server of st's Key and the caller
+// would have to (the frontend's event loop then moves the client to a
+// goroutine first). A closed pool answers ErrClosed with ok true.
+func (p *Pool) TryCheckoutStartup(st Startup) (s *Server, ok bool, err error) {
+	start := time.Now()
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, true, ErrClosed
+		}
+		s := p.takeIdle(st.key)
+		if s == nil {
+			p.mu.Unlock()
+			return nil, false, nil
+		}
+		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
+			p.open--
+			p.mu.Unlock()
+			p.discard(s)
+			p.mu.Lock()
+			continue
+		}
+		s.state = ServerActive
+		p.active++
+		p.mu.Unlock()
+		p.Stats.Checkouts.Add(1)
+		return s, true, nil
+	}
+}
+
 // takeIdle removes and returns the most recently checked-in idle server
 // opened with the Startup of key, or returns nil; p.mu is held. Idle
 // servers are a stack: the top one matches unless clients with different

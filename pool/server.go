@@ -248,6 +248,28 @@ func (s *Server) AbsorbCancels() {
 	s.exec("SELECT 1", wire.QueryCanceled)
 }
 
+// SwapConn makes the server use conn from now on: the same connection in
+// another guise (the frontend's event loop takes a socket out of Go's
+// netpoller, frontend/fdconn.go). Nothing may be buffered either way; the
+// caller has closed or taken over the old Conn. Only the owner calls it.
+func (s *Server) SwapConn(conn net.Conn) error {
+	if s.R.Buffered() > 0 || s.W.Buffered() > 0 {
+		return fmt.Errorf("server %s: swap connection: data buffered", s.Addr)
+	}
+	s.Conn = conn
+	s.R.Reset(countingReader{conn, &s.bytesIn})
+	s.W.Reset(countingWriter{conn, &s.bytesOut})
+	return nil
+}
+
+// CheckinBlocks reports whether checking the server in may wait for
+// something else than its socket: a forwarded cancel to land
+// (AbsorbCancels), or the statements of a checkin reset. An owner that
+// must not block (the frontend's event loop) moves to a goroutine first.
+func (s *Server) CheckinBlocks() bool {
+	return !s.Broken && (s.cancelSent.Load() || s.StalePlans)
+}
+
 // Close closes the connection, politely (Terminate) when it is healthy.
 func (s *Server) Close() {
 	if s.state == ServerClosed {

@@ -1,0 +1,222 @@
+package frontend
+
+import (
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/pool"
+)
+
+// Clients on the event loop (limits.event_loop): see the "Event loop"
+// section of doc.go, hotloop.go for the loop and fdconn.go for the
+// sockets. This file is where the client loop meets them: which clients go
+// to the loop, where a client leaves it for a goroutine (offLoop), and where
+// it comes back (hotIdle).
+
+var (
+	errNotSocket = errors.New("not a socket")
+	// errOnLoop ends the login goroutine of a client whose loop went on as
+	// a coroutine of the event loop: serve does not close it.
+	errOnLoop = errors.New("client moved to the event loop")
+)
+
+// hotState is the Listener's event loop, made at the first eligible
+// client.
+type hotState struct {
+	mu     sync.Mutex // guards the following
+	loop   *hotLoop
+	failed bool
+	closed bool
+}
+
+// hotLoop returns the Listener's event loop, starting it on first use; nil
+// when there is none (shutdown, or no epoll).
+func (l *Listener) hotLoop() *hotLoop {
+	h := &l.hot
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loop != nil || h.closed || h.failed {
+		return h.loop
+	}
+	loop, err := newHotLoop()
+	if err != nil {
+		l.log.Warn("limits.event_loop: clients keep their goroutines", "err", err)
+		h.failed = true
+		return nil
+	}
+	h.loop = loop
+	return loop
+}
+
+// closeHot stops the event loop (Shutdown, once every client is gone).
+func (l *Listener) closeHot() {
+	h := &l.hot
+	h.mu.Lock()
+	loop := h.loop
+	h.loop, h.closed = nil, true
+	h.mu.Unlock()
+	if loop != nil {
+		loop.close()
+	}
+}
+
+// HotClients reports how many clients run as coroutines of the event loop
+// now (on it or handed to a goroutine).
+func (l *Listener) HotClients() int {
+	h := &l.hot
+	h.mu.Lock()
+	loop := h.loop
+	h.mu.Unlock()
+	if loop == nil {
+		return 0
+	}
+	return loop.running()
+}
+
+// goHot moves a client that just logged in to a raw socket of the event
+// loop if it is eligible: transaction mode, a database that is not
+// sharded, plain TCP or a Unix socket, not admin, nothing buffered either
+// way. The caller has flushed the client's writer; it starts the
+// coroutine (startHot) once the client is set up.
+func (c *client) goHot(st *State) bool {
+	if !st.Config.Limits.EventLoop || c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil ||
+		c.db == nil || len(c.db.Shards) != 1 || c.r.Buffered() > 0 || c.w.Buffered() > 0 {
+		return false
+	}
+	switch c.conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return false
+	}
+	loop := c.l.hotLoop()
+	if loop == nil {
+		return false
+	}
+	f, err := newFDConn(loop, c.conn)
+	if err != nil {
+		c.log.Warn("client stays off the event loop", "err", err)
+		return false
+	}
+	c.conn = f
+	c.r.Reset(f)
+	c.w.Reset(f)
+	c.setCoro(&coro{})
+	return true
+}
+
+// coro returns the coroutine that runs the client on the event loop, nil
+// for a client with a goroutine. It is kept in the client's socket, not
+// in the client struct, whose size class is what a parked client costs
+// (TestClientSizeClass).
+func (c *client) coro() *coro {
+	if f, ok := c.conn.(*fdConn); ok {
+		return f.co.Load()
+	}
+	return nil
+}
+
+// setCoro makes co the coroutine of the client (nil: none, for a client
+// that parks, see park).
+func (c *client) setCoro(co *coro) {
+	if f, ok := c.conn.(*fdConn); ok {
+		f.co.Store(co)
+	}
+}
+
+func (c *client) dropCoro() { c.setCoro(nil) }
+
+// startHot runs the client's loop as a coroutine of the event loop; false
+// means the loop is closed (shutdown) and the caller serves the client on
+// its goroutine (its socket's waits block).
+func (c *client) startHot() bool {
+	loop := c.l.hotLoop()
+	if loop != nil && loop.start(c.coro(), func() { c.serve(func() error { return c.loop(c.ctx) }) }) == nil {
+		return true
+	}
+	c.dropCoro()
+	return false
+}
+
+// offLoop hands the client's coroutine to a goroutine if the event loop
+// drives it: the caller may block on something else than the client's and
+// its server's sockets (a pool wait, the gate, a helper goroutine reading
+// one of them). The client comes back at its next hotIdle.
+func (c *client) offLoop() {
+	if co := c.coro(); co != nil {
+		co.off()
+	}
+}
+
+// hotIdle takes the client back to the event loop before it reads its
+// next message, unless what it holds needs a goroutine: a sharded
+// session, a pinned server (its watcher reads beside the loop), or a
+// server whose socket is not the loop's.
+func (c *client) hotIdle() {
+	co := c.coro()
+	if co == nil || co.onLoop.Load() {
+		return
+	}
+	if c.xs != nil || c.pinned || c.mode != config.PoolTransaction {
+		return
+	}
+	if s := c.server; s != nil {
+		if f, ok := s.Conn.(*fdConn); !ok || f.co.Load() != co {
+			return
+		}
+	}
+	// The sockets' readiness flags are still right: only reads on the
+	// loop clear them (fdConn.Read), and the loop sets them at every edge
+	// whoever drives the client.
+	co.on()
+}
+
+// hotServer gives a server the client checked out to its coroutine:
+// moved to a raw socket of the loop if it is not one yet (servers reached
+// without TLS), with its waits the coroutine's. A server that cannot move
+// keeps the client off the loop until it is returned.
+func (c *client) hotServer(s *pool.Server) {
+	co := c.coro()
+	if co == nil {
+		return
+	}
+	f, ok := s.Conn.(*fdConn)
+	if !ok {
+		loop := c.l.hotLoop()
+		var err error
+		switch s.Conn.(type) {
+		case *net.TCPConn, *net.UnixConn:
+			if loop == nil || s.R.Buffered() > 0 || s.W.Buffered() > 0 {
+				err = errNotSocket
+				break
+			}
+			if f, err = newFDConn(loop, s.Conn); err == nil {
+				err = s.SwapConn(f)
+			}
+		default:
+			err = errNotSocket // TLS
+		}
+		if err != nil {
+			c.offLoop()
+			return
+		}
+	}
+	f.co.Store(co)
+}
+
+// unhotServer takes a server the client returns off its coroutine,
+// handing the client to a goroutine first when the checkin may block
+// (pool.Server.CheckinBlocks).
+func (c *client) unhotServer(s *pool.Server) {
+	co := c.coro()
+	if co == nil {
+		return
+	}
+	if s.CheckinBlocks() {
+		c.offLoop()
+	}
+	if f, ok := s.Conn.(*fdConn); ok && f.co.Load() == co {
+		f.co.Store(nil)
+	}
+}

@@ -1,0 +1,353 @@
+//go:build linux
+
+package frontend
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// hotLoop is the event loop of limits.event_loop: one goroutine blocked
+// in epoll_wait over the raw sockets (fdConn) of the clients it serves and
+// of the servers they use, running each client's loop as a coroutine
+// (coro). A coroutine runs on the loop's goroutine until it waits for a
+// socket; the loop resumes it when epoll reports that socket, or when
+// another goroutine wakes it (a deadline set or passed, a Close). See the
+// "Event loop" section of doc.go for how a client moves between the loop
+// and a goroutine.
+//
+// Sockets are registered once, edge-triggered, for reading and writing;
+// nothing is re-armed per message, so a pass-through transaction costs
+// one epoll_wait at most and no failed read.
+//
+// The loop goroutine is not locked to its thread (runtime.LockOSThread):
+// the runtime resumes a coroutine only on the thread, and with the lock
+// state, of the goroutine that created it (runtime/coro.go throws
+// otherwise), so a locked loop could neither run coroutines made by login
+// goroutines nor hand its own to a goroutine (offLoop).
+type hotLoop struct {
+	epfd, evfd int
+	done       chan struct{} // closed when run returns
+	pending    atomic.Bool   // an eventfd write is unread: wake need not write again
+
+	mu      sync.Mutex // guards the following
+	conns   []*fdConn  // by descriptor
+	token   int32
+	wakes   []*coro // to resume (adopted or woken) at the loop's next turn
+	spare   []*coro
+	closed  bool
+	clients int // coroutines started and not finished (for tests)
+}
+
+// coroReq is what a coroutine asks of its driver when it yields.
+type coroReq uint8
+
+const (
+	coroWait coroReq = iota // waiting for waiting's socket (or a wake)
+	coroOff                 // hand me to a goroutine: I am about to block
+	coroOn                  // take me back to the loop
+)
+
+// coro is a client loop run as a coroutine. Its fields are the
+// coroutine's and its driver's (one at a time), except the atomics.
+type coro struct {
+	loop   *hotLoop
+	next   func() (coroReq, bool)
+	yield  func(coroReq) bool
+	onLoop atomic.Bool // driven by the loop (else by a goroutine of its own)
+	// waiting is the conn the coroutine yielded for, nil while it runs;
+	// nudgers compare it to theirs (fdConn.nudge).
+	waiting atomic.Pointer[fdConn]
+	adopted atomic.Bool // adopt queued it: the loop resumes it whatever it waits for
+	timer   *time.Timer // for a wait's deadline, made at the first
+}
+
+var errHotClosed = errors.New("hot loop: closed")
+
+func newHotLoop() (*hotLoop, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("hot loop: epoll_create1: %w", err)
+	}
+	ev, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		syscall.Close(ep)
+		return nil, fmt.Errorf("hot loop: eventfd: %w", err)
+	}
+	e := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(ev), Pad: -1}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, ev, &e); err != nil {
+		syscall.Close(ep)
+		syscall.Close(ev)
+		return nil, fmt.Errorf("hot loop: epoll_ctl: %w", err)
+	}
+	l := &hotLoop{epfd: ep, evfd: ev, done: make(chan struct{})}
+	go l.run()
+	return l, nil
+}
+
+// add registers f's socket.
+func (l *hotLoop) add(f *fdConn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errHotClosed
+	}
+	l.token++
+	if l.token < 0 {
+		l.token = 1
+	}
+	f.token = l.token
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | unix.EPOLLET,
+		Fd: f.fd, Pad: f.token}
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(f.fd), &ev); err != nil {
+		return fmt.Errorf("hot loop: epoll_ctl fd %d: %w", f.fd, err)
+	}
+	if int(f.fd) >= len(l.conns) {
+		l.conns = append(l.conns, make([]*fdConn, int(f.fd)+1-len(l.conns))...)
+	}
+	l.conns[f.fd] = f
+	return nil
+}
+
+// remove forgets f before its descriptor is closed (which takes it out of
+// the epoll set).
+func (l *hotLoop) remove(f *fdConn) {
+	l.mu.Lock()
+	if int(f.fd) < len(l.conns) && l.conns[f.fd] == f {
+		l.conns[f.fd] = nil
+		if !l.closed {
+			syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, int(f.fd), nil)
+		}
+	}
+	l.mu.Unlock()
+}
+
+func (l *hotLoop) lookup(fd, token int32) *fdConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if fd < 0 || int(fd) >= len(l.conns) {
+		return nil
+	}
+	if f := l.conns[fd]; f != nil && f.token == token {
+		return f
+	}
+	return nil
+}
+
+// start makes a coroutine of body and hands it to the loop, which runs it
+// until it first waits. It fails only when the loop was closed.
+func (l *hotLoop) start(co *coro, body func()) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return errHotClosed
+	}
+	l.clients++
+	l.mu.Unlock()
+	co.loop = l
+	// iter.Pull's stop is not kept: a coroutine always runs to its end
+	// (the client finishes), and Shutdown closes the loop only after that.
+	co.next, _ = iter.Pull(func(yield func(coroReq) bool) {
+		co.yield = yield
+		defer func() {
+			l.mu.Lock()
+			l.clients--
+			l.mu.Unlock()
+		}()
+		body()
+	})
+	l.adopt(co)
+	return nil
+}
+
+// adopt takes a coroutine (back) onto the loop: it runs at the loop's next
+// turn.
+func (l *hotLoop) adopt(co *coro) {
+	co.adopted.Store(true)
+	co.onLoop.Store(true)
+	l.wake(co)
+}
+
+// wake asks the loop to resume co if it is waiting on the loop. Any
+// goroutine may call it; a wake that finds co running or off the loop is
+// dropped, and a coroutine resumed for nothing looks at its socket and
+// yields again.
+func (l *hotLoop) wake(co *coro) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.wakes = append(l.wakes, co)
+	l.mu.Unlock()
+	if !l.pending.Swap(true) {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		syscall.Write(l.evfd, one[:])
+	}
+}
+
+// close stops the loop once no coroutine is left (Shutdown waited for the
+// clients). Sockets still registered (idle servers in pools) keep working
+// with blocking waits.
+func (l *hotLoop) close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.done
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	syscall.Write(l.evfd, one[:])
+	<-l.done
+}
+
+// running is the number of coroutines started and not finished.
+func (l *hotLoop) running() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.clients
+}
+
+func (l *hotLoop) run() {
+	defer close(l.done)
+	events := make([]syscall.EpollEvent, 256)
+	for {
+		// A blocking wait, as bench/relayfloor's coro mode measured it:
+		// the runtime's sysmon retakes the thread's P after 20 µs in the
+		// call, which a non-blocking look first does not avoid either.
+		n, err := syscall.EpollWait(l.epfd, events, -1)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			panic(fmt.Sprintf("hot loop: epoll_wait: %v", err)) // a bad epoll descriptor: a bug
+		}
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == l.evfd && ev.Pad == -1 {
+				if l.woken() {
+					syscall.Close(l.epfd)
+					syscall.Close(l.evfd)
+					return
+				}
+				continue
+			}
+			f := l.lookup(ev.Fd, ev.Pad)
+			if f == nil {
+				continue
+			}
+			f.ready(ev.Events)
+			if co := f.co.Load(); co != nil && co.onLoop.Load() && co.waiting.Load() == f {
+				l.resume(co)
+			}
+		}
+	}
+}
+
+// woken reads the eventfd and resumes the coroutines queued by wake; it
+// reports whether the loop was closed.
+func (l *hotLoop) woken() bool {
+	var buf [8]byte
+	// The eventfd is read before pending is cleared, and pending is
+	// cleared before the queue is taken: a wake that found pending set
+	// queued its coroutine before that, and one that finds it clear
+	// writes the eventfd again.
+	syscall.Read(l.evfd, buf[:])
+	l.pending.Store(false)
+	l.mu.Lock()
+	ws := l.wakes
+	l.wakes = l.spare[:0]
+	closed := l.closed
+	l.mu.Unlock()
+	for i, co := range ws {
+		ws[i] = nil
+		// A coroutine adopted has waiting nil and is started here; one
+		// woken must still be waiting, or the wake is stale.
+		if co.onLoop.Load() && (co.adopted.Swap(false) || co.waiting.Load() != nil) {
+			l.resume(co)
+		}
+	}
+	l.mu.Lock()
+	l.spare = ws[:0]
+	l.mu.Unlock()
+	return closed
+}
+
+// resume runs co until it yields again, and does what it asked.
+func (l *hotLoop) resume(co *coro) {
+	co.waiting.Store(nil)
+	if co.timer != nil {
+		co.timer.Stop()
+	}
+	req, ok := co.next()
+	if !ok {
+		return // the client is finished
+	}
+	switch req {
+	case coroWait:
+	case coroOff:
+		co.onLoop.Store(false)
+		go co.drive()
+	case coroOn:
+		// Already on the loop: on() does not yield then.
+	}
+}
+
+// drive runs a coroutine handed off the loop on the current goroutine
+// until it asks for the loop again or finishes.
+func (co *coro) drive() {
+	req, ok := co.next()
+	if ok && req == coroOn {
+		co.loop.adopt(co)
+	}
+}
+
+// waitFor yields to the loop until f may be ready, the deadline in dl
+// passes or changes, or f is closed; the caller looks again. Only the
+// coroutine calls it, on the loop.
+func (co *coro) waitFor(f *fdConn, dl *atomic.Int64) error {
+	co.waiting.Store(f)
+	// Checked after waiting is set: a deadline set or a Close from now on
+	// wakes the coroutine (fdConn.nudge).
+	if f.closing() || expired(dl) {
+		co.waiting.Store(nil)
+		return f.closedErr()
+	}
+	if d := dl.Load(); d != 0 {
+		if co.timer == nil {
+			co.timer = time.AfterFunc(time.Until(time.Unix(0, d)), func() { co.loop.wake(co) })
+		} else {
+			co.timer.Reset(time.Until(time.Unix(0, d)))
+		}
+	}
+	co.yield(coroWait)
+	return f.closedErr()
+}
+
+// off hands the coroutine to a goroutine of its own if the loop drives it:
+// the caller is about to block on something else than its sockets. The
+// coroutine goes on where it was, on that goroutine; its sockets' waits
+// block from then on.
+func (co *coro) off() {
+	if co.onLoop.Load() {
+		co.yield(coroOff)
+	}
+}
+
+// on takes the coroutine back to the loop if a goroutine drives it.
+func (co *coro) on() {
+	if !co.onLoop.Load() {
+		co.yield(coroOn)
+	}
+}

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tests of clients served on the event loop (limits.event_loop,
+// frontend/hot.go). The rest of the pooler, isolation, retry and park tests
+// run over it with SHARDGATE_TEST_EVENT_LOOP=1.
+
+func hotConfig(t testing.TB, size int) string {
+	t.Helper()
+	cl := cluster(t, "app")
+	c := poolConfig(cl, "transaction", size, "app")
+	old := "limits: { client_login_timeout: 5s }"
+	if !strings.Contains(c, old) {
+		panic("poolConfig changed: update hotConfig")
+	}
+	return strings.Replace(c, old, "limits: { client_login_timeout: 5s, event_loop: true }", 1)
+}
+
+// TestXEventLoop runs the paths that leave the loop for a goroutine and
+// come back — a pool wait, COPY FROM STDIN, a batch over 256 KiB, a pinned
+// session, a KILL — and checks that each client keeps its coroutine and
+// that nothing leaks.
+func TestXEventLoop(t *testing.T) {
+	checkGoroutines(t)
+	p := startProxy(t, hotConfig(t, 1))
+	ctx := context.Background()
+	a := connect(t, p.AppURL("app"))
+	b := connect(t, p.AppURL("app"))
+	mustExec(t, a, "CREATE TABLE t (id int, v text)")
+	if n := p.Listener.HotClients(); n != 2 {
+		t.Fatalf("%d clients on the event loop, want 2", n)
+	}
+
+	t.Run("pool wait", func(t *testing.T) {
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			var n int
+			done <- b.QueryRow(ctx, "SELECT 41 + 1").Scan(&n)
+		}()
+		time.Sleep(100 * time.Millisecond) // b waits for the pool's one server
+		select {
+		case err := <-done:
+			t.Fatalf("b ran while a held the only server: %v", err)
+		default:
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO t VALUES (1, 'x')"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("copy", func(t *testing.T) {
+		rows := make([][]any, 5000)
+		for i := range rows {
+			rows[i] = []any{i, strings.Repeat("y", 100)}
+		}
+		n, err := a.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"id", "v"}, pgx.CopyFromRows(rows))
+		if err != nil || n != int64(len(rows)) {
+			t.Fatalf("copy: %d rows, %v", n, err)
+		}
+		var count int
+		if err := b.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&count); err != nil || count != len(rows)+1 {
+			t.Fatalf("count = %d, %v", count, err)
+		}
+	})
+
+	t.Run("large batch and result", func(t *testing.T) {
+		big := strings.Repeat("z", 600<<10)
+		var n int
+		if err := a.QueryRow(ctx, "SELECT length($1::text)", big).Scan(&n); err != nil || n != len(big) {
+			t.Fatalf("length = %d, %v", n, err)
+		}
+		var s string
+		if err := b.QueryRow(ctx, "SELECT repeat('w', 2000000)").Scan(&s); err != nil || len(s) != 2000000 {
+			t.Fatalf("len = %d, %v", len(s), err)
+		}
+	})
+
+	t.Run("pinned", func(t *testing.T) {
+		mustExec(t, a, "CREATE TEMP TABLE tmp (x int)") // pins a to its server
+		mustExec(t, a, "INSERT INTO tmp VALUES (7)")
+		var x int
+		if err := a.QueryRow(ctx, "SELECT x FROM tmp").Scan(&x); err != nil || x != 7 {
+			t.Fatalf("x = %d, %v", x, err)
+		}
+		mustExec(t, a, "DROP TABLE tmp")
+		// Unpinned again; b can have the pool's one server.
+		if err := b.QueryRow(ctx, "SELECT 1").Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("many clients", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for i := range 16 {
+			wg.Go(func() {
+				c, err := pgx.Connect(ctx, p.AppURL("app"))
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer c.Close(ctx)
+				for j := range 20 {
+					var got string
+					want := fmt.Sprintf("%d-%d", i, j)
+					if err := c.QueryRow(ctx, "SELECT $1::text", want).Scan(&got); err != nil || got != want {
+						errs <- fmt.Errorf("client %d: got %q, %v", i, got, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		eventually(t, 5*time.Second, "the 16 clients to go", func() bool { return len(p.Listener.Clients()) == 2 })
+		var id uint64
+		for _, ci := range p.Listener.Clients() {
+			id = max(id, ci.ID) // b or a: either is idle
+		}
+		if !p.Listener.Kill(id) {
+			t.Fatal("no client to kill")
+		}
+		eventually(t, 5*time.Second, "the killed client to go", func() bool { return p.Listener.HotClients() == 1 })
+	})
+}
