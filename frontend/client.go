@@ -289,7 +289,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.maxMessage = st.Config.Limits.MaxMessageSize
 	c.r.SetMax(c.maxMessage)
 	// Before register: from then on other goroutines read c.conn.
-	hot := c.w.Flush() == nil && c.goHot(st)
+	hot := st.Config.Limits.EventLoop && c.w.Flush() == nil && c.goHot(st)
 	c.l.register(c) // finish unregisters it
 	// BackendKeyData with the proxy's own pid and secret, then ready.
 	key := []byte{'K', 0, 0, 0, 12}

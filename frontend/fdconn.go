@@ -46,8 +46,12 @@ type fdConn struct {
 	rdl, wdl atomic.Int64 // deadlines, as UnixNano; 0: none
 
 	rready, wready atomic.Bool // the loop's view of readiness, see above
-	rseq, wseq     atomic.Uint32
-	co             atomic.Pointer[coro] // the coroutine this conn waits for, if any
+	// rclosed: epoll reported the peer's end of writing (EPOLLRDHUP,
+	// EPOLLHUP). No edge follows it, so a short read does not drain the
+	// socket: the next read finds EOF (or the rest) without waiting.
+	rclosed    atomic.Bool
+	rseq, wseq atomic.Uint32
+	co         atomic.Pointer[coro] // the coroutine this conn waits for, if any
 
 	rblock, wblock blockWait
 }
@@ -164,6 +168,9 @@ func (f *fdConn) nudge() {
 
 // ready is the loop's: epoll reported the socket with events ev.
 func (f *fdConn) ready(ev uint32) {
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		f.rclosed.Store(true)
+	}
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		f.rready.Store(true)
 		f.rseq.Add(1)
@@ -204,7 +211,7 @@ func (f *fdConn) Read(p []byte) (int, error) {
 			case err == nil && n == 0:
 				return 0, io.EOF
 			case err == nil:
-				if n < len(p) && loop {
+				if n < len(p) && loop && !f.rclosed.Load() {
 					f.rready.Store(false) // drained: the next read waits for an edge
 				}
 				return n, nil
