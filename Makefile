@@ -46,6 +46,14 @@ bench-reshard:
 conformance:
 	GO=$(GO) bash conformance/run.sh
 
+# The differential tests (one plain PostgreSQL against the proxy, every
+# runner) over the whole matrix: both pool modes × one, two and three
+# shards. make test runs a slice of it (integration/differential_harness_test.go:
+# diffInMatrix).
+.PHONY: diff-full
+diff-full:
+	SHARDGATE_DIFF_MATRIX=full $(GO) test -count=1 -timeout 0 -run 'Diff' ./integration
+
 # The randomized isolation test with many seeds (ISOLATION_SEEDS, default
 # 50); make test runs it once with a random seed. A failure prints its seed,
 # and ISOLATION_SEED=<seed> replays it.
