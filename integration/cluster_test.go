@@ -96,7 +96,10 @@ INSERT INTO countries SELECT 'c'||i, 'country '||i FROM generate_series(1, 10) i
 }
 
 // idWriter inserts accounts rows with increasing ids through one proxy,
-// one statement per transaction, reconnecting after errors.
+// one statement per transaction, reconnecting after errors, at most one
+// every idWriterPace: unpaced, two writers on this 2-core machine wrote
+// faster than the resharding stream applied (issue 12's apply lag), and
+// a RESHARD waited longer than its test for the stream to catch up.
 type idWriter struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -104,6 +107,9 @@ type idWriter struct {
 	ok   []int64
 	errs []string
 }
+
+// idWriterPace is the least time between two writes of an idWriter.
+const idWriterPace = time.Millisecond
 
 func startIDWriter(ctx context.Context, url string, first int64) *idWriter {
 	w := &idWriter{quit: make(chan struct{})}
@@ -116,13 +122,15 @@ func startIDWriter(ctx context.Context, url string, first int64) *idWriter {
 				conn.Close(context.Background())
 			}
 		}()
+		pace := time.NewTicker(idWriterPace)
+		defer pace.Stop()
 		for id := first; ; id++ {
 			select {
 			case <-w.quit:
 				return
 			case <-ctx.Done():
 				return
-			default:
+			case <-pace.C:
 			}
 			var err error
 			if conn == nil || conn.IsClosed() {
