@@ -242,7 +242,7 @@ func (t *Task) exportSnapshot(ctx context.Context, conn *pgx.Conn, s int, slotEx
 	}
 	t.log.Info("copy snapshot", "source", s, "slot", slot, "lsn", lsn, "snapshot", res.SnapshotName)
 	if slotExists && !anyDone {
-		if err := t.advanceSlot(ctx, conn, s, lsn); err != nil {
+		if err := t.advanceSlotClaimed(ctx, conn, s, lsn); err != nil {
 			return fail(err)
 		}
 	}
@@ -426,6 +426,9 @@ func (t *Task) loadDest(ctx context.Context, d, s int, tb *table, colList string
 	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
+	if err := t.checkClaim(ctx, tx, copyClaimLock); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
 	if _, err := conn.PgConn().CopyFrom(ctx, r, "COPY "+tb.ident()+" ("+colList+") FROM STDIN (FORMAT binary)"); err != nil {
 		return fmt.Errorf("%s: copy in: %w", dst, err)
 	}
@@ -438,6 +441,27 @@ func (t *Task) loadDest(ctx context.Context, d, s int, tb *table, colList string
 	}
 	t.log.Info("table copied", "source", s, "shard", d, "table", tb.String(), "rows", *rows)
 	return nil
+}
+
+// advanceSlotClaimed runs advanceSlot while it holds the advance claim lock
+// shared on destination shard 0, having checked that the task's claim is
+// still this run's (claim.go): a stale runner must not move the slot past
+// the snapshot of the new runner's copies.
+func (t *Task) advanceSlotClaimed(ctx context.Context, conn *pgx.Conn, s int, lsn pglogrepl.LSN) error {
+	if t.claim.token == "" {
+		return t.advanceSlot(ctx, conn, s, lsn)
+	}
+	dconn, err := t.connectDest(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer dconn.Close(context.WithoutCancel(ctx))
+	return pgx.BeginFunc(ctx, dconn, func(tx pgx.Tx) error {
+		if err := t.checkClaim(ctx, tx, advanceClaimLock); err != nil {
+			return fmt.Errorf("%s: %w", shardDesc("destination", t.dst, 0), err)
+		}
+		return t.advanceSlot(ctx, conn, s, lsn)
+	})
 }
 
 // advanceSlot moves the permanent slot of source shard s, which existed

@@ -249,7 +249,10 @@ func (t *Managed) phases(ctx context.Context) error {
 	// failed stream. Other failures (a check, a schema error) end the task.
 	backoff := streamRetryMin
 	for retries := 0; ; retries++ {
-		err := t.setup(ctx)
+		err := t.claim(ctx)
+		if err == nil {
+			err = t.setup(ctx)
+		}
 		if err == nil || ctx.Err() != nil || !transient(err) {
 			if err != nil || t.Kind == KindSchemaSync {
 				return err
@@ -372,6 +375,19 @@ func (t *Managed) leaseLost(ctx context.Context) bool {
 	return err == nil && other
 }
 
+// claim claims the task on the destinations for this run, before it
+// writes there (claim.go), once per run of a task that has a lease.
+// Failing, it is retried as a lost server is.
+func (t *Managed) claim(ctx context.Context) error {
+	if t.lease == nil || t.Task.claim.token != "" {
+		return nil
+	}
+	if err := t.Task.Claim(ctx); err != nil {
+		return &claimError{err}
+	}
+	return nil
+}
+
 // setup runs the steps before the stream: schema sync, copy, post-data
 // schema (only the first for a SCHEMA_SYNC task).
 func (t *Managed) setup(ctx context.Context) error {
@@ -414,6 +430,10 @@ func (t *Managed) wait(ctx context.Context, what string, retries int, backoff ti
 // pgconn closed after a network error answers later calls with
 // pgconn.ErrConnClosed; which of the two a task sees first is a race.
 func transient(err error) bool {
+	var claimErr *claimError
+	if errors.As(err, &claimErr) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {

@@ -274,13 +274,19 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 	// origin only while it holds a share lock on one of them (newApplier),
 	// so that once they are gone no runner creates an origin again, and
 	// the origins dropped next are all there will be.
-	var kept bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&kept); err != nil {
+	// runners is missing from the bookkeeping of an older version.
+	var kept, claims bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL,
+		to_regclass('shardgate_reshard.runners') IS NOT NULL`).Scan(&kept, &claims); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
+	}
+	tables := []string{"table_copies", "steps", "tasks"}
+	if claims {
+		tables = append(tables, "runners")
 	}
 	if kept {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			for _, table := range []string{"table_copies", "steps", "tasks"} {
+			for _, table := range tables {
 				if _, err := tx.Exec(ctx, "DELETE FROM shardgate_reshard."+table+" WHERE task = $1", t.Name); err != nil {
 					return err
 				}
@@ -309,8 +315,12 @@ func (t *Task) dropDest(ctx context.Context, d int) error {
 		return nil
 	}
 	var left bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)
-		OR EXISTS (SELECT 1 FROM shardgate_reshard.tasks)`).Scan(&left); err != nil {
+	leftQuery := `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.steps) OR EXISTS (SELECT 1 FROM shardgate_reshard.table_copies)
+		OR EXISTS (SELECT 1 FROM shardgate_reshard.tasks)`
+	if claims {
+		leftQuery += ` OR EXISTS (SELECT 1 FROM shardgate_reshard.runners)`
+	}
+	if err := conn.QueryRow(ctx, leftQuery).Scan(&left); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	if !left {

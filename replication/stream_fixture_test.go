@@ -29,6 +29,18 @@ type streamFixture struct {
 // the destination with rules, and copies.
 func newStreamFixture(tb testing.TB, ndst int, schema, setup string, rules func(*config.Database)) *streamFixture {
 	tb.Helper()
+	f := newTaskFixture(tb, ndst, schema, setup, rules)
+	for _, step := range []func(context.Context) error{f.task.SchemaSync, f.task.Copy, f.task.SchemaSyncPost} {
+		if err := step(tb.Context()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return f
+}
+
+// newTaskFixture is newStreamFixture before the task's first step.
+func newTaskFixture(tb testing.TB, ndst int, schema, setup string, rules func(*config.Database)) *streamFixture {
+	tb.Helper()
 	ctx := tb.Context()
 	c := pgtest.New(tb, pgtest.Options{Settings: map[string]string{
 		"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10",
@@ -55,20 +67,22 @@ func newStreamFixture(tb testing.TB, ndst int, schema, setup string, rules func(
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	task, err := New(f.src, f.dst, c.User, c.Password, log)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f.task = task
-	for _, step := range []func(context.Context) error{task.SchemaSync, task.Copy, task.SchemaSyncPost} {
-		if err := step(ctx); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	f.task = f.newTask(tb, log)
 	for _, sh := range f.dst.Shards {
 		f.dstConns = append(f.dstConns, fixtureConnect(tb, c.DSN(sh.Database)))
 	}
 	return f
+}
+
+// newTask is another Task of the fixture's source and destination: the
+// same task, as another proxy would run it.
+func (f *streamFixture) newTask(tb testing.TB, log *slog.Logger) *Task {
+	tb.Helper()
+	task, err := New(f.src, f.dst, f.c.User, f.c.Password, log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return task
 }
 
 func fixtureConnect(tb testing.TB, dsn string) *pgx.Conn {

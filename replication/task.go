@@ -44,6 +44,7 @@ type Task struct {
 	flush flushes  // the flush LSNs of the readers running here (catchup.go)
 
 	knobs Knobs // test seams, from Manager.KnobsForTest
+	claim claim // this run's claim on the destinations (claim.go)
 }
 
 // Step is a persisted step of a task, recorded per destination shard in
@@ -89,7 +90,8 @@ func (s Step) String() string {
 // table's lock for it. table_copies holds one
 // row per (task, source shard, table) copied to this shard, written in the
 // same transaction as the rows; lsn is the snapshot's consistent point, below
-// which the stream skips that table's changes.
+// which the stream skips that table's changes. runners holds the claim of
+// the run that writes the task (claim.go).
 const bookkeeping = `CREATE SCHEMA IF NOT EXISTS shardgate_reshard;
 CREATE TABLE IF NOT EXISTS shardgate_reshard.steps (
 	task text NOT NULL,
@@ -104,6 +106,10 @@ CREATE TABLE IF NOT EXISTS shardgate_reshard.table_copies (
 	rows bigint NOT NULL,
 	done_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (task, source_shard, table_name));
+CREATE TABLE IF NOT EXISTS shardgate_reshard.runners (
+	task text PRIMARY KEY,
+	token text NOT NULL,
+	claimed_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS shardgate_reshard.tasks (
 	task text PRIMARY KEY,
 	kind text NOT NULL,
