@@ -204,9 +204,9 @@ func (t *Managed) run(ctx context.Context) {
 			t.cancel()
 		})
 	}
-	t.persist(ctx, TaskRunning, nil)
 	var err error
 	if t.cutoverFrom != nil {
+		t.persist(ctx, TaskRunning, nil)
 		err = t.finishDrop(ctx)
 	} else {
 		err = t.phases(ctx)
@@ -248,8 +248,23 @@ func (t *Managed) phases(ctx context.Context) error {
 	// stopped: when a shard goes away under them they are retried like a
 	// failed stream. Other failures (a check, a schema error) end the task.
 	backoff := streamRetryMin
+	recorded := false
 	for retries := 0; ; retries++ {
-		err := t.claim(ctx)
+		// The record first: until it is written, a restart of this
+		// proxy, or its death, would lose the task (no proxy resumes a
+		// task it cannot read). A destination shard 0 out of reach at
+		// the start is retried as in the steps; a record refused for
+		// another reason is logged, and the task runs without it.
+		var err error
+		if !recorded {
+			err = t.persist(ctx, TaskRunning, nil)
+			if err == nil || !transient(err) {
+				recorded, err = true, nil
+			}
+		}
+		if err == nil {
+			err = t.claim(ctx)
+		}
 		if err == nil {
 			err = t.setup(ctx)
 		}
