@@ -363,6 +363,20 @@ HAVING a.balance <> $1 + coalesce(sum(l.delta), 0)`, chaosBalance)
 }
 
 // chaosQueryStrings runs sql on c and returns its one text column.
+// chaosQueryText is chaosQueryStrings for a failure's diagnostics: an
+// error is part of the answer, so that the failure's own report follows.
+func chaosQueryText(c *pgx.Conn, sql string) string {
+	r, err := c.Query(context.Background(), sql)
+	if err != nil {
+		return err.Error()
+	}
+	out, err := pgx.CollectRows(r, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprint(out)
+}
+
 func chaosQueryStrings(t *testing.T, c *pgx.Conn, sql string) []string {
 	t.Helper()
 	r, err := c.Query(context.Background(), sql)

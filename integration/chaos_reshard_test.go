@@ -163,8 +163,8 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 			}
 			log := strings.Join(kept, "\n")
 			d := connect(t, dsn("app_new_0"))
-			t.Logf("tasks: %v", chaosQueryStrings(t, d, "SELECT t::text FROM shardgate_reshard.tasks t"))
-			t.Logf("advisory locks: %v", chaosQueryStrings(t, d, "SELECT l.pid::text || ' ' || coalesce(a.application_name, '') || ' ' || coalesce(a.state, '') || ' ' || coalesce(a.client_addr::text, '') || ':' || coalesce(a.client_port::text, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"))
+			t.Logf("tasks: %v", chaosQueryText(d, "SELECT t::text FROM shardgate_reshard.tasks t"))
+			t.Logf("advisory locks: %v", chaosQueryText(d, "SELECT l.pid::text || ' ' || coalesce(a.application_name, '') || ' ' || coalesce(a.state, '') || ' ' || coalesce(a.client_addr::text, '') || ':' || coalesce(a.client_port::text, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"))
 			t.Fatalf("no CUTOVER succeeded within 60s after the faults, the last: %v\nproxy log, admin failures left out (end):\n%s", err, log[max(0, len(log)-8000):])
 		}
 		time.Sleep(100 * time.Millisecond) // polling the admin database
@@ -172,7 +172,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 	t.Logf("source writer: %d inserts acknowledged, %d writes failed, the last with %v", len(w.acked), w.failed, w.lastErr)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryStrings(t, connect(t, dsn("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
+			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryText(connect(t, dsn("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
 		}
 	})
 	chaosWaitTask(t, p, adminURL, 90*time.Second)
