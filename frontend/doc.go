@@ -115,10 +115,10 @@
 // server it checks out is moved to an fdConn the same way (hotServer,
 // pool.Server.SwapConn) and stays one for its life, whoever uses it next.
 //
-// An fdConn reads and writes with recvfrom and sendto as raw system calls
-// (syscall.RawSyscall6, up to 64 KiB): the socket is non-blocking, so the
-// call never waits, and the runtime's entersyscall/exitsyscall would cost
-// more than the call (docs/benchmarks.md, issue 13, second step).
+// An fdConn reads and writes with raw system calls (syscall.RawSyscall,
+// up to 64 KiB): the socket is non-blocking, so the call never waits, and
+// the runtime's entersyscall/exitsyscall around it are pure cost
+// (docs/benchmarks.md, issue 13, second step).
 //
 // A coroutine is in one of two places:
 //

@@ -270,23 +270,20 @@ func (f *fdConn) Write(p []byte) (int, error) {
 // rawIOMax is the largest read or write that fdConn makes without telling
 // the runtime that its thread enters a system call (RawSyscall). The
 // socket is non-blocking, so the call never waits; a small one takes a few
-// microseconds, less than what entering and leaving the runtime's syscall
-// state costs (runtime.entersyscall/exitsyscall: the P handed to sysmon
-// and taken back, about 4% of the proxy's CPU on the hot path, see
-// docs/benchmarks.md). A larger copy may take longer, and the P would stay
-// with the thread for all of it (delaying a stop-the-world): it goes
-// through the runtime as usual.
+// microseconds, and the runtime's entersyscall/exitsyscall around it are
+// pure cost (docs/benchmarks.md, issue 13, second step). A larger copy may
+// take longer, and the P would stay with the thread for all of it
+// (delaying a stop-the-world): it goes through the runtime as usual.
 const rawIOMax = 64 << 10
 
-// sockRead reads p from the socket fd: recvfrom without an address, which
-// is read(2) for a connected socket, without the file-position lookup.
+// sockRead is read(2) of p on the non-blocking socket fd.
 func sockRead(fd int32, p []byte) (int, error) {
 	var r uintptr
 	var e syscall.Errno
 	if len(p) <= rawIOMax {
-		r, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
+		r, _, e = syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	} else {
-		r, _, e = syscall.Syscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
+		r, _, e = syscall.Syscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	}
 	if e != 0 {
 		return 0, e
@@ -294,17 +291,14 @@ func sockRead(fd int32, p []byte) (int, error) {
 	return int(r), nil
 }
 
-// sockWrite writes p (not empty) to the socket fd: sendto without an
-// address, which is write(2) for a connected socket; MSG_NOSIGNAL leaves
-// out the SIGPIPE of a peer gone (the runtime ignores it for sockets
-// anyway), the call still fails with EPIPE.
+// sockWrite is write(2) of p (not empty) on the non-blocking socket fd.
 func sockWrite(fd int32, p []byte) (int, error) {
 	var r uintptr
 	var e syscall.Errno
 	if len(p) <= rawIOMax {
-		r, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
+		r, _, e = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	} else {
-		r, _, e = syscall.Syscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
+		r, _, e = syscall.Syscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	}
 	if e != 0 {
 		return 0, e
