@@ -12,11 +12,14 @@
 #   3. shardgate's hottest functions (perf record -g, cpu-clock samples).
 # Variants are more shardgate processes measured in the same run: the same
 # build under each GOMAXPROCS of PROFILE_GOMAXPROCS, and a build of git
-# revision PROFILE_BASE_REF (before/after a change, under the same load).
+# revision PROFILE_BASE_REF (before/after a change, under the same load),
+# with the limits section PROFILE_BASE_LIMITS if set (such as
+# "{ event_loop: true }", to compare against the evloop variant).
 # PgBouncer before 1.21 cannot run -M prepared in transaction mode with
 # several clients: those cells are skipped.
 #
-# Environment: PROFILE_SECONDS (default 10), PROFILE_CLIENTS (16),
+# Environment: PROFILE_SECONDS (default 10), PROFILE_ROUNDS (1: how many
+# times every cell is measured, the targets interleaved), PROFILE_CLIENTS (16),
 # PROFILE_WORKLOADS ("select1 select-only"; PROFILE_WORKLOAD is the old
 # name), PROFILE_MODES ("simple extended prepared"), PROFILE_GOMAXPROCS ("1";
 # empty for none), PROFILE_BASE_REF (none), PROFILE_PARK_AFTER (values of
@@ -24,7 +27,11 @@
 # (GOMAXPROCS values, "default" for Go's, each a variant with
 # limits.event_loop on: evloop, evloop-gomaxprocsN; none), PROFILE_OUT
 # (bench/results/profile.md), PROFILE_STRACE=0 to skip strace,
-# PROFILE_RECORD=0 to skip perf record, PROFILE_FLOORS=1 to measure the
+# PROFILE_RECORD=0 to skip perf record, PROFILE_RECORD_TARGET (the target
+# perf record samples: shardgate, or a variant such as evloop),
+# PROFILE_RECORD_MODES (the pgbench modes it samples, one profile each;
+# "prepared"), PROFILE_RECORD_KEEP (a directory to copy the perf.data
+# files to), PROFILE_FLOORS=1 to measure the
 # relays of bench/relayfloor (floor-goroutine, floor-epoll1, floor-coro1,
 # floor-coro1go) too, plus BENCH_POOL_SIZE and BENCH_SCALE
 # as in run.sh. Needs perf (apt-get install -y linux-perf) and strace.
@@ -35,14 +42,18 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+PROFILE_ROUNDS=${PROFILE_ROUNDS:-1}
 PROFILE_CLIENTS=${PROFILE_CLIENTS:-16}
 PROFILE_WORKLOADS=${PROFILE_WORKLOADS:-${PROFILE_WORKLOAD:-select1 select-only}}
 PROFILE_MODES=${PROFILE_MODES:-simple extended prepared}
 PROFILE_GOMAXPROCS=${PROFILE_GOMAXPROCS-1}
 PROFILE_BASE_REF=${PROFILE_BASE_REF:-}
+PROFILE_BASE_LIMITS=${PROFILE_BASE_LIMITS:-}
 PROFILE_PARK_AFTER=${PROFILE_PARK_AFTER:-}
 PROFILE_EVENT_LOOP=${PROFILE_EVENT_LOOP:-}
 PROFILE_RECORD=${PROFILE_RECORD:-1}
+PROFILE_RECORD_TARGET=${PROFILE_RECORD_TARGET:-shardgate}
+PROFILE_RECORD_MODES=${PROFILE_RECORD_MODES:-prepared}
 PROFILE_STRACE=${PROFILE_STRACE:-1}
 PROFILE_OUT=${PROFILE_OUT:-$BENCH_DIR/results/profile.md}
 case $PROFILE_OUT in /*) ;; *) PROFILE_OUT=$PWD/$PROFILE_OUT ;; esac
@@ -90,7 +101,7 @@ for g in $PROFILE_EVENT_LOOP; do
 done
 if [ -n "$PROFILE_BASE_REF" ]; then
 	build_ref "$PROFILE_BASE_REF" "$BENCH_TMP/proxy-base"
-	start_shardgate_variant base "$BENCH_TMP/proxy-base"
+	start_shardgate_variant base "$BENCH_TMP/proxy-base" "" "$PROFILE_BASE_LIMITS"
 	VARIANTS+=(base)
 	BASE_DESC="$PROFILE_BASE_REF ($(git -C "$REPO_DIR" rev-parse --short "$PROFILE_BASE_REF"))"
 fi
@@ -135,20 +146,22 @@ perf_stat() {
 	detail=$(awk -F, -v n="$TXNS" '$3 ~ /^syscalls:sys_enter_/ && $1 / n >= 0.005 {
 			name = $3; sub(/^syscalls:sys_enter_/, "", name); printf "%.2f %s\n", $1 / n, name }' "$OUTDIR/stat-$label.csv" |
 		sort -rn | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')
-	awk -F, -v n="$TXNS" -v tps="$TPS" -v w="$workload" -v m="$mode" -v t="$target" -v load1="$load1" -v detail="$detail" '
+	awk -F, -v n="$TXNS" -v tps="$TPS" -v p99="$P99_MS" -v w="$workload" -v m="$mode" -v t="$target" -v load1="$load1" -v detail="$detail" '
 		$3 == "task-clock" { cpu = $1 }          # msec
 		$3 == "context-switches" { cs = $1 }
 		$3 == "raw_syscalls:sys_enter" { sc = $1 }
-		END { printf "%s\t%s\t%s\t%.0f\t%.1f\t%.2f\t%.2f\t%s\t%s\n", w, m, t, tps, cpu * 1000 / n, cs / n, sc / n, load1, detail }' \
+		END { printf "%s\t%s\t%s\t%.0f\t%s\t%.1f\t%.2f\t%.2f\t%s\t%s\n", w, m, t, tps, p99, cpu * 1000 / n, cs / n, sc / n, load1, detail }' \
 		"$OUTDIR/stat-$label.csv" >>"$SUMMARY"
 	tail -1 "$SUMMARY" >&2
 }
 
-for w in $PROFILE_WORKLOADS; do
-	for m in $PROFILE_MODES; do
-		for t in $TARGETS; do
-			if [ "$t" = pgbouncer ] && [ "$m" = prepared ] && ! pgbouncer_prepared_ok; then continue; fi
-			perf_stat "$t" "$w" "$m"
+for r in $(seq "$PROFILE_ROUNDS"); do
+	for w in $PROFILE_WORKLOADS; do
+		for m in $PROFILE_MODES; do
+			for t in $TARGETS; do
+				if [ "$t" = pgbouncer ] && [ "$m" = prepared ] && ! pgbouncer_prepared_ok; then continue; fi
+				perf_stat "$t" "$w" "$m"
+			done
 		done
 	done
 done
@@ -171,27 +184,56 @@ $(awk -v n="$TXNS" 'NR > 25 && !/total/ { next } NR <= 2 || /^-/ { print; next }
 	done
 fi
 
-REC_TPS=""
-if [ "$PROFILE_RECORD" != 0 ]; then
-	log "perf record: shardgate $LAST_WORKLOAD -M prepared"
-	with_tool "record" shardgate "$LAST_WORKLOAD" prepared perf record -F 1999 -g -p "$PID_SHARDGATE" -o "$OUTDIR/perf.data" -q
-	REC_TPS=$TPS
-fi
-# report NAME LINES ARGS...: perf report into $OUTDIR/NAME.txt, comments dropped,
-# at most LINES lines (no `| head` under pipefail).
+# report NAME LINES DATA ARGS...: perf report of DATA into $OUTDIR/NAME.txt,
+# comments dropped, at most LINES lines (no `| head` under pipefail).
 report() {
-	local name=$1 lines=$2
-	shift 2
+	local name=$1 lines=$2 data=$3
+	shift 3
 	: >"$OUTDIR/$name.txt"
-	[ -f "$OUTDIR/perf.data" ] || return 0
-	perf report -i "$OUTDIR/perf.data" --stdio -g none "$@" >"$OUTDIR/$name.full" 2>/dev/null || true
+	[ -f "$data" ] || return 0
+	perf report -i "$data" --stdio -g none "$@" >"$OUTDIR/$name.full" 2>/dev/null || true
 	grep -v -e '^#' -e '^$' "$OUTDIR/$name.full" >"$OUTDIR/$name.all" || true
 	sed -n "1,${lines}p" "$OUTDIR/$name.all" >"$OUTDIR/$name.txt"
 }
-report self 30 --no-children --sort sym --percent-limit 0.8
-report go 40 --no-children --sort sym --dsos proxy --percent-limit 0.15
-report children 50 --children --sort sym --percent-limit 4
-report dso 8 --no-children --sort dso
+REC_OUT=""
+if [ "$PROFILE_RECORD" != 0 ]; then
+	for m in $PROFILE_RECORD_MODES; do
+		data=$OUTDIR/perf-$PROFILE_RECORD_TARGET-$m.data
+		log "perf record: $PROFILE_RECORD_TARGET $LAST_WORKLOAD -M $m"
+		with_tool "record-$m" "$PROFILE_RECORD_TARGET" "$LAST_WORKLOAD" "$m" \
+			perf record -F 1999 -g -p "$(target_pid "$PROFILE_RECORD_TARGET")" -o "$data" -q
+		[ -z "${PROFILE_RECORD_KEEP:-}" ] || cp "$data" "$PROFILE_RECORD_KEEP/"
+		report self 30 "$data" --no-children --sort sym --percent-limit 0.8
+		report go 40 "$data" --no-children --sort sym --dsos proxy --percent-limit 0.15
+		report children 50 "$data" --children --sort sym --percent-limit 4
+		report dso 8 "$data" --no-children --sort dso
+		REC_OUT="$REC_OUT
+## $PROFILE_RECORD_TARGET, $LAST_WORKLOAD -M $m: hottest functions (perf record, cpu-clock, self time; $TPS tps while sampling)
+
+\`\`\`
+$(cat "$OUTDIR/self.txt")
+\`\`\`
+
+Go code only (self time, percent of all samples):
+
+\`\`\`
+$(cat "$OUTDIR/go.txt")
+\`\`\`
+
+By object:
+
+\`\`\`
+$(cat "$OUTDIR/dso.txt")
+\`\`\`
+
+Cumulative (children included, ≥ 4%):
+
+\`\`\`
+$(cat "$OUTDIR/children.txt")
+\`\`\`
+"
+	done
+fi
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 mkdir -p "$(dirname "$PROFILE_OUT")"
@@ -205,35 +247,10 @@ mkdir -p "$(dirname "$PROFILE_OUT")"
 	echo
 	echo "## Per transaction (perf stat, all threads of the proxy process)"
 	echo
-	echo "| workload | mode | proxy | tps | CPU µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
-	echo "|---|---|---|---|---|---|---|---|---|"
-	while IFS=$'\t' read -r a b c d e f g h i; do echo "| $a | $b | $c | $d | $e | $f | $g | $h | $i |"; done <"$SUMMARY"
-	[ "$PROFILE_RECORD" = 0 ] || {
-		echo
-		echo "## shardgate -M prepared: hottest functions (perf record, cpu-clock, self time; $REC_TPS tps while sampling)"
-		echo
-		echo '```'
-		cat "$OUTDIR/self.txt"
-		echo '```'
-		echo
-		echo "Go code only (self time, percent of all samples):"
-		echo
-		echo '```'
-		cat "$OUTDIR/go.txt"
-		echo '```'
-		echo
-		echo "By object:"
-		echo
-		echo '```'
-		cat "$OUTDIR/dso.txt"
-		echo '```'
-		echo
-		echo "Cumulative (children included, ≥ 4%):"
-		echo
-		echo '```'
-		cat "$OUTDIR/children.txt"
-		echo '```'
-	}
+	echo "| workload | mode | proxy | tps | p99 ms | CPU µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
+	while IFS=$'\t' read -r a b c d p e f g h i; do echo "| $a | $b | $c | $d | $p | $e | $f | $g | $h | $i |"; done <"$SUMMARY"
+	echo "$REC_OUT"
 	echo "$STRACE_OUT"
 } >"$PROFILE_OUT"
 cat "$PROFILE_OUT"

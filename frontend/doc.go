@@ -115,6 +115,11 @@
 // server it checks out is moved to an fdConn the same way (hotServer,
 // pool.Server.SwapConn) and stays one for its life, whoever uses it next.
 //
+// An fdConn reads and writes with raw system calls (syscall.RawSyscall,
+// up to 64 KiB): the socket is non-blocking, so the call never waits, and
+// the runtime's entersyscall/exitsyscall around it are pure cost
+// (docs/benchmarks.md, issue 13, second step).
+//
 // A coroutine is in one of two places:
 //
 //   - on the loop (co.onLoop): the loop goroutine runs it. A read or write

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -206,7 +207,7 @@ func (f *fdConn) Read(p []byte) (int, error) {
 		co, loop := f.onLoop()
 		seq := f.rseq.Load()
 		if !loop || f.rready.Load() {
-			n, err := syscall.Read(int(f.fd), p)
+			n, err := sockRead(f.fd, p)
 			switch {
 			case err == nil && n == 0:
 				return 0, io.EOF
@@ -243,7 +244,7 @@ func (f *fdConn) Write(p []byte) (int, error) {
 		co, loop := f.onLoop()
 		seq := f.wseq.Load()
 		if !loop || f.wready.Load() {
-			n, err := syscall.Write(int(f.fd), p[done:])
+			n, err := sockWrite(f.fd, p[done:])
 			if n > 0 {
 				done += n
 			}
@@ -264,6 +265,45 @@ func (f *fdConn) Write(p []byte) (int, error) {
 		}
 	}
 	return done, nil
+}
+
+// rawIOMax is the largest read or write that fdConn makes without telling
+// the runtime that its thread enters a system call (RawSyscall). The
+// socket is non-blocking, so the call never waits; a small one takes a few
+// microseconds, and the runtime's entersyscall/exitsyscall around it are
+// pure cost (docs/benchmarks.md, issue 13, second step). A larger copy may
+// take longer, and the P would stay with the thread for all of it
+// (delaying a stop-the-world): it goes through the runtime as usual.
+const rawIOMax = 64 << 10
+
+// sockRead is read(2) of p on the non-blocking socket fd.
+func sockRead(fd int32, p []byte) (int, error) {
+	var r uintptr
+	var e syscall.Errno
+	if len(p) <= rawIOMax {
+		r, _, e = syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	} else {
+		r, _, e = syscall.Syscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// sockWrite is write(2) of p (not empty) on the non-blocking socket fd.
+func sockWrite(fd int32, p []byte) (int, error) {
+	var r uintptr
+	var e syscall.Errno
+	if len(p) <= rawIOMax {
+		r, _, e = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	} else {
+		r, _, e = syscall.Syscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // wait waits until the socket may be ready for a read (write), a deadline
