@@ -276,8 +276,12 @@ func (f *fdConn) Write(p []byte) (int, error) {
 // (delaying a stop-the-world): it goes through the runtime as usual.
 const rawIOMax = 64 << 10
 
-// sockRead is read(2) of p on the non-blocking socket fd.
+// sockRead is read(2) of p on the non-blocking socket fd. An empty p reads
+// nothing (and is no EOF).
 func sockRead(fd int32, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	var r uintptr
 	var e syscall.Errno
 	if len(p) <= rawIOMax {
@@ -291,8 +295,11 @@ func sockRead(fd int32, p []byte) (int, error) {
 	return int(r), nil
 }
 
-// sockWrite is write(2) of p (not empty) on the non-blocking socket fd.
+// sockWrite is write(2) of p on the non-blocking socket fd.
 func sockWrite(fd int32, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	var r uintptr
 	var e syscall.Errno
 	if len(p) <= rawIOMax {
