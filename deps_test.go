@@ -70,7 +70,7 @@ var mayImport = map[string][]string{
 	"internal/pgtest":                 nil,
 	"integration":                     nil,
 	"integration/internal/crashproxy": {"internal/proxy", "config"},
-	"integration/internal/faultnet":   nil,
+	"internal/faultnet":               nil,
 	"integration/internal/querygen":   nil,
 	"conformance":                     {"internal/pgtest"},
 	"wire/internal/gencodes":          nil, // go generate: writes wire/codes_gen.go
@@ -79,7 +79,7 @@ var mayImport = map[string][]string{
 
 // testOnly are the packages of tests and tools. Of the production packages
 // only cmd/proxy (for proxy demo) reaches one, internal/pgtest.
-var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "integration/internal/faultnet", "integration/internal/querygen", "conformance", "wire/internal/gencodes", "bench/relayfloor"}
+var testOnly = []string{".", "internal/pgtest", "integration", "integration/internal/crashproxy", "internal/faultnet", "integration/internal/querygen", "conformance", "wire/internal/gencodes", "bench/relayfloor"}
 
 // TestDependencies checks every import of every package of the module
 // against mayImport, that mayImport itself points one way (no cycle), and

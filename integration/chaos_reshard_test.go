@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/shardgate/shardgate/integration/internal/faultnet"
+	"github.com/shardgate/shardgate/internal/faultnet"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardgate/shardgate/integration/internal/faultnet"
+	"github.com/shardgate/shardgate/internal/faultnet"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
