@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/shardgate/shardgate/integration/internal/faultnet"
+	"github.com/shardgate/shardgate/internal/faultnet"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
@@ -362,30 +362,28 @@ HAVING a.balance <> $1 + coalesce(sum(l.delta), 0)`, chaosBalance)
 	return rows
 }
 
-// chaosQueryStrings runs sql on c and returns its one text column.
 // chaosQueryText is chaosQueryStrings for a failure's diagnostics: an
 // error is part of the answer, so that the failure's own report follows.
 func chaosQueryText(c *pgx.Conn, sql string) string {
-	r, err := c.Query(context.Background(), sql)
-	if err != nil {
-		return err.Error()
-	}
-	out, err := pgx.CollectRows(r, pgx.RowTo[string])
+	out, err := chaosQuery(c, sql)
 	if err != nil {
 		return err.Error()
 	}
 	return fmt.Sprint(out)
 }
 
+// chaosQueryStrings runs sql on c and returns its one text column.
 func chaosQueryStrings(t *testing.T, c *pgx.Conn, sql string) []string {
 	t.Helper()
-	r, err := c.Query(context.Background(), sql)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(r, pgx.RowTo[string])
+	out, err := chaosQuery(c, sql)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// chaosQuery returns the text values of sql's one column.
+func chaosQuery(c *pgx.Conn, sql string) ([]string, error) {
+	r, _ := c.Query(context.Background(), sql) // CollectRows returns its error
+	return pgx.CollectRows(r, pgx.RowTo[string])
 }
