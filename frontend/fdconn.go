@@ -278,35 +278,22 @@ const rawIOMax = 64 << 10
 
 // sockRead is read(2) of p on the non-blocking socket fd. An empty p reads
 // nothing (and is no EOF).
-func sockRead(fd int32, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	var r uintptr
-	var e syscall.Errno
-	if len(p) <= rawIOMax {
-		r, _, e = syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	} else {
-		r, _, e = syscall.Syscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	}
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
+func sockRead(fd int32, p []byte) (int, error) { return sockIO(syscall.SYS_READ, fd, p) }
 
 // sockWrite is write(2) of p on the non-blocking socket fd.
-func sockWrite(fd int32, p []byte) (int, error) {
+func sockWrite(fd int32, p []byte) (int, error) { return sockIO(syscall.SYS_WRITE, fd, p) }
+
+// sockIO makes the read or write system call trap of p on fd, raw up to
+// rawIOMax.
+func sockIO(trap uintptr, fd int32, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var r uintptr
-	var e syscall.Errno
+	call := syscall.Syscall
 	if len(p) <= rawIOMax {
-		r, _, e = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	} else {
-		r, _, e = syscall.Syscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		call = syscall.RawSyscall
 	}
+	r, _, e := call(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return 0, e
 	}
