@@ -61,6 +61,12 @@ const (
 	claimWait = 20 * time.Second
 )
 
+// claimLockHeld selects the pg_locks rows of the sessions that hold the
+// claim lock named $1 of the task named $2 in this database.
+const claimLockHeld = `locktype = 'advisory' AND granted AND objsubid = 2
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid = hashtext($1)::oid AND objid = hashtext($2)::oid`
+
 // claimError is a failed Claim: retried, as a server that went away is
 // (the claim waits for a stale runner's sessions, which end in time).
 type claimError struct{ err error }
@@ -116,10 +122,8 @@ func (t *Task) claimShard(ctx context.Context, d int, token string) error {
 			}
 			// An earlier run's copies hold it: they end now.
 			var ended int
-			if err := tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-				WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND pid <> pg_backend_pid()
-				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-				AND classid = hashtext($1)::oid AND objid = hashtext($2)::oid`, copyClaimLock, t.Name).Scan(&ended); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE `+claimLockHeld+`
+				AND pid <> pg_backend_pid()`, copyClaimLock, t.Name).Scan(&ended); err != nil {
 				return err
 			}
 			if ended > 0 {

@@ -38,8 +38,7 @@ INSERT INTO conf VALUES ('a', 1), ('b', 2);`, batchRules)
 	go func() { aDone <- a.Copy(actx) }()
 	copyLockHolders := func() int {
 		var n int
-		if err := f.dstConns[0].QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 2 AND classid = hashtext($1)::oid AND objid = hashtext($2)::oid`, copyClaimLock, a.Name).Scan(&n); err != nil {
+		if err := f.dstConns[0].QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE `+claimLockHeld, copyClaimLock, a.Name).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
