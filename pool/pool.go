@@ -152,27 +152,8 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error) {
 	start := time.Now()
 	p.mu.Lock()
-	for {
-		if p.closed {
-			p.mu.Unlock()
-			return nil, ErrClosed
-		}
-		s := p.takeIdle(st.key)
-		if s == nil {
-			break
-		}
-		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
-			p.open--
-			p.mu.Unlock()
-			p.discard(s)
-			p.mu.Lock()
-			continue
-		}
-		s.state = ServerActive
-		p.active++
-		p.mu.Unlock()
-		p.Stats.Checkouts.Add(1)
-		return s, nil
+	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
+		return s, err
 	}
 	var evict *Server
 	switch {
@@ -199,17 +180,28 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 // would have to (the frontend's event loop then moves the client to a
 // goroutine first). A closed pool answers ErrClosed with ok true.
 func (p *Pool) TryCheckoutStartup(st Startup) (s *Server, ok bool, err error) {
-	start := time.Now()
 	p.mu.Lock()
+	s, err = p.checkoutIdle(st.key, time.Now())
+	if s == nil && err == nil {
+		p.mu.Unlock()
+		return nil, false, nil
+	}
+	return s, true, err
+}
+
+// checkoutIdle checks out the most recently used idle server of key that
+// is neither expired nor dead (discarding those on the way), p.mu held.
+// It returns with p.mu released when it found one, or when the pool is
+// closed (ErrClosed); with p.mu still held when there is none.
+func (p *Pool) checkoutIdle(key string, start time.Time) (*Server, error) {
 	for {
 		if p.closed {
 			p.mu.Unlock()
-			return nil, true, ErrClosed
+			return nil, ErrClosed
 		}
-		s := p.takeIdle(st.key)
+		s := p.takeIdle(key)
 		if s == nil {
-			p.mu.Unlock()
-			return nil, false, nil
+			return nil, nil
 		}
 		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
 			p.open--
@@ -222,7 +214,7 @@ func (p *Pool) TryCheckoutStartup(st Startup) (s *Server, ok bool, err error) {
 		p.active++
 		p.mu.Unlock()
 		p.Stats.Checkouts.Add(1)
-		return s, true, nil
+		return s, nil
 	}
 }
 
