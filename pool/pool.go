@@ -109,7 +109,16 @@ type waiter struct {
 	ch     chan result
 	start  time.Time
 	st     Startup
-	passed int // how often a later waiter was served first; see nextWaiter
+	passed int    // how often a later waiter was served first; see nextWaiter
+	notify func() // run after ch is sent to, if not nil (QueueStartup)
+}
+
+// hand gives the waiter its result (p.mu not held).
+func (w *waiter) hand(r result) {
+	w.ch <- r
+	if w.notify != nil {
+		w.notify()
+	}
 }
 
 // result is what a waiter is handed: an error, or a server (which may be of
@@ -175,18 +184,26 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 	return p.connectSlot(ctx, st)
 }
 
-// TryCheckoutStartup is CheckoutStartup without waiting or connecting:
-// ok is false when the pool has no idle server of st's Key and the caller
-// would have to (the frontend's event loop then moves the client to a
-// goroutine first). A closed pool answers ErrClosed with ok true.
-func (p *Pool) TryCheckoutStartup(st Startup) (s *Server, ok bool, err error) {
+// QueueStartup is CheckoutStartup for a caller that must not block (the
+// frontend's event loop): it neither waits nor connects. It returns an idle
+// server of st's Key at once (s), or ErrClosed; when the pool is full and
+// has no idle server to take or replace, it queues the checkout and
+// returns its place in the queue (q), and notify runs once q is Ready — on
+// the goroutine that hands it something, without the pool's lock held, so
+// notify must not block. When the checkout would open a connection instead,
+// everything is nil: the caller then checks out with CheckoutStartup, where
+// it may block.
+func (p *Pool) QueueStartup(st Startup, notify func()) (s *Server, q *Queued, err error) {
+	start := time.Now()
 	p.mu.Lock()
-	s, err = p.checkoutIdle(st.key, time.Now())
-	if s == nil && err == nil {
-		p.mu.Unlock()
-		return nil, false, nil
+	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
+		return s, nil, err
 	}
-	return s, true, err
+	if p.open < p.Config.Size || len(p.idle) > 0 {
+		p.mu.Unlock()
+		return nil, nil, nil
+	}
+	return nil, p.queue(st, start, notify), nil // unlocks p.mu
 }
 
 // checkoutIdle checks out the most recently used idle server of key that
@@ -270,21 +287,75 @@ func (p *Pool) CloseDeadIdle() int {
 // wait queues a checkout for st and waits for a server or a slot to
 // connect in; p.mu is held and wait unlocks it.
 func (p *Pool) wait(ctx context.Context, st Startup, start time.Time) (*Server, error) {
-	w := &waiter{ch: make(chan result, 1), start: start, st: st}
-	p.waiters = append(p.waiters, w)
-	p.mu.Unlock()
-
+	q := p.queue(st, start, nil)
 	timer := time.NewTimer(p.Config.CheckoutTimeout)
 	defer timer.Stop()
-	var cause error
 	select {
-	case r := <-w.ch:
-		p.Stats.WaitNanos.Add(uint64(time.Since(start)))
-		return p.take(ctx, st, r)
+	case q.r = <-q.w.ch:
+		q.got = true
+		return q.Take(ctx)
 	case <-timer.C:
-		cause = fmt.Errorf("no server connection became free within checkout_timeout (%s)", p.Config.CheckoutTimeout)
 	case <-ctx.Done():
-		cause = ctx.Err()
+	}
+	return q.Cancel(ctx)
+}
+
+// Queued is a checkout waiting in its pool's queue (QueueStartup). Its
+// owner looks at it with Ready when notified, or gives up with Cancel at
+// its Deadline or when its context ends; one goroutine at a time uses it.
+type Queued struct {
+	p   *Pool
+	w   *waiter
+	r   result
+	got bool // r was received
+}
+
+// queue appends a waiter for st; p.mu is held and queue unlocks it.
+func (p *Pool) queue(st Startup, start time.Time, notify func()) *Queued {
+	w := &waiter{ch: make(chan result, 1), start: start, st: st, notify: notify}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+	return &Queued{p: p, w: w}
+}
+
+// Deadline is when the checkout times out (checkout_timeout after it
+// began).
+func (q *Queued) Deadline() time.Time { return q.w.start.Add(q.p.Config.CheckoutTimeout) }
+
+// Ready reports whether the pool handed the checkout its result.
+func (q *Queued) Ready() bool {
+	if !q.got {
+		select {
+		case q.r = <-q.w.ch:
+			q.got = true
+		default:
+		}
+	}
+	return q.got
+}
+
+// Connects reports whether Take, once Ready, opens a connection (and may
+// block on the network): the checkout was handed a slot, or a server of
+// another Startup to replace.
+func (q *Queued) Connects() bool {
+	return q.got && q.r.err == nil && (q.r.s == nil || q.r.s.startup.key != q.w.st.key)
+}
+
+// Take returns the checkout's server once Ready.
+func (q *Queued) Take(ctx context.Context) (*Server, error) {
+	q.p.Stats.WaitNanos.Add(uint64(time.Since(q.w.start)))
+	return q.p.take(ctx, q.w.st, q.r)
+}
+
+// Cancel gives the checkout up, at its Deadline or because ctx ended, and
+// returns the error for it: ctx's, or the pool's exhaustion. A server of
+// the checkout's Key handed in the meantime is taken all the same. Cancel
+// may return a server to the pool, which can block.
+func (q *Queued) Cancel(ctx context.Context) (*Server, error) {
+	p, w := q.p, q.w
+	cause := ctx.Err()
+	if cause == nil {
+		cause = fmt.Errorf("no server connection became free within checkout_timeout (%s)", p.Config.CheckoutTimeout)
 	}
 	p.mu.Lock()
 	removed := p.removeWaiter(w)
@@ -293,10 +364,14 @@ func (p *Pool) wait(ctx context.Context, st Startup, start time.Time) (*Server, 
 		// Something was handed to us while we gave up. A server of our
 		// Key we take anyway; a server to replace or a slot to connect in
 		// would cost a connection we no longer want: pass it on.
-		switch r := <-w.ch; {
+		r := q.r
+		if !q.got {
+			r = <-w.ch
+		}
+		switch {
 		case r.err != nil:
 			return nil, r.err
-		case r.s != nil && r.s.startup.key == st.key:
+		case r.s != nil && r.s.startup.key == w.st.key:
 			r.s.state = ServerActive
 			p.Stats.Checkouts.Add(1)
 			return r.s, nil
@@ -306,7 +381,7 @@ func (p *Pool) wait(ctx context.Context, st Startup, start time.Time) (*Server, 
 			p.releaseSlot()
 		}
 	}
-	p.Stats.WaitNanos.Add(uint64(time.Since(start)))
+	p.Stats.WaitNanos.Add(uint64(time.Since(w.start)))
 	p.Stats.Timeouts.Add(1)
 	return nil, &wire.Error{Severity: "ERROR", Code: wire.TooManyConnections,
 		Message: fmt.Sprintf("pool %s is exhausted: all %d server connections are busy", p.Key, p.Config.Size),
@@ -357,7 +432,7 @@ func (p *Pool) releaseSlot() {
 	if len(p.waiters) > 0 {
 		w := p.popWaiter(0)
 		p.mu.Unlock()
-		w.ch <- result{}
+		w.hand(result{})
 		return
 	}
 	p.open--
@@ -429,7 +504,7 @@ func (p *Pool) Checkin(s *Server) {
 			p.active++
 			p.mu.Unlock()
 			p.discard(s)
-			w.ch <- result{}
+			w.hand(result{})
 			return
 		}
 		p.open--
@@ -441,7 +516,7 @@ func (p *Pool) Checkin(s *Server) {
 		w := p.popWaiter(p.nextWaiter(s.startup.key))
 		p.active++
 		p.mu.Unlock()
-		w.ch <- result{s: s}
+		w.hand(result{s: s})
 		return
 	}
 	s.state = ServerIdle
@@ -516,7 +591,7 @@ func (p *Pool) Close() {
 		p.discard(s)
 	}
 	for _, w := range waiters {
-		w.ch <- result{err: ErrClosed}
+		w.hand(result{err: ErrClosed})
 	}
 }
 

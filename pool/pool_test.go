@@ -26,6 +26,7 @@ func TestPool(t *testing.T) {
 		{"close", testCloseWakesWaiters},
 		{"broken", testBrokenServerReplaced},
 		{"stale plans", testStalePlans},
+		{"queue", testQueueStartup},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, cl) })
 	}
@@ -191,6 +192,88 @@ func testBrokenServerReplaced(t *testing.T, cl *pgtest.Cluster) {
 	if opened := p.Stats.Opened.Load(); opened != 2 {
 		t.Fatalf("%d connections opened, want 2", opened)
 	}
+}
+
+// testQueueStartup: QueueStartup takes an idle server at once, leaves a
+// checkout that would connect to the caller, and otherwise queues it: a
+// checkin hands the server over and runs notify; a broken server's
+// checkin hands a slot (Connects); Cancel at the deadline fails with 53300
+// and leaves no waiter; Close hands ErrClosed.
+func testQueueStartup(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, 50*time.Millisecond)
+	var notified atomic.Int32
+	notify := func() { notified.Add(1) }
+	ctx := context.Background()
+
+	// Empty pool with room: the caller connects.
+	if s, q, err := p.QueueStartup(Startup{}, notify); s != nil || q != nil || err != nil {
+		t.Fatalf("empty pool: %v, %v, %v; want all nil", s, q, err)
+	}
+	a := checkout(t, p)
+	p.Checkin(a)
+	if s, q, err := p.QueueStartup(Startup{}, notify); s != a || q != nil || err != nil {
+		t.Fatalf("idle server: %v, %v, %v; want server %d", s, q, err, a.ID)
+	}
+
+	// Full: queued; the checkin hands the server and notifies.
+	_, q, err := p.QueueStartup(Startup{}, notify)
+	if q == nil || err != nil {
+		t.Fatalf("full pool: queued %v, err %v", q, err)
+	}
+	if q.Ready() || p.Snapshot().Waiting != 1 {
+		t.Fatalf("ready before a checkin, or not waiting: %+v", p.Snapshot())
+	}
+	p.Checkin(a)
+	if notified.Load() != 1 || !q.Ready() || q.Connects() {
+		t.Fatalf("after checkin: notified %d, ready %v, connects %v", notified.Load(), q.Ready(), q.Connects())
+	}
+	if s, err := q.Take(ctx); s != a || err != nil {
+		t.Fatalf("take: %v, %v", s, err)
+	}
+
+	// A broken server's checkin hands a slot to connect in.
+	_, q, _ = p.QueueStartup(Startup{}, notify)
+	a.Broken = true
+	p.Checkin(a)
+	if !q.Ready() || !q.Connects() || notified.Load() != 2 {
+		t.Fatalf("after a broken checkin: ready %v, connects %v, notified %d", q.Ready(), q.Connects(), notified.Load())
+	}
+	b, err := q.Take(ctx)
+	if err != nil || b == nil || b == a {
+		t.Fatalf("take of a slot: %v, %v", b, err)
+	}
+
+	// Given up at the deadline: 53300, no waiter left, counted.
+	_, q, _ = p.QueueStartup(Startup{}, notify)
+	if d := time.Until(q.Deadline()); d <= 0 || d > 50*time.Millisecond {
+		t.Fatalf("deadline in %s, want within checkout_timeout", d)
+	}
+	if _, err := q.Cancel(ctx); err == nil {
+		t.Fatal("cancel returned no error")
+	} else if e, ok := wire.AsError(err); !ok || e.Code != wire.TooManyConnections {
+		t.Fatalf("cancel: %v, want 53300", err)
+	}
+	if w := p.Snapshot().Waiting; w != 0 || p.Stats.Timeouts.Load() != 1 {
+		t.Fatalf("after cancel: %d waiters, %d timeouts", w, p.Stats.Timeouts.Load())
+	}
+
+	// Handed a server and then cancelled: the server is the checkout's.
+	_, q, _ = p.QueueStartup(Startup{}, notify)
+	p.Checkin(b)
+	if s, err := q.Cancel(ctx); s != b || err != nil {
+		t.Fatalf("cancel after the hand-over: %v, %v; want server %d", s, err, b.ID)
+	}
+
+	// Close fails the queued checkout.
+	_, q, _ = p.QueueStartup(Startup{}, notify)
+	p.Close()
+	if !q.Ready() {
+		t.Fatal("not ready after Close")
+	}
+	if _, err := q.Take(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("take after Close: %v", err)
+	}
+	p.Checkin(b)
 }
 
 // testStalePlans: the server's "cached plan must not change result type"
