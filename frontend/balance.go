@@ -198,11 +198,11 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 		cands = c.st.Pools.ReadPools(c.db, c.user, shard)
 	}
 	if co := c.coro(); co != nil && co.onLoop.Load() {
-		// On the event loop only a checkout that needs no wait and no new
-		// connection stays there.
+		// On the event loop a checkout of the primary that needs no new
+		// connection stays there, waiting for a server if it must.
 		if len(cands) == 0 {
 			start := time.Now()
-			if s, ok, err := primary.TryCheckoutStartup(c.startup); ok {
+			if s, ok, err := c.hotCheckout(ctx, co, primary); ok {
 				primary.Stats.WaitTime.Observe(time.Since(start))
 				return s, primary, err
 			}

@@ -1,9 +1,11 @@
 package frontend
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/pool"
@@ -73,6 +75,19 @@ func (l *Listener) HotClients() int {
 		return 0
 	}
 	return loop.running()
+}
+
+// HotHandoffs reports how often a client of the event loop was handed to
+// a goroutine (offLoop) so far.
+func (l *Listener) HotHandoffs() uint64 {
+	h := &l.hot
+	h.mu.Lock()
+	loop := h.loop
+	h.mu.Unlock()
+	if loop == nil {
+		return 0
+	}
+	return loop.offs.Load()
 }
 
 // goHot moves a client that just logged in to a raw socket of the event
@@ -170,6 +185,39 @@ func (c *client) hotIdle() {
 	// loop clear them (fdConn.Read), and the loop sets them at every edge
 	// whoever drives the client.
 	co.on()
+}
+
+// hotCheckout checks a server out of p without leaving the event loop:
+// an idle server at once, or a place in p's queue (pool.Queued) that
+// another client's checkin hands a server to, waking the coroutine
+// (co.wakeFn) — on the loop without the eventfd when that client runs on
+// it. ok is false when the checkout must open a connection: the caller
+// does that on a goroutine. The client goes to a goroutine too before a
+// step that may block: opening a connection in a slot it was handed, or
+// giving up at checkout_timeout or when ctx ends (pool.Queued.Cancel may
+// return a server to the pool).
+func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *pool.Server, ok bool, err error) {
+	s, q, err := p.QueueStartup(c.startup, co.wakeFn)
+	if q == nil {
+		return s, s != nil || err != nil, err
+	}
+	f, _ := c.conn.(*fdConn)
+	stop := context.AfterFunc(ctx, co.wakeFn)
+	defer stop()
+	deadline := q.Deadline()
+	for !q.Ready() {
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			c.offLoop()
+			s, err := q.Cancel(ctx)
+			return s, true, err
+		}
+		co.pause(f, deadline)
+	}
+	if q.Connects() {
+		c.offLoop()
+	}
+	s, err = q.Take(ctx)
+	return s, true, err
 }
 
 // hotServer gives a server the client checked out to its coroutine:

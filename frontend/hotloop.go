@@ -37,6 +37,12 @@ type hotLoop struct {
 	epfd, evfd int
 	done       chan struct{} // closed when run returns
 	pending    atomic.Bool   // an eventfd write is unread: wake need not write again
+	// busy is set while the loop runs coroutines, and cleared before it
+	// last looks at wakes ahead of epoll_wait: a wake that sees it set
+	// (most often one made by a coroutine on the loop, a checkin handing
+	// its server to a waiting client) need not write the eventfd.
+	busy atomic.Bool
+	offs atomic.Uint64 // coroutines handed to a goroutine (coroOff), for tests
 
 	mu      sync.Mutex // guards the following
 	conns   []*fdConn  // by descriptor
@@ -68,6 +74,7 @@ type coro struct {
 	waiting atomic.Pointer[fdConn]
 	adopted atomic.Bool // adopt queued it: the loop resumes it whatever it waits for
 	timer   *time.Timer // for a wait's deadline, made at the first
+	wakeFn  func()      // loop.wake(co), made once (pool.QueueStartup's notify)
 }
 
 var errHotClosed = errors.New("hot loop: closed")
@@ -153,6 +160,7 @@ func (l *hotLoop) start(co *coro, body func()) error {
 	l.clients++
 	l.mu.Unlock()
 	co.loop = l
+	co.wakeFn = func() { l.wake(co) }
 	// iter.Pull's stop is not kept: a coroutine always runs to its end
 	// (the client finishes), and Shutdown closes the loop only after that.
 	co.next, _ = iter.Pull(func(yield func(coroReq) bool) {
@@ -188,7 +196,9 @@ func (l *hotLoop) wake(co *coro) {
 	}
 	l.wakes = append(l.wakes, co)
 	l.mu.Unlock()
-	if !l.pending.Swap(true) {
+	// Read after the append: a loop that clears busy from now on finds
+	// co in wakes before it waits (run).
+	if !l.busy.Load() && !l.pending.Swap(true) {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)
 		syscall.Write(l.evfd, one[:])
@@ -234,6 +244,7 @@ func (l *hotLoop) run() {
 		if err != nil {
 			panic(fmt.Sprintf("hot loop: epoll_wait: %v", err)) // a bad epoll descriptor: a bug
 		}
+		l.busy.Store(true)
 		for _, ev := range events[:n] {
 			if int(ev.Fd) == l.evfd && ev.Pad == -1 {
 				if l.woken() {
@@ -252,7 +263,25 @@ func (l *hotLoop) run() {
 				l.resume(co)
 			}
 		}
+		// Wakes made while busy wrote no eventfd: run them before the
+		// next wait, and again until a look with busy cleared finds none.
+		for {
+			for l.runWakes() {
+			}
+			l.busy.Store(false)
+			if !l.hasWakes() {
+				break
+			}
+			l.busy.Store(true)
+		}
 	}
+}
+
+// hasWakes reports whether wake queued a coroutine.
+func (l *hotLoop) hasWakes() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.wakes) > 0
 }
 
 // woken reads the eventfd and resumes the coroutines queued by wake; it
@@ -266,9 +295,22 @@ func (l *hotLoop) woken() bool {
 	syscall.Read(l.evfd, buf[:])
 	l.pending.Store(false)
 	l.mu.Lock()
-	ws := l.wakes
-	l.wakes = l.spare[:0]
 	closed := l.closed
+	l.mu.Unlock()
+	l.runWakes()
+	return closed
+}
+
+// runWakes resumes the coroutines queued by wake; it reports whether
+// there were any.
+func (l *hotLoop) runWakes() bool {
+	l.mu.Lock()
+	ws := l.wakes
+	if len(ws) == 0 {
+		l.mu.Unlock()
+		return false
+	}
+	l.wakes = l.spare[:0]
 	l.mu.Unlock()
 	for i, co := range ws {
 		ws[i] = nil
@@ -281,7 +323,7 @@ func (l *hotLoop) woken() bool {
 	l.mu.Lock()
 	l.spare = ws[:0]
 	l.mu.Unlock()
-	return closed
+	return true
 }
 
 // resume runs co until it yields again, and does what it asked.
@@ -297,6 +339,7 @@ func (l *hotLoop) resume(co *coro) {
 	switch req {
 	case coroWait:
 	case coroOff:
+		l.offs.Add(1)
 		co.onLoop.Store(false)
 		go co.drive()
 	case coroOn:
@@ -325,14 +368,28 @@ func (co *coro) waitFor(f *fdConn, dl *atomic.Int64) error {
 		return f.closedErr()
 	}
 	if d := dl.Load(); d != 0 {
-		if co.timer == nil {
-			co.timer = time.AfterFunc(time.Until(time.Unix(0, d)), func() { co.loop.wake(co) })
-		} else {
-			co.timer.Reset(time.Until(time.Unix(0, d)))
-		}
+		co.armTimer(time.Unix(0, d))
 	}
 	co.yield(coroWait)
 	return f.closedErr()
+}
+
+// pause yields to the loop until co.wakeFn is called, f has an edge or
+// is nudged, or the deadline passes; the caller looks again at what it
+// waits for. Only the coroutine calls it, on the loop.
+func (co *coro) pause(f *fdConn, deadline time.Time) {
+	co.waiting.Store(f)
+	co.armTimer(deadline)
+	co.yield(coroWait)
+}
+
+// armTimer wakes the coroutine at t (resume stops the timer).
+func (co *coro) armTimer(t time.Time) {
+	if co.timer == nil {
+		co.timer = time.AfterFunc(time.Until(t), co.wakeFn)
+	} else {
+		co.timer.Reset(time.Until(t))
+	}
 }
 
 // off hands the coroutine to a goroutine of its own if the loop drives it:

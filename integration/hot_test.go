@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/frontend"
 )
 
 // Tests of clients served on the event loop (limits.event_loop,
@@ -46,17 +48,13 @@ func TestXEventLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		offs := p.Listener.HotHandoffs()
 		done := make(chan error, 1)
 		go func() {
 			var n int
 			done <- b.QueryRow(ctx, "SELECT 41 + 1").Scan(&n)
 		}()
-		time.Sleep(100 * time.Millisecond) // b waits for the pool's one server
-		select {
-		case err := <-done:
-			t.Fatalf("b ran while a held the only server: %v", err)
-		default:
-		}
+		waitingClient(t, p, done)
 		if _, err := tx.Exec(ctx, "INSERT INTO t VALUES (1, 'x')"); err != nil {
 			t.Fatal(err)
 		}
@@ -65,6 +63,10 @@ func TestXEventLoop(t *testing.T) {
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+		// b waited on the loop: the checkin woke its coroutine.
+		if n := p.Listener.HotHandoffs(); n != offs {
+			t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
 		}
 	})
 
@@ -110,6 +112,7 @@ func TestXEventLoop(t *testing.T) {
 	})
 
 	t.Run("many clients", func(t *testing.T) {
+		offs := p.Listener.HotHandoffs()
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
 		for i := range 16 {
@@ -135,6 +138,10 @@ func TestXEventLoop(t *testing.T) {
 		for err := range errs {
 			t.Error(err)
 		}
+		// 16 clients took turns on one server without leaving the loop.
+		if n := p.Listener.HotHandoffs(); n != offs {
+			t.Errorf("%d hand-offs to a goroutine among clients waiting for the pool", n-offs)
+		}
 	})
 
 	t.Run("kill", func(t *testing.T) {
@@ -148,4 +155,59 @@ func TestXEventLoop(t *testing.T) {
 		}
 		eventually(t, 5*time.Second, "the killed client to go", func() bool { return p.Listener.HotClients() == 1 })
 	})
+}
+
+// waitingClient waits until a client of p waits for a server; done is the
+// waiting client's result, which must not come first.
+func waitingClient(t *testing.T, p *proxy, done <-chan error) {
+	t.Helper()
+	eventually(t, 5*time.Second, "a client to wait for the pool", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the client ran while the pool's only server was held: %v", err)
+		default:
+		}
+		for _, ci := range p.Listener.Clients() {
+			if ci.State == frontend.ClientWaiting {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestXEventLoopPoolTimeout: a client of the event loop that waits for the
+// pool longer than checkout_timeout gets PostgreSQL's 53300 and goes on
+// working; one whose server is handed over before then keeps waiting on
+// the loop.
+func TestXEventLoopPoolTimeout(t *testing.T) {
+	checkGoroutines(t)
+	cfg := strings.Replace(hotConfig(t, 1), "checkout_timeout: 2s", "checkout_timeout: 300ms", 1)
+	p := startProxy(t, cfg)
+	ctx := context.Background()
+	a := connect(t, p.AppURL("app"))
+	b := connect(t, p.AppURL("app"))
+	tx, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx.Conn(), "SELECT 1")
+	start := time.Now()
+	var n int
+	err = b.QueryRow(ctx, "SELECT 1").Scan(&n)
+	if got := sqlstate(err); got != "53300" {
+		t.Fatalf("b waiting past checkout_timeout: %v (SQLSTATE %q), want 53300", err, got)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("b gave up after %s, before checkout_timeout", took)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.QueryRow(ctx, "SELECT 7").Scan(&n); err != nil || n != 7 {
+		t.Fatalf("b after its timeout: %d, %v", n, err)
+	}
+	if c := p.Listener.HotClients(); c != 2 {
+		t.Fatalf("%d clients on the event loop, want 2", c)
+	}
 }
