@@ -135,9 +135,13 @@
 //     coroOff; the loop starts a goroutine (coro.drive) that resumes it,
 //     and it goes on exactly where it was, on that goroutine, with its
 //     sockets' waits blocking (on a channel the loop signals at each edge,
-//     or a deadline's timer). The places: a checkout that cannot take an
-//     idle server at once (a wait or a new connection, replica reads:
-//     checkoutBalanced tries pool.TryCheckoutStartup first), a closed gate
+//     or a deadline's timer). The places: a checkout that must open a
+//     connection, or give up at checkout_timeout, or that reads from
+//     replicas (a checkout of the primary that only has to wait for a
+//     server waits on the loop: hotCheckout queues it with
+//     pool.QueueStartup, and the checkin that hands it a server wakes the
+//     coroutine; a checkin on the loop queues the wake for the loop's
+//     current turn, without the eventfd), a closed gate
 //     (admit), COPY FROM STDIN (copyIn's watcher reads the server beside
 //     the client), a batch over 256 KiB (its writer goroutine), a pinned
 //     session's server watcher, a checkin that must absorb a cancel or

@@ -206,7 +206,7 @@ func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *po
 	defer stop()
 	deadline := q.Deadline()
 	for !q.Ready() {
-		if ctx.Err() != nil || !time.Now().Before(deadline) {
+		if ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
 			c.offLoop()
 			s, err := q.Cancel(ctx)
 			return s, true, err

@@ -375,11 +375,13 @@ func (co *coro) waitFor(f *fdConn, dl *atomic.Int64) error {
 }
 
 // pause yields to the loop until co.wakeFn is called, f has an edge or
-// is nudged, or the deadline passes; the caller looks again at what it
-// waits for. Only the coroutine calls it, on the loop.
+// is nudged, or the deadline (if not zero) passes; the caller looks again
+// at what it waits for. Only the coroutine calls it, on the loop.
 func (co *coro) pause(f *fdConn, deadline time.Time) {
 	co.waiting.Store(f)
-	co.armTimer(deadline)
+	if !deadline.IsZero() {
+		co.armTimer(deadline)
+	}
 	co.yield(coroWait)
 }
 

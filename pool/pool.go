@@ -288,13 +288,17 @@ func (p *Pool) CloseDeadIdle() int {
 // connect in; p.mu is held and wait unlocks it.
 func (p *Pool) wait(ctx context.Context, st Startup, start time.Time) (*Server, error) {
 	q := p.queue(st, start, nil)
-	timer := time.NewTimer(p.Config.CheckoutTimeout)
-	defer timer.Stop()
+	var expire <-chan time.Time // checkout_timeout 0: none
+	if d := p.Config.CheckoutTimeout; d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		expire = timer.C
+	}
 	select {
 	case q.r = <-q.w.ch:
 		q.got = true
 		return q.Take(ctx)
-	case <-timer.C:
+	case <-expire:
 	case <-ctx.Done():
 	}
 	return q.Cancel(ctx)
@@ -319,8 +323,13 @@ func (p *Pool) queue(st Startup, start time.Time, notify func()) *Queued {
 }
 
 // Deadline is when the checkout times out (checkout_timeout after it
-// began).
-func (q *Queued) Deadline() time.Time { return q.w.start.Add(q.p.Config.CheckoutTimeout) }
+// began); zero for none (checkout_timeout 0: wait indefinitely).
+func (q *Queued) Deadline() time.Time {
+	if d := q.p.Config.CheckoutTimeout; d > 0 {
+		return q.w.start.Add(d)
+	}
+	return time.Time{}
+}
 
 // Ready reports whether the pool handed the checkout its result.
 func (q *Queued) Ready() bool {

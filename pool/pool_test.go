@@ -27,6 +27,7 @@ func TestPool(t *testing.T) {
 		{"broken", testBrokenServerReplaced},
 		{"stale plans", testStalePlans},
 		{"queue", testQueueStartup},
+		{"no timeout", testCheckoutNoTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, cl) })
 	}
@@ -123,6 +124,43 @@ func testCheckoutTimeout(t *testing.T, cl *pgtest.Cluster) {
 	if s2 := checkout(t, p); s2 != s {
 		t.Fatal("the idle server was not reused")
 	}
+}
+
+// testCheckoutNoTimeout: checkout_timeout 0 waits until a server comes
+// back, however long (here past the other tests' timeouts), on both paths.
+func testCheckoutNoTimeout(t *testing.T, cl *pgtest.Cluster) {
+	p := newTestPool(t, cl, 1, 0)
+	s := checkout(t, p)
+	got := make(chan *Server, 1)
+	go func() {
+		s, err := p.Checkout(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	_, q, err := p.QueueStartup(Startup{}, func() {})
+	if q == nil || err != nil || !q.Deadline().IsZero() {
+		t.Fatalf("queued %v, %v; want a checkout without deadline", q, err)
+	}
+	time.Sleep(200 * time.Millisecond) // longer than the 100 ms that time out elsewhere
+	select {
+	case s := <-got:
+		t.Fatalf("checkout returned %v without a checkin", s)
+	default:
+	}
+	p.Checkin(s)
+	s = <-got
+	p.Checkin(s)
+	if !q.Ready() {
+		t.Fatal("the queued checkout was not handed the second checkin")
+	}
+	s, err = q.Take(context.Background())
+	if err != nil || p.Stats.Timeouts.Load() != 0 {
+		t.Fatalf("take: %v; %d timeouts", err, p.Stats.Timeouts.Load())
+	}
+	p.Checkin(s)
 }
 
 // testCheckoutContext: a waiter whose context ends gives up.
