@@ -46,6 +46,7 @@ func startOperated(t testing.TB, yamlText string, setup ...func(*operated)) *ope
 	if err := os.WriteFile(file, []byte(yamlText), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	eventLoopFile(t, file)
 	cfg, err := config.Load(file)
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlText)

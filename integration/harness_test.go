@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"gopkg.in/yaml.v3"
 )
 
 // appPassword is the password of the proxy user "app" in test configs.
@@ -54,10 +54,12 @@ func startProxy(t testing.TB, yamlText string) *proxy {
 // listener before it serves (to set test hooks).
 //
 // SHARDGATE_TEST_EVENT_LOOP=1 turns limits.event_loop on in every proxy
-// the tests start, to run them over the event loop (frontend/hot.go).
+// the tests start, to run them over the event loop (frontend/hot.go): here,
+// and in the config files of operated proxies and proxy processes
+// (eventLoopFile).
 func startProxyConfig(t testing.TB, cfg *config.Config, setup ...func(*frontend.Listener)) *proxy {
 	t.Helper()
-	if os.Getenv("SHARDGATE_TEST_EVENT_LOOP") == "1" {
+	if testEventLoop() {
 		cfg.Limits.EventLoop = true
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -181,5 +183,52 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testEventLoop reports whether SHARDGATE_TEST_EVENT_LOOP=1 asks for the
+// event loop in every proxy the tests start.
+func testEventLoop() bool { return os.Getenv("SHARDGATE_TEST_EVENT_LOOP") == "1" }
+
+// eventLoopFile sets limits.event_loop in the YAML config file at path
+// when testEventLoop, before a proxy reads it. A file the test rewrites
+// later (for a RELOAD) keeps what it writes.
+func eventLoopFile(t testing.TB, path string) {
+	t.Helper()
+	if !testEventLoop() {
+		return
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		t.Fatalf("%s: not a YAML mapping (%v)", path, err)
+	}
+	top := doc.Content[0]
+	set := func(m *yaml.Node, key string, val *yaml.Node) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == key {
+				m.Content[i+1] = val
+				return
+			}
+		}
+		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, val)
+	}
+	limits := &yaml.Node{Kind: yaml.MappingNode}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value == "limits" && top.Content[i+1].Kind == yaml.MappingNode {
+			limits = top.Content[i+1]
+		}
+	}
+	set(limits, "event_loop", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
+	set(top, "limits", limits)
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
 )
 
@@ -209,5 +212,36 @@ func TestXEventLoopPoolTimeout(t *testing.T) {
 	}
 	if c := p.Listener.HotClients(); c != 2 {
 		t.Fatalf("%d clients on the event loop, want 2", c)
+	}
+}
+
+// TestEventLoopFile: SHARDGATE_TEST_EVENT_LOOP=1 reaches proxies started
+// from a config file — with or without a limits section, flow or block
+// style, event_loop off before — and keeps the file's other settings.
+func TestEventLoopFile(t *testing.T) {
+	t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
+	const head = "listen: 127.0.0.1:0\nusers:\n  - { name: app, password: pw }\ndatabases:\n  - name: app\n    shards: [{ host: 127.0.0.1, port: 5432, database: app }]\n"
+	for _, tc := range []struct{ name, limits string }{
+		{"none", ""},
+		{"flow", "limits: { in_doubt_timeout: 7s }\n"},
+		{"block, off", "limits:\n  in_doubt_timeout: 7s\n  event_loop: false\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "shardgate.yaml")
+			if err := os.WriteFile(path, []byte(head+tc.limits), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			eventLoopFile(t, path)
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cfg.Limits.EventLoop || cfg.Database("app") == nil {
+				t.Fatalf("event_loop %v, database app %v", cfg.Limits.EventLoop, cfg.Database("app"))
+			}
+			if tc.limits != "" && cfg.Limits.InDoubtTimeout != 7*time.Second {
+				t.Fatalf("in_doubt_timeout %s, want 7s", cfg.Limits.InDoubtTimeout)
+			}
+		})
 	}
 }

@@ -80,6 +80,7 @@ func (l *syncLog) String() string {
 // configPath and flags, and waits until it accepts connections on addr.
 func startProxyProcess(t testing.TB, bin, configPath, addr string, flags ...string) *proxyProcess {
 	t.Helper()
+	eventLoopFile(t, configPath)
 	cmd := exec.Command(bin, append([]string{"-config", configPath}, flags...)...)
 	var log syncLog
 	cmd.Stdout, cmd.Stderr = &log, &log
