@@ -318,7 +318,8 @@ func (c *client) park() bool {
 
 // shed drops what a parked client can do without and the next round trip
 // makes again (see unparked): its per-round-trip slices, the cancel
-// target of its last server, and its statement maps while they are empty.
+// target of its last server, its statement maps while they are empty, and
+// the unnamed statement's effect while it has none.
 // A parked client costs its memory for as long as it stays idle; once
 // resumed the allocations come back once, after an idle second at least.
 func (c *client) shed() {
@@ -328,6 +329,9 @@ func (c *client) shed() {
 	}
 	if len(c.sqlStmts) == 0 {
 		c.sqlStmts = nil
+	}
+	if c.unnamedEff != nil && c.unnamedEff.isZero() {
+		c.unnamedEff = nil
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -450,8 +451,12 @@ func idleConfig(cl *pgtest.Cluster) string {
 // compared with the heap before they connected. Live is the bytes of
 // reachable objects (HeapAlloc), inUse the heap spans holding them
 // (HeapInuse: live objects plus the free slots of their spans, what RSS
-// sees of the heap), objects the number of objects.
-func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
+// sees of the heap), objects the number of objects, and rss the process's
+// resident memory (VmRSS, after the runtime returned what it could to the
+// OS, as the sweep does: everything the Go runtime keeps, heap, stacks,
+// goroutine descriptors and its own structures, as bench/idle.sh measures
+// a proxy).
+func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects, rss float64) {
 	t.Helper()
 	_, ps, _ := net.SplitHostPort(p.Addr)
 	port, _ := strconv.Atoi(ps)
@@ -473,7 +478,9 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.GC()
+	debug.FreeOSMemory()
 	runtime.ReadMemStats(&m0)
+	rss0 := vmRSS(t)
 	par := 1
 	if v, _ := strconv.Atoi(os.Getenv("PARK_PAR")); v > 0 {
 		par = v
@@ -494,7 +501,9 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
 	waitParked(t, p, warm+n)
 	runtime.GC()
 	runtime.GC()
+	debug.FreeOSMemory()
 	runtime.ReadMemStats(&m1)
+	rss1 := vmRSS(t)
 	if path := os.Getenv("PARK_HEAP_PROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -506,7 +515,27 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
 		}
 	}
 	d := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
-	return d(m0.HeapAlloc, m1.HeapAlloc), d(m0.HeapInuse, m1.HeapInuse), d(m0.HeapObjects, m1.HeapObjects)
+	return d(m0.HeapAlloc, m1.HeapAlloc), d(m0.HeapInuse, m1.HeapInuse), d(m0.HeapObjects, m1.HeapObjects), d(rss0, rss1)
+}
+
+// vmRSS is the test process's resident memory in bytes.
+func vmRSS(t testing.TB) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatalf("vmRSS: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("vmRSS: %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("vmRSS: no VmRSS in /proc/self/status")
+	return 0
 }
 
 // TestXParkMemory: a parked idle client costs the proxy's heap at most
@@ -516,8 +545,8 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects float64) {
 func TestXParkMemory(t *testing.T) {
 	cl := cluster(t, "app")
 	p := startProxy(t, idleConfig(cl))
-	live, inUse, objects := parkedHeap(t, p, 1000)
-	t.Logf("per parked client: %.0f live bytes, %.0f bytes of heap in use, %.1f objects", live, inUse, objects)
+	live, inUse, objects, rss := parkedHeap(t, p, 1000)
+	t.Logf("per parked client: %.0f live bytes, %.0f bytes of heap in use, %.1f objects, %.0f bytes of RSS", live, inUse, objects, rss)
 	if live > 1536 {
 		t.Errorf("a parked client holds %.0f bytes of heap, want at most 1536", live)
 	}
@@ -544,14 +573,15 @@ func BenchmarkParkedClientMemory(b *testing.B) {
 	if v, _ := strconv.Atoi(os.Getenv("PARK_N")); v > 0 {
 		n = v
 	}
-	var live, inUse, objects float64
+	var live, inUse, objects, rss float64
 	runs := 0
 	for b.Loop() {
-		l, u, o := parkedHeap(b, p, n)
-		live, inUse, objects = live+l, inUse+u, objects+o
+		l, u, o, r := parkedHeap(b, p, n)
+		live, inUse, objects, rss = live+l, inUse+u, objects+o, rss+r
 		runs++
 	}
 	b.ReportMetric(live/float64(runs), "live-B/client")
 	b.ReportMetric(inUse/float64(runs), "heap-inuse-B/client")
 	b.ReportMetric(objects/float64(runs), "objects/client")
+	b.ReportMetric(rss/float64(runs), "rss-B/client")
 }
