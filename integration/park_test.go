@@ -585,3 +585,30 @@ func BenchmarkParkedClientMemory(b *testing.B) {
 	b.ReportMetric(objects/float64(runs), "objects/client")
 	b.ReportMetric(rss/float64(runs), "rss-B/client")
 }
+
+// TestXParkDropsKeptBuffers: the buffers parked clients give back are
+// kept for clients that resume, but dropped once no client took one for a
+// sweep period: idle clients do not pay for them. Clients that resume
+// after that get new buffers and see their answers.
+func TestXParkDropsKeptBuffers(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	p := startProxy(t, parkConfig(cl, 2, "50ms"))
+	ctx := context.Background()
+	const n = 8
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		conns[i] = connect(t, p.AppURL("app"))
+		mustExec(t, conns[i], "SELECT 1")
+	}
+	for round := range 2 {
+		waitParked(t, p, n)
+		eventually(t, 10*time.Second, "no kept buffers", func() bool { return p.Listener.KeptBuffers() == 0 })
+		for i, c := range conns {
+			var k int
+			if err := c.QueryRow(ctx, "SELECT $1::int", i*10+round).Scan(&k); err != nil || k != i*10+round {
+				t.Fatalf("client %d round %d: %d, %v", i, round, k, err)
+			}
+		}
+	}
+}
