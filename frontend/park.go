@@ -25,10 +25,12 @@ import (
 // whose first read finds the data (or the EOF, cleaned up as always).
 //
 // What a parked client keeps is what it costs while idle, in thousands:
-// its client struct (the 768-byte size class, TestClientSizeClass: the
+// its client struct (the 704-byte size class, TestClientSizeClass: the
 // sharded-only state is behind a pointer, the logger adds the client's
-// attributes at log time), its net.Conn and the evloop's entry; shed drops
-// the rest (TestXParkMemory in integration measures it).
+// attributes at log time), its socket as a bare descriptor (parkedConn,
+// parkconn.go; a client of the event loop keeps its fdConn) and the
+// evloop's entry; shed drops the rest (TestXParkMemory in integration
+// measures it).
 //
 // Which clients park: those of a transaction-mode database that is not
 // sharded, over plain TCP or a Unix socket, at the top of the client loop
@@ -312,8 +314,10 @@ func (c *client) park() bool {
 	if e == nil || !c.mayPark() {
 		return false
 	}
+	c.parkConn() // the descriptor alone, see parkconn.go
 	rc, err := c.syscallConn()
 	if err != nil {
+		c.unparkConn()
 		return false
 	}
 	p := &c.l.parking
@@ -375,6 +379,7 @@ func (c *client) shed() {
 
 // unparked gives the client buffers again: its goroutine goes on.
 func (c *client) unparked() {
+	c.unparkConn()
 	c.parked.Store(false)
 	if c.stmts == nil {
 		c.stmts = map[string]*stmt{}
