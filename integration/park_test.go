@@ -515,6 +515,11 @@ func parkedHeap(t testing.TB, p *proxy, n int) (live, inUse, objects, rss float6
 		}
 	}
 	d := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
+	if os.Getenv("PARK_MEMSTATS") != "" {
+		t.Logf("per client: sys %.0f, heap sys-released %.0f, heap in use %.0f, stacks %.0f, mspan %.0f, gc %.0f, other %.0f; rss %.0f bytes",
+			d(m0.Sys, m1.Sys), d(m0.HeapSys-m0.HeapReleased, m1.HeapSys-m1.HeapReleased), d(m0.HeapInuse, m1.HeapInuse),
+			d(m0.StackSys, m1.StackSys), d(m0.MSpanSys, m1.MSpanSys), d(m0.GCSys, m1.GCSys), d(m0.OtherSys, m1.OtherSys), d(rss0, rss1))
+	}
 	return d(m0.HeapAlloc, m1.HeapAlloc), d(m0.HeapInuse, m1.HeapInuse), d(m0.HeapObjects, m1.HeapObjects), d(rss0, rss1)
 }
 
