@@ -84,6 +84,22 @@ for t in $TARGETS; do
 	run_pgbench "$t" select-only simple "$IDLE_PGBENCH_CLIENTS" 2 "$BENCH_TMP/warmup-$t.log"
 done
 
+# go_more TARGET: the Go runtime's memory outside the heap's spans and its
+# threads (kB, and a count): all memory obtained from the OS, released
+# heap, span structures, GC metadata, other runtime structures, OS threads.
+go_more() {
+	local port=${SG_METRICS[$1]:-}
+	[ -n "$port" ] || { echo "- | - | - | - | - | -"; return; }
+	curl -s "http://127.0.0.1:$port/metrics" | awk '
+		$1 == "go_memstats_sys_bytes" { y = $2 }
+		$1 == "go_memstats_heap_released_bytes" { r = $2 }
+		$1 == "go_memstats_mspan_inuse_bytes" { m = $2 }
+		$1 == "go_memstats_gc_sys_bytes" { c = $2 }
+		$1 == "go_memstats_other_sys_bytes" { o = $2 }
+		$1 == "go_threads" { t = $2 }
+		END { printf "%d | %d | %d | %d | %d | %d", y / 1024, r / 1024, m / 1024, c / 1024, o / 1024, t }'
+}
+
 CELLS=$BENCH_TMP/cells.tsv
 : >"$CELLS"
 # cells PHASE: every workload × target, IDLE_ROUNDS times, into $CELLS.
@@ -103,8 +119,8 @@ cells() {
 }
 
 cells without
-declare -A RSS0 RSS1 RSS2 GO0 GO1
-for t in $TARGETS; do RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$t"); done
+declare -A RSS0 RSS1 RSS2 GO0 GO1 GM0 GM1
+for t in $TARGETS; do RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$t") GM0[$t]=$(go_more "$t"); done
 
 # The idle clients: one helper per target, holding its connections until
 # its stdin (a FIFO we keep open) closes.
@@ -127,7 +143,7 @@ for t in $TARGETS; do
 done
 log "idle clients connected; settling ${IDLE_SETTLE}s" # parking, GC and scavenging take their time
 sleep "$IDLE_SETTLE"
-for t in $TARGETS; do RSS1[$t]=$(rss_kb "$(target_pid "$t")") GO1[$t]=$(go_stats "$t"); done
+for t in $TARGETS; do RSS1[$t]=$(rss_kb "$(target_pid "$t")") GO1[$t]=$(go_stats "$t") GM1[$t]=$(go_more "$t"); done
 
 cells with-idle
 for t in $TARGETS; do RSS2[$t]=$(rss_kb "$(target_pid "$t")"); done
@@ -156,6 +172,12 @@ mkdir -p "$(dirname "$IDLE_OUT")"
 	echo "| proxy | goroutines before | heap in use before (kB) | heap free, not released, before (kB) | stacks before (kB) | goroutines with idle | heap in use with idle (kB) | heap free, not released, with idle (kB) | stacks with idle (kB) |"
 	echo "|---|---|---|---|---|---|---|---|---|"
 	for t in $TARGETS; do echo "| $t | ${GO0[$t]} | ${GO1[$t]} |"; done
+	echo
+	echo "The rest of the Go runtime's memory, before and with the idle clients (kB; threads a count):"
+	echo
+	echo "| proxy | sys before | heap released before | span structs before | GC metadata before | other before | threads before | sys with idle | heap released with idle | span structs with idle | GC metadata with idle | other with idle | threads with idle |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	for t in $TARGETS; do echo "| $t | ${GM0[$t]} | ${GM1[$t]} |"; done
 	echo
 	echo "## Load figures without and with the idle clients"
 	echo
