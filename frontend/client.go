@@ -80,24 +80,26 @@ type client struct {
 	origText map[string][]byte
 	unnamed  []byte // body of the client's last unnamed Parse
 	// Session effects of the client's statements in transaction mode
-	// (see effect): unnamedEff is the unnamed statement's, portals the
-	// open portals' (the unnamed one under ""), txEff what the open
-	// transaction's executed statements may have left behind.
-	unnamedEff stmtEffect
+	// (see effect): unnamedEff is the unnamed statement's (nil while it
+	// has none: most have none, and a parked client keeps the struct;
+	// see unnamedEffect), portals the open portals' (the unnamed one
+	// under ""), txEff what the open transaction's executed statements
+	// may have left behind.
+	unnamedEff *stmtEffect
 	portals    map[string]stmtEffect
 	// lost is set when the proxy's own statements failed on a server
 	// that carried the client's session: the client is ended after its
 	// current message.
 	lost error
 
-	out       []byte    // messages waiting to be written to the server
-	q         []req     // answers expected from the server, in order
-	qBuf      []req     // q's reusable backing array (queued)
-	lastTag   []byte    // tag of the last CommandComplete relayed
-	clientErr error     // the client socket failed while relaying
-	answers   int       // messages the server sent in this round trip (see roundTrip's retry)
-	tripStart time.Time // when the batch went to the server (see deadServerWindow)
-	batchOps  []setOp   // session ops of Executes completed since the last Sync
+	out       []byte        // messages waiting to be written to the server
+	q         []req         // answers expected from the server, in order
+	qBuf      []req         // q's reusable backing array (queued)
+	lastTag   []byte        // tag of the last CommandComplete relayed
+	clientErr error         // the client socket failed while relaying
+	answers   int           // messages the server sent in this round trip (see roundTrip's retry)
+	tripStart time.Duration // when the batch went to the server, as monoTime (see deadServerWindow)
+	batchOps  []setOp       // session ops of Executes completed since the last Sync
 
 	// One-byte fields, together so that the struct has no padding (its
 	// size class is what a parked client costs; see TestClientSizeClass).

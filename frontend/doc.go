@@ -7,13 +7,15 @@
 //     max_client_conn, and runs one goroutine per client (serve); it routes
 //     CancelRequests to the client that owns the key, and shuts down
 //     gracefully (Shutdown).
-//   - park.go, evloop.go: idle clients without goroutines. A client of a
-//     non-sharded transaction-mode database (plain TCP, not admin) that
-//     holds nothing and has nothing buffered parks: its buffers go back to
-//     the Listener's pools, its socket into the evloop's epoll set, and its
-//     goroutine returns; the socket becoming readable (or hung up) resumes
-//     the client loop on a new goroutine. limits.client_park_after says
-//     when (0: at every idle point).
+//   - park.go, evloop.go, parkconn.go: idle clients without goroutines. A
+//     client of a non-sharded transaction-mode database (plain TCP, not
+//     admin) that holds nothing and has nothing buffered parks: its buffers
+//     go back to the Listener's pools (dropped when no client takes one for
+//     a sweep period), its socket, reduced to a bare descriptor (parkedConn;
+//     c.conn changes under the Listener's mu), into the evloop's epoll set,
+//     and its goroutine returns; the socket becoming readable (or hung up)
+//     resumes the client loop on a new goroutine, with a net.Conn made
+//     again. limits.client_park_after says when (0: at every idle point).
 //   - hot.go, hotloop.go, fdconn.go: the event loop (limits.event_loop,
 //     off by default): eligible clients' loops run as coroutines of one
 //     goroutine blocked in epoll_wait over raw sockets; see "Event loop"

@@ -249,3 +249,14 @@ func (e *evloop) run() {
 		}
 	}
 }
+
+// forget takes fd out of the epoll set before its descriptor is closed
+// while another descriptor of the same socket stays open (parkedConn's
+// reopen): the registration would otherwise outlive the number.
+func (e *evloop) forget(fd int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		syscall.EpollCtl(e.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	}
+}

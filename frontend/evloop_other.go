@@ -27,3 +27,6 @@ func (e *evloop) unpark(key parkKey) bool { return false }
 func (e *evloop) parked() int             { return 0 }
 func (e *evloop) parks() uint64           { return 0 }
 func (e *evloop) close()                  {}
+
+func (c *client) parkConn()   {}
+func (c *client) unparkConn() {}

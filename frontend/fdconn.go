@@ -34,10 +34,13 @@ import (
 // reads (writes) fail at once with a timeout error, including a read
 // already waiting, without losing data.
 type fdConn struct {
-	fd           int32
-	token        int32 // names this conn in the loop's epoll events (fd numbers are reused)
-	loop         *hotLoop
-	laddr, raddr net.Addr
+	fd    int32
+	token int32 // names this conn in the loop's epoll events (fd numbers are reused)
+	loop  *hotLoop
+	// The conn's addresses, kept in the struct (see connAddrs): a
+	// net.TCPAddr is two heap objects, four for the pair, 160 bytes that
+	// every idle client of the loop would keep for its log lines.
+	addrs connAddrs
 
 	// ref counts the calls using fd, plus one for the conn itself until
 	// Close; fdClosing is set by Close. The descriptor is closed when the
@@ -97,7 +100,8 @@ func newFDConn(l *hotLoop, c net.Conn) (*fdConn, error) {
 	if derr != nil {
 		return nil, os.NewSyscallError("fcntl", derr)
 	}
-	f := &fdConn{fd: int32(fd), loop: l, laddr: c.LocalAddr(), raddr: c.RemoteAddr()}
+	f := &fdConn{fd: int32(fd), loop: l}
+	f.addrs.set(c.LocalAddr(), c.RemoteAddr())
 	c.Close()
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		syscall.Close(fd)
@@ -356,11 +360,15 @@ func expired(dl *atomic.Int64) bool {
 }
 
 func (f *fdConn) opErr(op string, err error) error {
-	return &net.OpError{Op: op, Net: f.laddr.Network(), Source: f.laddr, Addr: f.raddr, Err: err}
+	laddr := f.LocalAddr()
+	return &net.OpError{Op: op, Net: laddr.Network(), Source: laddr, Addr: f.RemoteAddr(), Err: err}
 }
 
-func (f *fdConn) LocalAddr() net.Addr  { return f.laddr }
-func (f *fdConn) RemoteAddr() net.Addr { return f.raddr }
+// LocalAddr returns the local address, made at each call.
+func (f *fdConn) LocalAddr() net.Addr { return f.addrs.addr(0) }
+
+// RemoteAddr returns the peer's address, made at each call.
+func (f *fdConn) RemoteAddr() net.Addr { return f.addrs.addr(1) }
 
 func (f *fdConn) SetDeadline(t time.Time) error {
 	setDeadline(&f.rdl, t)
@@ -427,4 +435,48 @@ func (r fdRaw) io(fn func(fd uintptr) bool, write bool) error {
 			return err
 		}
 	}
+}
+
+// connAddrs are a conn's local and remote addresses: TCP ones in place (an
+// IP and a port each, 40 bytes), anything else (a Unix socket's, an IPv6
+// address with a zone) as the net.Addr values behind a pointer. Both are
+// immutable once set, so any goroutine may read them.
+type connAddrs struct {
+	tcp   [2]tcpAddr
+	other *[2]net.Addr // nil for TCP addresses
+}
+
+// tcpAddr is a TCP address without a zone.
+type tcpAddr struct {
+	ip   [16]byte
+	port uint16
+	v4   bool // ip is an IPv4 address (in IPv6 form)
+}
+
+func (a *connAddrs) set(local, remote net.Addr) {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	if !lok || !rok || l.Zone != "" || r.Zone != "" || len(l.IP) != net.IPv6len && len(l.IP) != net.IPv4len ||
+		len(r.IP) != net.IPv6len && len(r.IP) != net.IPv4len {
+		a.other = &[2]net.Addr{local, remote}
+		return
+	}
+	for i, t := range [2]*net.TCPAddr{l, r} {
+		copy(a.tcp[i].ip[:], t.IP.To16())
+		a.tcp[i].port = uint16(t.Port)
+		a.tcp[i].v4 = t.IP.To4() != nil
+	}
+}
+
+// addr returns the local (0) or remote (1) address.
+func (a *connAddrs) addr(i int) net.Addr {
+	if a.other != nil {
+		return a.other[i]
+	}
+	t := &a.tcp[i]
+	ip := net.IP(t.ip[:])
+	if t.v4 {
+		ip = ip.To4()
+	}
+	return &net.TCPAddr{IP: append(net.IP(nil), ip...), Port: int(t.port)}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,10 +25,12 @@ import (
 // whose first read finds the data (or the EOF, cleaned up as always).
 //
 // What a parked client keeps is what it costs while idle, in thousands:
-// its client struct (the 768-byte size class, TestClientSizeClass: the
+// its client struct (the 704-byte size class, TestClientSizeClass: the
 // sharded-only state is behind a pointer, the logger adds the client's
-// attributes at log time), its net.Conn and the evloop's entry; shed drops
-// the rest (TestXParkMemory in integration measures it).
+// attributes at log time), its socket as a bare descriptor (parkedConn,
+// parkconn.go; a client of the event loop keeps its fdConn) and the
+// evloop's entry; shed drops the rest (TestXParkMemory in integration
+// measures it).
 //
 // Which clients park: those of a transaction-mode database that is not
 // sharded, over plain TCP or a Unix socket, at the top of the client loop
@@ -77,9 +80,11 @@ type parker struct {
 
 	// Buffers parked clients gave back, for the next clients to resume: a
 	// few only (parkedBuffers), so that the memory of many parked clients
-	// is freed, not kept for them.
+	// is freed, not kept for them; and none once no client took one for a
+	// whole sweep period (see sweep).
 	readers chan *wire.Reader
 	writers chan *bufio.Writer
+	taken   atomic.Uint64 // buffers resuming clients took from readers
 }
 
 // parkedBuffers is how many read and write buffers the Listener keeps for
@@ -121,6 +126,16 @@ func (l *Listener) Parked() int {
 		return 0
 	}
 	return e.parked()
+}
+
+// KeptBuffers reports how many read buffers the Listener keeps for
+// resuming clients now (at most parkedBuffers; none after a sweep period
+// in which no client took one).
+func (l *Listener) KeptBuffers() int {
+	p := &l.parking
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.readers)
 }
 
 // parks reports how many times clients parked so far.
@@ -168,21 +183,30 @@ const (
 )
 
 // sweep nudges clients idle for limits.client_park_after into parking,
-// until stop is closed. When clients parked since it last did so it also
-// returns the memory they freed to the OS: an idle proxy allocates
-// nothing, so without this the Go runtime would keep their stacks and
-// buffers until its forced collection every two minutes, and scavenge
-// them only after that.
+// until stop is closed. When no resuming client took a kept buffer since
+// its previous pass it drops the kept buffers (they wait for wake-ups that
+// do not come). When clients parked or buffers were dropped since it last
+// did so it also returns the memory they freed to the OS: an idle proxy
+// allocates nothing, so without this the Go runtime would keep their
+// stacks and buffers until its forced collection every two minutes, and
+// scavenge them only after that.
 func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	var freedAt uint64 // parks at the last FreeOSMemory
 	var freed time.Time
+	var taken uint64 // buffers taken at the previous pass
+	dropped := false // buffers were dropped since the last FreeOSMemory
 	for {
-		if n := l.parks(); n >= freedAt+freeAfterParks && time.Since(freed) >= freeEvery {
+		if n := l.parking.taken.Load(); n == taken {
+			dropped = l.parking.dropBuffers() > 0 || dropped
+		} else {
+			taken = n
+		}
+		if n := l.parks(); (n >= freedAt+freeAfterParks || dropped) && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
-			freedAt, freed = n, time.Now()
+			freedAt, freed, dropped = n, time.Now(), false
 		}
 		after := l.State().Config.Limits.ClientParkAfter
 		if after <= 0 {
@@ -202,6 +226,22 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 			c.sweepPark()
 		}
 		l.mu.Unlock()
+	}
+}
+
+// dropBuffers frees the buffers kept for resuming clients (the sweep's,
+// when none was taken for a whole period: 48 KiB each that idle clients
+// would otherwise pay for, 3 MiB for a full pool); it returns how many.
+func (p *parker) dropBuffers() int {
+	n := 0
+	for {
+		select {
+		case <-p.readers:
+		case <-p.writers:
+		default:
+			return n
+		}
+		n++
 	}
 }
 
@@ -274,8 +314,10 @@ func (c *client) park() bool {
 	if e == nil || !c.mayPark() {
 		return false
 	}
+	c.parkConn() // the descriptor alone, see parkconn.go
 	rc, err := c.syscallConn()
 	if err != nil {
+		c.unparkConn()
 		return false
 	}
 	p := &c.l.parking
@@ -318,7 +360,8 @@ func (c *client) park() bool {
 
 // shed drops what a parked client can do without and the next round trip
 // makes again (see unparked): its per-round-trip slices, the cancel
-// target of its last server, and its statement maps while they are empty.
+// target of its last server, its statement maps while they are empty, and
+// the unnamed statement's effect while it has none.
 // A parked client costs its memory for as long as it stays idle; once
 // resumed the allocations come back once, after an idle second at least.
 func (c *client) shed() {
@@ -329,10 +372,14 @@ func (c *client) shed() {
 	if len(c.sqlStmts) == 0 {
 		c.sqlStmts = nil
 	}
+	if c.unnamedEff != nil && c.unnamedEff.isZero() {
+		c.unnamedEff = nil
+	}
 }
 
 // unparked gives the client buffers again: its goroutine goes on.
 func (c *client) unparked() {
+	c.unparkConn()
 	c.parked.Store(false)
 	if c.stmts == nil {
 		c.stmts = map[string]*stmt{}
@@ -345,6 +392,7 @@ func (c *client) unparked() {
 	var w *bufio.Writer
 	select {
 	case r = <-p.readers:
+		p.taken.Add(1)
 		r.Reset(c.conn)
 		r.SetMax(c.maxMessage)
 	default:

@@ -262,8 +262,8 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	}
 	if len(name) == 0 {
 		c.unnamed = append(c.unnamed[:0], body...)
-		c.unnamedEff = analyze(parseText(tail))
-		c.injectNeeds(c.unnamedEff.needs)
+		c.setUnnamedEffect(analyze(parseText(tail)))
+		c.injectNeeds(c.unnamedEffect().needs)
 		s.Unnamed = append(s.Unnamed[:0], body...)
 		c.out = append(c.out, raw...)
 		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
@@ -448,6 +448,29 @@ func (c *client) rewriteExecute(raw, body []byte) error {
 	return nil
 }
 
+// unnamedEffect is the session effect of the client's unnamed statement.
+func (c *client) unnamedEffect() stmtEffect {
+	if c.unnamedEff == nil {
+		return stmtEffect{}
+	}
+	return *c.unnamedEff
+}
+
+// setUnnamedEffect records se as the unnamed statement's effect. The
+// struct is made the first time an unnamed statement has an effect and
+// reused after that (a client parsing unnamed statements allocates nothing
+// per Parse); shed drops it while it is empty.
+func (c *client) setUnnamedEffect(se stmtEffect) {
+	switch {
+	case c.unnamedEff != nil:
+		*c.unnamedEff = se
+	case !se.isZero():
+		p := new(stmtEffect) // not &se: se would escape on every call
+		*p = se
+		c.unnamedEff = p
+	}
+}
+
 // notePortal records the session effect of the statement a Bind turns
 // into portal: the client's statement name (st, or its unnamed statement).
 func (c *client) notePortal(portal, name []byte, st *stmt) {
@@ -456,7 +479,7 @@ func (c *client) notePortal(portal, name []byte, st *stmt) {
 	case st != nil:
 		se = st.effect()
 	case len(name) == 0:
-		se = c.unnamedEff
+		se = c.unnamedEffect()
 	}
 	if se.eff == 0 {
 		if len(c.portals) > 0 {
@@ -499,7 +522,7 @@ func (c *client) resolve(name []byte) *stmt {
 	if len(name) == 0 {
 		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.pipe.has(pipeSkipping) {
 			// The client's unnamed statement was parsed on another server.
-			c.injectNeeds(c.unnamedEff.needs)
+			c.injectNeeds(c.unnamedEffect().needs)
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
 			c.out = append(c.out, c.unnamed...)
 			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
@@ -654,7 +677,7 @@ func (c *client) rebindStatement(name []byte) {
 	newTail := append(append([]byte{}, nt...), tail[len(cur):]...)
 	if len(name) == 0 {
 		c.unnamed = append(append(c.unnamed[:0], 0), newTail...)
-		c.unnamedEff = analyze(nt)
+		c.setUnnamedEffect(analyze(nt))
 		return
 	}
 	c.stmts[string(name)] = c.l.stmts.get(newTail)

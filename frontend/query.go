@@ -28,14 +28,17 @@ const (
 // req is one expected answer.
 type req struct {
 	kind     reqKind
-	injected bool  // the proxy added the message: swallow its answer
-	confirm  *stmt // reqParse: proxy-wide statement to mark prepared on success; reqClose: to mark closed
-	ops      []setOp
+	injected bool // the proxy added the message: swallow its answer
 	// A reqParse that the server rejects or skips after an error did not
 	// create its statement: client names the client's statement to
 	// forget, unnamed says the server's unnamed statement is unknown.
-	client  string
+	// (unnamed sits with the other one-byte fields: 72 bytes, not 80, so
+	// that the client's queue, qBuf, does not share the client struct's
+	// size class: see TestClientSizeClass.)
 	unnamed bool
+	confirm *stmt // reqParse: proxy-wide statement to mark prepared on success; reqClose: to mark closed
+	ops     []setOp
+	client  string
 	// replace is the error the client gets in place of the server's
 	// answer to a message that the proxy made fail on purpose (see
 	// failInOrder).
@@ -318,8 +321,9 @@ func retryable(err error) bool {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
-	c.tripStart = time.Now()
-	defer c.observeRoundTrip(c.tripStart)
+	start := time.Now()
+	c.tripStart = start.Sub(monoBase)
+	defer c.observeRoundTrip(start)
 	s := c.server
 	var werr chan error
 	if len(c.out) > flushWriteThreshold {

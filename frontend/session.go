@@ -397,6 +397,11 @@ type stmtEffect struct {
 	prepares string
 }
 
+// isZero reports whether se has no effect and names no statement.
+func (se *stmtEffect) isZero() bool {
+	return se.eff == 0 && len(se.ops) == 0 && len(se.needs) == 0 && se.prepares == ""
+}
+
 // analyze returns the session effect of the statement text sql. A text
 // the parser rejects but that may change settings is read back after its
 // transaction (effResync).
