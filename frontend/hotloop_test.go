@@ -317,6 +317,11 @@ func TestCoroOffAndOn(t *testing.T) {
 	if want := []bool{true, false, true}; len(onLoop) != 3 || onLoop[0] != want[0] || onLoop[1] != want[1] || onLoop[2] != want[2] {
 		t.Errorf("onLoop = %v, want %v", onLoop, want)
 	}
+	// The coroutine sent its result before it returned: poll for its end.
+	deadline := time.Now().Add(5 * time.Second)
+	for l.running() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if n := l.running(); n != 0 {
 		t.Errorf("%d coroutines left", n)
 	}
