@@ -410,6 +410,7 @@ func (a *applier) sendBatch(ctx context.Context) error {
 		return nil
 	}
 	mrr := a.conn.PgConn().ExecBatch(ctx, a.batch)
+	a.t.prog.statements.Add(int64(a.queued))
 	a.batch, a.queued = &pgconn.Batch{}, 0
 	var first error
 	for mrr.NextResult() {

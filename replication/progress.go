@@ -59,6 +59,11 @@ type AppliedTxn struct {
 
 // progress tracks the copies and applied transactions of a Task in memory.
 type progress struct {
+	// statements counts the statements the appliers sent (a multi-row
+	// statement counts once), which BenchmarkStreamApply reports per
+	// change.
+	statements atomic.Int64
+
 	mu      sync.Mutex
 	copies  []*copyTracker
 	applied map[[2]int]AppliedTxn
