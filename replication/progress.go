@@ -63,6 +63,9 @@ type progress struct {
 	// statement counts once), which BenchmarkStreamApply reports per
 	// change.
 	statements atomic.Int64
+	// collapsed counts the changes the appliers collapsed into a change
+	// of the same row (apply_batch.go).
+	collapsed atomic.Int64
 
 	mu      sync.Mutex
 	copies  []*copyTracker
