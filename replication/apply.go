@@ -420,6 +420,7 @@ func (a *applier) sendBatch(ctx context.Context) error {
 	}
 	mrr := a.conn.PgConn().ExecBatch(ctx, a.batch)
 	a.t.prog.statements.Add(int64(a.queued))
+	a.t.prog.roundTrips.Add(1)
 	if a.collapsed > 0 {
 		a.t.prog.collapsed.Add(int64(a.collapsed))
 		a.collapsed = 0

@@ -22,7 +22,9 @@ CREATE SEQUENCE bench_ins START 1000000000;`
 // Each iteration writes the backlog with the stream stopped, then times
 // Stream from its start until every destination applied it. It reports
 // changes/s, the statements the appliers sent per change (BEGIN, COMMIT
-// and the origin's advance included; a multi-row statement counts once)
+// and the origin's advance included; a multi-row statement counts once),
+// the changes per round trip (mostly one group each: how many source
+// transactions had queued up decides how many statements a change needs)
 // and the CPU that the destination backends and the walsender spent per
 // 100 000 changes (the proxy's own is in -cpuprofile).
 func BenchmarkStreamApply(b *testing.B) {
@@ -88,7 +90,7 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 	b.ReportAllocs()
 	b.ResetTimer()
 	var elapsed time.Duration
-	var backendTicks, senderTicks, statements int64
+	var backendTicks, senderTicks, statements, trips int64
 	for range b.N {
 		b.StopTimer()
 		var sql strings.Builder
@@ -102,10 +104,11 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 		f.exec(b, f.srcConn, sql.String())
 		b.StartTimer()
 		start := time.Now()
-		sent := f.task.prog.statements.Load()
+		sent, sentTrips := f.task.prog.statements.Load(), f.task.prog.roundTrips.Load()
 		f.streamWhile(b, func(ctx context.Context) {
 			elapsed += time.Since(start)
 			statements += f.task.prog.statements.Load() - sent
+			trips += f.task.prog.roundTrips.Load() - sentTrips
 			be, ws := f.serverTicks(b, ctx)
 			backendTicks += be
 			senderTicks += ws
@@ -115,6 +118,7 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 	changes := float64(perTxn * txns * b.N)
 	b.ReportMetric(changes/elapsed.Seconds(), "changes/s")
 	b.ReportMetric(float64(statements)/changes, "stmts/change")
+	b.ReportMetric(changes/float64(trips), "changes/roundtrip")
 	// Clock ticks are 1/100 s: ticks per 100 000 changes are ms per 1000.
 	b.ReportMetric(float64(backendTicks)*1e5/changes/100, "backend-s/100k")
 	b.ReportMetric(float64(senderTicks)*1e5/changes/100, "walsender-s/100k")
