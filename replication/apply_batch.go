@@ -228,11 +228,11 @@ func (a *applier) collapse(c *change, h held, key string) (m *change, ok bool) {
 	return m, true
 }
 
-// overlay returns the image of a row that was first new and then changed
-// to next: next's values, and new's for the columns next left unchanged
+// overlay returns the image of a row that was first prev and then changed
+// to next: next's values, and prev's for the columns next left unchanged
 // (TOAST). ok is false when the tuples do not have the same columns.
-func overlay(new, next []*pglogrepl.TupleDataColumn) (img []*pglogrepl.TupleDataColumn, ok bool) {
-	if len(new) != len(next) {
+func overlay(prev, next []*pglogrepl.TupleDataColumn) (img []*pglogrepl.TupleDataColumn, ok bool) {
+	if len(prev) != len(next) {
 		return nil, false
 	}
 	if !hasToast(next) {
@@ -241,7 +241,7 @@ func overlay(new, next []*pglogrepl.TupleDataColumn) (img []*pglogrepl.TupleData
 	img = make([]*pglogrepl.TupleDataColumn, len(next))
 	for i, v := range next {
 		if v.DataType == pglogrepl.TupleDataTypeToast {
-			v = new[i]
+			v = prev[i]
 		}
 		img[i] = v
 	}
