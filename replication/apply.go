@@ -78,6 +78,9 @@ type op struct {
 // as it must.
 const (
 	batchStatements = 2000
+	// groupChanges bounds the changes of one round trip, which changes
+	// collapsed into others (apply_batch.go) do not add statements to.
+	groupChanges = 8192
 	// maxPrepared bounds the statements an applier keeps prepared: one per
 	// table, change kind and set of columns present.
 	maxPrepared = 512
@@ -110,6 +113,10 @@ type applier struct {
 	byShape  map[shape]*pgconn.StatementDescription
 	names    int  // prepared statement names handed out
 	runs     runs // rows waiting for a multi-row statement (apply_batch.go)
+	handled  int  // changes handled since the last round trip
+	// collapsed counts changes collapsed into others since the last
+	// round trip (apply_batch.go), for progress.collapsed.
+	collapsed int
 }
 
 // newApplier connects to destination shard d, creates and binds the
@@ -209,7 +216,7 @@ func (a *applier) run(ctx context.Context) error {
 		}
 		err := a.apply(ctx, o)
 	drain:
-		for err == nil && a.queued+a.runs.rows < batchStatements {
+		for err == nil && a.queued+a.runs.rows < batchStatements && a.handled < groupChanges {
 			select {
 			case o = <-a.ops:
 				err = a.apply(ctx, o)
@@ -220,6 +227,7 @@ func (a *applier) run(ctx context.Context) error {
 		if err == nil {
 			err = a.commit(ctx)
 		}
+		a.handled = 0
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -247,6 +255,7 @@ func (a *applier) apply(ctx context.Context, o op) error {
 			}
 			continue
 		}
+		a.handled++
 		if !a.inTx {
 			if err := a.queue(ctx, "BEGIN", nil); err != nil {
 				return err
@@ -410,6 +419,12 @@ func (a *applier) sendBatch(ctx context.Context) error {
 		return nil
 	}
 	mrr := a.conn.PgConn().ExecBatch(ctx, a.batch)
+	a.t.prog.statements.Add(int64(a.queued))
+	a.t.prog.roundTrips.Add(1)
+	if a.collapsed > 0 {
+		a.t.prog.collapsed.Add(int64(a.collapsed))
+		a.collapsed = 0
+	}
 	a.batch, a.queued = &pgconn.Batch{}, 0
 	var first error
 	for mrr.NextResult() {

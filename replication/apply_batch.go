@@ -27,13 +27,43 @@ import (
 // exclusion constraint but the one on its replica identity, no trigger
 // that fires for replicated rows and no rule. Foreign keys do not fire for
 // replicated rows (session_replication_role = replica), so changes of
-// different tables are independent. A change whose identity an open run
-// already holds flushes every run first. A table with other unique
-// constraints keeps its order: a change joins a run only when no run of
-// its table was opened after it, and its UPDATEs are not batched (the rows
-// of one UPDATE … FROM are not updated in a defined order). A table with
-// such a trigger or a rule, REPLICA IDENTITY FULL or more than 64 columns
-// is applied one statement per row, as before.
+// different tables are independent. Each identity value is touched by at
+// most one change in the open runs, so the runs may go out in any order.
+// A table with other unique constraints keeps its order: a change joins a
+// run only when no run of its table was opened after it, and its UPDATEs
+// are not batched (the rows of one UPDATE … FROM are not updated in a
+// defined order). A table with such a trigger or a rule, REPLICA IDENTITY
+// FULL or more than 64 columns is applied one statement per row, as
+// before.
+//
+// A change whose identity value an open run already holds is collapsed
+// with that run's change into one change where the two have the outcome of
+// one (collapse), and otherwise flushes every run first. The runs belong
+// to one destination transaction, which commits or not as a whole with its
+// origin's progress, so a collapse across source transactions keeps
+// exactly once. The rules, for a change c after a change p of the same row
+// (same table and identity value) in an open run, neither of which changes
+// the row's key:
+//
+//   - UPDATE after UPDATE or INSERT: p becomes the row's image after both,
+//     of p's kind: c's values, and p's for the columns c left unchanged
+//     (pgoutput's unchanged TOASTed values, 'u'); a column both left
+//     unchanged stays so. If the image has more columns than p (c set one
+//     that p left unchanged), p leaves its run and the image joins the run
+//     of its shape: the row's is the only change of that identity, so its
+//     place among the runs does not matter.
+//   - DELETE after UPDATE: the DELETE alone (p leaves its run).
+//   - DELETE after INSERT: neither, as the row did not exist before the
+//     INSERT. (A destination that held the row anyway, against the source,
+//     keeps it instead of failing the INSERT on its key.)
+//   - Anything else flushes, as before: INSERT after DELETE (no one
+//     statement does both, and the INSERT's run would have to follow the
+//     DELETE's), a change after a key-changing UPDATE or a key-changing
+//     UPDATE after a change (it touches two rows), and every change of a
+//     table that may not be reordered.
+//
+// A collapse never writes into a tuple: tuples may be shared with other
+// destination shards' appliers (omni tables).
 
 // Batch sizes: a run of n rows is sent as statements of runSizes rows
 // (largest first), each prepared once per shape and size.
@@ -49,6 +79,14 @@ type run struct {
 type runKey struct {
 	rel *relation
 	key string
+}
+
+// held is the change of an open run that touches an identity value: each
+// value is touched by at most one change in the open runs.
+type held struct {
+	r     *run
+	i     int  // the change's index in r.changes
+	moved bool // a key-changing UPDATE, which holds its old and its new value
 }
 
 // multiKey names the prepared statement of rows rows of one shape.
@@ -68,14 +106,14 @@ type tableInfo struct {
 type runs struct {
 	open   []*run
 	byKey  map[shape]*run
-	keys   map[runKey]struct{}
-	rows   int // changes in open runs
+	keys   map[runKey]held
+	rows   int // changes in open runs (not counting those collapsed away)
 	tables map[*relation]*tableInfo
 	multi  map[multiKey]*pgconn.StatementDescription
 }
 
 func newRuns() runs {
-	return runs{byKey: map[shape]*run{}, keys: map[runKey]struct{}{}, tables: map[*relation]*tableInfo{},
+	return runs{byKey: map[shape]*run{}, keys: map[runKey]held{}, tables: map[*relation]*tableInfo{},
 		multi: map[multiKey]*pgconn.StatementDescription{}}
 }
 
@@ -100,6 +138,22 @@ func (a *applier) batchRow(ctx context.Context, c *change) (ok bool, err error) 
 		if nkeys, fine = identityKeys(c, &keys); !fine {
 			return false, a.flushRuns(ctx)
 		}
+		if nkeys == 1 {
+			if h, held := a.runs.keys[runKey{c.rel, keys[0]}]; held {
+				m, ok := a.collapse(c, h, keys[0])
+				if ok && m == nil {
+					return true, nil
+				}
+				if ok {
+					c = m
+					if sh, shaped = shapeOf(c); !shaped {
+						// Not reached: m has c's table and kind, or an
+						// INSERT's, and at least c's columns.
+						return false, fmt.Errorf("collapsing changes of one row: no statement for the result")
+					}
+				}
+			}
+		}
 		for _, k := range keys[:nkeys] {
 			if _, held := a.runs.keys[runKey{c.rel, k}]; held {
 				if err := a.flushRuns(ctx); err != nil {
@@ -122,9 +176,76 @@ func (a *applier) batchRow(ctx context.Context, c *change) (ok bool, err error) 
 	r.changes = append(r.changes, c)
 	a.runs.rows++
 	for _, k := range keys[:nkeys] {
-		a.runs.keys[runKey{c.rel, k}] = struct{}{}
+		a.runs.keys[runKey{c.rel, k}] = held{r: r, i: len(r.changes) - 1, moved: nkeys == 2}
 	}
 	return true, nil
+}
+
+// collapse joins c with the change h of an open run that touches the same
+// identity value key, where the two have the outcome of one change (the
+// rules are in the file's comment). With ok false they do not, and c
+// waits for the open runs to be flushed. With ok true, h's change is
+// replaced in its run, when the joined change has its shape (m nil), or
+// else removed from its run and key released, and m is the change to add
+// in its place.
+func (a *applier) collapse(c *change, h held, key string) (m *change, ok bool) {
+	if h.moved {
+		return nil, false
+	}
+	p := h.r.changes[h.i]
+	switch {
+	case c.kind == changeUpdate && (p.kind == changeUpdate || p.kind == changeInsert):
+		// The row's image after both: c's new values, and for the columns
+		// c left unchanged (TOAST), p's.
+		img, ok := overlay(p.new, c.new)
+		if !ok {
+			return nil, false
+		}
+		m = &change{kind: p.kind, rel: c.rel, new: img}
+		if p.kind == changeUpdate {
+			m.old = c.old
+		}
+		if sh, _ := shapeOf(m); sh == h.r.sh {
+			h.r.changes[h.i] = m
+			a.collapsed++
+			return nil, true
+		}
+	case c.kind == changeDelete && p.kind == changeUpdate:
+		m = c // the DELETE alone
+	case c.kind == changeDelete && p.kind == changeInsert:
+		// A row inserted and deleted in one group: neither is needed.
+		m = nil
+	default:
+		return nil, false
+	}
+	h.r.changes[h.i] = nil
+	delete(a.runs.keys, runKey{c.rel, key})
+	a.runs.rows--
+	a.collapsed++
+	if m == nil {
+		a.collapsed++ // c too
+	}
+	return m, true
+}
+
+// overlay returns the image of a row that was first prev and then changed
+// to next: next's values, and prev's for the columns next left unchanged
+// (TOAST). ok is false when the tuples do not have the same columns.
+func overlay(prev, next []*pglogrepl.TupleDataColumn) (img []*pglogrepl.TupleDataColumn, ok bool) {
+	if len(prev) != len(next) {
+		return nil, false
+	}
+	if !hasToast(next) {
+		return next, true
+	}
+	img = make([]*pglogrepl.TupleDataColumn, len(next))
+	for i, v := range next {
+		if v.DataType == pglogrepl.TupleDataTypeToast {
+			v = prev[i]
+		}
+		img[i] = v
+	}
+	return img, true
 }
 
 // wholeIdentity reports whether an UPDATE or DELETE of shape sh carries
@@ -212,7 +333,7 @@ func (a *applier) flushRuns(ctx context.Context) error {
 
 // queueRun queues a run's rows as statements of runSizes rows.
 func (a *applier) queueRun(ctx context.Context, r *run) error {
-	rest := r.changes
+	rest := slices.DeleteFunc(r.changes, func(c *change) bool { return c == nil }) // collapsed away
 	for len(rest) > 0 {
 		n := runSizes[len(runSizes)-1]
 		for _, size := range runSizes {

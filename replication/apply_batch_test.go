@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/shardgate/shardgate/config"
 )
@@ -42,6 +43,17 @@ func compareBatchTables(t *testing.T, f *streamFixture) {
 	f.compare(t, "mail", "id", "email || ':' || n::text")
 	f.compare(t, "comp", "a", "b || ':' || v::text")
 	f.compare(t, "conf", "code", "v::text")
+}
+
+// hotSchema is kv with a second TOASTed column, for a key space so small
+// that changes to the same row collapse all the time.
+const hotSchema = `
+CREATE TABLE hot (id int PRIMARY KEY, v int, big text, big2 text);
+ALTER TABLE hot ALTER COLUMN big SET STORAGE EXTERNAL, ALTER COLUMN big2 SET STORAGE EXTERNAL;`
+
+func hotRules(db *config.Database) {
+	batchRules(db)
+	db.ShardedTables = append(db.ShardedTables, config.ShardedTable{Table: "hot", Column: "id", Type: "integer"})
 }
 
 // TestApplyBatchOrdering applies source transactions whose changes a
@@ -116,8 +128,11 @@ COMMIT;`)
 
 // TestApplyBatchRandom writes random transactions over small key spaces
 // (so that keys repeat within and across transactions, and mail's unique
-// emails collide), streams them in one backlog, and compares. The seed is
-// logged and taken from SHARDGATE_SEED when set.
+// emails collide), streams them in one backlog, and compares. hot's eight
+// keys are changed in most transactions, so that its changes collapse all
+// the time (apply_batch.go), with unchanged TOASTed values, NULLs, deletes,
+// reinserts and key changes. The seed is logged and taken from
+// SHARDGATE_SEED when set.
 func TestApplyBatchRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("SHARDGATE_SEED"); s != "" {
@@ -128,15 +143,20 @@ func TestApplyBatchRandom(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with SHARDGATE_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	f := newStreamFixture(t, 2, batchSchema, `
+	f := newStreamFixture(t, 2, batchSchema+hotSchema, `
 INSERT INTO kv SELECT g, g, CASE WHEN g % 3 = 0 THEN repeat(md5(g::text), 100) END FROM generate_series(1, 60) g;
-INSERT INTO mail SELECT g, 'm' || g, 0 FROM generate_series(1, 30) g;`, batchRules)
-	for round := range 2 {
+INSERT INTO mail SELECT g, 'm' || g, 0 FROM generate_series(1, 30) g;
+INSERT INTO hot SELECT g, g, repeat(md5(g::text), 100), CASE WHEN g % 2 = 0 THEN repeat(md5((-g)::text), 100) END FROM generate_series(1, 6) g;`, hotRules)
+	for round := range 3 {
 		for range 150 {
 			var sql strings.Builder
 			sql.WriteString("BEGIN;\n")
 			for range 1 + rng.IntN(12) {
-				sql.WriteString(randomChange(rng) + ";\n")
+				if rng.IntN(2) == 0 {
+					sql.WriteString(randomHotChange(rng) + ";\n")
+				} else {
+					sql.WriteString(randomChange(rng) + ";\n")
+				}
 			}
 			sql.WriteString("COMMIT;")
 			// A transaction the source refuses (a duplicate key or email)
@@ -147,8 +167,15 @@ INSERT INTO mail SELECT g, 'm' || g, 0 FROM generate_series(1, 30) g;`, batchRul
 				}
 			}
 		}
+		collapsed := f.task.prog.collapsed.Load()
 		f.stream(t)
+		collapsed = f.task.prog.collapsed.Load() - collapsed
+		t.Logf("round %d: %d changes collapsed into others", round, collapsed)
+		if collapsed < 100 {
+			t.Errorf("round %d: only %d changes collapsed into others", round, collapsed)
+		}
 		compareBatchTables(t, f)
+		f.compare(t, "hot", "id", "concat_ws(':', v, md5(coalesce(big, '<null>')), md5(coalesce(big2, '<null>')))")
 		if t.Failed() {
 			t.Fatalf("round %d: destination differs from the source (seed %d)", round, seed)
 		}
@@ -177,6 +204,38 @@ func randomChange(rng *rand.Rand) string {
 		return fmt.Sprintf("DELETE FROM mail WHERE id = %d", 1+rng.IntN(40))
 	default:
 		return fmt.Sprintf("INSERT INTO mail VALUES (%d, 'm%d', %d) ON CONFLICT DO NOTHING", 1+rng.IntN(40), rng.IntN(40), rng.IntN(9))
+	}
+}
+
+// randomHotChange changes a row of hot's eight keys.
+func randomHotChange(rng *rand.Rand) string {
+	id := 1 + rng.IntN(8)
+	big := func() string {
+		switch rng.IntN(4) {
+		case 0:
+			return "NULL"
+		case 1:
+			return "''"
+		}
+		return fmt.Sprintf("repeat(md5('%d'), %d)", rng.IntN(1000), 50+rng.IntN(100))
+	}
+	switch rng.IntN(12) {
+	case 0, 1, 2, 3:
+		// big and big2 stay: both stream as unchanged TOASTed values.
+		return fmt.Sprintf("UPDATE hot SET v = v + 1 WHERE id = %d", id)
+	case 4:
+		return fmt.Sprintf("UPDATE hot SET v = NULL WHERE id = %d", id)
+	case 5:
+		return fmt.Sprintf("UPDATE hot SET big = %s WHERE id = %d", big(), id)
+	case 6:
+		return fmt.Sprintf("UPDATE hot SET big2 = %s, v = coalesce(v, 0) - 1 WHERE id = %d", big(), id)
+	case 7:
+		return fmt.Sprintf("DELETE FROM hot WHERE id = %d", id)
+	case 8:
+		to := 1 + rng.IntN(8)
+		return fmt.Sprintf("UPDATE hot SET id = %d WHERE id = %d AND NOT EXISTS (SELECT FROM hot WHERE id = %d)", to, id, to)
+	default:
+		return fmt.Sprintf("INSERT INTO hot VALUES (%d, %d, %s, %s) ON CONFLICT (id) DO UPDATE SET v = excluded.v", id, rng.IntN(100), big(), big())
 	}
 }
 
@@ -263,5 +322,133 @@ func TestMultiSQL(t *testing.T) {
 	del := change{kind: changeDelete, rel: rel, old: []*pglogrepl.TupleDataColumn{toast}}
 	if sh, ok := shapeOf(&del); !ok || wholeIdentity(sh) {
 		t.Errorf("DELETE without its identity: shape %v, wholeIdentity true", ok)
+	}
+}
+
+// TestApplyCollapse applies changes through an applier's runs, one rule of
+// apply_batch.go's collapsing at a time, and checks how many rows the
+// open runs hold and how many statements were queued before the commit
+// (BEGIN, and whatever a flush queued), then the table's rows after the
+// commit.
+func TestApplyCollapse(t *testing.T) {
+	f := newStreamFixture(t, 1, batchSchema, "", batchRules)
+	a, err := f.task.newApplier(t.Context(), 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.conn.Close(t.Context())
+	kv := &relation{name: "public.kv", ident: qualified("public", "kv"), cols: []string{"id", "v", "big"}, key: []int{0}}
+	mail := &relation{name: "public.mail", ident: qualified("public", "mail"), cols: []string{"id", "email", "n"}, key: []int{0}}
+	// col is a column's value in a tuple: "u" is an unchanged TOASTed
+	// value, "null" NULL.
+	col := func(v string) *pglogrepl.TupleDataColumn {
+		switch v {
+		case "u":
+			return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeToast}
+		case "null":
+			return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+		}
+		return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(v)}
+	}
+	tuple := func(vs ...string) []*pglogrepl.TupleDataColumn {
+		t := make([]*pglogrepl.TupleDataColumn, len(vs))
+		for i, v := range vs {
+			t[i] = col(v)
+		}
+		return t
+	}
+	// As route makes them: an UPDATE that keeps its key has its new tuple
+	// as identity; a DELETE's and a key change's old tuple has the key.
+	ins := func(rel *relation, vs ...string) change {
+		return change{kind: changeInsert, rel: rel, new: tuple(vs...)}
+	}
+	upd := func(rel *relation, vs ...string) change {
+		n := tuple(vs...)
+		return change{kind: changeUpdate, rel: rel, new: n, old: n}
+	}
+	del := func(rel *relation, id string) change {
+		return change{kind: changeDelete, rel: rel, old: tuple(id, "null", "null")}
+	}
+	move := func(from string, vs ...string) change {
+		return change{kind: changeUpdate, rel: kv, new: tuple(vs...), old: tuple(from, "null", "null")}
+	}
+	big := strings.Repeat("B", 3000)
+	for _, tc := range []struct {
+		name    string
+		setup   string // on the destination, before the changes
+		changes []change
+		rows    int // in the open runs before the commit
+		queued  int // statements queued before the commit
+		want    []string
+	}{
+		{"update after update", "INSERT INTO kv VALUES (1, 0, 'a'), (2, 0, 'x')",
+			[]change{upd(kv, "1", "1", "a"), upd(kv, "2", "5", "y"), upd(kv, "1", "2", "b")},
+			2, 1, []string{"1:2:b", "2:5:y"}},
+		{"update after update: an unchanged TOASTed value is the first update's", "INSERT INTO kv VALUES (1, 0, 'a')",
+			[]change{upd(kv, "1", "1", "b"), upd(kv, "1", "2", "u")},
+			1, 1, []string{"1:2:b"}},
+		{"update after update: the second sets what the first left unchanged", "INSERT INTO kv VALUES (1, 0, '" + big + "')",
+			[]change{upd(kv, "1", "1", "u"), upd(kv, "1", "2", "c")},
+			1, 1, []string{"1:2:c"}},
+		{"update after update: both leave a TOASTed value unchanged", "INSERT INTO kv VALUES (1, 0, '" + big + "')",
+			[]change{upd(kv, "1", "1", "u"), upd(kv, "1", "2", "u"), upd(kv, "1", "3", "u")},
+			1, 1, []string{"1:3:" + big}},
+		{"update after update: NULLs", "INSERT INTO kv VALUES (1, 0, 'a')",
+			[]change{upd(kv, "1", "null", "b"), upd(kv, "1", "2", "null")},
+			1, 1, []string{"1:2:<null>"}},
+		{"update after insert", "",
+			[]change{ins(kv, "1", "1", "a"), upd(kv, "1", "2", "u"), upd(kv, "1", "null", "c")},
+			1, 1, []string{"1:<null>:c"}},
+		{"delete after insert", "INSERT INTO kv VALUES (2, 0, 'x')",
+			[]change{ins(kv, "1", "1", "a"), upd(kv, "1", "2", "u"), del(kv, "1"), upd(kv, "2", "3", "u")},
+			1, 1, []string{"2:3:x"}},
+		{"delete after update", "INSERT INTO kv VALUES (1, 0, 'a')",
+			[]change{upd(kv, "1", "1", "b"), del(kv, "1")},
+			1, 1, nil},
+		{"insert after delete after insert", "",
+			[]change{ins(kv, "1", "1", "a"), del(kv, "1"), ins(kv, "1", "2", "b")},
+			1, 1, []string{"1:2:b"}},
+		{"insert after delete flushes", "INSERT INTO kv VALUES (1, 0, 'a')",
+			[]change{del(kv, "1"), ins(kv, "1", "2", "b")},
+			1, 2, []string{"1:2:b"}},
+		{"key change after update flushes", "INSERT INTO kv VALUES (1, 0, '" + big + "')",
+			[]change{upd(kv, "1", "1", "u"), move("1", "2", "2", "u")},
+			1, 2, []string{"2:2:" + big}},
+		{"update after key change flushes", "INSERT INTO kv VALUES (1, 0, 'a')",
+			[]change{move("1", "2", "2", "u"), upd(kv, "2", "3", "u"), upd(kv, "2", "4", "u")},
+			1, 2, []string{"2:4:a"}},
+		{"a table that may not reorder keeps every change", "INSERT INTO mail VALUES (1, 'a', 0)",
+			[]change{upd(mail, "1", "b", "1"), upd(mail, "1", "c", "2"), ins(mail, "2", "d", "0"), del(mail, "2")},
+			1, 4, []string{"1:c:2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.exec(t, f.dstConns[0], "TRUNCATE kv, mail; "+tc.setup)
+			a.applied.Store(0)
+			end := pglogrepl.LSN(a.progress + 100)
+			if err := a.apply(t.Context(), op{final: end - 1, commit: true, end: end, changes: tc.changes}); err != nil {
+				t.Fatal(err)
+			}
+			if a.runs.rows != tc.rows || a.queued != tc.queued {
+				t.Errorf("%d rows in runs, %d statements queued; want %d, %d", a.runs.rows, a.queued, tc.rows, tc.queued)
+			}
+			if err := a.commit(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			q := "SELECT concat_ws(':', id, coalesce(v::text, '<null>'), coalesce(big, '<null>')) FROM kv ORDER BY id"
+			if tc.changes[0].rel == mail {
+				q = "SELECT concat_ws(':', id, email, n) FROM mail ORDER BY id"
+			}
+			rows, err := f.dstConns[0].Query(t.Context(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("rows %.200q, want %.200q", got, tc.want)
+			}
+		})
 	}
 }

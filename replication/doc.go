@@ -79,7 +79,12 @@
 // rows (below) keep a destination transaction open across round trips.
 // Rows of one table, kind and set of columns go as one multi-row statement
 // where the table's only unique key is its replica identity, so that rows
-// of different keys may be reordered (apply_batch.go).
+// of different keys may be reordered (apply_batch.go). On such tables the
+// changes of one row inside a destination transaction collapse into one
+// where that cannot change the outcome (an UPDATE after an UPDATE or
+// INSERT of the row becomes the row's new image; a DELETE after them
+// replaces them), so a load that updates a few rows over and over, such
+// as pgbench's branches and tellers, writes each once per group.
 //
 // # Exactly once
 //

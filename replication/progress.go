@@ -59,6 +59,14 @@ type AppliedTxn struct {
 
 // progress tracks the copies and applied transactions of a Task in memory.
 type progress struct {
+	// statements and roundTrips count the statements the appliers sent (a
+	// multi-row statement counts once) and the round trips that sent them,
+	// which BenchmarkStreamApply reports per change.
+	statements, roundTrips atomic.Int64
+	// collapsed counts the changes the appliers collapsed into a change
+	// of the same row (apply_batch.go).
+	collapsed atomic.Int64
+
 	mu      sync.Mutex
 	copies  []*copyTracker
 	applied map[[2]int]AppliedTxn

@@ -21,8 +21,12 @@ CREATE SEQUENCE bench_ins START 1000000000;`
 // load: source transactions of one UPDATE of a random row and one INSERT.
 // Each iteration writes the backlog with the stream stopped, then times
 // Stream from its start until every destination applied it. It reports
-// changes/s and the CPU that the destination backends and the walsender
-// spent per 100 000 changes (the proxy's own is in -cpuprofile).
+// changes/s, the statements the appliers sent per change (BEGIN, COMMIT
+// and the origin's advance included; a multi-row statement counts once),
+// the changes per round trip (mostly one group each: how many source
+// transactions had queued up decides how many statements a change needs)
+// and the CPU that the destination backends and the walsender spent per
+// 100 000 changes (the proxy's own is in -cpuprofile).
 func BenchmarkStreamApply(b *testing.B) {
 	const rows, txns = 20000, 20000
 	f := newStreamFixture(b, 2, benchSchema,
@@ -31,34 +35,90 @@ func BenchmarkStreamApply(b *testing.B) {
 			db.ShardedTables = []config.ShardedTable{{Table: "accounts", Column: "id", Type: "bigint"}}
 		})
 	rng := rand.New(rand.NewPCG(1, 2))
+	benchStreamApply(b, f, txns, 2, func(sql *strings.Builder) {
+		fmt.Fprintf(sql, "BEGIN; UPDATE accounts SET balance = balance + 1 WHERE id = %d; INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160)); COMMIT;\n",
+			1+rng.IntN(rows))
+	})
+	f.compare(b, "accounts", "id", "balance::text || filler")
+}
+
+// tpcbSchema is pgbench's tpcb-like schema at scale 1, with a key on
+// pgbench_history, which resharding needs.
+const tpcbSchema = `CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
+CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
+CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84));
+CREATE TABLE pgbench_history (hid bigserial PRIMARY KEY, tid int, bid int, aid int, delta int, mtime timestamp, filler char(22));`
+
+// BenchmarkStreamApplyTPCB is BenchmarkStreamApply with pgbench's
+// tpcb-like transactions at scale 1 (an UPDATE of a random account, of one
+// of 10 tellers and of the one branch, and an INSERT into the history): the
+// same few rows are updated over and over.
+func BenchmarkStreamApplyTPCB(b *testing.B) {
+	const accounts, txns = 100000, 10000
+	f := newStreamFixture(b, 2, tpcbSchema, fmt.Sprintf(`INSERT INTO pgbench_branches VALUES (1, 0);
+INSERT INTO pgbench_tellers SELECT g, 1, 0 FROM generate_series(1, 10) g;
+INSERT INTO pgbench_accounts SELECT g, 1, 0, '' FROM generate_series(1, %d) g;`, accounts),
+		func(db *config.Database) {
+			db.ShardedTables = []config.ShardedTable{
+				{Table: "pgbench_branches", Column: "bid", Type: "integer"},
+				{Table: "pgbench_tellers", Column: "tid", Type: "integer"},
+				{Table: "pgbench_accounts", Column: "aid", Type: "integer"},
+				{Table: "pgbench_history", Column: "hid", Type: "bigint"},
+			}
+		})
+	rng := rand.New(rand.NewPCG(1, 2))
+	benchStreamApply(b, f, txns, 4, func(sql *strings.Builder) {
+		aid, tid, delta := 1+rng.IntN(accounts), 1+rng.IntN(10), rng.IntN(10001)-5000
+		fmt.Fprintf(sql, `BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + %[4]d WHERE aid = %[1]d;
+UPDATE pgbench_tellers SET tbalance = tbalance + %[4]d WHERE tid = %[2]d;
+UPDATE pgbench_branches SET bbalance = bbalance + %[4]d WHERE bid = %[3]d;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (%[2]d, %[3]d, %[1]d, %[4]d, CURRENT_TIMESTAMP);
+COMMIT;
+`, aid, tid, 1, delta)
+	})
+	f.compare(b, "pgbench_branches", "bid", "bbalance::text")
+	f.compare(b, "pgbench_tellers", "tid", "tbalance::text")
+	f.compare(b, "pgbench_accounts", "aid", "abalance::text")
+	f.compare(b, "pgbench_history", "hid", "concat_ws(':', tid, bid, aid, delta, mtime)")
+}
+
+// benchStreamApply runs the iterations of a stream benchmark: each writes
+// txns source transactions of perTxn changes each (txn appends one to sql)
+// with the stream stopped, then times the stream's catch-up.
+func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func(sql *strings.Builder)) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var elapsed time.Duration
-	var backendTicks, senderTicks int64
+	var backendTicks, senderTicks, statements, trips int64
 	for range b.N {
 		b.StopTimer()
 		var sql strings.Builder
 		for i := range txns {
-			fmt.Fprintf(&sql, "BEGIN; UPDATE accounts SET balance = balance + 1 WHERE id = %d; INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160)); COMMIT;\n",
-				1+rng.IntN(rows))
+			txn(&sql)
 			if i%500 == 499 {
 				f.exec(b, f.srcConn, sql.String())
 				sql.Reset()
 			}
 		}
+		f.exec(b, f.srcConn, sql.String())
 		b.StartTimer()
 		start := time.Now()
+		sent, sentTrips := f.task.prog.statements.Load(), f.task.prog.roundTrips.Load()
 		f.streamWhile(b, func(ctx context.Context) {
 			elapsed += time.Since(start)
+			statements += f.task.prog.statements.Load() - sent
+			trips += f.task.prog.roundTrips.Load() - sentTrips
 			be, ws := f.serverTicks(b, ctx)
 			backendTicks += be
 			senderTicks += ws
 		})
 	}
 	b.StopTimer()
-	f.compare(b, "accounts", "id", "balance::text || filler")
-	changes := float64(2 * txns * b.N)
+	changes := float64(perTxn * txns * b.N)
 	b.ReportMetric(changes/elapsed.Seconds(), "changes/s")
+	b.ReportMetric(float64(statements)/changes, "stmts/change")
+	b.ReportMetric(changes/float64(trips), "changes/roundtrip")
 	// Clock ticks are 1/100 s: ticks per 100 000 changes are ms per 1000.
 	b.ReportMetric(float64(backendTicks)*1e5/changes/100, "backend-s/100k")
 	b.ReportMetric(float64(senderTicks)*1e5/changes/100, "walsender-s/100k")
