@@ -64,30 +64,31 @@ func (l *Listener) closeHot() {
 	}
 }
 
+// startedHot returns the Listener's event loop if one was started, without
+// starting it.
+func (l *Listener) startedHot() *hotLoop {
+	h := &l.hot
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.loop
+}
+
 // HotClients reports how many clients run as coroutines of the event loop
 // now (on it or handed to a goroutine).
 func (l *Listener) HotClients() int {
-	h := &l.hot
-	h.mu.Lock()
-	loop := h.loop
-	h.mu.Unlock()
-	if loop == nil {
-		return 0
+	if loop := l.startedHot(); loop != nil {
+		return loop.running()
 	}
-	return loop.running()
+	return 0
 }
 
 // HotHandoffs reports how often a client of the event loop was handed to
 // a goroutine (offLoop) so far.
 func (l *Listener) HotHandoffs() uint64 {
-	h := &l.hot
-	h.mu.Lock()
-	loop := h.loop
-	h.mu.Unlock()
-	if loop == nil {
-		return 0
+	if loop := l.startedHot(); loop != nil {
+		return loop.offs.Load()
 	}
-	return loop.offs.Load()
+	return 0
 }
 
 // goHot moves a client that just logged in to a raw socket of the event

@@ -45,6 +45,23 @@ func newTestPool(t testing.TB, cl *pgtest.Cluster, size int, checkoutTimeout tim
 	return p
 }
 
+// checkoutQueued starts a checkout that must wait, and returns once it is
+// queued; the server it gets comes on the channel.
+func checkoutQueued(t *testing.T, p *Pool) <-chan *Server {
+	t.Helper()
+	waiting := p.Snapshot().Waiting
+	got := make(chan *Server, 1)
+	go func() {
+		s, err := p.Checkout(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	waitFor(t, func() bool { return p.Snapshot().Waiting == waiting+1 })
+	return got
+}
+
 func checkout(t testing.TB, p *Pool) *Server {
 	t.Helper()
 	s, err := p.Checkout(context.Background())
@@ -131,15 +148,7 @@ func testCheckoutTimeout(t *testing.T, cl *pgtest.Cluster) {
 func testCheckoutNoTimeout(t *testing.T, cl *pgtest.Cluster) {
 	p := newTestPool(t, cl, 1, 0)
 	s := checkout(t, p)
-	got := make(chan *Server, 1)
-	go func() {
-		s, err := p.Checkout(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- s
-	}()
-	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	got := checkoutQueued(t, p)
 	_, q, err := p.QueueStartup(Startup{}, func() {})
 	if q == nil || err != nil || !q.Deadline().IsZero() {
 		t.Fatalf("queued %v, %v; want a checkout without deadline", q, err)
@@ -212,15 +221,7 @@ func testCloseWakesWaiters(t *testing.T, cl *pgtest.Cluster) {
 func testBrokenServerReplaced(t *testing.T, cl *pgtest.Cluster) {
 	p := newTestPool(t, cl, 1, 10*time.Second)
 	s := checkout(t, p)
-	got := make(chan *Server, 1)
-	go func() {
-		s, err := p.Checkout(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- s
-	}()
-	waitFor(t, func() bool { return p.Snapshot().Waiting == 1 })
+	got := checkoutQueued(t, p)
 	s.Broken = true
 	p.Checkin(s)
 	s2 := <-got
