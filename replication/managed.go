@@ -228,9 +228,12 @@ func (t *Managed) run(ctx context.Context) {
 	case errors.Is(err, errFinishedElsewhere), gone && err != nil:
 		t.state, t.phase, t.err = TaskDone, PhaseFinished, nil
 		t.Task.log.Warn("task finished by another proxy while this one ran it too (its lease was lost for a moment): stopping it here", "id", t.ID)
-	case err != nil && t.leaseLost(ctx):
+	case err != nil && (errors.Is(err, errClaimLost) || t.leaseLost(ctx)):
 		// Its failure is the other runner's doing (its slot, its
-		// bookkeeping): the record stays the other runner's.
+		// bookkeeping), or another run claimed the task (claim.go), even
+		// if that run has since died and left the lease free: the record
+		// stays "running", for the other runner or for Watch, on any
+		// proxy, to resume.
 		t.state, t.err = TaskStopped, fmt.Errorf("another proxy runs the task now; here: %w", err)
 		t.Task.log.Warn("task stopped: another proxy holds its lease", "id", t.ID, "err", err)
 	case err != nil:
