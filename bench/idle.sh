@@ -64,19 +64,26 @@ fi
 CLK_TCK=$(getconf CLK_TCK)
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-# go_stats TARGET: goroutines, heap in use, heap free but not returned to
-# the OS (idle - released: resident, counted in RSS) and stacks in use (kB)
-# of a shardgate target, from its /metrics; "-" for PgBouncer.
-go_stats() {
+# scrape TARGET: the /metrics text of a shardgate target, empty for
+# PgBouncer; go_stats and go_more read one scrape, so that their figures
+# come from the same moment.
+scrape() {
 	local port=${SG_METRICS[$1]:-}
-	[ -n "$port" ] || { echo "- | - | - | -"; return; }
-	curl -s "http://127.0.0.1:$port/metrics" | awk '
+	[ -z "$port" ] || curl -s "http://127.0.0.1:$port/metrics"
+}
+
+# go_stats METRICS: goroutines, heap in use, heap free but not returned to
+# the OS (idle - released: resident, counted in RSS) and stacks in use (kB)
+# from a scrape; "-" for PgBouncer (no scrape).
+go_stats() {
+	[ -n "$1" ] || { echo "- | - | - | -"; return; }
+	awk '
 		$1 == "go_goroutines" { g = $2 }
 		$1 == "go_memstats_heap_inuse_bytes" { h = $2 }
 		$1 == "go_memstats_heap_idle_bytes" { i = $2 }
 		$1 == "go_memstats_heap_released_bytes" { r = $2 }
 		$1 == "go_memstats_stack_inuse_bytes" { s = $2 }
-		END { printf "%d | %d | %d | %d", g, h / 1024, (i - r) / 1024, s / 1024 }'
+		END { printf "%d | %d | %d | %d", g, h / 1024, (i - r) / 1024, s / 1024 }' <<<"$1"
 }
 
 log "warm-up"
@@ -84,20 +91,20 @@ for t in $TARGETS; do
 	run_pgbench "$t" select-only simple "$IDLE_PGBENCH_CLIENTS" 2 "$BENCH_TMP/warmup-$t.log"
 done
 
-# go_more TARGET: the Go runtime's memory outside the heap's spans and its
-# threads (kB, and a count): all memory obtained from the OS, released
-# heap, span structures, GC metadata, other runtime structures, OS threads.
+# go_more METRICS: the Go runtime's memory outside the heap's spans and
+# its threads (kB, and a count), from a scrape: all memory obtained from the
+# OS, released heap, span structures, GC metadata, other runtime
+# structures, OS threads.
 go_more() {
-	local port=${SG_METRICS[$1]:-}
-	[ -n "$port" ] || { echo "- | - | - | - | - | -"; return; }
-	curl -s "http://127.0.0.1:$port/metrics" | awk '
+	[ -n "$1" ] || { echo "- | - | - | - | - | -"; return; }
+	awk '
 		$1 == "go_memstats_sys_bytes" { y = $2 }
 		$1 == "go_memstats_heap_released_bytes" { r = $2 }
 		$1 == "go_memstats_mspan_inuse_bytes" { m = $2 }
 		$1 == "go_memstats_gc_sys_bytes" { c = $2 }
 		$1 == "go_memstats_other_sys_bytes" { o = $2 }
 		$1 == "go_threads" { t = $2 }
-		END { printf "%d | %d | %d | %d | %d | %d", y / 1024, r / 1024, m / 1024, c / 1024, o / 1024, t }'
+		END { printf "%d | %d | %d | %d | %d | %d", y / 1024, r / 1024, m / 1024, c / 1024, o / 1024, t }' <<<"$1"
 }
 
 CELLS=$BENCH_TMP/cells.tsv
@@ -120,7 +127,7 @@ cells() {
 
 cells without
 declare -A RSS0 RSS1 RSS2 GO0 GO1 GM0 GM1
-for t in $TARGETS; do RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$t") GM0[$t]=$(go_more "$t"); done
+for t in $TARGETS; do m=$(scrape "$t"); RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$m") GM0[$t]=$(go_more "$m"); done
 
 # The idle clients: one helper per target, holding its connections until
 # its stdin (a FIFO we keep open) closes.
@@ -143,7 +150,7 @@ for t in $TARGETS; do
 done
 log "idle clients connected; settling ${IDLE_SETTLE}s" # parking, GC and scavenging take their time
 sleep "$IDLE_SETTLE"
-for t in $TARGETS; do RSS1[$t]=$(rss_kb "$(target_pid "$t")") GO1[$t]=$(go_stats "$t") GM1[$t]=$(go_more "$t"); done
+for t in $TARGETS; do m=$(scrape "$t"); RSS1[$t]=$(rss_kb "$(target_pid "$t")") GO1[$t]=$(go_stats "$m") GM1[$t]=$(go_more "$m"); done
 
 cells with-idle
 for t in $TARGETS; do RSS2[$t]=$(rss_kb "$(target_pid "$t")"); done
