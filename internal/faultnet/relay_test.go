@@ -250,13 +250,7 @@ func TestRelayRefuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.SetRefuse(true)
-	c, err := net.Dial("tcp", r.Addr())
-	if err == nil {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = c.Read(make([]byte, 1))
-		c.Close()
-	}
-	if err == nil || isTimeout(err) {
+	if err := dialReset(r.Addr()); err == nil || isTimeout(err) {
 		t.Fatalf("a new connection while refusing: %v, want it reset", err)
 	}
 	if err := roundTrip(old, []byte("b"), 5*time.Second); err != nil {
@@ -283,16 +277,23 @@ func TestRelayTargetDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// The reset may come before the dial returns, or after.
-	c, err := net.Dial("tcp", r.Addr())
-	if err == nil {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = c.Read(make([]byte, 1))
-		c.Close()
-	}
-	if err == nil || isTimeout(err) {
+	if err := dialReset(r.Addr()); err == nil || isTimeout(err) {
 		t.Fatalf("a connection with the target down: %v, want it reset", err)
 	}
+}
+
+// dialReset connects to addr and reads; it returns the error that ended
+// the connection, of the dial or of the read (a reset may come before the
+// dial returns, or after), nil if a byte came, or a timeout after 5 s.
+func dialReset(addr string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	return err
 }
 
 func TestRelayClose(t *testing.T) {
