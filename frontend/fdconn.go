@@ -39,8 +39,9 @@ type fdConn struct {
 	loop  *hotLoop
 	// The conn's addresses, kept in the struct (see connAddrs): a
 	// net.TCPAddr is two heap objects, four for the pair, 160 bytes that
-	// every idle client of the loop would keep for its log lines.
-	addrs connAddrs
+	// every idle client of the loop would keep for its log lines. Its
+	// LocalAddr, RemoteAddr and opErr are the conn's.
+	connAddrs
 
 	// ref counts the calls using fd, plus one for the conn itself until
 	// Close; fdClosing is set by Close. The descriptor is closed when the
@@ -101,7 +102,7 @@ func newFDConn(l *hotLoop, c net.Conn) (*fdConn, error) {
 		return nil, os.NewSyscallError("fcntl", derr)
 	}
 	f := &fdConn{fd: int32(fd), loop: l}
-	f.addrs.set(c.LocalAddr(), c.RemoteAddr())
+	f.set(c.LocalAddr(), c.RemoteAddr())
 	c.Close()
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		syscall.Close(fd)
@@ -359,17 +360,6 @@ func expired(dl *atomic.Int64) bool {
 	return d != 0 && time.Now().UnixNano() >= d
 }
 
-func (f *fdConn) opErr(op string, err error) error {
-	laddr := f.LocalAddr()
-	return &net.OpError{Op: op, Net: laddr.Network(), Source: laddr, Addr: f.RemoteAddr(), Err: err}
-}
-
-// LocalAddr returns the local address, made at each call.
-func (f *fdConn) LocalAddr() net.Addr { return f.addrs.addr(0) }
-
-// RemoteAddr returns the peer's address, made at each call.
-func (f *fdConn) RemoteAddr() net.Addr { return f.addrs.addr(1) }
-
 func (f *fdConn) SetDeadline(t time.Time) error {
 	setDeadline(&f.rdl, t)
 	setDeadline(&f.wdl, t)
@@ -466,6 +456,18 @@ func (a *connAddrs) set(local, remote net.Addr) {
 		a.tcp[i].port = uint16(t.Port)
 		a.tcp[i].v4 = t.IP.To4() != nil
 	}
+}
+
+// LocalAddr returns the local address, made at each call.
+func (a *connAddrs) LocalAddr() net.Addr { return a.addr(0) }
+
+// RemoteAddr returns the peer's address, made at each call.
+func (a *connAddrs) RemoteAddr() net.Addr { return a.addr(1) }
+
+// opErr is the error of a conn's operation op that failed with err.
+func (a *connAddrs) opErr(op string, err error) error {
+	laddr := a.LocalAddr()
+	return &net.OpError{Op: op, Net: laddr.Network(), Source: laddr, Addr: a.RemoteAddr(), Err: err}
 }
 
 // addr returns the local (0) or remote (1) address.

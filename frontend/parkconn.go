@@ -30,9 +30,9 @@ import (
 // nothing; deadlines are dropped (a nudge also wakes the client, which
 // then sees why at the top of its loop).
 type parkedConn struct {
-	mu    sync.Mutex // guards fd
-	fd    int        // -1 once reopened or closed
-	addrs connAddrs
+	mu        sync.Mutex // guards fd
+	fd        int        // -1 once reopened or closed
+	connAddrs            // LocalAddr, RemoteAddr and opErr
 }
 
 // newParkedConn duplicates the descriptor of c; the caller closes c.
@@ -53,7 +53,7 @@ func newParkedConn(c net.Conn) (*parkedConn, error) {
 		return nil, fmt.Errorf("park: %w", os.NewSyscallError("fcntl", derr))
 	}
 	p := &parkedConn{fd: fd}
-	p.addrs.set(c.LocalAddr(), c.RemoteAddr())
+	p.set(c.LocalAddr(), c.RemoteAddr())
 	return p, nil
 }
 
@@ -81,13 +81,8 @@ func (p *parkedConn) reopen(e *evloop) (net.Conn, error) {
 
 var errParkedConn = errors.New("parked connection")
 
-func (p *parkedConn) Read([]byte) (int, error)  { return 0, p.opErr("read") }
-func (p *parkedConn) Write([]byte) (int, error) { return 0, p.opErr("write") }
-
-func (p *parkedConn) opErr(op string) error {
-	laddr := p.LocalAddr()
-	return &net.OpError{Op: op, Net: laddr.Network(), Source: laddr, Addr: p.RemoteAddr(), Err: errParkedConn}
-}
+func (p *parkedConn) Read([]byte) (int, error)  { return 0, p.opErr("read", errParkedConn) }
+func (p *parkedConn) Write([]byte) (int, error) { return 0, p.opErr("write", errParkedConn) }
 
 // Close closes the descriptor, which also takes it out of the evloop's
 // epoll set (it is the socket's only descriptor).
@@ -102,8 +97,6 @@ func (p *parkedConn) Close() error {
 	return err
 }
 
-func (p *parkedConn) LocalAddr() net.Addr              { return p.addrs.addr(0) }
-func (p *parkedConn) RemoteAddr() net.Addr             { return p.addrs.addr(1) }
 func (p *parkedConn) SetDeadline(time.Time) error      { return nil }
 func (p *parkedConn) SetReadDeadline(time.Time) error  { return nil }
 func (p *parkedConn) SetWriteDeadline(time.Time) error { return nil }
