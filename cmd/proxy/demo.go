@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"time"
+	"strings"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
@@ -43,30 +42,20 @@ func demo(ctx context.Context, listen string, log *slog.Logger) error {
 		}
 		shards = append(shards, config.Shard{Host: cl.Host, Port: cl.Port, Database: db})
 	}
-	// The two-phase commit log lives with the shards and goes with them.
-	dir, err := os.MkdirTemp("", "shardgate-demo-")
+	// The demo's config is a file's, parsed as one: every option it does
+	// not name keeps its default, as in a config file a user writes.
+	var yaml strings.Builder
+	fmt.Fprintf(&yaml, "listen: %q\nadmin: { password: admin }\npool: { size: 10 }\nlimits: { max_client_conn: 1000 }\n", listen)
+	yaml.WriteString("users:\n  - { name: app, password: app, server_user: postgres, server_password: \"\" }\n")
+	yaml.WriteString("databases:\n  - name: app\n    shards:\n")
+	for _, s := range shards {
+		fmt.Fprintf(&yaml, "      - { host: %q, port: %d, database: %q }\n", s.Host, s.Port, s.Database)
+	}
+	yaml.WriteString("    sharded_tables: [{ table: accounts, column: id, type: bigint }]\n    omni_tables: [countries]\n")
+	cfg, err := config.Parse([]byte(yaml.String()), "")
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return fmt.Errorf("demo: config: %w", err)
 	}
-	defer os.RemoveAll(dir)
-	cfg := &config.Config{
-		Listen:          listen,
-		ShutdownTimeout: 10 * time.Second,
-		Admin:           config.Admin{Database: "admin", User: "admin", Password: "admin"},
-		Pool: config.Pool{Mode: config.PoolTransaction, Size: 10, CheckoutTimeout: 5 * time.Second,
-			IdleTimeout: time.Minute, ServerLifetime: time.Hour, ConnectTimeout: 5 * time.Second},
-		Limits:   config.Limits{MaxClientConn: 1000, ClientLoginTimeout: time.Minute, MaxMessageSize: 1 << 30},
-		AuthType: config.AuthSCRAM,
-		Users: []config.User{{Name: "app", Password: "app", AuthType: config.AuthSCRAM,
-			ServerUser: "postgres", ServerPassword: ""}},
-		Databases: []config.Database{{
-			Name:          "app",
-			Shards:        shards,
-			ShardedTables: []config.ShardedTable{{Table: "accounts", Column: "id", Type: "bigint", Function: "hash"}},
-			OmniTables:    []string{"countries"},
-		}},
-	}
-	cfg.Databases[0].Pool = cfg.Pool
 	ready := make(chan string, 1)
 	go func() {
 		addr := <-ready
