@@ -144,7 +144,8 @@ type Limits struct {
 	// EventLoop serves eligible clients (transaction mode, a database that
 	// is not sharded, plain TCP or Unix socket, not admin) on one event
 	// loop over raw non-blocking sockets instead of a goroutine each
-	// (frontend/hotloop.go). Off by default.
+	// (frontend/hotloop.go). On by default: it costs less CPU and fewer
+	// syscalls per transaction than a goroutine each (docs/benchmarks.md).
 	EventLoop bool `yaml:"event_loop"`
 }
 

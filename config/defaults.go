@@ -61,6 +61,7 @@ func defaultConfig() *Config {
 			MaxMessageSize:     defaultMaxMessageSize,
 			InDoubtTimeout:     defaultInDoubtTimeout,
 			ClientParkAfter:    defaultClientParkAfter,
+			EventLoop:          true,
 		},
 		AuthType: AuthSCRAM,
 	}

@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		Admin:           Admin{Database: "admin", User: "admin"},
 		Pool:            pool,
 		LoadBalancing:   lb,
-		Limits:          Limits{MaxClientConn: 10000, ClientLoginTimeout: 60 * time.Second, MaxMessageSize: 1 << 30, InDoubtTimeout: 10 * time.Second, ClientParkAfter: time.Second},
+		Limits:          Limits{MaxClientConn: 10000, ClientLoginTimeout: 60 * time.Second, MaxMessageSize: 1 << 30, InDoubtTimeout: 10 * time.Second, ClientParkAfter: time.Second, EventLoop: true},
 		AuthType:        AuthSCRAM,
 		Users: []User{{
 			Name: "app", Password: "secret", AuthType: AuthSCRAM,

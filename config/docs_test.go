@@ -114,6 +114,10 @@ func rowShows(row string, def reflect.Value) bool {
 			if m[1] == def.String() {
 				return true
 			}
+		case def.Kind() == reflect.Bool:
+			if m[1] == strconv.FormatBool(def.Bool()) {
+				return true
+			}
 		}
 	}
 	return false

@@ -17,7 +17,7 @@
 //     resumes the client loop on a new goroutine, with a net.Conn made
 //     again. limits.client_park_after says when (0: at every idle point).
 //   - hot.go, hotloop.go, fdconn.go: the event loop (limits.event_loop,
-//     off by default): eligible clients' loops run as coroutines of one
+//     on by default): eligible clients' loops run as coroutines of one
 //     goroutine blocked in epoll_wait over raw sockets; see "Event loop"
 //     below.
 //   - startup.go, auth.go, login.go: the startup phase (SSLRequest,

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -22,6 +23,8 @@ var (
 	// errOnLoop ends the login goroutine of a client whose loop went on as
 	// a coroutine of the event loop: serve does not close it.
 	errOnLoop = errors.New("client moved to the event loop")
+	// errNoEpoll: the system has no epoll (hotloop_other.go).
+	errNoEpoll = errors.New("hot loop: needs Linux (epoll)")
 )
 
 // hotState is the Listener's event loop, made at the first eligible
@@ -44,7 +47,11 @@ func (l *Listener) hotLoop() *hotLoop {
 	}
 	loop, err := newHotLoop()
 	if err != nil {
-		l.log.Warn("limits.event_loop: clients keep their goroutines", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, errNoEpoll) {
+			level = slog.LevelInfo // the default setting, on a system without epoll
+		}
+		l.log.Log(context.Background(), level, "limits.event_loop: clients keep their goroutines", "err", err)
 		h.failed = true
 		return nil
 	}

@@ -20,7 +20,7 @@ type fdConn struct {
 	co atomic.Pointer[coro]
 }
 
-func newHotLoop() (*hotLoop, error) { return nil, errors.New("hot loop: needs Linux (epoll)") }
+func newHotLoop() (*hotLoop, error) { return nil, errNoEpoll }
 
 func newFDConn(l *hotLoop, c net.Conn) (*fdConn, error) { return nil, errNotSocket }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,14 +54,14 @@ func startProxy(t testing.TB, yamlText string) *proxy {
 // startProxyConfig serves cfg until the test ends; setup runs on the
 // listener before it serves (to set test hooks).
 //
-// SHARDGATE_TEST_EVENT_LOOP=1 turns limits.event_loop on in every proxy
-// the tests start, to run them over the event loop (frontend/hot.go): here,
-// and in the config files of operated proxies and proxy processes
-// (eventLoopFile).
+// SHARDGATE_TEST_EVENT_LOOP=0 turns limits.event_loop (on by default) off
+// in every proxy the tests start, to run them over goroutines, and =1 turns
+// it on where a config turned it off: here, and in the config files of
+// operated proxies and proxy processes (eventLoopFile).
 func startProxyConfig(t testing.TB, cfg *config.Config, setup ...func(*frontend.Listener)) *proxy {
 	t.Helper()
-	if testEventLoop() {
-		cfg.Limits.EventLoop = true
+	if on, set := testEventLoop(); set {
+		cfg.Limits.EventLoop = on
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := frontend.NewState(cfg, log)
@@ -186,16 +187,26 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// testEventLoop reports whether SHARDGATE_TEST_EVENT_LOOP=1 asks for the
-// event loop in every proxy the tests start.
-func testEventLoop() bool { return os.Getenv("SHARDGATE_TEST_EVENT_LOOP") == "1" }
+// testEventLoop reads SHARDGATE_TEST_EVENT_LOOP: set reports whether it
+// names a setting of limits.event_loop for every proxy the tests start
+// ("1": on, "0": off), and on which one.
+func testEventLoop() (on, set bool) {
+	switch os.Getenv("SHARDGATE_TEST_EVENT_LOOP") {
+	case "1":
+		return true, true
+	case "0":
+		return false, true
+	}
+	return false, false
+}
 
-// eventLoopFile sets limits.event_loop in the YAML config file at path
-// when testEventLoop, before a proxy reads it. A file the test rewrites
+// eventLoopFile sets limits.event_loop in the YAML config file at path as
+// testEventLoop says, before a proxy reads it. A file the test rewrites
 // later (for a RELOAD) keeps what it writes.
 func eventLoopFile(t testing.TB, path string) {
 	t.Helper()
-	if !testEventLoop() {
+	on, given := testEventLoop()
+	if !given {
 		return
 	}
 	src, err := os.ReadFile(path)
@@ -222,7 +233,7 @@ func eventLoopFile(t testing.TB, path string) {
 			limits = top.Content[i+1]
 		}
 	}
-	set(limits, "event_loop", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
+	set(limits, "event_loop", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(on)})
 	set(top, "limits", limits)
 	out, err := yaml.Marshal(&doc)
 	if err != nil {

@@ -17,11 +17,16 @@ import (
 )
 
 // Tests of clients served on the event loop (limits.event_loop,
-// frontend/hot.go). The rest of the pooler, isolation, retry and park tests
-// run over it with SHARDGATE_TEST_EVENT_LOOP=1.
+// frontend/hot.go). The rest of the tests run over it too, as it is on by
+// default; make test runs the pooler, isolation, retry and park tests once
+// more with SHARDGATE_TEST_EVENT_LOOP=0, over goroutines (make
+// goroutine-slice).
 
+// hotConfig is a transaction-mode config with the event loop on, whatever
+// SHARDGATE_TEST_EVENT_LOOP says.
 func hotConfig(t testing.TB, size int) string {
 	t.Helper()
+	t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
 	cl := cluster(t, "app")
 	c := poolConfig(cl, "transaction", size, "app")
 	old := "limits: { client_login_timeout: 5s }"
@@ -215,18 +220,26 @@ func TestXEventLoopPoolTimeout(t *testing.T) {
 	}
 }
 
-// TestEventLoopFile: SHARDGATE_TEST_EVENT_LOOP=1 reaches proxies started
-// from a config file — with or without a limits section, flow or block
-// style, event_loop off before — and keeps the file's other settings.
+// TestEventLoopFile: SHARDGATE_TEST_EVENT_LOOP=1 and =0 reach proxies
+// started from a config file — with or without a limits section, flow or
+// block style, event_loop set the other way before — and keep the file's
+// other settings.
 func TestEventLoopFile(t *testing.T) {
-	t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
 	const head = "listen: 127.0.0.1:0\nusers:\n  - { name: app, password: pw }\ndatabases:\n  - name: app\n    shards: [{ host: 127.0.0.1, port: 5432, database: app }]\n"
-	for _, tc := range []struct{ name, limits string }{
-		{"none", ""},
-		{"flow", "limits: { in_doubt_timeout: 7s }\n"},
-		{"block, off", "limits:\n  in_doubt_timeout: 7s\n  event_loop: false\n"},
+	for _, tc := range []struct {
+		name, env, limits string
+		want              bool
+	}{
+		{"on, none", "1", "", true},
+		{"on, flow", "1", "limits: { in_doubt_timeout: 7s }\n", true},
+		{"on, block, off", "1", "limits:\n  in_doubt_timeout: 7s\n  event_loop: false\n", true},
+		{"off, none", "0", "", false},
+		{"off, flow, on", "0", "limits: { in_doubt_timeout: 7s, event_loop: true }\n", false},
+		{"unset, off", "", "limits:\n  in_doubt_timeout: 7s\n  event_loop: false\n", false},
+		{"unset, default", "", "limits: { in_doubt_timeout: 7s }\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SHARDGATE_TEST_EVENT_LOOP", tc.env)
 			path := filepath.Join(t.TempDir(), "shardgate.yaml")
 			if err := os.WriteFile(path, []byte(head+tc.limits), 0o600); err != nil {
 				t.Fatal(err)
@@ -236,7 +249,7 @@ func TestEventLoopFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !cfg.Limits.EventLoop || cfg.Database("app") == nil {
+			if cfg.Limits.EventLoop != tc.want || cfg.Database("app") == nil {
 				t.Fatalf("event_loop %v, database app %v", cfg.Limits.EventLoop, cfg.Database("app"))
 			}
 			if tc.limits != "" && cfg.Limits.InDoubtTimeout != 7*time.Second {
