@@ -19,6 +19,17 @@ type Knobs struct {
 	// (the proxy serves the destination's shards; the slots on the old
 	// source shards are not dropped yet).
 	AtCutoverStage func(stage string)
+
+	// AtRunStart, when set, runs first in the goroutine that runs a task,
+	// before anything of the run (its record, its claim, its steps).
+	AtRunStart func()
+}
+
+// atRunStart runs AtRunStart, if set.
+func (k *Knobs) atRunStart() {
+	if k.AtRunStart != nil {
+		k.AtRunStart()
+	}
 }
 
 // stallCopy reports whether the copy of table must stall (StallCopy).

@@ -132,6 +132,9 @@ type Managed struct {
 	// only drops.
 	cutoverFrom *config.Database
 	lease       *lease // nil for schema syncs, which need none (lease.go)
+	// recorded: launch wrote the task's "running" record before RESHARD
+	// answered, so the run need not.
+	recorded bool
 
 	mu       sync.Mutex
 	state    TaskState
@@ -188,6 +191,7 @@ func (t *Managed) setPhase(p Phase) {
 // run works through the phases of the task.
 func (t *Managed) run(ctx context.Context) {
 	defer close(t.done)
+	t.Task.knobs.atRunStart()
 	if t.lease != nil {
 		defer func() {
 			t.mu.Lock()
@@ -251,7 +255,7 @@ func (t *Managed) phases(ctx context.Context) error {
 	// stopped: when a shard goes away under them they are retried like a
 	// failed stream. Other failures (a check, a schema error) end the task.
 	backoff := streamRetryMin
-	recorded := false
+	recorded := t.recorded
 	for retries := 0; ; retries++ {
 		// The record first: until it is written, a restart of this
 		// proxy, or its death, would lose the task (no proxy resumes a

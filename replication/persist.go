@@ -44,10 +44,15 @@ type recordedShard struct {
 // failure (the record only matters for a restart); the cutover needs the
 // record and gives up without it.
 func (t *Managed) persist(ctx context.Context, state TaskState, taskErr error) error {
+	return t.persistWithin(ctx, 10*time.Second, state, taskErr)
+}
+
+// persistWithin is persist giving up after d, whatever ctx says.
+func (t *Managed) persistWithin(ctx context.Context, d time.Duration, state TaskState, taskErr error) error {
 	if t.Kind == KindSchemaSync {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
 	var shards *string
 	if db := t.cutoverFrom; db != nil {

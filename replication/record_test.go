@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/faultnet"
 )
 
@@ -69,3 +70,44 @@ func isUndefinedTable(err error) bool {
 	var pgErr interface{ SQLState() string }
 	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P01"
 }
+
+// TestTaskRecordedBeforeTheAnswer: once StartNamed (RESHARD, COPY_DATA)
+// returns, the task's "running" record is on destination shard 0, before
+// its run has done anything: a proxy killed right after answering leaves a
+// task that a restart or another proxy resumes. Before, the run wrote the
+// record, so a proxy killed in that moment lost the task.
+func TestTaskRecordedBeforeTheAnswer(t *testing.T) {
+	ctx := t.Context()
+	f := newTaskFixture(t, 2, batchSchema, `INSERT INTO kv SELECT g, g, 'x' FROM generate_series(1, 10) g`, batchRules)
+	cfg := &config.Config{
+		Users:     []config.User{{Name: "app", ServerUser: f.c.User, ServerPassword: f.c.Password}},
+		Databases: []config.Database{*f.src, *f.dst},
+	}
+	m := NewManager(configGate{cfg}, f.task.log)
+	release := make(chan struct{})
+	m.KnobsForTest.AtRunStart = func() { <-release }
+	task, err := m.StartNamed(KindCopyData, "src", "dst", Names{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		task.cancel()
+		<-task.done
+	}()
+	var state string
+	err = f.dstConns[0].QueryRow(ctx, `SELECT state FROM shardgate_reshard.tasks WHERE task = $1`, task.Task.Name).Scan(&state)
+	if err != nil || state != TaskRunning.String() {
+		t.Fatalf("record on destination shard 0 once the task started: %q, %v; want %q", state, err, TaskRunning)
+	}
+}
+
+// configGate is a Gate that only serves a configuration: enough for a task
+// that does not cut over.
+type configGate struct{ cfg *config.Config }
+
+func (g configGate) Config() *config.Config                   { return g.cfg }
+func (g configGate) Pause(context.Context, string) error      { return errors.New("configGate: no pause") }
+func (g configGate) Resume(string) error                      { return nil }
+func (g configGate) Install(*config.Config) error             { return errors.New("configGate: no install") }
+func (g configGate) ServerPIDs(db string, shard int) []uint32 { return nil }

@@ -231,9 +231,21 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 		}
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Managed{ID: id, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
+		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom, lease: l}
+	if !resumed && cutoverFrom == nil {
+		// The record before RESHARD answers: a task its client was told of
+		// survives this proxy dying a moment later (another proxy, or this
+		// one restarted, resumes it). A shard out of reach only delays
+		// the answer a little: the run then retries the record before
+		// it copies anything (phases).
+		t.recorded = t.persistWithin(ctx, recordAtStartTimeout, TaskRunning, nil) == nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkNotRunningLocked(src, dst, task); err != nil {
+		cancel()
 		if l != nil {
 			l.release()
 		}
@@ -242,16 +254,17 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 	task.knobs = m.KnobsForTest
 	if id == 0 {
 		m.nextID++
-		id = m.nextID
+		t.ID = m.nextID
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t := &Managed{ID: id, Kind: kind, Source: src, Dest: dst, Started: time.Now(), Task: task, m: m,
-		cancel: cancel, done: make(chan struct{}), cutover: make(chan chan error), cutoverFrom: cutoverFrom, lease: l}
 	m.tasks = append(m.tasks, t)
 	m.log.Info("task started", "id", t.ID, "kind", kind.String(), "source", src, "destination", dst, "task", task.Name)
 	go t.run(ctx)
 	return t, nil
 }
+
+// recordAtStartTimeout bounds launch's first record of a new task, which
+// RESHARD's answer waits for.
+const recordAtStartTimeout = 3 * time.Second
 
 // taskID is the cluster-wide id of the task named name (TaskID), or 0:
 // the next local number.
