@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/frontend"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // Tests of clients served on the event loop (limits.event_loop,
@@ -26,8 +29,13 @@ import (
 // SHARDGATE_TEST_EVENT_LOOP says.
 func hotConfig(t testing.TB, size int) string {
 	t.Helper()
+	return hotConfigFor(t, cluster(t, "app"), size)
+}
+
+// hotConfigFor is hotConfig in front of cl's database app.
+func hotConfigFor(t testing.TB, cl *pgtest.Cluster, size int) string {
+	t.Helper()
 	t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
-	cl := cluster(t, "app")
 	c := poolConfig(cl, "transaction", size, "app")
 	old := "limits: { client_login_timeout: 5s }"
 	if !strings.Contains(c, old) {
@@ -257,4 +265,119 @@ func TestEventLoopFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestXEventLoopPoolWaitPaths: a client of the event loop whose messages
+// arrive while the pool's only server is held waits on the loop, in every
+// protocol path a driver takes — simple and multi-statement Query, extended
+// with the unnamed and a named statement, describe-only, a pipeline of
+// several statements with one Sync, row-limited Execute, an error inside a
+// pipeline — and then gets, message for message, what PostgreSQL answers
+// the same messages directly; without a hand-off to a goroutine.
+func TestXEventLoopPoolWaitPaths(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	p := startProxy(t, hotConfigFor(t, cl, 1))
+	ctx := context.Background()
+	holder := connect(t, p.AppURL("app"))
+	mustExec(t, holder, "CREATE TABLE w (id int PRIMARY KEY, v text)")
+	mustExec(t, holder, "INSERT INTO w SELECT g, 'v' || g FROM generate_series(1, 5) g")
+	for _, tc := range []struct {
+		name  string
+		msgs  []pgproto3.FrontendMessage
+		syncs int // ReadyForQuery messages to read
+	}{
+		{"simple", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT id, v FROM w WHERE id = 2"}}, 1},
+		{"multi-statement", []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1 AS a; SELECT v FROM w ORDER BY id LIMIT 2; SHOW TimeZone"}}, 1},
+		{"unnamed", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT v FROM w WHERE id = $1", ParameterOIDs: []uint32{23}},
+			&pgproto3.Bind{Parameters: [][]byte{[]byte("3")}}, &pgproto3.Describe{ObjectType: 'P'},
+			&pgproto3.Execute{}, &pgproto3.Sync{}}, 1},
+		{"named", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: "s1", Query: "SELECT v, id FROM w WHERE id > $1 ORDER BY id"}, &pgproto3.Describe{ObjectType: 'S', Name: "s1"}, &pgproto3.Sync{},
+			&pgproto3.Bind{PreparedStatement: "s1", Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{}, &pgproto3.Sync{}}, 2},
+		{"describe-only", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT $1::text AS t, id FROM w"}, &pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{}}, 1},
+		{"pipeline", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "INSERT INTO w VALUES ($1, 'p') RETURNING id"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("10")}}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "SELECT count(*) FROM w"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "DELETE FROM w WHERE id = 10"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}}, 1},
+		{"row-limited", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT id FROM w ORDER BY id"}, &pgproto3.Bind{},
+			&pgproto3.Execute{MaxRows: 2}, &pgproto3.Execute{MaxRows: 2}, &pgproto3.Execute{}, &pgproto3.Sync{}}, 1},
+		{"pipeline error", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "SELECT nosuchcolumn FROM w"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "SELECT 2"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Query{String: "SELECT 3"}}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			direct := hijacked(t, cl.DSN("app"))
+			want := exchange(t, direct, tc.msgs, tc.syncs)
+			if last := want[len(want)-1]; !strings.Contains(last, `"ReadyForQuery"`) {
+				t.Fatalf("directly: %s", strings.Join(want, "\n"))
+			}
+
+			b := hijacked(t, p.AppURL("app"))
+			tx, err := holder.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // holds the pool's server
+				t.Fatal(err)
+			}
+			offs := p.Listener.HotHandoffs()
+			if _, err := b.Conn.Write(encode(t, tc.msgs...)); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan []string, 1)
+			go func() { got <- receiveAll(t, b, tc.syncs) }()
+			eventually(t, 5*time.Second, "the client to wait for the pool", func() bool {
+				for _, ci := range p.Listener.Clients() {
+					if ci.State == frontend.ClientWaiting {
+						return true
+					}
+				}
+				return false
+			})
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if g := <-got; strings.Join(g, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("through the proxy, after a pool wait:\n%s\ndirectly:\n%s", strings.Join(g, "\n"), strings.Join(want, "\n"))
+			}
+			if n := p.Listener.HotHandoffs(); n != offs {
+				t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
+			}
+		})
+	}
+}
+
+// exchange sends msgs on hc and returns what comes back up to the syncs-th
+// ReadyForQuery, each message rendered as in wire scripts.
+func exchange(t *testing.T, hc *pgconn.HijackedConn, msgs []pgproto3.FrontendMessage, syncs int) []string {
+	t.Helper()
+	if _, err := hc.Conn.Write(encode(t, msgs...)); err != nil {
+		t.Fatal(err)
+	}
+	return receiveAll(t, hc, syncs)
+}
+
+// receiveAll reads hc's messages up to the syncs-th ReadyForQuery, rendered
+// as in wire scripts. It may run on another goroutine than the test's: it
+// reports a failure as a line of its result.
+func receiveAll(t *testing.T, hc *pgconn.HijackedConn, syncs int) []string {
+	hc.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var got []string
+	for syncs > 0 {
+		msg, err := hc.Frontend.Receive()
+		if err != nil {
+			return append(got, "receive: "+err.Error())
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			syncs--
+		}
+		got = append(got, wsRender(msg))
+	}
+	return got
 }
