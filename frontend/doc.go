@@ -15,7 +15,9 @@
 //     c.conn changes under the Listener's mu), into the evloop's epoll set,
 //     and its goroutine returns; the socket becoming readable (or hung up)
 //     resumes the client loop on a new goroutine, with a net.Conn made
-//     again. limits.client_park_after says when (0: at every idle point).
+//     again. limits.client_park_after says when (0: at every idle point;
+//     during a login burst the sweep that parks idle clients runs every
+//     100 ms, so that the burst's goroutines do not pile up).
 //   - hot.go, hotloop.go, fdconn.go: the event loop (limits.event_loop,
 //     off by default): eligible clients' loops run as coroutines of one
 //     goroutine blocked in epoll_wait over raw sockets; see "Event loop"
