@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/pool"
 )
 
 // TestLoginBurstParks: clients that log in together and go idle park
@@ -30,9 +32,11 @@ import (
 // sweep (park.go, burstClients). The test fails if the goroutines at once
 // or the heap per parked client regress: n clients log in from 16
 // workers, as bench/idle_clients.py does. Measured on 2026-12-05 (load
-// 5-10): 273-296 goroutines more at once and 1.0-1.2 kB of heap in use
-// per parked client; without the burst sweep 1 501 (every client) and
-// 1.37 kB. The bounds leave a margin over the former.
+// 5-11): 273-296 goroutines more at once, 0.96-1.02 kB live and 1.0-1.2
+// kB of heap in use per parked client; without the burst sweep 1 501
+// (every client) and 1.37 kB in use; with a startup parameter set per
+// client instead of a shared one (startupSet) 1.38-1.42 kB live. The
+// bounds leave a margin over the former.
 func TestLoginBurstParks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -56,9 +60,10 @@ func TestLoginBurstParks(t *testing.T) {
 			// Warm-up: the first login attaches a server (the pool's
 			// parameters), the evloop and the event loop start, and the
 			// warm-up clients park (more than burstClients: the burst
-			// sweep parks most of them) and stay parked, so that the buffers the
-			// Listener keeps for resuming clients (parkedBuffers) are full
-			// before and after, and not counted as the burst's.
+			// sweep parks most of them). The buffers the Listener keeps
+			// for resuming clients (parkedBuffers, which the sweep may
+			// drop at any pass) are dropped before each measurement, so
+			// that they are not counted as the burst's.
 			for range warm {
 				fd, err := burstLogin(port)
 				if err != nil {
@@ -68,6 +73,7 @@ func TestLoginBurstParks(t *testing.T) {
 			}
 			waitParked(t, l, warm)
 			var m0, m1 runtime.MemStats
+			l.parking.dropBuffers()
 			runtime.GC()
 			runtime.GC()
 			runtime.ReadMemStats(&m0)
@@ -111,6 +117,7 @@ func TestLoginBurstParks(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitParked(t, l, warm+n)
+			l.parking.dropBuffers()
 			runtime.GC()
 			runtime.GC()
 			runtime.ReadMemStats(&m1)
@@ -120,6 +127,9 @@ func TestLoginBurstParks(t *testing.T) {
 				n, most, live, inUse)
 			if most > burstMostGoroutines {
 				t.Errorf("%d goroutines more at once during a burst of %d logins, want at most %d", most, n, burstMostGoroutines)
+			}
+			if live > burstLivePerClient {
+				t.Errorf("%.0f live bytes per client parked after a burst, want at most %d", live, burstLivePerClient)
 			}
 			if inUse > burstHeapPerClient {
 				t.Errorf("%.0f bytes of heap in use per client parked after a burst, want at most %d", inUse, burstHeapPerClient)
@@ -131,6 +141,7 @@ func TestLoginBurstParks(t *testing.T) {
 // The bounds of TestLoginBurstParks.
 const (
 	burstMostGoroutines = 700
+	burstLivePerClient  = 1250
 	burstHeapPerClient  = 1600
 )
 
@@ -192,7 +203,8 @@ databases:
 }
 
 // burstLogin connects with bare system calls (so that the test's own
-// clients take nothing from the heap it measures), logs in as "idle",
+// clients take nothing from the heap it measures), logs in as "idle" with
+// an application_name (as most clients do, and bench/idle_clients.py),
 // runs SELECT 1, and returns the socket.
 func burstLogin(port int) (int, error) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
@@ -204,7 +216,7 @@ func burstLogin(port int) (int, error) {
 		return -1, fmt.Errorf("connect: %w", err)
 	}
 	body := binary.BigEndian.AppendUint32(nil, protocol30)
-	body = append(body, "user\x00idle\x00database\x00postgres\x00\x00"...)
+	body = append(body, "user\x00idle\x00database\x00postgres\x00application_name\x00burst\x00\x00"...)
 	for _, msg := range [][]byte{
 		append(binary.BigEndian.AppendUint32(nil, uint32(len(body)+4)), body...),
 		append([]byte{'Q', 0, 0, 0, 13}, "SELECT 1\x00"...),
@@ -249,5 +261,28 @@ func burstExchange(fd int, msg []byte) error {
 			return errors.New("read: connection closed")
 		}
 		buf = append(buf, tmp[:n]...)
+	}
+}
+
+// TestStartupSetShares: clients that sent the same startup parameters
+// share one set (its map), and the kept sets are bounded.
+func TestStartupSetShares(t *testing.T) {
+	var s startupSet
+	a := s.intern(pool.NewStartup(map[string]string{"application_name": "app", "datestyle": "ISO"}))
+	b := s.intern(pool.NewStartup(map[string]string{"DateStyle": "ISO", "application_name": "app"}))
+	if reflect.ValueOf(a.Params()).UnsafePointer() != reflect.ValueOf(b.Params()).UnsafePointer() {
+		t.Error("two clients with the same startup parameters hold two sets")
+	}
+	if z := s.intern(pool.Startup{}); !z.IsZero() || len(s.sets) != 1 {
+		t.Errorf("the empty set: %q, %d sets kept", z.Key(), len(s.sets))
+	}
+	for i := range maxStartupSets + 10 {
+		st := s.intern(pool.NewStartup(map[string]string{"application_name": fmt.Sprint(i)}))
+		if st.Params()["application_name"] != fmt.Sprint(i) {
+			t.Fatalf("set %d: %v", i, st.Params())
+		}
+	}
+	if len(s.sets) != maxStartupSets {
+		t.Errorf("%d sets kept, want at most %d", len(s.sets), maxStartupSets)
 	}
 }
