@@ -208,11 +208,7 @@ func (l *Listener) closeParking() {
 }
 
 // freeAfterParks is how many parks must have happened since the last time
-// the sweep gave memory back to the OS for it to do so again while
-// clients go on parking (once they stop, one park is enough: the tail of
-// a login burst, the last clients the burst sweep leaves to the normal
-// period, would otherwise keep its garbage, the freed buffers included,
-// until the runtime's forced collection two minutes later), and
+// the sweep gave memory back to the OS for it to do so again, and
 // freeEvery how long it waits at least between two such times (each is a
 // full collection: clients that park and wake by thousands every second
 // must not cost one per second). Parks, not the number of parked clients:
@@ -246,7 +242,6 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	var looked time.Time // the last look at the kept buffers
 	dropped := false     // buffers were dropped since the last FreeOSMemory
 	burst := false       // the last pass found a login burst
-	var parks uint64     // parks at the previous look
 	for {
 		after := l.State().Config.Limits.ClientParkAfter
 		period := after
@@ -261,10 +256,7 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 				taken = n
 			}
 		}
-		n := l.parks()
-		quiet := n == parks // no client parked since the previous look
-		parks = n
-		if (n >= freedAt+freeAfterParks || n > freedAt && quiet || dropped) && time.Since(freed) >= freeEvery {
+		if n := l.parks(); (n >= freedAt+freeAfterParks || dropped) && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
 			freedAt, freed, dropped = n, time.Now(), false
 		}
