@@ -25,7 +25,9 @@
 //   - startup.go, auth.go, login.go: the startup phase (SSLRequest,
 //     GSSENCRequest, CancelRequest, StartupMessage), authentication
 //     (SCRAM-SHA-256, MD5, cleartext, trust), the proxy's own
-//     BackendKeyData.
+//     BackendKeyData. Clients that sent the same startup parameters
+//     share one set (startupSet, login.go): an idle client keeps it for
+//     its whole life.
 //   - client.go, query.go, relay.go: the message loop. A simple Query, or
 //     extended-protocol messages up to Sync or Flush, are written to the
 //     client's server in one write (query.go); relay.go relays the answers
