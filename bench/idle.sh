@@ -129,9 +129,22 @@ cells without
 declare -A RSS0 RSS1 RSS2 GO0 GO1 GM0 GM1
 for t in $TARGETS; do m=$(scrape "$t"); RSS0[$t]=$(rss_kb "$(target_pid "$t")") GO0[$t]=$(go_stats "$m") GM0[$t]=$(go_more "$m"); done
 
+# peak "GOROUTINES HEAP" METRICS: the larger of the goroutines and of the
+# heap in use (kB) so far and in a scrape. Sampled while the idle clients
+# log in: the runtime keeps a goroutine's g (about 480 bytes) after it
+# exits, for the next goroutine to reuse, so the most goroutines that ran at
+# once is how many gs the login burst leaves behind.
+peak() {
+	[ -n "$2" ] || { echo "$1"; return; }
+	awk -v prev="$1" '
+		$1 == "go_goroutines" { g = $2 }
+		$1 == "go_memstats_heap_inuse_bytes" { h = $2 / 1024 }
+		END { split(prev, p, " "); printf "%d %d", (g > p[1] ? g : p[1]), (h > p[2] ? h : p[2]) }' <<<"$2"
+}
+
 # The idle clients: one helper per target, holding its connections until
 # its stdin (a FIFO we keep open) closes.
-declare -A HOLD
+declare -A HOLD PEAK
 for t in $TARGETS; do
 	fifo=$BENCH_TMP/idle-$t.in
 	mkfifo "$fifo"
@@ -141,10 +154,12 @@ for t in $TARGETS; do
 	exec {fd}>"$fifo"
 	HOLD[$t]=$fd
 	log "opening $IDLE_CLIENTS idle clients to $t"
-	for _ in $(seq 1200); do
+	PEAK[$t]="0 0"
+	for _ in $(seq 3000); do
 		grep -q '^ready' "$BENCH_TMP/idle-$t.out" 2>/dev/null && break
 		kill -0 "${BENCH_EXTRA_PIDS[-1]}" 2>/dev/null || { cat "$BENCH_TMP/idle-$t.out" >&2; die "idle clients to $t failed"; }
-		sleep 0.5
+		PEAK[$t]=$(peak "${PEAK[$t]}" "$(scrape "$t")")
+		sleep 0.2
 	done
 	grep -q '^ready' "$BENCH_TMP/idle-$t.out" || die "idle clients to $t not ready after 10 minutes"
 done
@@ -179,6 +194,12 @@ mkdir -p "$(dirname "$IDLE_OUT")"
 	echo "| proxy | goroutines before | heap in use before (kB) | heap free, not released, before (kB) | stacks before (kB) | goroutines with idle | heap in use with idle (kB) | heap free, not released, with idle (kB) | stacks with idle (kB) |"
 	echo "|---|---|---|---|---|---|---|---|---|"
 	for t in $TARGETS; do echo "| $t | ${GO0[$t]} | ${GO1[$t]} |"; done
+	echo
+	echo "Most goroutines and most heap in use while the idle clients logged in (sampled every 0.2 s; every goroutine that ran at once leaves its g behind):"
+	echo
+	echo "| proxy | goroutines at peak | heap in use at peak (kB) |"
+	echo "|---|---|---|"
+	for t in $TARGETS; do if [ -n "${SG_METRICS[$t]:-}" ]; then echo "| $t | ${PEAK[$t]% *} | ${PEAK[$t]#* } |"; fi; done
 	echo
 	echo "The rest of the Go runtime's memory, before and with the idle clients (kB; threads a count):"
 	echo

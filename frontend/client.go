@@ -310,6 +310,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	c.ctx = ctx
 	if c.parkEligible() && c.l.evloop() != nil {
 		c.canPark.Store(true)
+		c.l.parking.loggedIn()
 	}
 	if hot && c.startHot() {
 		return errOnLoop // the coroutine serves the client now

@@ -15,7 +15,9 @@
 //     c.conn changes under the Listener's mu), into the evloop's epoll set,
 //     and its goroutine returns; the socket becoming readable (or hung up)
 //     resumes the client loop on a new goroutine, with a net.Conn made
-//     again. limits.client_park_after says when (0: at every idle point).
+//     again. limits.client_park_after says when (0: at every idle point;
+//     during a login burst the sweep that parks idle clients runs every
+//     100 ms, so that the burst's goroutines do not pile up).
 //   - hot.go, hotloop.go, fdconn.go: the event loop (limits.event_loop,
 //     on by default): eligible clients' loops run as coroutines of one
 //     goroutine blocked in epoll_wait over raw sockets; see "Event loop"
@@ -23,7 +25,9 @@
 //   - startup.go, auth.go, login.go: the startup phase (SSLRequest,
 //     GSSENCRequest, CancelRequest, StartupMessage), authentication
 //     (SCRAM-SHA-256, MD5, cleartext, trust), the proxy's own
-//     BackendKeyData.
+//     BackendKeyData. Clients that sent the same startup parameters
+//     share one set (startupSet, login.go): an idle client keeps it for
+//     its whole life.
 //   - client.go, query.go, relay.go: the message loop. A simple Query, or
 //     extended-protocol messages up to Sync or Flush, are written to the
 //     client's server in one write (query.go); relay.go relays the answers

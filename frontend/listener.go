@@ -74,8 +74,9 @@ type Listener struct {
 	clientsNum atomic.Int64
 	shutting   atomic.Bool
 
-	parking parker   // idle clients without goroutines (park.go)
-	hot     hotState // the event loop of limits.event_loop (hot.go)
+	parking  parker     // idle clients without goroutines (park.go)
+	startups startupSet // the clients' startup parameter sets, shared (login.go)
+	hot      hotState   // the event loop of limits.event_loop (hot.go)
 
 	mu      sync.Mutex // guards the following
 	ln      net.Listener

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -85,9 +86,9 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 			return err
 		}
 	}
-	c.startup = pool.NewStartup(serverStartup(s.params))
+	c.startup = c.l.startups.intern(pool.NewStartup(serverStartup(s.params)))
 	c.infoMu.Lock()
-	c.appName = s.params["application_name"]
+	c.appName = c.startup.Params()["application_name"] // the shared set's string
 	c.infoMu.Unlock()
 
 	// Servers are opened with the client's startup parameters, so that
@@ -128,4 +129,44 @@ func (c *client) login(ctx context.Context, st *State, s *startup) error {
 	}
 	c.nonStandardLogin = c.server.Params["standard_conforming_strings"] == "off"
 	return nil
+}
+
+// startupSet shares the startup parameter sets of the Listener's clients:
+// clients that sent the same parameters (most clients of an application
+// send the same application_name and settings) hold one pool.Startup, a
+// map and its key, instead of one each. That is about 360 bytes a client
+// with a single parameter, which every idle client kept for its whole
+// life (docs/benchmarks.md, issue 13, fifth step). The set is read-only
+// once made, so clients and pools may share it.
+//
+// Sets are never dropped: at most maxStartupSets are kept, and a client
+// whose set is not among them (parameters that differ per client, such as
+// an application_name with a host name in it) keeps its own.
+type startupSet struct {
+	mu   sync.Mutex // guards sets
+	sets map[string]pool.Startup
+}
+
+// maxStartupSets bounds what startupSet keeps: about 0.5 MB of sets when
+// full.
+const maxStartupSets = 1024
+
+// intern returns the kept set equal to st, keeping st if there is none
+// and room for it.
+func (s *startupSet) intern(st pool.Startup) pool.Startup {
+	if st.IsZero() {
+		return st
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kept, ok := s.sets[st.Key()]; ok {
+		return kept
+	}
+	if len(s.sets) < maxStartupSets {
+		if s.sets == nil {
+			s.sets = map[string]pool.Startup{}
+		}
+		s.sets[st.Key()] = st
+	}
+	return st
 }

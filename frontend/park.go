@@ -45,8 +45,9 @@ import (
 // sweep of the Listener's clients every such period interrupts the read of
 // each client that is idle and ran no statement since the previous sweep
 // (a read deadline in the past, as Shutdown's nudge), and the client parks
-// instead of reading. Nothing is done per round trip. A negative value
-// never parks.
+// instead of reading; during a login burst the sweep runs every
+// burstSweep (see burstClients). Nothing is done per round trip. A
+// negative value never parks.
 //
 // Wake-ups: Shutdown and KILL nudge a client (nudge), which also resumes
 // it when parked; it then finds the reason at the top of its loop. A
@@ -85,6 +86,44 @@ type parker struct {
 	readers chan *wire.Reader
 	writers chan *bufio.Writer
 	taken   atomic.Uint64 // buffers resuming clients took from readers
+
+	// A login burst (see burstClients): logins counts the clients that
+	// became able to park since the sweep's last pass, and the one that
+	// makes them burstClients kicks the sweep into a pass at once.
+	logins atomic.Int64
+	kick   chan struct{}
+}
+
+// Login bursts. A client that logged in keeps its goroutine until the
+// sweep finds it idle for a whole period (client_park_after, 1 s by
+// default), so a burst of logins holds as many goroutines and 48 KiB
+// buffer pairs at once as clients arrived in one or two periods: 4 000
+// for 10 000 clients logging in over 8 s (bench/idle.sh). What they leave
+// stays after they parked: the runtime keeps the g of every goroutine
+// that ran at once (about 480 bytes, reused but never freed), the heap
+// grown for their buffers leaves its small-object spans half empty, and
+// the runtime's span structures and poll descriptors stay allocated.
+// So while more than burstClients parkable clients hold a goroutine (a
+// pass counts them), or once burstClients clients logged in since the
+// last pass (the kick), the sweep runs every burstSweep instead: a client
+// then parks after burstSweep to 2×burstSweep of idleness, which a client
+// cannot tell from the longer delay, and a client active in the last
+// burstSweep is left alone as always.
+const (
+	burstClients = 128
+	burstSweep   = 100 * time.Millisecond
+)
+
+// loggedIn counts a client that became able to park, and kicks the sweep
+// when it makes burstClients since its last pass.
+func (p *parker) loggedIn() {
+	if p.logins.Add(1) != burstClients {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // parkedBuffers is how many read and write buffers the Listener keeps for
@@ -112,6 +151,7 @@ func (l *Listener) evloop() *evloop {
 	p.writers = make(chan *bufio.Writer, parkedBuffers)
 	p.stop = make(chan struct{})
 	p.swept = make(chan struct{})
+	p.kick = make(chan struct{}, 1)
 	go l.sweep(p.stop, p.swept)
 	return e
 }
@@ -183,49 +223,68 @@ const (
 )
 
 // sweep nudges clients idle for limits.client_park_after into parking,
-// until stop is closed. When no resuming client took a kept buffer since
-// its previous pass it drops the kept buffers (they wait for wake-ups that
-// do not come). When clients parked or buffers were dropped since it last
-// did so it also returns the memory they freed to the OS: an idle proxy
-// allocates nothing, so without this the Go runtime would keep their
-// stacks and buffers until its forced collection every two minutes, and
-// scavenge them only after that.
+// until stop is closed; during a login burst it does so every burstSweep
+// (see burstClients). Once a period, when no resuming client took a kept
+// buffer since the previous time, it drops the kept buffers (they wait
+// for wake-ups that do not come). When clients parked or buffers were
+// dropped since it last did so it also returns the memory they freed to
+// the OS: an idle proxy allocates nothing, so without this the Go runtime
+// would keep their stacks and buffers until its forced collection every
+// two minutes, and scavenge them only after that.
 func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	p := &l.parking
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	var freedAt uint64 // parks at the last FreeOSMemory
 	var freed time.Time
-	var taken uint64 // buffers taken at the previous pass
-	dropped := false // buffers were dropped since the last FreeOSMemory
+	var taken uint64     // buffers taken at the previous look
+	var looked time.Time // the last look at the kept buffers
+	dropped := false     // buffers were dropped since the last FreeOSMemory
+	burst := false       // the last pass found a login burst
 	for {
-		if n := l.parking.taken.Load(); n == taken {
-			dropped = l.parking.dropBuffers() > 0 || dropped
-		} else {
-			taken = n
+		after := l.State().Config.Limits.ClientParkAfter
+		period := after
+		if period <= 0 {
+			period = time.Second // only to notice a reload that changes it
+		}
+		if time.Since(looked) >= period {
+			looked = time.Now()
+			if n := p.taken.Load(); n == taken {
+				dropped = p.dropBuffers() > 0 || dropped
+			} else {
+				taken = n
+			}
 		}
 		if n := l.parks(); (n >= freedAt+freeAfterParks || dropped) && time.Since(freed) >= freeEvery {
 			debug.FreeOSMemory()
 			freedAt, freed, dropped = n, time.Now(), false
 		}
-		after := l.State().Config.Limits.ClientParkAfter
-		if after <= 0 {
-			after = time.Second // only to notice a reload that changes it
+		wait := period
+		if burst && after > burstSweep {
+			wait = burstSweep
 		}
-		t.Reset(after)
+		t.Reset(wait)
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		case <-p.kick:
 		}
+		p.logins.Store(0)
 		if l.State().Config.Limits.ClientParkAfter <= 0 {
+			burst = false
 			continue
 		}
+		awake := 0
 		l.mu.Lock()
 		for _, c := range l.clients {
-			c.sweepPark()
+			if c.sweepPark() {
+				awake++
+			}
 		}
 		l.mu.Unlock()
+		burst = awake > burstClients
 	}
 }
 
@@ -246,13 +305,18 @@ func (p *parker) dropBuffers() int {
 }
 
 // sweepPark nudges the client into parking if it stayed idle since the
-// previous sweep. Only the sweep goroutine calls it.
-func (c *client) sweepPark() {
+// previous sweep; it reports whether the client may park and is not
+// parked (it holds a goroutine, nudged or not). Only the sweep goroutine
+// calls it.
+func (c *client) sweepPark() bool {
 	q := c.queries.Load()
 	seen := c.sweepSeen
 	c.sweepSeen = q
-	if q != seen || !c.canPark.Load() || c.parked.Load() {
-		return
+	if !c.canPark.Load() || c.parked.Load() {
+		return false
+	}
+	if q != seen {
+		return true
 	}
 	c.wakeMu.Lock()
 	defer c.wakeMu.Unlock()
@@ -260,6 +324,7 @@ func (c *client) sweepPark() {
 		c.parkNudge.Store(true)
 		c.conn.SetReadDeadline(time.Now())
 	}
+	return true
 }
 
 // parkEligible says whether the client may ever park (see the top of this
