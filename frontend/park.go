@@ -288,6 +288,12 @@ func (l *Listener) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
+// DropKeptBuffers frees the buffers the Listener keeps for resuming
+// clients now, as the sweep does when none was taken for a period, and
+// returns how many it freed. Memory measurements call it so that the
+// buffers do not count as the clients'.
+func (l *Listener) DropKeptBuffers() int { return l.parking.dropBuffers() }
+
 // dropBuffers frees the buffers kept for resuming clients (the sweep's,
 // when none was taken for a whole period: 48 KiB each that idle clients
 // would otherwise pay for, 3 MiB for a full pool); it returns how many.
