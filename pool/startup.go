@@ -26,8 +26,9 @@ import (
 // PostgreSQL matches exactly: "Options" is a setting name that does not
 // exist, not the options parameter. Pool does not pick which client
 // parameters go in; the caller leaves out those that are not session
-// settings (user, database, replication) or that it handles itself
-// (application_name).
+// settings (user, database, replication, options, which it expands into
+// settings). application_name is a setting like the others: clients that
+// differ only in it get servers of their own (docs/pooling.md).
 type Startup struct {
 	key    string
 	params map[string]string
