@@ -26,7 +26,8 @@ test: fmt-check vet
 GOROUTINE_TESTS = $(shell cd integration && grep -ho '^func Test[A-Za-z0-9_]*' pooler_*test.go isolation_*test.go retry_test.go park_test.go stmt_isolation_test.go | sed 's/^func //' | paste -sd'|' -)
 .PHONY: goroutine-slice
 goroutine-slice:
-	SHARDGATE_TEST_EVENT_LOOP=0 $(GO) test -count=1 -timeout 20m -run '^($(GOROUTINE_TESTS))$$' ./integration
+	@echo "goroutine-slice: $(words $(subst |, ,$(GOROUTINE_TESTS))) integration tests with SHARDGATE_TEST_EVENT_LOOP=0"
+	@SHARDGATE_TEST_EVENT_LOOP=0 $(GO) test -count=1 -timeout 20m -run '^($(GOROUTINE_TESTS))$$' ./integration
 
 # The slice of the conformance suite (below) that make test runs: pgx itself
 # and pgconn, the protocol-heavy packages (about 3 minutes).
