@@ -83,6 +83,18 @@ const (
 	// maxPrepared bounds the statements an applier keeps prepared: one per
 	// table, change kind and set of columns present.
 	maxPrepared = 512
+	// groupLinger and lingerChanges: a group that has fewer than
+	// lingerChanges changes when the queue runs dry waits for more ops
+	// until groupLinger after its first. An applier that keeps up with
+	// its reader otherwise sends a round trip, and commits a destination
+	// transaction, for every few changes as they trickle in, and the
+	// faster its round trips the smaller its groups: the fixed costs of a
+	// round trip (the proxy's system calls and wake-ups, the destination's
+	// commit, the walsender's wake-up for its WAL on the same server) then
+	// dominate the CPU per change, which a saturated machine can least
+	// afford. It adds at most groupLinger to the apply's latency.
+	groupLinger   = time.Millisecond
+	lingerChanges = 256
 )
 
 // applier applies the stream of one source shard to one destination shard,
@@ -209,6 +221,8 @@ func (a *applier) run(ctx context.Context) error {
 	// ends the one under way through the socket's deadline.
 	stop := context.AfterFunc(ctx, func() { a.conn.PgConn().Conn().SetDeadline(time.Now()) })
 	defer stop()
+	linger := time.NewTimer(groupLinger)
+	defer linger.Stop()
 	for {
 		var o op
 		select {
@@ -216,14 +230,26 @@ func (a *applier) run(ctx context.Context) error {
 			return nil
 		case o = <-a.ops:
 		}
+		linger.Reset(groupLinger)
 		err := a.apply(ctx, o)
 	drain:
 		for err == nil && a.pipe.statements+a.runs.rows < batchStatements && a.handled < groupChanges {
 			select {
 			case o = <-a.ops:
 				err = a.apply(ctx, o)
+				continue
 			default:
+			}
+			if a.handled >= lingerChanges {
+				break
+			}
+			select {
+			case o = <-a.ops:
+				err = a.apply(ctx, o)
+			case <-linger.C:
 				break drain
+			case <-ctx.Done():
+				return nil
 			}
 		}
 		if err == nil {
