@@ -21,11 +21,12 @@ import (
 // in the round trip that first uses it.
 //
 // The buffer is written straight to the connection, not through pgconn,
-// which writes while reading in the background only for its own writes.
-// The server answers each statement with a few dozen bytes, so a round
-// trip of batchStatements statements gets fewer answer bytes than the
-// sockets buffer, and the server never waits for the applier to read
-// while the applier writes. A round trip that fails ends the applier's
+// which reads in the background while it writes only for its own writes.
+// The server answers each statement with a few dozen bytes, and a round
+// trip holds about batchStatements statements (a little more: the count
+// is checked between ops), so the answers stay well within the sockets'
+// buffers and the server does not wait for the applier to read while the
+// applier writes. A round trip that fails ends the applier's
 // session (its stream restarts), so what the server skipped after an
 // error never matters beyond forgetting the statements whose Parse it
 // skipped.
