@@ -28,7 +28,11 @@
 #    BENCH_RESHARD_APPLY_SECONDS; the slot's lag is sampled every second, then
 #    the catch-up time and the destination's rows are checked. Then the same
 #    with native logical replication (publication on src, subscription with
-#    copy_data = false in dst_pipe).
+#    copy_data = false in dst_pipe). With BENCH_RESHARD_APPLY_LOAD=tpcb the
+#    load is pgbench's built-in tpcb-like script instead, on pgbench's tables
+#    (scale BENCH_RESHARD_TPCB_SCALE, created on src before the copy, with a
+#    bigserial key on pgbench_history, which resharding needs), sharded on
+#    the destination by aid, tid, bid and hid.
 # 4. Writer latency across a cutover: a proxy (transaction mode) serves app
 #    (one shard, app_0) and app_new (app_new_0, app_new_1); pgbench -R writes
 #    UPDATEs through it with --log (per-transaction latency) while RESHARD
@@ -42,6 +46,10 @@
 #   BENCH_RESHARD_MB   heap size of the source table in MB (default 1024)
 #   BENCH_RESHARD_APPLY_SECONDS  part 3 pgbench seconds (default 30; 0 skips it)
 #   BENCH_RESHARD_APPLY_CLIENTS  part 3 pgbench clients (default 8)
+#   BENCH_RESHARD_APPLY_LOAD     part 3 load: accounts (default: UPDATE + INSERT
+#                                of accounts) or tpcb (pgbench's tpcb-like:
+#                                three UPDATEs and an INSERT per transaction)
+#   BENCH_RESHARD_TPCB_SCALE     pgbench scale of the tpcb load (default 10)
 #   BENCH_RESHARD_APPLY_RATE     part 3 pgbench -R, transactions/s for both
 #                                halves (default: none, a saturating load;
 #                                on a small machine the source then runs at
@@ -70,6 +78,25 @@ PID_SYNC=""
 APPLY_SECONDS=${BENCH_RESHARD_APPLY_SECONDS:-30}
 APPLY_CLIENTS=${BENCH_RESHARD_APPLY_CLIENTS:-8}
 APPLY_RATE=${BENCH_RESHARD_APPLY_RATE:-}
+APPLY_LOAD=${BENCH_RESHARD_APPLY_LOAD:-accounts}
+TPCB_SCALE=${BENCH_RESHARD_TPCB_SCALE:-10}
+TPCB_TABLES="pgbench_accounts pgbench_branches pgbench_tellers pgbench_history"
+case $APPLY_LOAD in
+accounts)
+	CHANGES_PER_TXN=2
+	# Per database: count, sum(id), sum(balance) of accounts.
+	CHECK_SQL="SELECT count(*), sum(id), sum(balance) FROM accounts"
+	;;
+tpcb)
+	CHANGES_PER_TXN=4
+	# Per database: the balances of accounts, of tellers and branches, and
+	# the history's rows and deltas.
+	CHECK_SQL="SELECT (SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts),
+		(SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers) + (SELECT coalesce(sum(bbalance), 0) FROM pgbench_branches),
+		(SELECT count(*) FROM pgbench_history), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)"
+	;;
+*) die "BENCH_RESHARD_APPLY_LOAD must be accounts or tpcb, not $APPLY_LOAD" ;;
+esac
 CUT_SECONDS=${BENCH_RESHARD_CUTOVER_SECONDS:-20}
 CUT_RATE=${BENCH_RESHARD_CUTOVER_RATE:-200}
 CUT_CLIENTS=${BENCH_RESHARD_CUTOVER_CLIENTS:-4}
@@ -139,6 +166,14 @@ databases:
     sharded_tables:
       - { table: accounts, column: id, type: bigint }
 EOF
+	if [ "$APPLY_LOAD" = tpcb ]; then
+		cat >>"$BENCH_TMP/shardgate.yaml" <<EOF
+      - { table: pgbench_accounts, column: aid, type: integer }
+      - { table: pgbench_branches, column: bid, type: integer }
+      - { table: pgbench_tellers, column: tid, type: integer }
+      - { table: pgbench_history, column: hid, type: bigint }
+EOF
+	fi
 	"$BENCH_TMP/proxy" check-config "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/check-config.log" 2>&1 ||
 		{ cat "$BENCH_TMP/check-config.log" >&2; die "generated shardgate config is invalid"; }
 }
@@ -156,6 +191,16 @@ load_source() {
 		-c "INSERT INTO accounts SELECT g, (g * 7919) % 50000, repeat('x', 160) FROM generate_series(1::bigint, $ROWS) g" \
 		-c "VACUUM ANALYZE accounts" -c "CHECKPOINT" >/dev/null || die "loading src failed"
 	psql_db dst_pipe -c "$ddl" >/dev/null || die "creating dst_pipe.accounts failed"
+	if [ "$APPLY_LOAD" = tpcb ]; then
+		log "loading src: pgbench tables at scale $TPCB_SCALE (for the tpcb-like apply load)"
+		"$PGBENCH" -i -q -s "$TPCB_SCALE" -I dtgvp -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" src >"$BENCH_TMP/pgbench-init.log" 2>&1 ||
+			{ cat "$BENCH_TMP/pgbench-init.log" >&2; die "pgbench -i failed"; }
+		psql_db src -c "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY" -c "CHECKPOINT" >/dev/null ||
+			die "adding pgbench_history's key failed"
+		# shellcheck disable=SC2046 # one -t per table
+		"$PG_BIN/pg_dump" --schema-only -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" $(printf -- '-t %s ' $TPCB_TABLES pgbench_history_hid_seq) src |
+			psql_db dst_pipe >/dev/null || die "creating dst_pipe's pgbench tables failed"
+	fi
 	SRC_BYTES=$(psql_db src -At -c "SELECT pg_relation_size('accounts')")
 	SRC_TOTAL=$(psql_db src -At -c "SELECT pg_total_relation_size('accounts')")
 	SRC_SUM=$(psql_db src -At -c "SELECT count(*) || ' ' || sum(id) || ' ' || sum(balance) FROM accounts")
@@ -264,6 +309,14 @@ sample_lag() {
 	done
 }
 
+# check_sums DB... prints the columns of CHECK_SQL summed over the
+# databases, space-separated.
+check_sums() {
+	local db
+	for db in "$@"; do psql_db "$db" -At -c "$CHECK_SQL"; done |
+		awk -F'|' '{for (i = 1; i <= NF; i++) s[i] += $i; n = NF} END { for (i = 1; i <= n; i++) printf "%s%.0f", (i > 1 ? " " : ""), s[i] }'
+}
+
 # apply_load NAME SLOT DSTDBS: pgbench writes to src for APPLY_SECONDS while
 # the lag of SLOT is sampled; then waits for the slot to reach the WAL
 # position the load ended at (catch-up time) and compares the destination's
@@ -274,9 +327,11 @@ apply_load() {
 	sample_lag "$slot" "$lagf" &
 	pid_s=$!
 	BENCH_EXTRA_PIDS+=("$pid_s")
-	log "apply ($name): pgbench -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
-	"$PGBENCH" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" -n -M prepared -f "$BENCH_TMP/write.sql" \
-		-D rows="$ROWS" -c "$APPLY_CLIENTS" -j 2 -T "$APPLY_SECONDS" ${APPLY_RATE:+-R "$APPLY_RATE"} src >"$out" 2>&1 || rc=$?
+	local script=(-f "$BENCH_TMP/write.sql" -D rows="$ROWS")
+	[ "$APPLY_LOAD" = tpcb ] && script=(-b tpcb-like)
+	log "apply ($name): pgbench ${script[*]} -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
+	"$PGBENCH" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" -n -M prepared "${script[@]}" \
+		-c "$APPLY_CLIENTS" -j 2 -T "$APPLY_SECONDS" ${APPLY_RATE:+-R "$APPLY_RATE"} src >"$out" 2>&1 || rc=$?
 	local load
 	load=$(cut -d' ' -f1-3 /proc/loadavg)
 	if [ "$rc" -ne 0 ] || grep -qiE 'aborted|error' "$out"; then cat "$out" >&2; die "pgbench ($name) failed"; fi
@@ -294,10 +349,10 @@ apply_load() {
 	stop_pid "$pid_s"
 	[ -n "$caught" ] || caught=">600"
 	local want got=""
-	want=$(psql_db src -At -c "SELECT count(*) || ' ' || sum(id) || ' ' || sum(balance) FROM accounts")
+	want=$(check_sums src)
 	for _ in $(seq 50); do
-		got=$(for db in $dsts; do psql_db "$db" -At -c "SELECT count(*), sum(id), sum(balance) FROM accounts"; done |
-			awk -F'|' '{c += $1; i += $2; b += $3} END { printf "%.0f %.0f %.0f", c, i, b }')
+		# shellcheck disable=SC2086 # a list of databases
+		got=$(check_sums $dsts)
 		[ "$got" = "$want" ] && break
 		sleep 0.2
 	done
@@ -318,8 +373,8 @@ apply_load() {
 	log "apply ($name): $tps tps, samples|median bytes|max bytes|median s|max s = $stats, caught up ${caught}s after the load, rows $check"
 	local txns rate
 	txns=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
-	rate=$(awk -v n="$txns" -v l="$APPLY_SECONDS" -v c="$caught" 'BEGIN { if (c ~ />/) print "-"; else printf "%.0f", 2 * n / (l + c) }')
-	log "apply ($name): $((2 * txns)) changes applied at ~$rate changes/s (load + catch-up)"
+	rate=$(awk -v n="$txns" -v k="$CHANGES_PER_TXN" -v l="$APPLY_SECONDS" -v c="$caught" 'BEGIN { if (c ~ />/) print "-"; else printf "%.0f", k * n / (l + c) }')
+	log "apply ($name): $((CHANGES_PER_TXN * txns)) changes applied at ~$rate changes/s (load + catch-up)"
 	printf -v "LAG_$name" '| %s | %s | %s | %s | %s | %s |' "$name" "$tps" "$stats" "$caught" "$rate" "$check; load $load"
 }
 
@@ -335,11 +390,15 @@ SQL
 
 run_apply_native() {
 	log "native: re-copy src into dst_pipe, publication + subscription (copy_data = false)"
-	psql_db dst_pipe -c "TRUNCATE accounts" >/dev/null
-	psql_db src -c "COPY accounts TO STDOUT (FORMAT binary)" |
-		psql_db dst_pipe -c "COPY accounts FROM STDIN (FORMAT binary)" >/dev/null || die "pipe failed"
+	local t tables=accounts
+	[ "$APPLY_LOAD" = tpcb ] && tables=$TPCB_TABLES
+	for t in $tables; do
+		psql_db dst_pipe -c "TRUNCATE $t" >/dev/null
+		psql_db src -c "COPY $t TO STDOUT (FORMAT binary)" |
+			psql_db dst_pipe -c "COPY $t FROM STDIN (FORMAT binary)" >/dev/null || die "pipe of $t failed"
+	done
 	# Same cluster: the slot must exist before CREATE SUBSCRIPTION.
-	psql_db src -c "CREATE PUBLICATION bench_pub FOR TABLE accounts" \
+	psql_db src -c "CREATE PUBLICATION bench_pub FOR TABLE ${tables// /, }" \
 		-c "SELECT pg_create_logical_replication_slot('bench_sub', 'pgoutput')" >/dev/null
 	psql_db dst_pipe -c "CREATE SUBSCRIPTION bench_sub CONNECTION 'host=127.0.0.1 port=$PORT_DIRECT dbname=src user=$BENCH_USER'
 		PUBLICATION bench_pub WITH (copy_data = false, create_slot = false, slot_name = 'bench_sub')" >/dev/null ||
@@ -553,25 +612,38 @@ heap $((SRC_BYTES / 1048576)) MB (with its index $((SRC_TOTAL / 1048576)) MB). M
 
 EOF
 if [ "$APPLY_SECONDS" -gt 0 ]; then
+	if [ "$APPLY_LOAD" = tpcb ]; then
+		LOAD_DESC="pgbench's built-in tpcb-like script at scale $TPCB_SCALE (per transaction UPDATEs of one
+of $((TPCB_SCALE * 100000)) accounts, one of $((TPCB_SCALE * 10)) tellers and one of $TPCB_SCALE branches, and an INSERT into
+pgbench_history, which has a \`bigserial\` primary key here; sharded on the destination by aid,
+tid, bid, hid). The copy above also copied the pgbench tables, so its times are not comparable
+with those of the \`accounts\`-only runs."
+		CHECK_DESC="the sums of the accounts' balances and of the tellers' and branches' balances,
+and the history's row count and sum of deltas,"
+	else
+		LOAD_DESC="each transaction
+\`UPDATE accounts SET balance = balance + 1 WHERE id = random(1, $ROWS)\` and
+\`INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160))\` (autocommit, 2
+statements)."
+		CHECK_DESC="count, sum(id), sum(balance)"
+	fi
 	cat >>"$BENCH_OUT" <<EOF
 
 ## Apply under a write load
 
 Right after the copy, with data-sync streaming (1 → 2 shards), pgbench writes to src
-directly for $APPLY_SECONDS s at $APPLY_CLIENTS clients (-j 2, -M prepared${APPLY_RATE:+, -R $APPLY_RATE: the same source rate in both halves}), each transaction
-\`UPDATE accounts SET balance = balance + 1 WHERE id = random(1, $ROWS)\` and
-\`INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160))\` (autocommit, 2
-statements). Then the same against PostgreSQL's native logical replication: dst_pipe
-re-copied from src, \`CREATE PUBLICATION … FOR TABLE accounts\`, \`CREATE SUBSCRIPTION … WITH
+directly for $APPLY_SECONDS s at $APPLY_CLIENTS clients (-j 2, -M prepared${APPLY_RATE:+, -R $APPLY_RATE: the same source rate in both halves}), $LOAD_DESC
+Then the same against PostgreSQL's native logical replication: dst_pipe
+re-copied from src, \`CREATE PUBLICATION … FOR TABLE …\`, \`CREATE SUBSCRIPTION … WITH
 (copy_data = false)\` in dst_pipe (one destination database, no sharding).
 
 Lag sampled once a second on src: bytes = \`pg_current_wal_lsn() - confirmed_flush_lsn\` of
 the slot; seconds = \`pg_stat_replication.flush_lag\` of its walsender (0 when idle).
 Destinations are on the same server, so the WAL the apply itself writes counts in the
 bytes too (for both). "caught up" = seconds after pgbench ended until the slot's confirmed
-position reached the WAL position at that moment. "rows" compares count, sum(id),
-sum(balance) of the destination(s) with src afterwards. Samples run from the start of
-pgbench until caught up (so a slow apply has more of them). "applied changes/s" = 2 ×
+position reached the WAL position at that moment. "rows" compares $CHECK_DESC
+of the destination(s) with src afterwards. Samples run from the start of
+pgbench until caught up (so a slow apply has more of them). "applied changes/s" = $CHANGES_PER_TXN ×
 pgbench transactions / (load seconds + catch-up seconds): the apply rate when the apply is the
 bottleneck, the source's write rate when it is not.
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +83,18 @@ const (
 	// maxPrepared bounds the statements an applier keeps prepared: one per
 	// table, change kind and set of columns present.
 	maxPrepared = 512
+	// groupLinger and lingerChanges: a group that has fewer than
+	// lingerChanges changes when the queue runs dry waits for more ops
+	// until groupLinger after its first. An applier that keeps up with
+	// its reader otherwise sends a round trip, and commits a destination
+	// transaction, for every few changes as they trickle in, and the
+	// faster its round trips the smaller its groups: the fixed costs of a
+	// round trip (the proxy's system calls and wake-ups, the destination's
+	// commit, the walsender's wake-up for its WAL on the same server) then
+	// dominate the CPU per change, which a saturated machine can least
+	// afford. It adds at most groupLinger to the apply's latency.
+	groupLinger   = time.Millisecond
+	lingerChanges = 256
 )
 
 // applier applies the stream of one source shard to one destination shard,
@@ -107,10 +118,10 @@ type applier struct {
 	last     pglogrepl.LSN
 	lastTime time.Time
 
-	batch    *pgconn.Batch
-	queued   int                                     // statements in batch
-	prepared map[string]*pgconn.StatementDescription // by SQL text
-	byShape  map[shape]*pgconn.StatementDescription
+	pipe     pipeline         // the next round trip (pipeline.go)
+	args     [][]byte         // parameters of the statement being queued, reused
+	prepared map[string]*stmt // by SQL text
+	byShape  map[shape]*stmt
 	names    int  // prepared statement names handed out
 	runs     runs // rows waiting for a multi-row statement (apply_batch.go)
 	handled  int  // changes handled since the last round trip
@@ -127,8 +138,7 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 		return nil, err
 	}
 	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
-		batch: &pgconn.Batch{}, prepared: map[string]*pgconn.StatementDescription{},
-		byShape: map[shape]*pgconn.StatementDescription{}, runs: newRuns()}
+		prepared: map[string]*stmt{}, byShape: map[shape]*stmt{}, runs: newRuns()}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%s: origin %s: %w", shardDesc("destination", t.dst, d), t.originName(s, d), err)
@@ -207,6 +217,12 @@ func (a *applier) setup(ctx context.Context) error {
 // in the queue when one arrives join its group.
 func (a *applier) run(ctx context.Context) error {
 	defer a.conn.Close(context.WithoutCancel(ctx))
+	// The round trips (pipeline.go) read without a context: cancelling
+	// ends the one under way through the socket's deadline.
+	stop := context.AfterFunc(ctx, func() { a.conn.PgConn().Conn().SetDeadline(time.Now()) })
+	defer stop()
+	linger := time.NewTimer(groupLinger)
+	defer linger.Stop()
 	for {
 		var o op
 		select {
@@ -214,14 +230,26 @@ func (a *applier) run(ctx context.Context) error {
 			return nil
 		case o = <-a.ops:
 		}
+		linger.Reset(groupLinger)
 		err := a.apply(ctx, o)
 	drain:
-		for err == nil && a.queued+a.runs.rows < batchStatements && a.handled < groupChanges {
+		for err == nil && a.pipe.statements+a.runs.rows < batchStatements && a.handled < groupChanges {
 			select {
 			case o = <-a.ops:
 				err = a.apply(ctx, o)
+				continue
 			default:
+			}
+			if a.handled >= lingerChanges {
+				break
+			}
+			select {
+			case o = <-a.ops:
+				err = a.apply(ctx, o)
+			case <-linger.C:
 				break drain
+			case <-ctx.Done():
+				return nil
 			}
 		}
 		if err == nil {
@@ -329,74 +357,38 @@ func (a *applier) commit(ctx context.Context) error {
 	return nil
 }
 
-// queue adds a statement to the batch, prepared on the destination once
-// per distinct text so that the server does not parse and plan it again
-// for every row.
+// queue adds a statement to the round trip, prepared on the destination
+// once per distinct text so that the server does not parse and plan it
+// again for every row.
 func (a *applier) queue(ctx context.Context, sql string, args [][]byte) error {
-	sd, err := a.prepare(ctx, sql, nil)
+	s, err := a.prepare(ctx, sql, nil)
 	if err != nil {
 		return err
 	}
-	a.batch.ExecStatement(sd, args, nil, nil)
-	a.queued++
-	return nil
+	return a.pipe.exec(s, args)
 }
 
-// prepare returns the prepared statement of sql with parameters of types
-// oids (nil: inferred), preparing it when it is new. Past maxPrepared
-// statements, the batch is sent and every statement deallocated.
-func (a *applier) prepare(ctx context.Context, sql string, oids []uint32) (*pgconn.StatementDescription, error) {
-	key := sql
-	if oids != nil {
-		key += "\x00" + fmt.Sprint(oids)
-	}
-	if sd := a.prepared[key]; sd != nil {
-		return sd, nil
-	}
-	if len(a.prepared) >= maxPrepared {
-		// Only what is queued: the runs being flushed follow it.
-		if err := a.sendBatch(ctx); err != nil {
-			return nil, err
-		}
-		if err := a.conn.PgConn().Exec(ctx, "DEALLOCATE ALL").Close(); err != nil {
-			return nil, fmt.Errorf("deallocate: %w", err)
-		}
-		clear(a.prepared)
-		clear(a.byShape)
-		clear(a.runs.multi)
-	}
-	sd, err := a.conn.PgConn().Prepare(ctx, "sg_apply_"+strconv.Itoa(a.nextName()), sql, oids)
-	if err != nil {
-		return nil, fmt.Errorf("prepare %q: %w", sql, err)
-	}
-	a.prepared[key] = sd
-	return sd, nil
-}
-
-// queueChange adds the statement of a row change to the batch. The
+// queueChange adds the statement of a row change to the round trip. The
 // statement of a change's shape (table, kind, columns present) is built
 // and prepared once; after that only its parameters are collected.
 func (a *applier) queueChange(ctx context.Context, c *change) error {
 	sh, ok := shapeOf(c)
-	if sd := a.byShape[sh]; ok && sd != nil {
-		a.batch.ExecStatement(sd, changeArgs(c), nil, nil)
-		a.queued++
-		return nil
+	if s := a.byShape[sh]; ok && s != nil {
+		a.args = appendChangeArgs(a.args[:0], c)
+		return a.pipe.exec(s, a.args)
 	}
 	sql, args, needed := a.statement(c)
 	if !needed {
 		return nil
 	}
-	sd, err := a.prepare(ctx, sql, nil)
+	s, err := a.prepare(ctx, sql, nil)
 	if err != nil {
 		return err
 	}
 	if ok {
-		a.byShape[sh] = sd
+		a.byShape[sh] = s
 	}
-	a.batch.ExecStatement(sd, args, nil, nil)
-	a.queued++
-	return nil
+	return a.pipe.exec(s, args)
 }
 
 func (a *applier) nextName() int {
@@ -411,31 +403,6 @@ func (a *applier) send(ctx context.Context) error {
 		return err
 	}
 	return a.sendBatch(ctx)
-}
-
-// sendBatch sends the queued statements in one round trip.
-func (a *applier) sendBatch(ctx context.Context) error {
-	if a.queued == 0 {
-		return nil
-	}
-	mrr := a.conn.PgConn().ExecBatch(ctx, a.batch)
-	a.t.prog.statements.Add(int64(a.queued))
-	a.t.prog.roundTrips.Add(1)
-	if a.collapsed > 0 {
-		a.t.prog.collapsed.Add(int64(a.collapsed))
-		a.collapsed = 0
-	}
-	a.batch, a.queued = &pgconn.Batch{}, 0
-	var first error
-	for mrr.NextResult() {
-		if _, err := mrr.ResultReader().Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	if err := mrr.Close(); first == nil {
-		first = err
-	}
-	return first
 }
 
 // schemaHint explains an apply error that a schema change on the source

@@ -3,13 +3,11 @@ package replication
 import (
 	"context"
 	"fmt"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // This file batches rows into multi-row statements. Inside a destination
@@ -109,12 +107,12 @@ type runs struct {
 	keys   map[runKey]held
 	rows   int // changes in open runs (not counting those collapsed away)
 	tables map[*relation]*tableInfo
-	multi  map[multiKey]*pgconn.StatementDescription
+	multi  map[multiKey]*stmt
 }
 
 func newRuns() runs {
 	return runs{byKey: map[shape]*run{}, keys: map[runKey]held{}, tables: map[*relation]*tableInfo{},
-		multi: map[multiKey]*pgconn.StatementDescription{}}
+		multi: map[multiKey]*stmt{}}
 }
 
 // batchRow adds c to its run; ok is false when c cannot join one, and
@@ -281,8 +279,9 @@ func (a *applier) openedAfter(sh shape) bool {
 // identity's and, unless the same, the new tuple's; fine is false when a
 // value is not in the stream.
 func identityKeys(c *change, keys *[2]string) (n int, fine bool) {
+	var scratch [64]byte // most keys fit: then only the string is allocated
 	add := func(t []*pglogrepl.TupleDataColumn) bool {
-		var b []byte
+		b := scratch[:0]
 		for _, i := range c.rel.key {
 			if i >= len(t) {
 				return false
@@ -298,8 +297,8 @@ func identityKeys(c *change, keys *[2]string) (n int, fine bool) {
 				return false
 			}
 		}
-		if k := string(b); n == 0 || keys[0] != k {
-			keys[n] = k
+		if n == 0 || keys[0] != string(b) { // the comparison allocates nothing
+			keys[n] = string(b)
 			n++
 		}
 		return true
@@ -350,37 +349,39 @@ func (a *applier) queueRun(ctx context.Context, r *run) error {
 			}
 			continue
 		}
-		sd, err := a.multiStatement(ctx, r.sh, n, rows[0])
+		s, err := a.multiStatement(ctx, r.sh, n, rows[0])
 		if err != nil {
 			return err
 		}
 		// Every row of the shape has the same parameters: the new
 		// tuple's values present and the identity's.
-		args := make([][]byte, 0, n*(bits.OnesCount64(r.sh.set)+bits.OnesCount64(r.sh.where)))
+		args := a.args[:0]
 		for _, c := range rows {
 			args = appendChangeArgs(args, c)
 		}
-		a.batch.ExecStatement(sd, args, nil, nil)
-		a.queued++
+		a.args = args
+		if err := a.pipe.exec(s, args); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // multiStatement returns the prepared statement of n rows of shape sh,
 // whose first row is c.
-func (a *applier) multiStatement(ctx context.Context, sh shape, n int, c *change) (*pgconn.StatementDescription, error) {
+func (a *applier) multiStatement(ctx context.Context, sh shape, n int, c *change) (*stmt, error) {
 	k := multiKey{sh, n}
-	if sd := a.runs.multi[k]; sd != nil {
-		return sd, nil
+	if s := a.runs.multi[k]; s != nil {
+		return s, nil
 	}
 	info := a.runs.tables[sh.rel]
 	sql, oids := multiSQL(sh, n, c, info.types)
-	sd, err := a.prepare(ctx, sql, oids)
+	s, err := a.prepare(ctx, sql, oids)
 	if err != nil {
 		return nil, err
 	}
-	a.runs.multi[k] = sd
-	return sd, nil
+	a.runs.multi[k] = s
+	return s, nil
 }
 
 // multiSQL builds the statement of n rows of shape sh (c is one of them),

@@ -428,8 +428,8 @@ func TestApplyCollapse(t *testing.T) {
 			if err := a.apply(t.Context(), op{final: end - 1, commit: true, end: end, changes: tc.changes}); err != nil {
 				t.Fatal(err)
 			}
-			if a.runs.rows != tc.rows || a.queued != tc.queued {
-				t.Errorf("%d rows in runs, %d statements queued; want %d, %d", a.runs.rows, a.queued, tc.rows, tc.queued)
+			if a.runs.rows != tc.rows || a.pipe.statements != tc.queued {
+				t.Errorf("%d rows in runs, %d statements queued; want %d, %d", a.runs.rows, a.pipe.statements, tc.rows, tc.queued)
 			}
 			if err := a.commit(t.Context()); err != nil {
 				t.Fatal(err)

@@ -16,9 +16,59 @@ import (
 // Here one message costs one copy of its bytes (the reader's buffer is
 // reused by the next read, and changes outlive it in the appliers'
 // queues), into which the values point, and per tuple one array of
-// columns and one of pointers to them. It also checks every length
-// against the message, so that a malformed message is an error, not a
-// panic. Other messages go through pglogrepl.Parse.
+// columns and one of pointers to them, all three carved out of the
+// reader's arena. It also checks every length against the message, so
+// that a malformed message is an error, not a panic. Begin and Commit are
+// decoded into the reader's own messages (pglogrepl's Decode methods);
+// other messages go through pglogrepl.Parse.
+
+// Sizes of an arena's blocks.
+const (
+	arenaBytes   = 64 << 10
+	arenaColumns = 1024
+)
+
+// arena hands out the memory of decoded changes from blocks, so that the
+// reader allocates once per block instead of three times per change. A
+// block is never reused: the garbage collector frees it once no change in
+// it is referenced, i.e. once the appliers applied them all, so an arena
+// keeps at most one block of each kind alive beyond what the appliers'
+// queues hold. A nil arena allocates each piece on its own (tests).
+type arena struct {
+	bytes []byte
+	vals  []pglogrepl.TupleDataColumn
+	ptrs  []*pglogrepl.TupleDataColumn
+}
+
+// clone returns a copy of b.
+func (a *arena) clone(b []byte) []byte {
+	if a == nil || len(b) > arenaBytes/4 {
+		return bytes.Clone(b)
+	}
+	if len(b) > cap(a.bytes)-len(a.bytes) {
+		a.bytes = make([]byte, 0, arenaBytes)
+	}
+	n := len(a.bytes)
+	a.bytes = append(a.bytes, b...)
+	return a.bytes[n:len(a.bytes):len(a.bytes)]
+}
+
+// columns returns n zeroed columns and n pointers, the i-th to the i-th
+// column.
+func (a *arena) columns(n int) ([]pglogrepl.TupleDataColumn, []*pglogrepl.TupleDataColumn) {
+	if a == nil || n > arenaColumns/4 {
+		return make([]pglogrepl.TupleDataColumn, n), make([]*pglogrepl.TupleDataColumn, n)
+	}
+	if n > cap(a.vals)-len(a.vals) {
+		a.vals = make([]pglogrepl.TupleDataColumn, 0, arenaColumns)
+	}
+	if n > cap(a.ptrs)-len(a.ptrs) {
+		a.ptrs = make([]*pglogrepl.TupleDataColumn, 0, arenaColumns)
+	}
+	i, j := len(a.vals), len(a.ptrs)
+	a.vals, a.ptrs = a.vals[:i+n], a.ptrs[:j+n]
+	return a.vals[i : i+n : i+n], a.ptrs[j : j+n : j+n]
+}
 
 // rowChange is one decoded Insert, Update or Delete.
 type rowChange struct {
@@ -45,13 +95,18 @@ var errShortMessage = errors.New("message too short")
 // decodeRowChange decodes the pgoutput message data, an Insert, Update or
 // Delete (isRowChange). The result does not share memory with data.
 func decodeRowChange(data []byte) (rowChange, error) {
+	return (*arena)(nil).decodeRowChange(data)
+}
+
+// decodeRowChange is decodeRowChange with the result's memory taken from a.
+func (a *arena) decodeRowChange(data []byte) (rowChange, error) {
 	var c rowChange
 	if len(data) < 6 {
 		return c, fmt.Errorf("row change: %w", errShortMessage)
 	}
 	typ := pglogrepl.MessageType(data[0])
 	c.relation = binary.BigEndian.Uint32(data[1:])
-	buf := bytes.Clone(data[5:])
+	buf := a.clone(data[5:])
 	part, buf := buf[0], buf[1:]
 	var err error
 	switch typ {
@@ -60,11 +115,11 @@ func decodeRowChange(data []byte) (rowChange, error) {
 		if part != 'N' {
 			return c, fmt.Errorf("insert: tuple type %q, want 'N'", part)
 		}
-		c.new, _, err = decodeTuple(buf)
+		c.new, _, err = a.decodeTuple(buf)
 	case pglogrepl.MessageTypeUpdate:
 		c.kind = changeUpdate
 		if part == 'K' || part == 'O' {
-			if c.old, buf, err = decodeTuple(buf); err != nil {
+			if c.old, buf, err = a.decodeTuple(buf); err != nil {
 				return c, fmt.Errorf("update: old tuple: %w", err)
 			}
 			if len(buf) == 0 {
@@ -75,13 +130,13 @@ func decodeRowChange(data []byte) (rowChange, error) {
 		if part != 'N' {
 			return c, fmt.Errorf("update: tuple type %q, want 'N'", part)
 		}
-		c.new, _, err = decodeTuple(buf)
+		c.new, _, err = a.decodeTuple(buf)
 	case pglogrepl.MessageTypeDelete:
 		c.kind = changeDelete
 		if part != 'K' && part != 'O' {
 			return c, fmt.Errorf("delete: tuple type %q, want 'K' or 'O'", part)
 		}
-		c.old, _, err = decodeTuple(buf)
+		c.old, _, err = a.decodeTuple(buf)
 	default:
 		return c, fmt.Errorf("message type %q is not a row change", byte(typ))
 	}
@@ -93,7 +148,7 @@ func decodeRowChange(data []byte) (rowChange, error) {
 
 // decodeTuple decodes a TupleData at the start of buf and returns the
 // rest of buf; the values point into buf.
-func decodeTuple(buf []byte) ([]*pglogrepl.TupleDataColumn, []byte, error) {
+func (a *arena) decodeTuple(buf []byte) ([]*pglogrepl.TupleDataColumn, []byte, error) {
 	if len(buf) < 2 {
 		return nil, nil, errShortMessage
 	}
@@ -102,8 +157,7 @@ func decodeTuple(buf []byte) ([]*pglogrepl.TupleDataColumn, []byte, error) {
 	if n > len(buf) { // each column takes a byte at least
 		return nil, nil, errShortMessage
 	}
-	vals := make([]pglogrepl.TupleDataColumn, n)
-	cols := make([]*pglogrepl.TupleDataColumn, n)
+	vals, cols := a.columns(n)
 	for i := range vals {
 		if len(buf) == 0 {
 			return nil, nil, errShortMessage

@@ -141,10 +141,33 @@ func hasToast(tuple []*pglogrepl.TupleDataColumn) bool {
 	return false
 }
 
-// add buffers a change for destination shard d.
+// changeBlock is how many changes the reader allocates at a time for one
+// destination shard's buffer (add).
+const changeBlock = 64
+
+// add buffers a change for destination shard d. The buffer is carved out
+// of blocks of changes: take hands over what was buffered and leaves the
+// rest of the block to the next changes, so that small transactions do
+// not each allocate their own.
 func (r *reader) add(_ context.Context, d int, c change) {
-	r.pending[d] = append(r.pending[d], c)
+	p := r.pending[d]
+	if len(p) == cap(p) {
+		grown := make([]change, len(p), max(2*len(p), changeBlock))
+		copy(grown, p)
+		p = grown
+	}
+	r.pending[d] = append(p, c)
 	r.size[d] += tupleSize(c.new) + tupleSize(c.old)
+}
+
+// take returns the changes buffered for destination shard d and empties
+// its buffer. The result's capacity ends at its length, so the changes
+// buffered next, in the same block, are not part of it.
+func (r *reader) take(d int) []change {
+	p := r.pending[d]
+	r.pending[d] = p[len(p):]
+	r.size[d] = 0
+	return p[:len(p):len(p)]
 }
 
 // flushFull hands over the buffered changes of every destination shard
@@ -167,9 +190,9 @@ func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
-	err := r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.pending[d], size: r.size[d]})
-	r.pending[d], r.size[d], r.touched[d] = nil, 0, true
-	return err
+	size := r.size[d]
+	r.touched[d] = true
+	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.take(d), size: size})
 }
 
 // send queues o for destination shard d's applier, waiting while its queue

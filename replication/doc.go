@@ -74,7 +74,12 @@
 // An applier joins the ops waiting in its queue into one destination
 // transaction ("group commit"), sent as one pipelined batch of prepared
 // statements: BEGIN, the changes of several source transactions, one origin
-// advance to the last one's end, COMMIT, in one round trip. Only a source
+// advance to the last one's end, COMMIT, in one round trip. A group that
+// is still small when the queue runs dry waits for more ops until 1 ms
+// after its first (groupLinger), so that an applier that keeps up does not
+// pay a round trip and a commit for every few changes. The applier
+// encodes that round trip itself into a buffer it reuses (pipeline.go), a
+// new statement's Parse included. Only a source
 // transaction too big for one op, a row move and a TRUNCATE of one source's
 // rows (below) keep a destination transaction open across round trips.
 // Rows of one table, kind and set of columns go as one multi-row statement

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -141,11 +142,50 @@ func (r *rule) shardOfText(s []byte, null bool) (int, error) {
 	k := sharding.Null
 	if !null {
 		var err error
-		if k, err = sharding.ParseKey(r.typ, string(s)); err != nil {
+		if k, err = r.key(s); err != nil {
 			return 0, err
 		}
 	}
 	return r.fn.Shard(k)
+}
+
+// key parses the text value s of the rule's key column. Integers as
+// PostgreSQL prints them (an optional minus sign and up to 18 decimal
+// digits) are parsed here, without the string sharding.ParseKey takes,
+// which would cost an allocation per routed row; everything else goes
+// through ParseKey.
+func (r *rule) key(s []byte) (sharding.Key, error) {
+	switch r.typ {
+	case sharding.Bigint, sharding.Integer, sharding.Smallint:
+		if i, ok := decimal(s); ok {
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], uint64(i))
+			return sharding.DecodeBinaryKey(r.typ, b[:]) // range-checks i for the type
+		}
+	}
+	return sharding.ParseKey(r.typ, string(s))
+}
+
+// decimal parses s as an optional minus sign and 1 to 18 decimal digits,
+// which cannot overflow an int64; ok is false for anything else.
+func decimal(s []byte) (i int64, ok bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		i = i*10 + int64(c-'0')
+	}
+	if neg {
+		i = -i
+	}
+	return i, true
 }
 
 func containsString(list []string, s string) bool {

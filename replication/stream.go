@@ -109,6 +109,10 @@ type reader struct {
 	// shards and not others.
 	replayUntil pglogrepl.LSN
 
+	arena     arena // memory of decoded row changes (decode.go)
+	beginMsg  pglogrepl.BeginMessage
+	commitMsg pglogrepl.CommitMessage
+
 	inTxn   bool
 	begin   pglogrepl.BeginMessage
 	pending [][]change // per destination, of the current transaction
@@ -324,11 +328,27 @@ func (r *reader) copyData(ctx context.Context, conn *pgconn.PgConn, data []byte)
 			return err
 		}
 		if isRowChange(x.WALData) {
-			c, err := decodeRowChange(x.WALData)
+			c, err := r.arena.decodeRowChange(x.WALData)
 			if err != nil {
 				return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
 			}
 			return r.rowChange(ctx, c)
+		}
+		// Begin and Commit, one each per source transaction, are decoded
+		// into the reader's own messages rather than allocated.
+		switch {
+		case len(x.WALData) == 0:
+			return fmt.Errorf("decode pgoutput at %s: empty message", x.WALStart)
+		case pglogrepl.MessageType(x.WALData[0]) == pglogrepl.MessageTypeBegin:
+			if err := r.beginMsg.Decode(x.WALData[1:]); err != nil {
+				return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
+			}
+			return r.message(ctx, &r.beginMsg)
+		case pglogrepl.MessageType(x.WALData[0]) == pglogrepl.MessageTypeCommit:
+			if err := r.commitMsg.Decode(x.WALData[1:]); err != nil {
+				return fmt.Errorf("decode pgoutput at %s: %w", x.WALStart, err)
+			}
+			return r.message(ctx, &r.commitMsg)
 		}
 		m, err := pglogrepl.Parse(x.WALData)
 		if err != nil {
@@ -377,13 +397,14 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 	case *pglogrepl.CommitMessage:
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
+				size := r.size[d]
 				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
-					commitTime: m.CommitTime, changes: r.pending[d], size: r.size[d]}); err != nil {
+					commitTime: m.CommitTime, changes: r.take(d), size: size}); err != nil {
 					return err
 				}
 				r.sent[d] = m.TransactionEndLSN
 			}
-			r.pending[d], r.size[d], r.touched[d] = nil, 0, false
+			r.touched[d] = false
 		}
 		r.inTxn = false
 		r.dispatched = max(r.dispatched, m.TransactionEndLSN)
