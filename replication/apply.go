@@ -194,7 +194,15 @@ func (a *applier) setup(ctx context.Context) error {
 	}
 	// Multi-row UPDATE and DELETE join a VALUES list with the table: by
 	// its identity's index, whatever the statistics of a table just copied.
-	if _, err := a.conn.Exec(ctx, `SET session_replication_role = replica; SET enable_hashjoin = off; SET enable_mergejoin = off`); err != nil {
+	//
+	// A group's COMMIT must be durable before the stream confirms the
+	// slot past it (the slot then no longer holds those changes): with a
+	// destination whose synchronous_commit is off, a crash would lose
+	// committed groups that no one sends again. So an applier's session
+	// raises off to local, and keeps any stronger setting (on, remote_*:
+	// a synchronous standby that may take over must have them too).
+	if _, err := a.conn.Exec(ctx, `SET session_replication_role = replica; SET enable_hashjoin = off; SET enable_mergejoin = off;
+		SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
 		return err
 	}
 	var progress *string

@@ -452,3 +452,23 @@ func TestApplyCollapse(t *testing.T) {
 		})
 	}
 }
+
+// TestApplierDurableCommit: an applier's commits are flushed before they
+// return even where the destination's synchronous_commit is off (the
+// stream confirms the slot past them), and a stronger setting is kept.
+func TestApplierDurableCommit(t *testing.T) {
+	f := newStreamFixture(t, 2, batchSchema, "", batchRules)
+	for d, tc := range []struct{ db, want string }{{"off", "local"}, {"remote_write", "remote_write"}} {
+		f.exec(t, f.dstConns[d], fmt.Sprintf("ALTER DATABASE %s SET synchronous_commit = %s", f.dst.Shards[d].Database, tc.db))
+		a, err := f.task.newApplier(t.Context(), 0, d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = a.conn.QueryRow(t.Context(), "SHOW synchronous_commit").Scan(&got)
+		a.conn.Close(t.Context())
+		if err != nil || got != tc.want {
+			t.Errorf("destination with synchronous_commit = %s: the applier's is %q (%v), want %s", tc.db, got, err, tc.want)
+		}
+	}
+}
