@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// claimRows are the source rows of the claim tests: enough of them in
+// each table that a copy is still under way when another run claims it.
+const claimRows = `
+INSERT INTO kv SELECT g, g % 7, repeat('x', g % 50) FROM generate_series(1, 3000) g;
+INSERT INTO mail SELECT g, 'u' || g || '@example.com', g FROM generate_series(1, 500) g;
+INSERT INTO comp SELECT g % 40, 'b' || g, g FROM generate_series(1, 400) g;
+INSERT INTO conf VALUES ('a', 1), ('b', 2);`
+
 // TestClaimFencesAStaleRunner: run A of a task copies; run B of the same
 // task (another proxy that took it over) claims it. A's table copy under
 // way is ended, A's next attempt neither advances the slot nor copies, and
@@ -17,11 +25,7 @@ import (
 // the slot past B's snapshot.
 func TestClaimFencesAStaleRunner(t *testing.T) {
 	ctx := t.Context()
-	f := newTaskFixture(t, 2, batchSchema, `
-INSERT INTO kv SELECT g, g % 7, repeat('x', g % 50) FROM generate_series(1, 3000) g;
-INSERT INTO mail SELECT g, 'u' || g || '@example.com', g FROM generate_series(1, 500) g;
-INSERT INTO comp SELECT g % 40, 'b' || g, g FROM generate_series(1, 400) g;
-INSERT INTO conf VALUES ('a', 1), ('b', 2);`, batchRules)
+	f := newTaskFixture(t, 2, batchSchema, claimRows, batchRules)
 	a := f.task
 	if err := a.SchemaSync(ctx); err != nil {
 		t.Fatal(err)

@@ -28,11 +28,7 @@ func (fixedGate) ServerPIDs(string, int) []uint32     { return nil }
 // free lease, and finish its copy.
 func TestManagedClaimLostStops(t *testing.T) {
 	ctx := t.Context()
-	f := newTaskFixture(t, 2, batchSchema, `
-INSERT INTO kv SELECT g, g % 7, repeat('x', g % 50) FROM generate_series(1, 3000) g;
-INSERT INTO mail SELECT g, 'u' || g || '@example.com', g FROM generate_series(1, 500) g;
-INSERT INTO comp SELECT g % 40, 'b' || g, g FROM generate_series(1, 400) g;
-INSERT INTO conf VALUES ('a', 1), ('b', 2);`, batchRules)
+	f := newTaskFixture(t, 2, batchSchema, claimRows, batchRules)
 	gate := fixedGate{&config.Config{
 		Users:     []config.User{{Name: f.c.User, ServerUser: f.c.User, ServerPassword: f.c.Password}},
 		Databases: []config.Database{*f.src, *f.dst},

@@ -83,7 +83,7 @@ func TestTaskRecordedBeforeTheAnswer(t *testing.T) {
 		Users:     []config.User{{Name: "app", ServerUser: f.c.User, ServerPassword: f.c.Password}},
 		Databases: []config.Database{*f.src, *f.dst},
 	}
-	m := NewManager(configGate{cfg}, f.task.log)
+	m := NewManager(fixedGate{cfg}, f.task.log)
 	release := make(chan struct{})
 	m.KnobsForTest.AtRunStart = func() { <-release }
 	task, err := m.StartNamed(KindCopyData, "src", "dst", Names{})
@@ -101,13 +101,3 @@ func TestTaskRecordedBeforeTheAnswer(t *testing.T) {
 		t.Fatalf("record on destination shard 0 once the task started: %q, %v; want %q", state, err, TaskRunning)
 	}
 }
-
-// configGate is a Gate that only serves a configuration: enough for a task
-// that does not cut over.
-type configGate struct{ cfg *config.Config }
-
-func (g configGate) Config() *config.Config                   { return g.cfg }
-func (g configGate) Pause(context.Context, string) error      { return errors.New("configGate: no pause") }
-func (g configGate) Resume(string) error                      { return nil }
-func (g configGate) Install(*config.Config) error             { return errors.New("configGate: no install") }
-func (g configGate) ServerPIDs(db string, shard int) []uint32 { return nil }
