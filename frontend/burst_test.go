@@ -4,8 +4,6 @@ package frontend
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -202,66 +200,11 @@ databases:
 	return l, ln.Addr().(*net.TCPAddr).Port
 }
 
-// burstLogin connects with bare system calls (so that the test's own
-// clients take nothing from the heap it measures), logs in as "idle" with
-// an application_name (as most clients do, and bench/idle_clients.py),
-// runs SELECT 1, and returns the socket.
+// burstLogin logs in as "idle" with an application_name (as most clients
+// do, and bench/idle_clients.py) over a bare socket (pgtest.SysLogin), and
+// returns it.
 func burstLogin(port int) (int, error) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
-	}
-	if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		syscall.Close(fd)
-		return -1, fmt.Errorf("connect: %w", err)
-	}
-	body := binary.BigEndian.AppendUint32(nil, protocol30)
-	body = append(body, "user\x00idle\x00database\x00postgres\x00application_name\x00burst\x00\x00"...)
-	for _, msg := range [][]byte{
-		append(binary.BigEndian.AppendUint32(nil, uint32(len(body)+4)), body...),
-		append([]byte{'Q', 0, 0, 0, 13}, "SELECT 1\x00"...),
-	} {
-		if err := burstExchange(fd, msg); err != nil {
-			syscall.Close(fd)
-			return -1, err
-		}
-	}
-	return fd, nil
-}
-
-// burstExchange writes msg and reads messages up to ReadyForQuery.
-func burstExchange(fd int, msg []byte) error {
-	if _, err := syscall.Write(fd, msg); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	var buf []byte
-	tmp := make([]byte, 4096)
-	for {
-		for len(buf) >= 5 {
-			n := int(binary.BigEndian.Uint32(buf[1:5]))
-			if len(buf) < 1+n {
-				break
-			}
-			switch buf[0] {
-			case 'E':
-				return fmt.Errorf("error response: %q", buf[5:1+n])
-			case 'Z':
-				return nil
-			}
-			buf = buf[1+n:]
-		}
-		n, err := syscall.Read(fd, tmp)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if n == 0 {
-			return errors.New("read: connection closed")
-		}
-		buf = append(buf, tmp[:n]...)
-	}
+	return pgtest.SysLogin(port, "user", "idle", "database", "postgres", "application_name", "burst")
 }
 
 // TestStartupSetShares: clients that sent the same startup parameters

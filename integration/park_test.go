@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -376,62 +375,17 @@ func TestXParkShutdownAndKill(t *testing.T) {
 // in-process proxy measures the proxy's side only (parkedHeap).
 type sysClient int
 
-// dialSys connects to addr (127.0.0.1:port), logs in as user (trust) to db
-// and runs SELECT 1, over a blocking socket.
+// dialSys logs in as user (trust) to db with an application_name, as most
+// drivers send (the clients' startup parameters count in what an idle
+// client costs), and runs SELECT 1, over a blocking socket
+// (pgtest.SysLogin).
 func dialSys(t testing.TB, port int, user, db string) sysClient {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := pgtest.SysLogin(port, "user", user, "database", db, "application_name", "park-test")
 	if err != nil {
-		t.Fatalf("socket: %v", err)
+		t.Fatalf("log in over a bare socket: %v", err)
 	}
-	c := sysClient(fd)
-	if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		c.close()
-		t.Fatalf("connect: %v", err)
-	}
-	body := binary.BigEndian.AppendUint32(nil, 196608)
-	// An application_name, as most drivers send: the clients' startup
-	// parameters count in what an idle client costs.
-	for _, kv := range [][2]string{{"user", user}, {"database", db}, {"application_name", "park-test"}} {
-		body = append(append(append(append(body, kv[0]...), 0), kv[1]...), 0)
-	}
-	body = append(body, 0)
-	c.exchange(t, append(binary.BigEndian.AppendUint32(nil, uint32(len(body)+4)), body...))
-	c.exchange(t, append([]byte{'Q', 0, 0, 0, 13}, "SELECT 1\x00"...))
-	return c
-}
-
-// exchange writes msg and reads messages up to ReadyForQuery.
-func (c sysClient) exchange(t testing.TB, msg []byte) {
-	t.Helper()
-	if _, err := syscall.Write(int(c), msg); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	var buf []byte
-	tmp := make([]byte, 4096)
-	for {
-		for len(buf) >= 5 {
-			n := int(binary.BigEndian.Uint32(buf[1:5]))
-			if len(buf) < 1+n {
-				break
-			}
-			switch buf[0] {
-			case 'E':
-				t.Fatalf("server error: %q", buf[5:1+n])
-			case 'Z':
-				return
-			}
-			buf = buf[1+n:]
-		}
-		n, err := syscall.Read(int(c), tmp)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			t.Fatalf("read: %d bytes, %v", n, err)
-		}
-		buf = append(buf, tmp[:n]...)
-	}
+	return sysClient(fd)
 }
 
 func (c sysClient) close() { syscall.Close(int(c)) }
