@@ -175,12 +175,12 @@ func TestXEventLoop(t *testing.T) {
 
 // waitingClient waits until a client of p waits for a server; done is the
 // waiting client's result, which must not come first.
-func waitingClient(t *testing.T, p *proxy, done <-chan error) {
+func waitingClient[T any](t *testing.T, p *proxy, done <-chan T) {
 	t.Helper()
 	eventually(t, 5*time.Second, "a client to wait for the pool", func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("the client ran while the pool's only server was held: %v", err)
+		case res := <-done:
+			t.Fatalf("the client ran while the pool's only server was held: %v", res)
 		default:
 		}
 		for _, ci := range p.Listener.Clients() {
@@ -332,14 +332,7 @@ func TestXEventLoopPoolWaitPaths(t *testing.T) {
 			}
 			got := make(chan []string, 1)
 			go func() { got <- receiveAll(t, b, tc.syncs) }()
-			eventually(t, 5*time.Second, "the client to wait for the pool", func() bool {
-				for _, ci := range p.Listener.Clients() {
-					if ci.State == frontend.ClientWaiting {
-						return true
-					}
-				}
-				return false
-			})
+			waitingClient(t, p, got)
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
