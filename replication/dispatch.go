@@ -160,14 +160,13 @@ func (r *reader) add(_ context.Context, d int, c change) {
 	r.size[d] += tupleSize(c.new) + tupleSize(c.old)
 }
 
-// take returns the changes buffered for destination shard d and empties
-// its buffer. The result's capacity ends at its length, so the changes
-// buffered next, in the same block, are not part of it.
-func (r *reader) take(d int) []change {
-	p := r.pending[d]
-	r.pending[d] = p[len(p):]
-	r.size[d] = 0
-	return p[:len(p):len(p)]
+// take returns the changes buffered for destination shard d and their
+// size, and empties its buffer. The result's capacity ends at its length,
+// so the changes buffered next, in the same block, are not part of it.
+func (r *reader) take(d int) ([]change, int) {
+	p, size := r.pending[d], r.size[d]
+	r.pending[d], r.size[d] = p[len(p):], 0
+	return p[:len(p):len(p)], size
 }
 
 // flushFull hands over the buffered changes of every destination shard
@@ -190,9 +189,9 @@ func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
-	size := r.size[d]
+	changes, size := r.take(d)
 	r.touched[d] = true
-	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: r.take(d), size: size})
+	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
 }
 
 // send queues o for destination shard d's applier, waiting while its queue

@@ -397,9 +397,9 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 	case *pglogrepl.CommitMessage:
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
-				size := r.size[d]
+				changes, size := r.take(d)
 				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
-					commitTime: m.CommitTime, changes: r.take(d), size: size}); err != nil {
+					commitTime: m.CommitTime, changes: changes, size: size}); err != nil {
 					return err
 				}
 				r.sent[d] = m.TransactionEndLSN
