@@ -122,10 +122,12 @@ ensure_pgbouncer() {
 	if command -v service >/dev/null 2>&1; then service pgbouncer stop >/dev/null 2>&1 || true; fi
 }
 
-# wait_sql waits until `SELECT 1` works on port $1 (through whatever listens).
+# wait_sql waits until `SELECT 1` works on port $1 (through whatever listens),
+# up to 30 s: a proxy restarted on a loaded 2-core machine (bench/sharding.sh's
+# memory part) took longer than 10 s.
 wait_sql() {
 	local port=$1 what=$2
-	for _ in $(seq 100); do
+	for _ in $(seq 300); do
 		if "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$port" -U "$BENCH_USER" -d "$BENCH_DB" -c 'SELECT 1' >/dev/null 2>&1; then
 			return 0
 		fi
