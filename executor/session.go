@@ -43,6 +43,10 @@ type Session struct {
 	// changed back, and NotificationResponse. Each server sends its own;
 	// the client wants one of each (see the frontend's reportOnce).
 	Report func(raw []byte)
+	// Releasing, when set, runs before a held server goes back to its
+	// pool (Detach, Drop): the frontend takes it off the client's
+	// coroutine of the event loop there, as it does its other servers.
+	Releasing func(*pool.Server)
 }
 
 // shard is one shard as a session holds it.
@@ -113,6 +117,9 @@ func (s *Session) Detach() {
 			p := sh.server.Pool()
 			if p == nil {
 				p = sh.pool
+			}
+			if s.Releasing != nil {
+				s.Releasing(sh.server)
 			}
 			p.Checkin(sh.server)
 			sh.server = nil

@@ -184,6 +184,7 @@ func (c *client) columnOrders(p *executor.Plan, cols []executor.Column, need []i
 	case p == nil || len(p.Shards) == 0:
 		return nil, orderRefusal(cols[need[0]], errors.New("the statement's shards are unknown"))
 	}
+	c.offLoop() // the catalog's connections are not the event loop's
 	ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
 	defer cancel()
 	q := &orderQuestion{c: c, co: co, p: p, cols: cols}

@@ -107,6 +107,7 @@ func (c *client) checkEquality(p *executor.Plan, cols []executor.Column, need []
 	if !ok || rp.cat == nil || p == nil || len(p.Shards) == 0 {
 		return nil
 	}
+	c.offLoop() // the catalog's connections are not the event loop's
 	ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
 	defer cancel()
 	q := &orderQuestion{c: c, co: rp.cat.orders, p: p, cols: cols}

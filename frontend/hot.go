@@ -99,13 +99,17 @@ func (l *Listener) HotHandoffs() uint64 {
 }
 
 // goHot moves a client that just logged in to a raw socket of the event
-// loop if it is eligible: transaction mode, a database that is not
-// sharded, plain TCP or a Unix socket, not admin, nothing buffered either
-// way. The caller has flushed the client's writer; it starts the
-// coroutine (startHot) once the client is set up.
+// loop if it is eligible: transaction mode, plain TCP or a Unix socket,
+// not admin, nothing buffered either way. Sharded databases' clients are
+// eligible too: a shard's server they check out moves to the loop as a
+// one-shard client's does (attachHeld), and the steps of the sharded
+// path that wait on anything else hand the client to a goroutine first
+// (the shards' catalog, columnOrders and checkEquality). The caller has
+// flushed the client's writer; it starts the coroutine (startHot) once
+// the client is set up.
 func (c *client) goHot(st *State) bool {
-	if !st.Config.Limits.EventLoop || c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil ||
-		c.db == nil || len(c.db.Shards) != 1 || c.r.Buffered() > 0 || c.w.Buffered() > 0 {
+	if !st.Config.Limits.EventLoop || c.admin || c.tls || c.mode != config.PoolTransaction ||
+		c.db == nil || c.r.Buffered() > 0 || c.w.Buffered() > 0 {
 		return false
 	}
 	switch c.conn.(type) {
@@ -173,26 +177,38 @@ func (c *client) offLoop() {
 }
 
 // hotIdle takes the client back to the event loop before it reads its
-// next message, unless what it holds needs a goroutine: a sharded
-// session, a pinned server (its watcher reads beside the loop), or a
-// server whose socket is not the loop's.
+// next message, unless what it holds needs a goroutine: a pinned server
+// (its watcher reads beside the loop), or a server — its own or a shard's
+// — whose socket is not the loop's.
 func (c *client) hotIdle() {
 	co := c.coro()
 	if co == nil || co.onLoop.Load() {
 		return
 	}
-	if c.xs != nil || c.pinned || c.mode != config.PoolTransaction {
+	if c.pinned || c.mode != config.PoolTransaction || !serverOnCoro(c.server, co) {
 		return
 	}
-	if s := c.server; s != nil {
-		if f, ok := s.Conn.(*fdConn); !ok || f.co.Load() != co {
-			return
+	if c.xs != nil {
+		for i := range c.xs.Len() {
+			if !serverOnCoro(c.xs.Server(i), co) {
+				return
+			}
 		}
 	}
 	// The sockets' readiness flags are still right: only reads on the
 	// loop clear them (fdConn.Read), and the loop sets them at every edge
 	// whoever drives the client.
 	co.on()
+}
+
+// serverOnCoro reports whether s is nil or a server on a raw socket of
+// the loop that belongs to co.
+func serverOnCoro(s *pool.Server, co *coro) bool {
+	if s == nil {
+		return true
+	}
+	f, ok := s.Conn.(*fdConn)
+	return ok && f.co.Load() == co
 }
 
 // hotCheckout checks a server out of p without leaving the event loop:

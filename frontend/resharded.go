@@ -55,7 +55,7 @@ func (c *client) becomeSharded() error {
 	if db := st.Config.Database(c.db.Name); db == nil || len(db.Shards) < 2 {
 		return nil // refresh handles it at checkout
 	}
-	c.offLoop() // a sharded session is served off the event loop (hotIdle)
+	c.offLoop() // the move may open new connections; the client comes back at hotIdle
 	var kept map[string]*sStmt
 	var moved *sessionMove
 	if c.server != nil {

@@ -121,6 +121,7 @@ func (c *client) setShards(pools []*pool.Pool) {
 	}
 	c.xs = executor.NewSession(pools, c.l.coord)
 	c.xs.Ready = c.useShard
+	c.xs.Releasing = c.unhotServer
 	c.xs.Settings = c.settingsPrefix
 	c.xs.Report = c.reportOnce
 	c.ext = make([]shardExt, len(pools))
@@ -239,6 +240,7 @@ func (c *client) attachHeld(ctx context.Context, i int) error {
 			return checkoutError(p, err)
 		}
 		c.xs.Hold(i, s)
+		c.hotServer(s)
 		c.setState(ClientActive)
 		c.storeCancelTargets()
 	}

@@ -374,3 +374,163 @@ func receiveAll(t *testing.T, hc *pgconn.HijackedConn, syncs int) []string {
 	}
 	return got
 }
+
+// TestXEventLoopSharded: a sharded database's clients are served on the
+// event loop too. A statement routed to one shard runs there in every
+// protocol path without a hand-off to a goroutine, a pool wait for a
+// shard's server waits there, and the steps that wait on something else
+// (an ORDER BY over text, whose merge reads the shards' catalog over
+// connections of its own) leave for a goroutine and come back. Answers
+// are compared with the same statements on one plain database, and the
+// next client sees nothing of the first's session.
+func TestXEventLoopSharded(t *testing.T) {
+	t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, p, plainURL := twoShardsBesidePlain(t, ctx)
+	plain := connect(t, plainURL)
+	a := connect(t, p.AppURL("app"))
+	b := connect(t, p.AppURL("app"))
+	if n := p.Listener.HotClients(); n != 2 {
+		t.Fatalf("%d clients on the event loop, want 2", n)
+	}
+	k0, k1 := twoShardKeys(t)
+	for _, c := range []*pgx.Conn{plain, a} {
+		if _, err := c.Exec(ctx, "INSERT INTO accounts VALUES ($1, 'x@a'), ($2, 'y@b')", k0, k1); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("routed paths", func(t *testing.T) {
+		// Warm up: the first use of a statement may open the shard's
+		// server, which is done on a goroutine.
+		for _, k := range []int64{k0, k1} {
+			var s string
+			if err := a.QueryRow(ctx, "SELECT email FROM accounts WHERE id = $1", k).Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		offs := p.Listener.HotHandoffs()
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+			pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+			for _, k := range []int64{k0, k1} {
+				var got, want string
+				q := "SELECT email || '/' || id FROM accounts WHERE id = $1"
+				if err := a.QueryRow(ctx, q, mode, k).Scan(&got); err != nil {
+					t.Fatalf("mode %v, key %d: %v", mode, k, err)
+				}
+				if err := plain.QueryRow(ctx, q, mode, k).Scan(&want); err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("mode %v, key %d: %q, plain PostgreSQL %q", mode, k, got, want)
+				}
+			}
+		}
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE accounts SET email = 'z@a' WHERE id = $1", k0); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := p.Listener.HotHandoffs(); n != offs {
+			t.Fatalf("%d hand-offs to a goroutine for statements routed to one shard", n-offs)
+		}
+		if _, err := plain.Exec(ctx, "UPDATE accounts SET email = 'z@a' WHERE id = $1", k0); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("fan-out and two-phase commit", func(t *testing.T) {
+		q := "SELECT id, email FROM accounts ORDER BY email DESC"
+		got, want := rowsText(t, a, q), rowsText(t, plain, q)
+		if got != want {
+			t.Fatalf("%s: %q, plain PostgreSQL %q", q, got, want)
+		}
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []int64{k0, k1} {
+			if _, err := tx.Exec(ctx, "UPDATE accounts SET email = email || '!' WHERE id = $1", k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.Exec(ctx, "UPDATE accounts SET email = email || '!'"); err != nil {
+			t.Fatal(err)
+		}
+		q = "SELECT id, email FROM accounts ORDER BY id"
+		if got, want := rowsText(t, b, q), rowsText(t, plain, q); got != want {
+			t.Fatalf("the next client: %q, plain PostgreSQL %q", got, want)
+		}
+		if n := p.Listener.HotClients(); n != 2 {
+			t.Fatalf("%d clients on the event loop after the fan-out, want 2", n)
+		}
+	})
+
+	t.Run("pool wait", func(t *testing.T) {
+		var s string
+		if err := b.QueryRow(ctx, "SELECT email FROM accounts WHERE id = $1", k0).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL application_name = 'a-only'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE accounts SET email = 'w@a' WHERE id = $1", k0); err != nil {
+			t.Fatal(err)
+		}
+		offs := p.Listener.HotHandoffs()
+		done := make(chan error, 1)
+		go func() {
+			var name string
+			err := b.QueryRow(ctx, "SELECT email || current_setting('application_name') FROM accounts WHERE id = $1", k0).Scan(&name)
+			if err == nil && name != "w@a" {
+				err = fmt.Errorf("b read %q, want w@a with its own application_name (empty)", name)
+			}
+			done <- err
+		}()
+		waitingClient(t, p, done)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := p.Listener.HotHandoffs(); n != offs {
+			t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
+		}
+	})
+}
+
+// rowsText runs q through the simple protocol and returns its rows as
+// text, one line each.
+func rowsText(t *testing.T, c *pgx.Conn, q string) string {
+	t.Helper()
+	rows, err := c.Query(context.Background(), q, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&out, vals...)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return out.String()
+}
