@@ -110,8 +110,8 @@
 //
 // # Event loop
 //
-// With limits.event_loop, a client of a transaction-mode database that is
-// not sharded, over plain TCP or a Unix socket, not admin, is moved after
+// With limits.event_loop, a client of a transaction-mode database, sharded
+// or not, over plain TCP or a Unix socket, not admin, is moved after
 // login (goHot, before it is registered and sees ReadyForQuery, with
 // nothing buffered either way) to an fdConn: its descriptor duplicated and
 // the net.Conn closed, which takes the socket out of Go's netpoller; it is
@@ -119,7 +119,12 @@
 // loop — the same code as every client's, from c.loop down — then runs as
 // an iter.Pull coroutine (coro) that the hotLoop goroutine resumes. A
 // server it checks out is moved to an fdConn the same way (hotServer,
-// pool.Server.SwapConn) and stays one for its life, whoever uses it next.
+// pool.Server.SwapConn) and stays one for its life, whoever uses it next;
+// on a sharded database every shard's server the executor.Session holds
+// (attachHeld), taken off the coroutine again when the session lets it go
+// (executor.Session.Releasing, at Detach). The sharded path runs on the
+// loop as it is: it reads and writes only the client's and the held
+// servers' sockets, one after the other, with no goroutine of its own.
 //
 // An fdConn reads and writes with raw system calls (syscall.RawSyscall,
 // up to 64 KiB): the socket is non-blocking, so the call never waits, and
@@ -152,13 +157,15 @@
 //     the client), a batch over 256 KiB (its writer goroutine), a pinned
 //     session's server watcher, a checkin that must absorb a cancel or
 //     reset stale plans (pool.Server.CheckinBlocks), a cutover moving an
-//     idle or pinned session, a database that became sharded, a server
-//     that cannot move to an fdConn (TLS).
+//     idle or pinned session, a database that became sharded, a merge
+//     that reads the shards' catalog over connections of its own
+//     (columnOrders, checkEquality), a server that cannot move to an
+//     fdConn (TLS).
 //
 // The coroutine returns to the loop at the top of the client loop, before
 // it reads the next message (hotIdle, coroOn), unless what it holds needs
-// its goroutine: a sharded session (for good), a pinned server (its
-// watcher), a server that is not an fdConn of the coroutine. Invariants:
+// its goroutine: a pinned server (its watcher), a server — its own or a
+// shard's — that is not an fdConn of the coroutine. Invariants:
 //
 //   - Exactly one driver runs a coroutine at a time: the loop between
 //     coroOff and the end of the goroutine's resume is not its driver, and
