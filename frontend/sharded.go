@@ -91,7 +91,12 @@ type shardedState struct {
 	// its place (see deferBind).
 	bindPending bool
 	// Extended protocol on sharded databases (sharded_ext.go).
-	batch          []batchMsg
+	batch []batchMsg
+	// batchBuf holds copies of the batch's message bodies, one buffer a
+	// batch (the reader's is reused by the next message); batchHint is
+	// the last batch's size, the next buffer's capacity.
+	batchBuf       []byte
+	batchHint      int
 	sportals       map[string]*sPortal
 	pendingPrepare string
 	// clientParse: the exchange in progress is the client's Parse
@@ -252,10 +257,21 @@ func (c *client) attachHeld(ctx context.Context, i int) error {
 // must stop it everywhere.
 func (c *client) storeCancelTargets() {
 	var t *cancelTarget
+	held := 0
 	for i := c.xs.Len() - 1; i >= 0; i-- {
 		if s := c.xs.Server(i); s != nil {
+			held++
+			if held == 1 && c.lastTarget != nil && c.lastTarget.srv == s && c.lastTarget.next == nil {
+				// Targets are immutable once stored: the one of a
+				// transaction on the same single server is reused.
+				t = c.lastTarget
+				continue
+			}
 			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s, next: t}
 		}
+	}
+	if held == 1 {
+		c.lastTarget = t
 	}
 	c.setCancelTarget(t)
 }

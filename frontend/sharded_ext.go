@@ -96,12 +96,23 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		// client as it was (not movable) comes here all the same.
 		c.shardedState = &shardedState{}
 	}
-	c.batch = append(c.batch, batchMsg{typ: typ, body: append([]byte{}, body...)})
+	if c.batchBuf == nil {
+		c.batchBuf = make([]byte, 0, max(c.batchHint, len(body), 64))
+	}
+	// A body's slice has no room past it: nothing appended later can
+	// write into it. A buffer that grows leaves the earlier bodies in the
+	// array they were copied to, which they keep alive (a portal's
+	// parameters stay in its Bind's body).
+	n := len(c.batchBuf)
+	c.batchBuf = append(c.batchBuf, body...)
+	c.batch = append(c.batch, batchMsg{typ: typ, body: c.batchBuf[n:len(c.batchBuf):len(c.batchBuf)]})
 	if typ != 'S' && typ != 'H' {
 		return nil
 	}
 	batch := c.batch
 	c.batch = nil
+	c.batchHint, c.batchBuf = len(c.batchBuf), nil // the portals may keep this one
+	defer c.recycleBatch(batch)
 	implicit := batchIsImplicit(batch)
 	first := true // the batch's first Execute is still to come
 	for k := 0; k < len(batch); k++ {
@@ -174,6 +185,15 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		}
 	}
 	return nil
+}
+
+// recycleBatch keeps batch's slice for the next batch (its messages'
+// bodies stay with the buffer they were copied to).
+func (c *client) recycleBatch(batch []batchMsg) {
+	if c.shardedState != nil && c.batch == nil {
+		clear(batch)
+		c.batch = batch[:0]
+	}
 }
 
 // batchIsImplicit reports whether a batch (up to Sync or Flush) runs in an
