@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -106,8 +107,9 @@ func (l *Listener) State() *State { return l.state.Load() }
 // checkout.
 func (l *Listener) SetState(st *State) { l.state.Store(st) }
 
-// Serve accepts connections on ln until Shutdown or an accept error. A
-// connection accepted once Shutdown began is closed unserved.
+// Serve accepts connections on ln until Shutdown or an accept error that
+// is not transient. A connection accepted once Shutdown began is closed
+// unserved.
 func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	l.mu.Lock()
 	if l.shutting.Load() {
@@ -117,19 +119,37 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	l.ln = ln
 	l.mu.Unlock()
+	var backoff time.Duration // the pause after a transient accept error
+	var logged time.Time      // the last such error logged: one a second
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			if l.shutting.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if !acceptTransient(err) {
+				return fmt.Errorf("accept: %w", err)
 			}
-			return fmt.Errorf("accept: %w", err)
+			// Out of descriptors (a flood of connections, or
+			// max_client_conn above the process's limit) or of
+			// kernel memory: the connections already served go on, and
+			// accepting resumes once some close, as PgBouncer's
+			// does. Ending Serve would stop the whole proxy.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if now := time.Now(); now.Sub(logged) >= time.Second {
+				logged = now
+				l.log.Error("cannot accept connections; retrying", "err", err, "pause", backoff)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
+			continue
 		}
+		backoff = 0
 		if tc, ok := conn.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 			tc.SetKeepAlive(true)
@@ -140,6 +160,18 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		go l.handle(ctx, conn)
 	}
+}
+
+// acceptTransient reports whether an accept error passes by itself: a
+// timeout, or a lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+// ENOMEM), which closing connections cures.
+func acceptTransient(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // track counts a client goroutine about to start, for Shutdown to wait
