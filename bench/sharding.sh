@@ -27,7 +27,8 @@
 # 1. Routed vs pass-through: `SELECT balance FROM accounts WHERE id = :aid`
 #    at BENCH_CLIENTS clients, -M extended and -M prepared, against "pass" and
 #    "routed" back to back (interleaved, order alternating by round). Reports
-#    TPS, the ratio routed/pass (target ≥ 0.9) and the proxy's CPU per
+#    TPS, the ratio routed/pass (target ≥ 0.9), the proxy's CPU per
+#    transaction and (BENCH_PERF) its system calls and context switches per
 #    transaction.
 # 2. Fan-out: `SELECT id, balance FROM accounts ORDER BY balance DESC, id
 #    LIMIT 100` at BENCH_FANOUT_CLIENTS clients against "fan" (4 shards) and,
@@ -76,6 +77,13 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 BENCH_SECONDS=${BENCH_SECONDS:-10}
+# BENCH_PERF=1 (the default where perf can count syscall tracepoints) counts
+# the proxy's system calls and context switches per transaction with perf
+# stat during each pgbench run; 0 skips it.
+if [ -z "${BENCH_PERF:-}" ]; then
+	BENCH_PERF=0
+	perf stat -x, -e raw_syscalls:sys_enter,context-switches -o /dev/null -- true >/dev/null 2>&1 && BENCH_PERF=1
+fi
 BENCH_REPEAT=${BENCH_REPEAT:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-16}
 BENCH_MODES=${BENCH_MODES:-extended prepared}
@@ -301,10 +309,24 @@ sg_pgbench() {
 	local db=$1 mode=$2 clients=$3 script=$4 out=$5 secs=${6:-$BENCH_SECONDS}
 	local jobs=2 before after rc=0 failed
 	[ "$clients" -lt "$jobs" ] && jobs=$clients
+	local perf=
+	if [ "$BENCH_PERF" = 1 ]; then
+		perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$PID_SHARDGATE" -o "$out.perf" &
+		perf=$!
+		BENCH_EXTRA_PIDS+=("$perf")
+		sleep 0.5 # perf attaches; nothing to poll for
+	fi
 	before=$(proc_cpu_ticks "$PID_SHARDGATE")
 	"$PGBENCH" -h 127.0.0.1 -p "$PORT_SHARDGATE" -U "$BENCH_USER" -n -f "$script" -M "$mode" -c "$clients" -j "$jobs" -T "$secs" "$db" >"$out" 2>&1 || rc=$?
 	after=$(proc_cpu_ticks "$PID_SHARDGATE")
 	CPU_TICKS=$((after - before))
+	SYSCALLS=- CSWITCHES=-
+	if [ -n "$perf" ]; then
+		kill -INT "$perf" 2>/dev/null || true
+		wait "$perf" 2>/dev/null || true
+		SYSCALLS=$(awk -F, '$3 == "raw_syscalls:sys_enter" {print $1}' "$out.perf")
+		CSWITCHES=$(awk -F, '$3 == "context-switches" {print $1}' "$out.perf")
+	fi
 	failed=$(awk -F'[:(]' '/number of failed transactions/ {gsub(/ /,"",$2); print $2}' "$out")
 	TXNS=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
 	TPS=$(awk '/^tps = / {print $3}' "$out")
@@ -319,6 +341,7 @@ sg_pgbench() {
 	proxy_alive
 }
 
+per_txn() { case $1 in '' | - | *[!0-9]*) echo - ;; *) awk -v c="$1" -v n="$2" 'BEGIN { printf "%.2f", c / n }' ;; esac; }
 us_per_txn() { awk -v t="$1" -v n="$2" -v hz="$TICK" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }'; }
 median() { sort -g | awk '{v[NR] = $1} END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 kib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; } # KiB → MiB
@@ -486,7 +509,7 @@ done
 
 RAW=${BENCH_OUT%.md}.tsv
 RAW_TMP=$BENCH_TMP/raw.tsv
-printf 'round\tpart\tmode\tclients\tdb\ttps\ttxns\tcpu_ticks\tus_cpu_per_txn\tload1\n' >"$RAW_TMP"
+printf 'round\tpart\tmode\tclients\tdb\ttps\ttxns\tcpu_ticks\tus_cpu_per_txn\tload1\tsyscalls_per_txn\tcswitches_per_txn\n' >"$RAW_TMP"
 for r in $(seq "$BENCH_REPEAT"); do
 	# Alternate which database goes first, so that a trend in the machine's
 	# load does not favour one side.
@@ -496,7 +519,7 @@ for r in $(seq "$BENCH_REPEAT"); do
 			load1=$(cut -d' ' -f1 /proc/loadavg)
 			log "round $r/$BENCH_REPEAT: keyed -M $m -c $BENCH_CLIENTS → $db (load $load1)"
 			sg_pgbench "$db" "$m" "$BENCH_CLIENTS" "$BENCH_TMP/keyed.sql" "$BENCH_TMP/run-$r-keyed-$m-$db.log"
-			printf '%s\tkeyed\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" >>"$RAW_TMP"
+			printf '%s\tkeyed\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" "$(per_txn "$SYSCALLS" "$TXNS")" "$(per_txn "$CSWITCHES" "$TXNS")" >>"$RAW_TMP"
 		done
 	done
 	for m in $BENCH_FANOUT_MODES; do
@@ -504,7 +527,7 @@ for r in $(seq "$BENCH_REPEAT"); do
 			load1=$(cut -d' ' -f1 /proc/loadavg)
 			log "round $r/$BENCH_REPEAT: top-100 -M $m -c $BENCH_FANOUT_CLIENTS → $db (load $load1)"
 			sg_pgbench "$db" "$m" "$BENCH_FANOUT_CLIENTS" "$BENCH_TMP/topn.sql" "$BENCH_TMP/run-$r-topn-$m-$db.log"
-			printf '%s\ttopn\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_FANOUT_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" >>"$RAW_TMP"
+			printf '%s\ttopn\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_FANOUT_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" "$(per_txn "$SYSCALLS" "$TXNS")" "$(per_txn "$CSWITCHES" "$TXNS")" >>"$RAW_TMP"
 		done
 	done
 done
@@ -569,11 +592,11 @@ GO_VERSION=$(go env GOVERSION 2>/dev/null || echo unknown)
 	echo
 	echo "## Routed (2 shards) vs pass-through (1 shard): \`SELECT balance FROM accounts WHERE id = :aid\`, $BENCH_CLIENTS clients"
 	echo
-	echo "| mode | pass tps | routed tps | **routed/pass** | routed/pass by round | pass µs CPU/txn | routed µs CPU/txn | load1 |"
-	echo "|---|---|---|---|---|---|---|---|"
+	echo "| mode | pass tps | routed tps | **routed/pass** | routed/pass by round | pass µs CPU/txn | routed µs CPU/txn | syscalls/txn pass / routed | context switches/txn pass / routed | load1 |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
 	for m in $BENCH_MODES; do
 		rs=$(ratios keyed "$m" routed pass)
-		echo "| $m | $(printf %.0f "$(cell keyed "$m" pass tps)") | $(printf %.0f "$(cell keyed "$m" routed tps)") | **$(tr ',' '\n' <<<"$rs" | median)** | $rs | $(cell keyed "$m" pass us_cpu_per_txn) | $(cell keyed "$m" routed us_cpu_per_txn) | $(loads keyed "$m") |"
+		echo "| $m | $(printf %.0f "$(cell keyed "$m" pass tps)") | $(printf %.0f "$(cell keyed "$m" routed tps)") | **$(tr ',' '\n' <<<"$rs" | median)** | $rs | $(cell keyed "$m" pass us_cpu_per_txn) | $(cell keyed "$m" routed us_cpu_per_txn) | $(cell keyed "$m" pass syscalls_per_txn) / $(cell keyed "$m" routed syscalls_per_txn) | $(cell keyed "$m" pass cswitches_per_txn) / $(cell keyed "$m" routed cswitches_per_txn) | $(loads keyed "$m") |"
 	done
 	echo
 	echo "tps and µs columns: medians over the rounds. routed/pass: the median of the rounds' ratios (each round runs both back to back)."

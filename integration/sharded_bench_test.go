@@ -20,7 +20,9 @@ import (
 // Describe, Execute, Sync) shapes: issue 13's "routed ≥ 0.95× a one-shard
 // pass-through". 8 clients (4 per GOMAXPROCS on 2 cores) share pools of
 // 8; client, proxy and PostgreSQL share the machine, so compare ns/op only
-// within one run. Every shard is a database of one cluster.
+// within one run. Every shard is a database of one cluster. handoffs/op
+// counts the clients' moves from the loop to a goroutine (connections
+// opened at the start included).
 //
 //	go test -run '^$' -bench ShardedRouted -benchtime 20000x ./integration
 func BenchmarkShardedRouted(b *testing.B) {
@@ -69,7 +71,11 @@ databases:
 		}{{"prepared", pgx.QueryExecModeCacheStatement}, {"extended", pgx.QueryExecModeExec}} {
 			for _, db := range []string{"pass", "routed"} {
 				b.Run(where+"/"+mode.name+"/"+db, func(b *testing.B) {
+					offs := p.Listener.HotHandoffs()
 					benchKeyed(b, p.AppURL(db), mode.mode, rows)
+					// Hand-offs to a goroutine: each costs a goroutine's
+					// start and a return to the loop.
+					b.ReportMetric(float64(p.Listener.HotHandoffs()-offs)/float64(b.N), "handoffs/op")
 				})
 			}
 		}
