@@ -74,16 +74,7 @@ func TestXEventLoop(t *testing.T) {
 		if _, err := tx.Exec(ctx, "INSERT INTO t VALUES (1, 'x')"); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		// b waited on the loop: the checkin woke its coroutine.
-		if n := p.Listener.HotHandoffs(); n != offs {
-			t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
-		}
+		releaseWaiter(t, p, tx, done, offs)
 	})
 
 	t.Run("copy", func(t *testing.T) {
@@ -501,16 +492,25 @@ func TestXEventLoopSharded(t *testing.T) {
 			done <- err
 		}()
 		waitingClient(t, p, done)
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if n := p.Listener.HotHandoffs(); n != offs {
-			t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
-		}
+		releaseWaiter(t, p, tx, done, offs)
 	})
+}
+
+// releaseWaiter commits tx, whose server the client behind done waits
+// for, and checks the waiter's result, and that it waited on the loop:
+// the checkin woke its coroutine, with no hand-off to a goroutine since
+// offs.
+func releaseWaiter(t *testing.T, p *proxy, tx pgx.Tx, done <-chan error, offs uint64) {
+	t.Helper()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Listener.HotHandoffs(); n != offs {
+		t.Fatalf("%d hand-offs to a goroutine during the pool wait", n-offs)
+	}
 }
 
 // rowsText runs q through the simple protocol and returns its rows as
