@@ -57,6 +57,11 @@ func newNativeSub(tb testing.TB, l streamLoad) *nativeSub {
 	for _, table := range l.tables {
 		n.copyTable(tb, table)
 	}
+	// The launcher starts a subscription's worker at most once per
+	// wal_retrieve_retry_interval (5 s by default), which would delay the
+	// start of every iteration after the first.
+	f.exec(tb, f.srcConn, "ALTER SYSTEM SET wal_retrieve_retry_interval = '10ms'")
+	f.exec(tb, f.srcConn, "SELECT pg_reload_conf()")
 	f.exec(tb, f.srcConn, fmt.Sprintf("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", quoteLiteral(nativeSlot)))
 	f.exec(tb, n.conn, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (copy_data = false, create_slot = false, slot_name = %s, enabled = false)",
 		nativeSlot, quoteLiteral(f.c.DSN("src_0")), quoteIdent(f.task.publication(0)), quoteLiteral(nativeSlot)))
