@@ -103,7 +103,9 @@ func (c *coalescingConn) readLowat(p []byte) (int, error) {
 		if rerr == syscall.EAGAIN {
 			// Setting the mark reports the socket readable at once
 			// when a byte arrived meanwhile (tcp_set_rcvlowat).
-			c.setLowatFD(fd, 1)
+			if c.lowat != 1 {
+				c.setLowatFD(fd, 1)
+			}
 			return false
 		}
 		return true
