@@ -309,6 +309,28 @@ sample_lag() {
 	done
 }
 
+# proc_ticks PID... prints the CPU clock ticks (user + system, 1/100 s)
+# the processes have used so far; a process that is gone counts 0.
+proc_ticks() {
+	local p t s=0
+	for p in "$@"; do
+		# Fields after the command name's ")": utime and stime are the 12th and 13th.
+		t=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null) || t=0
+		s=$((s + ${t:-0}))
+	done
+	echo "$s"
+}
+
+# apply_pids NAME prints the server processes of NAME's apply besides its
+# walsender: native's apply worker; shardgate's destination sessions.
+apply_pids() {
+	if [ "$1" = native ]; then
+		psql_db dst_pipe -At -c "SELECT pid FROM pg_stat_subscription WHERE subname = 'bench_sub' AND relid IS NULL AND pid IS NOT NULL"
+	else
+		psql_db src -At -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'shardgate-reshard' AND datname IN ('d0', 'd1')"
+	fi
+}
+
 # check_sums DB... prints the columns of CHECK_SQL summed over the
 # databases, space-separated.
 check_sums() {
@@ -327,6 +349,15 @@ apply_load() {
 	sample_lag "$slot" "$lagf" &
 	pid_s=$!
 	BENCH_EXTRA_PIDS+=("$pid_s")
+	# CPU of the apply from the load's start to the catch-up: the slot's
+	# walsender, the apply's server processes (apply_pids) and shardgate's
+	# proxy.
+	local ws_pid ap_pids px_pid="" ws0 ap0 px0 ws_used="" ap_used="" px_used=""
+	ws_pid=$(psql_db src -At -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$slot'")
+	ap_pids=$(apply_pids "$name" | tr '\n' ' ')
+	[ "$name" = native ] || px_pid=$PID_SYNC
+	# shellcheck disable=SC2086 # lists of pids
+	ws0=$(proc_ticks $ws_pid) ap0=$(proc_ticks $ap_pids) px0=$(proc_ticks $px_pid)
 	local script=(-f "$BENCH_TMP/write.sql" -D rows="$ROWS")
 	[ "$APPLY_LOAD" = tpcb ] && script=(-b tpcb-like)
 	log "apply ($name): pgbench ${script[*]} -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
@@ -342,6 +373,8 @@ apply_load() {
 	for _ in $(seq 6000); do
 		if [ "$(psql_db src -At -c "SELECT confirmed_flush_lsn >= '$target' FROM pg_replication_slots WHERE slot_name = '$slot'")" = t ]; then
 			caught=$(secs "$t0" "$(now)")
+			# shellcheck disable=SC2086 # lists of pids
+			ws_used=$(($(proc_ticks $ws_pid) - ws0)) ap_used=$(($(proc_ticks $ap_pids) - ap0)) px_used=$(($(proc_ticks $px_pid) - px0))
 			break
 		fi
 		sleep 0.1
@@ -374,8 +407,12 @@ apply_load() {
 	local txns rate
 	txns=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
 	rate=$(awk -v n="$txns" -v k="$CHANGES_PER_TXN" -v l="$APPLY_SECONDS" -v c="$caught" 'BEGIN { if (c ~ />/) print "-"; else printf "%.0f", k * n / (l + c) }')
-	log "apply ($name): $((CHANGES_PER_TXN * txns)) changes applied at ~$rate changes/s (load + catch-up)"
-	printf -v "LAG_$name" '| %s | %s | %s | %s | %s | %s |' "$name" "$tps" "$stats" "$caught" "$rate" "$check; load $load"
+	local cpu="- | - | -"
+	[ -n "$ws_used" ] && [ "${txns:-0}" -gt 0 ] &&
+		cpu=$(awk -v w="$ws_used" -v a="$ap_used" -v p="$px_used" -v px="$px_pid" -v n="$((CHANGES_PER_TXN * txns))" \
+			'BEGIN { printf "%.2f | %.2f | %s", w / 100 * 1e5 / n, a / 100 * 1e5 / n, (px == "" ? "-" : sprintf("%.2f", p / 100 * 1e5 / n)) }')
+	log "apply ($name): $((CHANGES_PER_TXN * txns)) changes applied at ~$rate changes/s (load + catch-up); CPU s per 100k changes, walsender | apply backends | proxy: $cpu"
+	printf -v "LAG_$name" '| %s | %s | %s | %s | %s | %s | %s |' "$name" "$tps" "$stats" "$caught" "$rate" "$cpu" "$check; load $load"
 }
 
 run_apply_shardgate() {
@@ -645,10 +682,13 @@ position reached the WAL position at that moment. "rows" compares $CHECK_DESC
 of the destination(s) with src afterwards. Samples run from the start of
 pgbench until caught up (so a slow apply has more of them). "applied changes/s" = $CHANGES_PER_TXN ×
 pgbench transactions / (load seconds + catch-up seconds): the apply rate when the apply is the
-bottleneck, the source's write rate when it is not.
+bottleneck, the source's write rate when it is not. CPU is in s per 100k applied changes, from
+the load's start until caught up (clock ticks of /proc/PID/stat): "walsender" is the slot's
+walsender, "apply" native's apply worker or shardgate's sessions on d0 and d1, "proxy"
+shardgate's data-sync process.
 
-| replication | source tps | samples | median lag bytes | max lag bytes | median lag s | max lag s | caught up s | applied changes/s | rows; load avg after load |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|---|
+| replication | source tps | samples | median lag bytes | max lag bytes | median lag s | max lag s | caught up s | applied changes/s | walsender s/100k | apply s/100k | proxy s/100k | rows; load avg after load |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 $LAG_shardgate
 $LAG_native
 EOF

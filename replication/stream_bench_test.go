@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -30,18 +31,41 @@ CREATE SEQUENCE bench_ins START 1000000000;`
 // 100 000 changes, and the test process's (the proxy's stream, and the
 // wait for the catch-up, which polls) per 100 000 changes.
 func BenchmarkStreamApply(b *testing.B) {
-	const rows, txns = 20000, 20000
+	l := newAccountsLoad(b)
+	l.bench(b, l.f.sgCatchUp())
+	l.f.compare(b, "accounts", "id", "balance::text || filler")
+}
+
+// streamLoad is the backlog of a stream benchmark: a fixture (shardgate's
+// copy done) and the source transactions its iterations write.
+type streamLoad struct {
+	f            *streamFixture
+	schema       string
+	tables       []string // the tables written, with their keys
+	keys         []string
+	txns, perTxn int                        // per iteration: transactions, changes per transaction
+	txn          func(sql *strings.Builder) // appends one transaction
+}
+
+func (l streamLoad) bench(b *testing.B, c catchUp) {
+	benchStreamApply(b, l.f, c, l.txns, l.perTxn, l.txn)
+}
+
+// newAccountsLoad is BenchmarkStreamApply's load: one UPDATE of a random
+// row and one INSERT per transaction.
+func newAccountsLoad(b *testing.B) streamLoad {
+	const rows = 20000
 	f := newStreamFixture(b, 2, benchSchema,
 		fmt.Sprintf("INSERT INTO accounts SELECT g, g %% 1000, repeat('x', 160) FROM generate_series(1::bigint, %d) g", rows),
 		func(db *config.Database) {
 			db.ShardedTables = []config.ShardedTable{{Table: "accounts", Column: "id", Type: "bigint"}}
 		})
 	rng := rand.New(rand.NewPCG(1, 2))
-	benchStreamApply(b, f, txns, 2, func(sql *strings.Builder) {
-		fmt.Fprintf(sql, "BEGIN; UPDATE accounts SET balance = balance + 1 WHERE id = %d; INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160)); COMMIT;\n",
-			1+rng.IntN(rows))
-	})
-	f.compare(b, "accounts", "id", "balance::text || filler")
+	return streamLoad{f: f, schema: benchSchema, tables: []string{"accounts"}, keys: []string{"id"}, txns: 20000, perTxn: 2,
+		txn: func(sql *strings.Builder) {
+			fmt.Fprintf(sql, "BEGIN; UPDATE accounts SET balance = balance + 1 WHERE id = %d; INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160)); COMMIT;\n",
+				1+rng.IntN(rows))
+		}}
 }
 
 // tpcbSchema is pgbench's tpcb-like schema at scale 1, with a key on
@@ -56,7 +80,17 @@ CREATE TABLE pgbench_history (hid bigserial PRIMARY KEY, tid int, bid int, aid i
 // of 10 tellers and of the one branch, and an INSERT into the history): the
 // same few rows are updated over and over.
 func BenchmarkStreamApplyTPCB(b *testing.B) {
-	const accounts, txns = 100000, 10000
+	l := newTPCBLoad(b)
+	l.bench(b, l.f.sgCatchUp())
+	l.f.compare(b, "pgbench_branches", "bid", "bbalance::text")
+	l.f.compare(b, "pgbench_tellers", "tid", "tbalance::text")
+	l.f.compare(b, "pgbench_accounts", "aid", "abalance::text")
+	l.f.compare(b, "pgbench_history", "hid", "concat_ws(':', tid, bid, aid, delta, mtime)")
+}
+
+// newTPCBLoad is BenchmarkStreamApplyTPCB's load.
+func newTPCBLoad(b *testing.B) streamLoad {
+	const accounts = 100000
 	f := newStreamFixture(b, 2, tpcbSchema, fmt.Sprintf(`INSERT INTO pgbench_branches VALUES (1, 0);
 INSERT INTO pgbench_tellers SELECT g, 1, 0 FROM generate_series(1, 10) g;
 INSERT INTO pgbench_accounts SELECT g, 1, 0, '' FROM generate_series(1, %d) g;`, accounts),
@@ -69,26 +103,50 @@ INSERT INTO pgbench_accounts SELECT g, 1, 0, '' FROM generate_series(1, %d) g;`,
 			}
 		})
 	rng := rand.New(rand.NewPCG(1, 2))
-	benchStreamApply(b, f, txns, 4, func(sql *strings.Builder) {
-		aid, tid, delta := 1+rng.IntN(accounts), 1+rng.IntN(10), rng.IntN(10001)-5000
-		fmt.Fprintf(sql, `BEGIN;
+	return streamLoad{f: f, schema: tpcbSchema, txns: 10000, perTxn: 4,
+		tables: []string{"pgbench_branches", "pgbench_tellers", "pgbench_accounts", "pgbench_history"},
+		keys:   []string{"bid", "tid", "aid", "hid"},
+		txn: func(sql *strings.Builder) {
+			aid, tid, delta := 1+rng.IntN(accounts), 1+rng.IntN(10), rng.IntN(10001)-5000
+			fmt.Fprintf(sql, `BEGIN;
 UPDATE pgbench_accounts SET abalance = abalance + %[4]d WHERE aid = %[1]d;
 UPDATE pgbench_tellers SET tbalance = tbalance + %[4]d WHERE tid = %[2]d;
 UPDATE pgbench_branches SET bbalance = bbalance + %[4]d WHERE bid = %[3]d;
 INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (%[2]d, %[3]d, %[1]d, %[4]d, CURRENT_TIMESTAMP);
 COMMIT;
 `, aid, tid, 1, delta)
-	})
-	f.compare(b, "pgbench_branches", "bid", "bbalance::text")
-	f.compare(b, "pgbench_tellers", "tid", "tbalance::text")
-	f.compare(b, "pgbench_accounts", "aid", "abalance::text")
-	f.compare(b, "pgbench_history", "hid", "concat_ws(':', tid, bid, aid, delta, mtime)")
+		}}
+}
+
+// catchUp is how a stream benchmark applies its backlog: shardgate's
+// Stream (sgCatchUp) or a native subscription (native_bench_test.go).
+type catchUp struct {
+	// run applies the source's WAL until the slot confirmed the position
+	// the source had when run started, then calls caughtUp and stops.
+	run func(tb testing.TB, caughtUp func(context.Context))
+	// ticks returns the CPU clock ticks that the destination's backends
+	// (native: the apply worker) and the walsender have used so far.
+	ticks func(tb testing.TB, ctx context.Context) (backends, walsender int64)
+	// counts returns the statements and round trips the appliers have
+	// sent so far; nil where there are none to count (native).
+	counts func() (statements, trips int64)
+}
+
+// sgCatchUp is shardgate's catch-up: the task's Stream.
+func (f *streamFixture) sgCatchUp() catchUp {
+	return catchUp{
+		run:   f.streamUntilConfirmed,
+		ticks: f.serverTicks,
+		counts: func() (int64, int64) {
+			return f.task.prog.statements.Load(), f.task.prog.roundTrips.Load()
+		},
+	}
 }
 
 // benchStreamApply runs the iterations of a stream benchmark: each writes
 // txns source transactions of perTxn changes each (txn appends one to sql)
-// with the stream stopped, then times the stream's catch-up.
-func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func(sql *strings.Builder)) {
+// with the stream stopped, then times c's catch-up.
+func benchStreamApply(b *testing.B, f *streamFixture, c catchUp, txns, perTxn int, txn func(sql *strings.Builder)) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var elapsed time.Duration
@@ -107,13 +165,20 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 		f.exec(b, f.srcConn, sql.String())
 		b.StartTimer()
 		start := time.Now()
-		sent, sentTrips, self0 := f.task.prog.statements.Load(), f.task.prog.roundTrips.Load(), selfCPU()
-		f.streamUntilConfirmed(b, func(ctx context.Context) {
+		var sent, sentTrips int64
+		if c.counts != nil {
+			sent, sentTrips = c.counts()
+		}
+		self0 := selfCPU()
+		c.run(b, func(ctx context.Context) {
 			elapsed += time.Since(start)
 			self += selfCPU() - self0
-			statements += f.task.prog.statements.Load() - sent
-			trips += f.task.prog.roundTrips.Load() - sentTrips
-			be, ws := f.serverTicks(b, ctx)
+			if c.counts != nil {
+				st, tr := c.counts()
+				statements += st - sent
+				trips += tr - sentTrips
+			}
+			be, ws := c.ticks(b, ctx)
 			backendTicks += be
 			senderTicks += ws
 		})
@@ -121,8 +186,10 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 	b.StopTimer()
 	changes := float64(perTxn * txns * b.N)
 	b.ReportMetric(changes/elapsed.Seconds(), "changes/s")
-	b.ReportMetric(float64(statements)/changes, "stmts/change")
-	b.ReportMetric(changes/float64(trips), "changes/roundtrip")
+	if c.counts != nil {
+		b.ReportMetric(float64(statements)/changes, "stmts/change")
+		b.ReportMetric(changes/float64(trips), "changes/roundtrip")
+	}
 	// Clock ticks are 1/100 s: ticks per 100 000 changes are ms per 1000.
 	b.ReportMetric(float64(backendTicks)*1e5/changes/100, "backend-s/100k")
 	b.ReportMetric(float64(senderTicks)*1e5/changes/100, "walsender-s/100k")
@@ -130,51 +197,70 @@ func benchStreamApply(b *testing.B, f *streamFixture, txns, perTxn int, txn func
 }
 
 // streamUntilConfirmed runs the task's Stream until the slot's confirmed
-// position reached the source's WAL position at the start, polled every
-// 10 ms from the fixture's session, then calls caughtUp and stops the
-// stream. It measures what bench/reshard.sh measures, with the reader in
-// its normal mode: WaitCaughtUp (streamWhile) makes the reader confirm
-// every 2 ms, as the cutover needs, which costs the proxy and the
-// walsender more per change than streaming does. The reader confirms an
-// idle slot every pollInterval, so the time measured may run up to that
-// past the last apply.
+// position reached the source's WAL position at the start (waitConfirmed),
+// then calls caughtUp and stops the stream. It measures what
+// bench/reshard.sh measures, with the reader in its normal mode:
+// WaitCaughtUp (streamWhile) makes the reader confirm every 2 ms, as the
+// cutover needs, which costs the proxy and the walsender more per change
+// than streaming does. The reader confirms an idle slot every
+// pollInterval, so the time measured may run up to that past the last
+// apply.
 func (f *streamFixture) streamUntilConfirmed(tb testing.TB, caughtUp func(context.Context)) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(tb.Context())
-	var target string
-	if err := f.srcConn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
-		tb.Fatal(err)
-	}
+	target := f.walPosition(tb)
 	done := make(chan error, 1)
 	go func() { done <- f.task.Stream(ctx) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var caught bool
-		if err := f.srcConn.QueryRow(ctx, "SELECT coalesce(bool_and(confirmed_flush_lsn >= $1::pg_lsn), false) FROM pg_replication_slots WHERE slot_name = $2",
-			target, f.task.slotName(0)).Scan(&caught); err != nil {
-			cancel()
+	if err := f.waitConfirmed(ctx, f.task.slotName(0), target, done); err != nil {
+		cancel()
+		if !errors.Is(err, errStreamEnded) {
 			<-done
-			tb.Fatal(err)
 		}
-		if caught {
-			break
-		}
-		select {
-		case err := <-done:
-			cancel()
-			tb.Fatalf("stream ended before it caught up: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			tb.Fatal("the stream did not catch up in two minutes")
-		}
+		tb.Fatal(err)
 	}
 	caughtUp(ctx)
 	cancel()
 	if err := <-done; err != nil {
 		tb.Fatalf("stream: %v", err)
+	}
+}
+
+// walPosition returns the source's current WAL position.
+func (f *streamFixture) walPosition(tb testing.TB) string {
+	tb.Helper()
+	var lsn string
+	if err := f.srcConn.QueryRow(tb.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		tb.Fatal(err)
+	}
+	return lsn
+}
+
+// errStreamEnded is waitConfirmed's error when the stream ended first.
+var errStreamEnded = errors.New("the stream ended before it caught up")
+
+// waitConfirmed polls the source every 10 ms until the confirmed position
+// of slot reached target. It returns an error wrapping errStreamEnded when
+// done delivers first (nil done never does), and an error after two
+// minutes.
+func (f *streamFixture) waitConfirmed(ctx context.Context, slot, target string, done <-chan error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var caught bool
+		if err := f.srcConn.QueryRow(ctx, "SELECT coalesce(bool_and(confirmed_flush_lsn >= $1::pg_lsn), false) FROM pg_replication_slots WHERE slot_name = $2",
+			target, slot).Scan(&caught); err != nil {
+			return err
+		}
+		if caught {
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("%w: %v", errStreamEnded, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s did not confirm %s in two minutes", slot, target)
+		}
 	}
 }
 
