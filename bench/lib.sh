@@ -123,13 +123,16 @@ ensure_pgbouncer() {
 }
 
 # wait_sql waits until `SELECT 1` works on port $1 (through whatever listens),
-# up to 30 s: a proxy restarted on a loaded 2-core machine (bench/sharding.sh's
-# memory part) took longer than 10 s.
+# up to 30 s. With a pid ($3), it returns 1 as soon as that process is gone
+# (the caller shows its log), instead of waiting out the 30 s.
 wait_sql() {
-	local port=$1 what=$2
+	local port=$1 what=$2 pid=${3:-}
 	for _ in $(seq 300); do
 		if "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$port" -U "$BENCH_USER" -d "$BENCH_DB" -c 'SELECT 1' >/dev/null 2>&1; then
 			return 0
+		fi
+		if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+			return 1
 		fi
 		sleep 0.1
 	done

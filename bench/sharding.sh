@@ -269,9 +269,21 @@ EOF
 		{ cat "$BENCH_TMP/check-config.log" >&2; die "generated shardgate config is invalid"; }
 	SHARDGATE_VERSION=${SHARDGATE_VERSION:-$(cd "$REPO_DIR" && git describe --always --dirty 2>/dev/null || echo unknown)}
 	log "starting shardgate $SHARDGATE_VERSION on 127.0.0.1:$PORT_SHARDGATE (transaction mode, pool $BENCH_POOL_SIZE per shard, GOMAXPROCS=${GOMAXPROCS:-default})"
-	"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate.log" 2>&1 &
-	PID_SHARDGATE=$!
-	wait_sql "$PORT_SHARDGATE" shardgate
+	local try
+	for try in 1 2 3; do
+		"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate.log" 2>&1 &
+		PID_SHARDGATE=$!
+		wait_sql "$PORT_SHARDGATE" shardgate "$PID_SHARDGATE" && break
+		# The port free_port found can be taken before the proxy binds it
+		# (a client's ephemeral port: the range includes ours).
+		if [ "$try" -eq 3 ] || ! grep -q 'address already in use' "$BENCH_TMP/shardgate.log"; then
+			tail -20 "$BENCH_TMP/shardgate.log" >&2
+			die "shardgate exited at start"
+		fi
+		PORT_SHARDGATE=$(free_port $((PORT_SHARDGATE + 1)))
+		log "the port was taken meanwhile; starting shardgate on 127.0.0.1:$PORT_SHARDGATE"
+		sed -i "s/^listen: 127\.0\.0\.1:.*/listen: 127.0.0.1:$PORT_SHARDGATE/" "$BENCH_TMP/shardgate.yaml"
+	done
 	expect_comm "$PID_SHARDGATE" proxy
 }
 
