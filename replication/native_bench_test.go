@@ -137,28 +137,8 @@ func (n *nativeSub) run(tb testing.TB, caughtUp func(context.Context)) {
 // of its walsender so far.
 func (n *nativeSub) ticks(tb testing.TB, ctx context.Context) (worker, walsender int64) {
 	tb.Helper()
-	rows, err := n.l.f.srcConn.Query(ctx, `SELECT pid, false FROM pg_stat_subscription WHERE subname = $1 AND relid IS NULL AND pid IS NOT NULL
+	return splitTicks(tb, ctx, n.l.f.srcConn, `SELECT pid, false FROM pg_stat_subscription WHERE subname = $1 AND relid IS NULL AND pid IS NOT NULL
 		UNION ALL SELECT pid, true FROM pg_stat_replication WHERE application_name = $1`, nativeSlot)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var pid int
-		var sender bool
-		if err := rows.Scan(&pid, &sender); err != nil {
-			tb.Fatal(err)
-		}
-		if sender {
-			walsender += procTicks(pid)
-		} else {
-			worker += procTicks(pid)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return worker, walsender
 }
 
 // compare checks that database native holds the source's rows of the

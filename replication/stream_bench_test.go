@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardgate/shardgate/config"
 )
 
@@ -268,8 +270,15 @@ func (f *streamFixture) waitConfirmed(ctx context.Context, slot, target string, 
 // destination backends and its walsender have used so far.
 func (f *streamFixture) serverTicks(tb testing.TB, ctx context.Context) (backends, walsender int64) {
 	tb.Helper()
-	rows, err := f.srcConn.Query(ctx, `SELECT pid, backend_type = 'walsender' FROM pg_stat_activity
+	return splitTicks(tb, ctx, f.srcConn, `SELECT pid, backend_type = 'walsender' FROM pg_stat_activity
 		WHERE application_name = $1 AND (backend_type = 'walsender' OR datname LIKE 'dst\_%')`, taskAppName)
+}
+
+// splitTicks sums the CPU clock ticks of the processes sql names, rows of
+// (pid, is a walsender): the others' and the walsenders'.
+func splitTicks(tb testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) (others, walsender int64) {
+	tb.Helper()
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -284,13 +293,13 @@ func (f *streamFixture) serverTicks(tb testing.TB, ctx context.Context) (backend
 		if sender {
 			walsender += ticks
 		} else {
-			backends += ticks
+			others += ticks
 		}
 	}
 	if err := rows.Err(); err != nil {
 		tb.Fatal(err)
 	}
-	return backends, walsender
+	return others, walsender
 }
 
 // procTicks returns utime + stime of process pid from /proc, 0 when it is
