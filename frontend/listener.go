@@ -163,8 +163,9 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // acceptTransient reports whether an accept error passes by itself: a
-// timeout, or a lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
-// ENOMEM), which closing connections cures.
+// timeout, a lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+// ENOMEM), which closing connections cures, or a connection the peer
+// aborted before it was accepted (ECONNABORTED).
 func acceptTransient(err error) bool {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
