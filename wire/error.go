@@ -79,8 +79,24 @@ func Fatalf(code, format string, args ...any) *Error {
 	return &Error{Severity: "FATAL", Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// AsError returns err as an *Error if it is one (or wraps one).
+// AsError returns err as an *Error if it is one (or wraps one). A nil err
+// or an *Error itself costs no allocation (errors.As's target escapes), as
+// the hot paths check every exchange's error with it.
 func AsError(err error) (*Error, bool) {
+	switch e := err.(type) {
+	case nil:
+		return nil, false
+	case *Error:
+		return e, true
+	}
+	return asWrapped(err)
+}
+
+// asWrapped is AsError's errors.As, kept out of line so that its escaping
+// target is allocated only for an error that is not an *Error.
+//
+//go:noinline
+func asWrapped(err error) (*Error, bool) {
 	var e *Error
 	ok := errors.As(err, &e)
 	return e, ok

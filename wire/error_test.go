@@ -2,6 +2,8 @@ package wire
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -33,5 +35,30 @@ func TestAppendErrorBytes(t *testing.T) {
 	got := AppendError(nil, ParseError(server))
 	if !bytes.Equal(got[5:], server) {
 		t.Fatalf("re-encoded %q, want %q", got[5:], server)
+	}
+}
+
+func TestAsError(t *testing.T) {
+	direct := Errorf(UndefinedTable, "relation \"t\" does not exist")
+	for _, c := range []struct {
+		name string
+		err  error
+		want *Error
+	}{
+		{"nil", nil, nil},
+		{"direct", direct, direct},
+		{"wrapped", fmt.Errorf("shard 1: %w", direct), direct},
+		{"other", errors.New("broken pipe"), nil},
+	} {
+		e, ok := AsError(c.err)
+		if e != c.want || ok != (c.want != nil) {
+			t.Errorf("%s: AsError = %v, %t; want %v, %t", c.name, e, ok, c.want, c.want != nil)
+		}
+	}
+	// The hot paths check every exchange's error: nil and an *Error
+	// itself must not allocate.
+	var err error = direct
+	if n := testing.AllocsPerRun(100, func() { AsError(nil); AsError(err) }); n != 0 {
+		t.Errorf("AsError allocates %.0f times per call on nil and *Error", n)
 	}
 }
