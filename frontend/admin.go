@@ -52,7 +52,7 @@ func (c *client) adminLogin(ctx context.Context, s *startup) error {
 	c.w.Write(wire.AppendParameterStatus(nil, "integer_datetimes", "on"))
 	c.w.Write(wire.AppendParameterStatus(nil, "standard_conforming_strings", "on"))
 	c.w.Write(key)
-	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), 'I'))
 	if err := c.w.Flush(); err != nil {
 		return err
 	}

@@ -44,6 +44,18 @@ type cancelTarget struct {
 	next   *cancelTarget // another server the client holds (sharded databases)
 }
 
+// serverTarget is s's own cancel target, made by its first holder and kept
+// in s.Holder: targets are immutable once stored (a cancel request reads
+// one from another goroutine), so every client that holds s shares it.
+func serverTarget(s *pool.Server) *cancelTarget {
+	if t, ok := s.Holder.(*cancelTarget); ok {
+		return t
+	}
+	t := &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s}
+	s.Holder = t
+	return t
+}
+
 // client is one client connection and its goroutine's state. Fields are
 // owned by that goroutine unless noted.
 type client struct {
@@ -140,8 +152,7 @@ type client struct {
 
 	cancelMu     sync.Mutex // orders cancel forwarding with the servers leaving the client
 	cancelTarget atomic.Pointer[cancelTarget]
-	lastTarget   *cancelTarget // the one-server target attach stored last (owner only)
-	wakeMu       sync.Mutex    // orders Shutdown's wake-ups with the client leaving ClientIdle
+	wakeMu       sync.Mutex // orders Shutdown's wake-ups with the client leaving ClientIdle
 	state        atomic.Int32
 	killed       atomic.Bool
 	queries      atomic.Uint64
@@ -298,7 +309,7 @@ func (c *client) run(ctx context.Context, st *State) error {
 	key = wire.AppendInt32(key, int32(c.pid))
 	key = append(key, c.secret[:]...)
 	c.w.Write(key)
-	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), 'I'))
 	if err := c.w.Flush(); err != nil {
 		return err
 	}
@@ -346,11 +357,7 @@ func (c *client) attachOnce(ctx context.Context) (lost bool, err error) {
 	}
 	c.server = s
 	c.setState(ClientActive)
-	if t := c.lastTarget; t == nil || t.srv != s {
-		// Targets are immutable once stored: the same server's is reused.
-		c.lastTarget = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s}
-	}
-	c.setCancelTarget(c.lastTarget)
+	c.setCancelTarget(serverTarget(s))
 	if err := c.restore(s); err != nil {
 		s.Broken = true
 		_, answered := wire.AsError(err) // the server refused a SET: the client's answer

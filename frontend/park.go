@@ -430,13 +430,16 @@ func (c *client) park() bool {
 }
 
 // shed drops what a parked client can do without and the next round trip
-// makes again (see unparked): its per-round-trip slices, the cancel
-// target of its last server, its statement maps while they are empty, and
-// the unnamed statement's effect while it has none.
+// makes again (see unparked): its per-round-trip slices, its statement
+// maps while they are empty, and the unnamed statement's effect while it
+// has none.
 // A parked client costs its memory for as long as it stays idle; once
 // resumed the allocations come back once, after an idle second at least.
 func (c *client) shed() {
-	c.out, c.lastTag, c.batchOps, c.lastTarget = nil, nil, nil, nil
+	c.out, c.lastTag, c.batchOps = nil, nil, nil
+	if c.shardedState != nil {
+		c.execOut, c.execTag = nil, nil
+	}
 	if len(c.stmts) == 0 {
 		c.stmts = nil
 	}

@@ -138,16 +138,17 @@ func newNamedCache[T any](prefix string, gen *atomic.Uint64, mk func(name string
 
 // get returns the value for key, making it (with arg) on first use.
 func (nc *namedCache[T]) get(key []byte, arg string) *T {
-	k := genKey(nc.gen, key)
+	var buf [256]byte // most keys: no allocation to look one up
+	k := appendGenKey(buf[:0], nc.gen, key)
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	if v := nc.m[k]; v != nil {
+	if v := nc.m[string(k)]; v != nil {
 		return v
 	}
 	nc.next++
 	name := nc.prefix + strconv.FormatUint(nc.next, 10)
 	v := nc.mk(name, key, arg)
-	nc.m[k] = v
+	nc.m[string(k)] = v
 	nc.byname[name] = v
 	return v
 }
@@ -184,18 +185,18 @@ func newStmtCache(gen *atomic.Uint64) stmtCache {
 // first use.
 func (sc stmtCache) get(tail []byte) *stmt { return sc.namedCache.get(tail, "") }
 
-// genKey prefixes a cache key with the schema generation (see
+// appendGenKey appends a cache key to buf, prefixed with the schema generation (see
 // Listener.ddlGen): a Parse after a schema change passed through the proxy
 // gets a statement of its own, prepared against the new schema, while
 // statements clients prepared before keep the plans PostgreSQL gave them
 // (and fail as PostgreSQL's would, "cached plan must not change result
 // type"). Without it, a client's Parse after DROP TYPE and CREATE TYPE
 // reused a server statement whose parameter type was the dropped one.
-func genKey(gen *atomic.Uint64, key []byte) string {
-	if gen == nil {
-		return string(key)
+func appendGenKey(buf []byte, gen *atomic.Uint64, key []byte) []byte {
+	if gen != nil {
+		buf = append(strconv.AppendUint(buf, gen.Load(), 36), ':')
 	}
-	return strconv.FormatUint(gen.Load(), 36) + ":" + string(key)
+	return append(buf, key...)
 }
 
 // emptyParse prepares the empty query as the unnamed statement: the
@@ -607,7 +608,7 @@ func (c *client) answerWithoutServer(typ byte, body []byte) bool {
 		c.w.Write(closeComplete)
 		return true
 	case 'S':
-		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+		c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), c.tx))
 		return true
 	case 'H':
 		return true

@@ -111,7 +111,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 			// This server has the statement from another client.
 			c.sqlStmts[create.client] = create.st
 			c.w.Write(wire.AppendCommandComplete(nil, "PREPARE"))
-			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+			c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), c.tx))
 			return c.endRoundTrip()
 		}
 	}
@@ -184,7 +184,7 @@ func (c *client) answerLocally(err error, ready bool) error {
 		return err
 	}
 	if ready {
-		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+		c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), c.tx))
 	} else {
 		c.pipe.set(pipeDropping, true)
 	}
@@ -196,7 +196,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	if c.pipe.has(pipeDropping) && c.xs == nil { // a sharded batch skips itself (shardedExtended)
 		if typ == 'S' {
 			c.pipe.set(pipeDropping, false)
-			c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+			c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), c.tx))
 			return c.flushClient()
 		}
 		return nil
@@ -473,7 +473,7 @@ func (c *client) serverFailed(err error) error {
 	if !forwarded {
 		c.w.Write(wire.AppendError(nil, e))
 	}
-	c.w.Write(wire.AppendReadyForQuery(nil, 'I'))
+	c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), 'I'))
 	c.tx = 'I'
 	return c.flushClient()
 }

@@ -81,10 +81,10 @@ type routerPlanner struct {
 }
 
 func (rp *routerPlanner) plan(sql string, c *client) (*routePlan, error) {
-	return rp.planParams(sql, nil, nil, c)
+	return rp.planParams(nil, sql, nil, nil, c)
 }
 
-func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16, c *client) (*routePlan, error) {
+func (rp *routerPlanner) planParams(into *routePlan, sql string, params [][]byte, formats []int16, c *client) (*routePlan, error) {
 	st, err := rp.r.AnalyzeStrings(sql, c.standardStrings())
 	if err != nil {
 		return nil, err
@@ -93,7 +93,11 @@ func (rp *routerPlanner) planParams(sql string, params [][]byte, formats []int16
 	if err != nil {
 		return nil, err
 	}
-	out := &routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}, statements: st.Count()}
+	out := into
+	if out == nil {
+		out = new(routePlan)
+	}
+	*out = routePlan{Plan: executor.Plan{SQL: sql, Shards: p.Shards, Write: p.Write}, statements: st.Count()}
 	if p.InsertSelect != nil {
 		out.Kind, out.InsertSelect = executor.RouteInsertSelect, p.InsertSelect
 		out.Params, out.Formats = params, formats

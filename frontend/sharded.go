@@ -99,6 +99,9 @@ type shardedState struct {
 	batchHint      int
 	sportals       map[string]*sPortal
 	pendingPrepare string
+	// execOut is execOne's message buffer and execTag its copy of the
+	// CommandComplete tag, kept for the next statement (scratch).
+	execOut, execTag []byte
 	// clientParse: the exchange in progress is the client's Parse
 	// (validateParse), whose notices go to the client and are counted in
 	// parseNotices; other Parses' are the proxy's own (stmt.noisy).
@@ -169,7 +172,7 @@ func (c *client) readyForQuery(status byte) {
 		c.toClient(r)
 	}
 	c.reports = c.reports[:0]
-	c.w.Write(wire.AppendReadyForQuery(nil, status))
+	c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), status))
 }
 
 // shardedStatus is the transaction status of the client's session.
@@ -256,22 +259,22 @@ func (c *client) attachHeld(ctx context.Context, i int) error {
 // client holds: a statement fanned out runs on all of them, and a cancel
 // must stop it everywhere.
 func (c *client) storeCancelTargets() {
-	var t *cancelTarget
-	held := 0
-	for i := c.xs.Len() - 1; i >= 0; i-- {
+	held, last := 0, (*pool.Server)(nil)
+	for i := range c.xs.Len() {
 		if s := c.xs.Server(i); s != nil {
-			held++
-			if held == 1 && c.lastTarget != nil && c.lastTarget.srv == s && c.lastTarget.next == nil {
-				// Targets are immutable once stored: the one of a
-				// transaction on the same single server is reused.
-				t = c.lastTarget
-				continue
-			}
-			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s, next: t}
+			held, last = held+1, s
 		}
 	}
 	if held == 1 {
-		c.lastTarget = t
+		// The one server's own target, shared by its holders.
+		c.setCancelTarget(serverTarget(last))
+		return
+	}
+	var t *cancelTarget
+	for i := c.xs.Len() - 1; i >= 0; i-- {
+		if s := c.xs.Server(i); s != nil {
+			t = &cancelTarget{addr: s.Addr, pid: s.PID, secret: s.Secret, srv: s, next: t}
+		}
 	}
 	c.setCancelTarget(t)
 }

@@ -470,7 +470,7 @@ func (c *client) declarePlan(sql string, params [][]byte, formats []int16) *rout
 		if !ok {
 			return nil
 		}
-		if inner, err = c.rt.planParams(text, params, formats, c); err != nil || inner.Kind != executor.RouteRead {
+		if inner, err = c.rt.planParams(nil, text, params, formats, c); err != nil || inner.Kind != executor.RouteRead {
 			return nil
 		}
 	}

@@ -167,7 +167,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 			return c.sLocal(&routePlan{localTag: "PREPARE"}, describe)
 		}
 	}
-	out := c.appendPortal(nil, p, i)
+	out := c.appendPortal(c.execOut[:0], p, i)
 	if describe {
 		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
 	}
@@ -185,7 +185,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 			p.suspended, p.shard = true, i
 			c.ext[i].portal = p
 		case 'C':
-			tag = append([]byte{}, raw[5:]...)
+			tag = append(c.execTag[:0], raw[5:]...)
 		}
 		c.toClient(raw)
 	}
@@ -197,6 +197,9 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		out = append(out, 'S', 0, 0, 0, 4)
 		err = c.serverExchange(out, fn)
 	}
+	if cap(out) <= scratchKeep {
+		c.execOut = out[:0] // written to the server: reusable
+	}
 	c.ranOn(plan.Shards)
 	if _, ok := wire.AsError(err); ok && c.bindPending {
 		// The shard failed the Parse or Bind: its error answers the Bind.
@@ -206,8 +209,15 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		return err
 	}
 	c.completed(plan, i, p.stmt.sql, tag, setting)
+	if cap(tag) <= scratchKeep {
+		c.execTag = tag[:0]
+	}
 	return nil
 }
+
+// scratchKeep bounds the scratch buffers a client keeps between
+// statements (execOut, execTag): a bigger one was a rare statement's.
+const scratchKeep = 4096
 
 // completed records what a statement that completed on shard i (with
 // CommandComplete body tag) did to the session: a PREPARE's statement, the

@@ -63,18 +63,19 @@ func parseMsg(body []byte) (name, query, tail []byte, err error) {
 
 // parseBindParams decodes the parameter formats and values of a Bind body
 // after the portal and statement names (the tail), and checks that the
-// result formats end it.
-func parseBindParams(tail []byte) ([]int16, [][]byte, error) {
+// result formats end it. It appends to params[:0] and formats[:0], so a
+// caller's arrays serve when they are big enough; the values are slices
+// of tail.
+func parseBindParams(tail []byte, params [][]byte, formats []int16) ([]int16, [][]byte, error) {
 	d := wire.NewBody(tail)
-	var formats []int16
+	formats, params = formats[:0], params[:0]
 	for n := d.Uint16(); n > 0 && d.Err() == nil; n-- {
 		formats = append(formats, int16(d.Uint16()))
 	}
-	np := d.Uint16()
-	if d.Err() == nil && len(formats) > 1 && len(formats) != int(np) {
+	np := int(d.Uint16())
+	if d.Err() == nil && len(formats) > 1 && len(formats) != np {
 		return nil, nil, wire.Errorf(wire.ProtocolViolation, "bind message has %d parameter formats but %d parameters", len(formats), np)
 	}
-	var params [][]byte
 	for n := np; n > 0 && d.Err() == nil; n-- {
 		l := d.Int32()
 		if l == -1 {
@@ -91,19 +92,19 @@ func parseBindParams(tail []byte) ([]int16, [][]byte, error) {
 		return nil, nil, err
 	}
 	// Formats apply per parameter: none means text, one applies to all.
-	all := make([]int16, len(params))
-	for i := range all {
-		switch len(formats) {
-		case 0:
-		case 1:
-			all[i] = formats[0]
-		default:
-			if i < len(formats) {
-				all[i] = formats[i]
-			}
+	switch len(formats) {
+	case len(params):
+	case 0, 1:
+		f := int16(0)
+		if len(formats) == 1 {
+			f = formats[0]
+		}
+		formats = formats[:0]
+		for range params {
+			formats = append(formats, f)
 		}
 	}
-	return all, params, nil
+	return formats, params, nil
 }
 
 // resultFormats returns the result-format part at the end of a Bind tail

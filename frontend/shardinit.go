@@ -11,7 +11,9 @@ import (
 // planner routes statements of a sharded database.
 type planner interface {
 	plan(sql string, c *client) (*routePlan, error)
-	planParams(sql string, params [][]byte, formats []int16, c *client) (*routePlan, error)
+	// planParams plans sql with its Bind parameters, in into when it is
+	// not nil.
+	planParams(into *routePlan, sql string, params [][]byte, formats []int16, c *client) (*routePlan, error)
 }
 
 // initShards prepares a client of a sharded database.

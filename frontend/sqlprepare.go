@@ -273,7 +273,7 @@ func (c *client) sqlPrepared(sql string, sp *sqlPrep) (done bool, out string, cr
 			return false, sql, nil, nil // the server answers 26000
 		}
 		c.w.Write(wire.AppendCommandComplete(nil, "DEALLOCATE"))
-		c.w.Write(wire.AppendReadyForQuery(nil, c.tx))
+		c.w.Write(wire.AppendReadyForQuery(c.w.AvailableBuffer(), c.tx))
 		return true, "", nil, c.flushClient()
 	case sp.prepare:
 		if c.duplicateSQLName(sp.prepName) {
@@ -344,7 +344,7 @@ func (c *client) shardedSQLPrep(sql string, sp *sqlPrep) (*routePlan, error) {
 		return nil, wire.Errorf(wire.FeatureNotSupported,
 			"EXECUTE of %q needs constant arguments on a sharded database, to route it by its sharding key", ex.name)
 	}
-	p, err := c.rt.planParams(st.query, ex.args, nil, c)
+	p, err := c.rt.planParams(nil, st.query, ex.args, nil, c)
 	if err != nil {
 		return nil, err
 	}

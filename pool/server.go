@@ -85,6 +85,10 @@ type Server struct {
 	Unnamed []byte
 	// Broken is set by the owner when the connection cannot be reused.
 	Broken bool
+	// Holder is the frontend's value for this connection, made once by a
+	// holder and immutable after (the target of cancel requests): every
+	// later holder reuses it instead of making its own per checkout.
+	Holder any
 	// StalePlans is set when the server reported that a prepared
 	// statement's result type changed (a table was altered): its shared
 	// statements are deallocated at checkin, so that the next client
