@@ -271,6 +271,7 @@ func (l *Listener) MetricsSample(ctx context.Context) metrics.Sample {
 		s.Clients[c.State.String()]++
 	}
 	s.Routes = l.routes.samples()
+	s.Loop = metrics.LoopSample{Clients: l.HotClients(), Handoffs: l.HotHandoffs(), Parked: l.Parked()}
 	return s
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,19 @@ func TestMetricsScrape(t *testing.T) {
 	if v, ok := metric(after, "shardgate_pool_servers_idle", pool); !ok || v < 1 {
 		t.Errorf("shardgate_pool_servers_idle = %g", v)
 	}
+	// The app client is served by the event loop (unless the tests turn
+	// it off) or parked once idle; the admin client by a goroutine.
+	loopOn := os.Getenv("SHARDGATE_TEST_EVENT_LOOP") != "0"
+	eventually(t, 10*time.Second, "the app client on the loop or parked", func() bool {
+		m := scrapeMetrics(t, o)
+		onLoop, ok1 := metric(m, "shardgate_event_loop_clients", nil)
+		parked, ok2 := metric(m, "shardgate_clients_parked", nil)
+		_, ok3 := metric(m, "shardgate_event_loop_handoffs_total", nil)
+		if !loopOn {
+			return ok1 && ok2 && ok3 && onLoop == 0
+		}
+		return ok1 && ok2 && ok3 && onLoop+parked == 1
+	})
 	// Every metric of ours is named shardgate_*, and no label carries a
 	// client address or SQL.
 	for name, mf := range after {

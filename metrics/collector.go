@@ -17,6 +17,15 @@ type Sample struct {
 	Shards    []ShardSample
 	Clients   map[string]int // connected clients by state (idle, waiting, active…)
 	Routes    []RouteSample
+	Loop      LoopSample
+}
+
+// LoopSample is how clients are served: on the event loop
+// (limits.event_loop), handed from it to goroutines, or parked.
+type LoopSample struct {
+	Clients  int    // clients the event loop serves (see hotLoop.running)
+	Handoffs uint64 // since the start: moves of a client from the loop to a goroutine
+	Parked   int    // idle clients parked without a goroutine (client_park_after)
 }
 
 // RouteSample counts the statements of a sharded database by how many
@@ -104,6 +113,7 @@ type collector struct {
 	transactions, queries, checkouts, timeouts, connects, connectErrors      *prometheus.Desc
 	disconnects, errors, queryTime, xactTime, waitTime, bytesIn, bytesOut    *prometheus.Desc
 	clients, paused, maintenance, gateWaiting, gateWait, shardUp, routed     *prometheus.Desc
+	loopClients, loopHandoffs, parked                                        *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -142,6 +152,12 @@ func newCollector(src Source) *collector {
 		routed: prometheus.NewDesc("shardgate_routed_statements_total",
 			"Statements of sharded databases by route: direct (one shard), multi (some shards), all (every shard).",
 			[]string{"database", "route"}, nil),
+		loopClients: prometheus.NewDesc("shardgate_event_loop_clients",
+			"Clients served by the event loop (limits.event_loop), one of them for a moment on a goroutine when a step may block; the others have goroutines of their own or are parked.", nil, nil),
+		loopHandoffs: prometheus.NewDesc("shardgate_event_loop_handoffs_total",
+			"Moves of a client from the event loop to a goroutine, for a step that may block (a pool wait, a closed gate, COPY, …).", nil, nil),
+		parked: prometheus.NewDesc("shardgate_clients_parked",
+			"Idle clients parked without a goroutine or buffers (limits.client_park_after).", nil, nil),
 		shardUp: prometheus.NewDesc("shardgate_shard_up", "Servers of the shard with this role that answer probes and whose pools connect.",
 			[]string{"database", "shard", "role"}, nil),
 	}
@@ -199,6 +215,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range s.Clients {
 		gauge(c.clients, float64(n), state)
 	}
+	gauge(c.loopClients, float64(s.Loop.Clients))
+	counter(c.loopHandoffs, s.Loop.Handoffs)
+	gauge(c.parked, float64(s.Loop.Parked))
 	for _, r := range s.Routes {
 		counter(c.routed, r.Direct, r.Database, "direct")
 		counter(c.routed, r.Multi, r.Database, "multi")

@@ -96,6 +96,7 @@ func (f *fakeSource) MetricsSample(ctx context.Context) Sample {
 			{Database: "app", Shard: 0, Role: "replica", Healthy: false},
 		},
 		Clients: map[string]int{"idle": 5, "active": 2},
+		Loop:    LoopSample{Clients: 6, Handoffs: 11, Parked: 3},
 	}
 }
 
@@ -195,6 +196,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"shardgate_shard_up", map[string]string{"role": "primary"}, 1},
 		{"shardgate_shard_up", map[string]string{"role": "replica"}, 1},
 		{"shardgate_clients", map[string]string{"state": "idle"}, 5},
+		{"shardgate_event_loop_clients", nil, 6},
+		{"shardgate_event_loop_handoffs_total", nil, 11},
+		{"shardgate_clients_parked", nil, 3},
 		{"shardgate_reloads_total", map[string]string{"result": "success"}, 1},
 		{"shardgate_reloads_total", map[string]string{"result": "failure"}, 1},
 		{"shardgate_last_reload_success", nil, 0},
