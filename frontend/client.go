@@ -184,11 +184,17 @@ const (
 )
 
 func newClient(l *Listener, conn net.Conn) *client {
+	c := newBareClient(l, conn)
+	c.buffers(1 << 30)
+	return c
+}
+
+// newBareClient is newClient without the socket's buffers, which a client
+// that has sent nothing yet does not need (see Listener.handle).
+func newBareClient(l *Listener, conn net.Conn) *client {
 	c := &client{
 		l:        l,
 		conn:     conn,
-		r:        wire.NewReader(conn, clientReadBuffer, 1<<30),
-		w:        bufio.NewWriterSize(conn, clientWriteBuffer),
 		id:       l.nextID.Add(1),
 		started:  time.Now().UnixNano(),
 		tx:       'I',
@@ -280,10 +286,10 @@ func (c *client) info() ClientInfo {
 	return ci
 }
 
-// run serves the client from startup to disconnect.
+// run serves the client from startup to disconnect; its login deadline is
+// set (Listener.handle).
 func (c *client) run(ctx context.Context, st *State) error {
 	c.st = st
-	c.loginDeadline(st.Config.Limits.ClientLoginTimeout)
 	s, err := c.negotiate(st)
 	if err != nil {
 		return c.loginFailed(err)

@@ -191,9 +191,19 @@ func (l *Listener) track() bool {
 
 func (l *Listener) handle(ctx context.Context, conn net.Conn) {
 	n := l.clientsNum.Add(1)
-	c := newClient(l, conn)
+	c := newBareClient(l, conn)
 	c.serve(func() error {
 		st := l.State()
+		c.loginDeadline(st.Config.Limits.ClientLoginTimeout)
+		// Until its first bytes arrive a client holds no buffers (48 KiB),
+		// only this goroutine: connections that send nothing, thousands
+		// of them up to max_client_conn, cost little until their login
+		// times out.
+		err := awaitReadable(conn)
+		c.buffers(1 << 30)
+		if err != nil {
+			return c.loginFailed(err)
+		}
 		if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
 			c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
 				fmt.Sprintf("max_client_conn (%d) reached", max))

@@ -461,6 +461,13 @@ func (c *client) unparked() {
 	if c.sqlStmts == nil {
 		c.sqlStmts = map[string]*sqlStmt{}
 	}
+	c.buffers(c.maxMessage)
+	c.qBuf = make([]req, 0, clientQueue)
+}
+
+// buffers gives the client its socket's reader (accepting bodies up to
+// max bytes) and writer, those parked clients left if any are kept.
+func (c *client) buffers(max int) {
 	p := &c.l.parking
 	var r *wire.Reader
 	var w *bufio.Writer
@@ -468,9 +475,9 @@ func (c *client) unparked() {
 	case r = <-p.readers:
 		p.taken.Add(1)
 		r.Reset(c.conn)
-		r.SetMax(c.maxMessage)
+		r.SetMax(max)
 	default:
-		r = wire.NewReader(c.conn, clientReadBuffer, c.maxMessage)
+		r = wire.NewReader(c.conn, clientReadBuffer, max)
 	}
 	select {
 	case w = <-p.writers:
@@ -479,7 +486,6 @@ func (c *client) unparked() {
 		w = bufio.NewWriterSize(c.conn, clientWriteBuffer)
 	}
 	c.r, c.w = r, w
-	c.qBuf = make([]req, 0, clientQueue)
 }
 
 // resume serves a parked client whose socket woke, on the evloop's new

@@ -1,0 +1,134 @@
+//go:build unix
+
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/wire"
+)
+
+// startSilentListener serves a Listener whose one database is never
+// reached (no test here logs in), with client_login_timeout login.
+func startSilentListener(t *testing.T, login time.Duration) string {
+	t.Helper()
+	cfg, err := config.Parse(fmt.Appendf(nil, `listen: 127.0.0.1:0
+limits: { client_login_timeout: %s }
+users:
+  - { name: app, auth_type: trust, server_user: app, server_password: x }
+databases:
+  - name: app
+    shards: [{ host: 127.0.0.1, port: 1, database: app }]
+`, login), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	st, err := NewState(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(st, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve(context.Background(), ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := l.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+		st.Pools.Close()
+	})
+	return ln.Addr().String()
+}
+
+// TestSilentConnectionsHoldNoBuffers: a connection that has sent nothing
+// holds its goroutine but not the client's 48 KiB of socket buffers, so
+// that thousands of them (up to max_client_conn) cost little until their
+// login times out; once it sends its first packet it is answered as any.
+func TestSilentConnectionsHoldNoBuffers(t *testing.T) {
+	addr := startSilentListener(t, 30*time.Second)
+	const n = 300
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// Every connection has its goroutine (blocked in awaitReadable).
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() < g0+n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, want at least %d", runtime.NumGoroutine(), g0+n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	per := (int64(m1.HeapInuse) - int64(m0.HeapInuse)) / n
+	t.Logf("per silent connection: heap in use %d B, stacks %d B", per, (int64(m1.StackInuse)-int64(m0.StackInuse))/n)
+	if per > 8<<10 {
+		t.Errorf("a silent connection holds %d B of heap, want under 8 KiB (its buffers are 48 KiB)", per)
+	}
+
+	// The first packet of one of them is answered: SSLRequest, no TLS.
+	c := conns[0]
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := wire.AppendInt32(wire.AppendInt32(nil, 8), 80877103)
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != 'N' {
+		t.Fatalf("SSLRequest answered %q, %v; want N", b[:], err)
+	}
+}
+
+// TestSilentConnectionTimesOut: a connection that sends nothing gets
+// client_login_timeout's FATAL, as one that stalls later in its login.
+func TestSilentConnectionTimesOut(t *testing.T) {
+	addr := startSilentListener(t, 200*time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := wire.NewReader(c, 1024, 1024)
+	typ, _, body, err := r.Next()
+	if err != nil || typ != 'E' {
+		t.Fatalf("got %q, %v; want an ErrorResponse", typ, err)
+	}
+	if e := wire.ParseError(body); e.Severity != "FATAL" || e.Code != wire.ProtocolViolation {
+		t.Fatalf("got %v (%s %s), want FATAL 08P01 client_login_timeout", e, e.Severity, e.Code)
+	}
+	if _, _, _, err := r.Next(); err != io.EOF {
+		t.Fatalf("after the FATAL: %v, want EOF", err)
+	}
+}
