@@ -358,6 +358,7 @@ pgbench_args() {
 	case $workload in
 	select1) w="-f $BENCH_TMP/select1.sql" ;;
 	select-only) w="-S" ;;
+	tpcb) w="" ;; # pgbench's built-in TPC-B-like transaction
 	*) die "unknown workload $workload" ;;
 	esac
 	echo "-n $w -M $mode -c $clients -j $jobs -T $secs -U $BENCH_USER $BENCH_DB"
