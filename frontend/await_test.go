@@ -1,18 +1,15 @@
-//go:build unix
+//go:build linux
 
 package frontend
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"testing"
 	"time"
 
-	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -20,41 +17,15 @@ import (
 // reached (no test here logs in), with client_login_timeout login.
 func startSilentListener(t *testing.T, login time.Duration) string {
 	t.Helper()
-	cfg, err := config.Parse(fmt.Appendf(nil, `listen: 127.0.0.1:0
+	_, port := serveTestListener(t, fmt.Appendf(nil, `listen: 127.0.0.1:0
 limits: { client_login_timeout: %s }
 users:
   - { name: app, auth_type: trust, server_user: app, server_password: x }
 databases:
   - name: app
     shards: [{ host: 127.0.0.1, port: 1, database: app }]
-`, login), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	st, err := NewState(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(st, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve(context.Background(), ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := l.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-		st.Pools.Close()
-	})
-	return ln.Addr().String()
+`, login))
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // TestSilentConnectionsHoldNoBuffers: a connection that has sent nothing

@@ -162,7 +162,7 @@ func waitParked(t *testing.T, l *Listener, n int) {
 // returns the Listener and its TCP port.
 func startBurstListener(t *testing.T, cl *pgtest.Cluster, loop bool) (*Listener, int) {
 	t.Helper()
-	cfg, err := config.Parse(fmt.Appendf(nil, `listen: 127.0.0.1:0
+	return serveTestListener(t, fmt.Appendf(nil, `listen: 127.0.0.1:0
 pool: { mode: transaction, size: 2, checkout_timeout: 5s }
 limits: { client_login_timeout: 5s, client_park_after: 3s, event_loop: %v, max_client_conn: 5000 }
 users:
@@ -170,7 +170,15 @@ users:
 databases:
   - name: postgres
     shards: [{ host: %s, port: %d, database: postgres }]
-`, loop, cl.User, cl.Password, cl.Host, cl.Port), "test.yaml")
+`, loop, cl.User, cl.Password, cl.Host, cl.Port))
+}
+
+// serveTestListener serves a Listener of the configuration text yaml on
+// a loopback port until the test ends, when it shuts it down and closes
+// its pools.
+func serveTestListener(t *testing.T, yaml []byte) (*Listener, int) {
+	t.Helper()
+	cfg, err := config.Parse(yaml, "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
