@@ -60,6 +60,8 @@
 #   BENCH_RESHARD_CUTOVER_CLIENTS  part 4 pgbench clients (default 4)
 #   BENCH_OUT          Markdown output (default bench/results/reshard.md)
 #   SHARDGATE_BIN      use this proxy binary instead of building ./cmd/proxy
+#   BENCH_RESHARD_PERF=FILE  record the proxy's stacks (perf record -g) from
+#                      the start of shardgate's apply load to its catch-up
 #   BENCH_KEEP_ON_FAILURE=1  keep the temp dir (logs) when something fails
 set -euo pipefail
 
@@ -358,6 +360,12 @@ apply_load() {
 	[ "$name" = native ] || px_pid=$PID_SYNC
 	# shellcheck disable=SC2086 # lists of pids
 	ws0=$(proc_ticks $ws_pid) ap0=$(proc_ticks $ap_pids) px0=$(proc_ticks $px_pid)
+	local perf_pid=""
+	if [ -n "${BENCH_RESHARD_PERF:-}" ] && [ -n "$px_pid" ]; then
+		perf record -q -g -p "$px_pid" -o "$BENCH_RESHARD_PERF" >"$BENCH_TMP/perf.log" 2>&1 &
+		perf_pid=$!
+		BENCH_EXTRA_PIDS+=("$perf_pid")
+	fi
 	local script=(-f "$BENCH_TMP/write.sql" -D rows="$ROWS")
 	[ "$APPLY_LOAD" = tpcb ] && script=(-b tpcb-like)
 	log "apply ($name): pgbench ${script[*]} -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
@@ -380,6 +388,10 @@ apply_load() {
 		sleep 0.1
 	done
 	stop_pid "$pid_s"
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid" 2>/dev/null || true
+		wait "$perf_pid" 2>/dev/null || true
+	fi
 	[ -n "$caught" ] || caught=">600"
 	local want got=""
 	want=$(check_sums src)
@@ -404,6 +416,7 @@ apply_load() {
 	xs=$(cut -d' ' -f2 "$lagf" | sort -g | tail -1)
 	stats=$(printf '%s | %.0f | %.0f | %.2f | %.2f' "$n" "$mb" "$xb" "$ms" "$xs")
 	log "apply ($name): $tps tps, samples|median bytes|max bytes|median s|max s = $stats, caught up ${caught}s after the load, rows $check"
+	log "apply ($name): lag MB, one sample a second: $(awk '{printf "%s%.0f", (NR > 1 ? " " : ""), $1 / 1048576}' "$lagf")"
 	local txns rate
 	txns=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
 	rate=$(awk -v n="$txns" -v k="$CHANGES_PER_TXN" -v l="$APPLY_SECONDS" -v c="$caught" 'BEGIN { if (c ~ />/) print "-"; else printf "%.0f", k * n / (l + c) }')
