@@ -60,6 +60,10 @@
 #   BENCH_RESHARD_CUTOVER_CLIENTS  part 4 pgbench clients (default 4)
 #   BENCH_OUT          Markdown output (default bench/results/reshard.md)
 #   SHARDGATE_BIN      use this proxy binary instead of building ./cmd/proxy
+#   BENCH_RESHARD_GOMAXPROCS  GOMAXPROCS of `proxy data-sync` (default: the
+#                      Go runtime's, one per CPU)
+#   BENCH_RESHARD_PERF=FILE  record the proxy's stacks (perf record -g) from
+#                      the start of shardgate's apply load to its catch-up
 #   BENCH_KEEP_ON_FAILURE=1  keep the temp dir (logs) when something fails
 set -euo pipefail
 
@@ -242,7 +246,10 @@ run_shardgate() {
 	SCHEMA_S=$(secs "$t0" "$(now)")
 	log "shardgate: proxy data-sync -progress 1s src dst"
 	t0=$(now)
-	"$BENCH_TMP/proxy" data-sync -config "$BENCH_TMP/shardgate.yaml" -progress 1s src dst \
+	# GOMAXPROCS of data-sync only: empty keeps the environment's (the Go
+	# runtime's default: the CPUs).
+	GOMAXPROCS=${BENCH_RESHARD_GOMAXPROCS:-${GOMAXPROCS:-}} \
+		"$BENCH_TMP/proxy" data-sync -config "$BENCH_TMP/shardgate.yaml" -progress 1s src dst \
 		>"$BENCH_TMP/data-sync.out" 2>"$BENCH_TMP/data-sync.log" &
 	PID_SYNC=$!
 	BENCH_EXTRA_PIDS+=("$PID_SYNC")
@@ -321,6 +328,12 @@ proc_ticks() {
 	echo "$s"
 }
 
+# proc_ctxsw PID prints the context switches (voluntary + involuntary) of
+# every thread of PID so far; 0 when it is gone.
+proc_ctxsw() {
+	cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(nonvoluntary|voluntary)_ctxt_switches:/ { s += $2 } END { print s + 0 }'
+}
+
 # apply_pids NAME prints the server processes of NAME's apply besides its
 # walsender: native's apply worker; shardgate's destination sessions.
 apply_pids() {
@@ -355,9 +368,24 @@ apply_load() {
 	local ws_pid ap_pids px_pid="" ws0 ap0 px0 ws_used="" ap_used="" px_used=""
 	ws_pid=$(psql_db src -At -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$slot'")
 	ap_pids=$(apply_pids "$name" | tr '\n' ' ')
+	# Transactions committed in the destination databases (the apply's
+	# groups, and the bench's own few queries).
+	local dst_in commits0 commits=""
+	# shellcheck disable=SC2086 # a list of databases
+	dst_in=$(printf "'%s'," $dsts)
+	dst_in=${dst_in%,}
+	commits0=$(psql_db src -At -c "SELECT sum(xact_commit) FROM pg_stat_database WHERE datname IN ($dst_in)")
 	[ "$name" = native ] || px_pid=$PID_SYNC
 	# shellcheck disable=SC2086 # lists of pids
 	ws0=$(proc_ticks $ws_pid) ap0=$(proc_ticks $ap_pids) px0=$(proc_ticks $px_pid)
+	local cs0=0 cs_used=""
+	[ -n "$px_pid" ] && cs0=$(proc_ctxsw "$px_pid")
+	local perf_pid=""
+	if [ -n "${BENCH_RESHARD_PERF:-}" ] && [ -n "$px_pid" ]; then
+		perf record -q -g -p "$px_pid" -o "$BENCH_RESHARD_PERF" >"$BENCH_TMP/perf.log" 2>&1 &
+		perf_pid=$!
+		BENCH_EXTRA_PIDS+=("$perf_pid")
+	fi
 	local script=(-f "$BENCH_TMP/write.sql" -D rows="$ROWS")
 	[ "$APPLY_LOAD" = tpcb ] && script=(-b tpcb-like)
 	log "apply ($name): pgbench ${script[*]} -c $APPLY_CLIENTS -T $APPLY_SECONDS ${APPLY_RATE:+-R $APPLY_RATE }against src"
@@ -375,11 +403,17 @@ apply_load() {
 			caught=$(secs "$t0" "$(now)")
 			# shellcheck disable=SC2086 # lists of pids
 			ws_used=$(($(proc_ticks $ws_pid) - ws0)) ap_used=$(($(proc_ticks $ap_pids) - ap0)) px_used=$(($(proc_ticks $px_pid) - px0))
+			[ -n "$px_pid" ] && cs_used=$(($(proc_ctxsw "$px_pid") - cs0))
+			commits=$(($(psql_db src -At -c "SELECT sum(xact_commit) FROM pg_stat_database WHERE datname IN ($dst_in)") - commits0))
 			break
 		fi
 		sleep 0.1
 	done
 	stop_pid "$pid_s"
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid" 2>/dev/null || true
+		wait "$perf_pid" 2>/dev/null || true
+	fi
 	[ -n "$caught" ] || caught=">600"
 	local want got=""
 	want=$(check_sums src)
@@ -404,9 +438,12 @@ apply_load() {
 	xs=$(cut -d' ' -f2 "$lagf" | sort -g | tail -1)
 	stats=$(printf '%s | %.0f | %.0f | %.2f | %.2f' "$n" "$mb" "$xb" "$ms" "$xs")
 	log "apply ($name): $tps tps, samples|median bytes|max bytes|median s|max s = $stats, caught up ${caught}s after the load, rows $check"
+	log "apply ($name): lag MB, one sample a second: $(awk '{printf "%s%.0f", (NR > 1 ? " " : ""), $1 / 1048576}' "$lagf")"
 	local txns rate
 	txns=$(awk -F: '/number of transactions actually processed/ {split($2,a,"/"); gsub(/ /,"",a[1]); print a[1]}' "$out")
 	rate=$(awk -v n="$txns" -v k="$CHANGES_PER_TXN" -v l="$APPLY_SECONDS" -v c="$caught" 'BEGIN { if (c ~ />/) print "-"; else printf "%.0f", k * n / (l + c) }')
+	[ -n "$commits" ] && log "apply ($name): ~$commits transactions committed on the destinations, $(awk -v c="$commits" -v n="$((CHANGES_PER_TXN * txns))" 'BEGIN { printf "%.1f", n / c }') changes per destination transaction"
+	[ -n "$cs_used" ] && log "apply ($name): the proxy's threads switched context $cs_used times, $(awk -v c="$cs_used" -v n="$((CHANGES_PER_TXN * txns))" 'BEGIN { printf "%.0f", c * 1e5 / n }') per 100k changes"
 	local cpu="- | - | -"
 	[ -n "$ws_used" ] && [ "${txns:-0}" -gt 0 ] &&
 		cpu=$(awk -v w="$ws_used" -v a="$ap_used" -v p="$px_used" -v px="$px_pid" -v n="$((CHANGES_PER_TXN * txns))" \
@@ -626,7 +663,7 @@ cat >"$BENCH_OUT" <<EOF
 
 Generated by \`bench/reshard.sh\` on $STARTED: PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')
 (wal_level=logical, fsync=off, synchronous_commit=off, shared_buffers=512MB), shardgate
-$SHARDGATE_VERSION, $(nproc) CPUs, everything on one machine and one server (loopback).
+$SHARDGATE_VERSION, $(nproc) CPUs (data-sync GOMAXPROCS: ${BENCH_RESHARD_GOMAXPROCS:-${GOMAXPROCS:-the default}}), everything on one machine and one server (loopback).
 Load average (1/5/15 min) at start: $LOAD_START; after each copy: $LOAD_COPY.
 
 Source table: \`accounts(id bigint primary key, balance int, filler text)\`, $ROWS rows,

@@ -133,7 +133,7 @@ type applier struct {
 // newApplier connects to destination shard d, creates and binds the
 // replication origin of (s, d), and reads its progress.
 func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglogrepl.LSN) (*applier, error) {
-	conn, err := t.connect(ctx, t.dst, d) // not connectDest: see setup
+	conn, err := t.connectApplier(ctx, d) // not connectDest: see setup
 	if err != nil {
 		return nil, err
 	}

@@ -79,9 +79,13 @@
 // after its first (groupLinger), so that an applier that keeps up does not
 // pay a round trip and a commit for every few changes. The applier
 // encodes that round trip itself into a buffer it reuses (pipeline.go), a
-// new statement's Parse included. Only a source
-// transaction too big for one op, a row move and a TRUNCATE of one source's
-// rows (below) keep a destination transaction open across round trips.
+// new statement's Parse included. The reader's and the appliers' sockets
+// read and write with raw system calls (rawconn.go): entering a system
+// call the runtime's way woke its monitor thread out of its idle sleep at
+// every round trip, and that thread's polling was a third of the proxy's
+// CPU. Only a source transaction too big for one op, a row move and a
+// TRUNCATE of one source's rows (below) keep a destination transaction
+// open across round trips.
 // Rows of one table, kind and set of columns go as one multi-row statement
 // where the table's only unique key is its replica identity, so that rows
 // of different keys may be reordered (apply_batch.go). On such tables the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"syscall"
 	"time"
 
@@ -50,19 +49,21 @@ const (
 
 // coalescingConn is a connection whose reads wait a moment after a short
 // read, one that neither brought coalesceBytes nor filled its buffer (see
-// coalesceWait).
+// coalesceWait). Its reads and writes are raw (rawConn) when it has a
+// file descriptor.
 type coalescingConn struct {
 	net.Conn
-	raw   syscall.RawConn // of a TCP connection: its low-water mark is managed; nil otherwise
-	lowat int             // the socket's SO_RCVLOWAT as last set; 0 is the default, 1
-	short bool            // the last read brought less than coalesceBytes
+	rc    *rawConn // of a TCP connection: its low-water mark is managed; nil otherwise
+	lowat int      // the socket's SO_RCVLOWAT as last set; 0 is the default, 1
+	short bool     // the last read brought less than coalesceBytes
 }
 
 func newCoalescingConn(conn net.Conn) *coalescingConn {
+	conn = newRawConn(conn)
 	c := &coalescingConn{Conn: conn}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		if raw, err := tc.SyscallConn(); err == nil {
-			c.raw = raw
+	if rc, ok := conn.(*rawConn); ok {
+		if _, tcp := rc.Conn.(*net.TCPConn); tcp {
+			c.rc = rc
 		}
 	}
 	return c
@@ -70,14 +71,14 @@ func newCoalescingConn(conn net.Conn) *coalescingConn {
 
 func (c *coalescingConn) Read(p []byte) (int, error) {
 	if c.short && len(p) >= coalesceBytes {
-		if c.raw != nil && c.lowat < coalesceLowat {
+		if c.rc != nil && c.lowat < coalesceLowat {
 			c.setLowat(coalesceLowat)
 		}
 		time.Sleep(coalesceWait)
 	}
 	var n int
 	var err error
-	if c.raw != nil && c.lowat > 1 {
+	if c.rc != nil && c.lowat > 1 {
 		n, err = c.readLowat(p)
 	} else {
 		n, err = c.Conn.Read(p)
@@ -91,47 +92,26 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 // the low-water mark to one byte and waits for that, within the
 // connection's read deadline.
 func (c *coalescingConn) readLowat(p []byte) (int, error) {
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Read(int(fd), p)
-			if rerr != syscall.EINTR {
-				break
-			}
+	return c.rc.read(p, func(fd uintptr) {
+		// Setting the mark reports the socket readable at once when a
+		// byte arrived meanwhile (tcp_set_rcvlowat).
+		if c.lowat != 1 {
+			c.setLowatFD(fd, 1)
 		}
-		if rerr == syscall.EAGAIN {
-			// Setting the mark reports the socket readable at once
-			// when a byte arrived meanwhile (tcp_set_rcvlowat).
-			if c.lowat != 1 {
-				c.setLowatFD(fd, 1)
-			}
-			return false
-		}
-		return true
 	})
-	switch {
-	case err != nil:
-		return 0, err // a *net.OpError already
-	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-	case n <= 0 && len(p) > 0:
-		return 0, io.EOF
-	}
-	return n, nil
 }
 
 // setLowat sets the socket's SO_RCVLOWAT.
 func (c *coalescingConn) setLowat(v int) {
-	c.raw.Control(func(fd uintptr) { c.setLowatFD(fd, v) })
+	c.rc.raw.Control(func(fd uintptr) { c.setLowatFD(fd, v) })
 }
 
 func (c *coalescingConn) setLowatFD(fd uintptr, v int) {
-	if err := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, v); err != nil {
+	if err := setsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, v); err != nil {
 		// The mark only saves wake-ups: stop managing it. (Should
 		// lowering it ever fail, reads wait for the mark or for the
 		// reader's poll deadline.)
-		c.raw = nil
+		c.rc = nil
 		return
 	}
 	c.lowat = v

@@ -127,7 +127,7 @@ func lowat(t *testing.T, c *coalescingConn) int {
 	t.Helper()
 	var v int
 	var err error
-	raw, _ := c.Conn.(*net.TCPConn).SyscallConn()
+	raw := c.rc.raw
 	raw.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT) })
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func queued(t *testing.T, c *coalescingConn) int {
 	t.Helper()
 	var v int32
 	var errno syscall.Errno
-	raw, _ := c.Conn.(*net.TCPConn).SyscallConn()
+	raw := c.rc.raw
 	raw.Control(func(fd uintptr) {
 		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&v)))
 	})

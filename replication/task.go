@@ -273,6 +273,28 @@ func (t *Task) connect(ctx context.Context, db *config.Database, i int) (*pgx.Co
 	return conn, nil
 }
 
+// connectApplier connects to destination shard d for an applier, whose
+// session reads and writes with raw system calls (rawConn).
+func (t *Task) connectApplier(ctx context.Context, d int) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(t.dsn(t.dst, d, false))
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect: %w", shardDesc("destination", t.dst, d), err)
+	}
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newRawConn(conn), nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect: %w", shardDesc("destination", t.dst, d), err)
+	}
+	return conn, nil
+}
+
 func (t *Task) connectSource(ctx context.Context, s int) (*pgx.Conn, error) {
 	return t.connect(ctx, t.src, s)
 }

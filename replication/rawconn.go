@@ -1,0 +1,142 @@
+package replication
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// rawConn is a stream's connection (the reader's replication connection,
+// an applier's destination session) whose reads and writes call the kernel
+// without telling Go's runtime that the thread enters a system call
+// (syscall.RawSyscall), as the frontend's fdConn does. The socket is
+// non-blocking (Go's poller made it so), so the call never waits: a read
+// or write that would block returns EAGAIN and waits in the poller as
+// usual (syscall.RawConn).
+//
+// The runtime's entersyscall is not only the cost of its bookkeeping.
+// When every P of the process was idle, the runtime's monitor thread
+// (sysmon) sleeps until woken, and entersyscall wakes it; woken so, it
+// polls every 20 µs for at least the next millisecond, as a bet that the
+// system call will block and its P must be taken back. The apply makes
+// the proxy idle and busy again hundreds of times a second (each round
+// trip of an applier, each wait of the reader), so sysmon spent about a
+// third of the proxy's CPU in bench/reshard.sh's accounts load waking up
+// every 20 µs (perf record -g of the proxy; docs/benchmarks.md, issue 12
+// §5, sixth session), on a machine where each wake-up is a context
+// switch of a virtual CPU.
+type rawConn struct {
+	net.Conn
+	raw syscall.RawConn
+}
+
+// newRawConn returns conn with raw reads and writes, or conn itself when
+// it has no file descriptor (a test's pipe, say).
+func newRawConn(conn net.Conn) net.Conn {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return conn
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return conn
+	}
+	return &rawConn{Conn: conn, raw: raw}
+}
+
+// rawIOMax is the largest read or write made raw at once: the copy of a
+// larger one takes longer, and the P stays with the thread meanwhile
+// (delaying a stop-the-world). Larger writes go out in pieces of this
+// size; larger reads read this much.
+const rawIOMax = 64 << 10
+
+func (c *rawConn) Read(p []byte) (int, error) {
+	return c.read(p, nil)
+}
+
+// read reads into p what the socket holds. When it holds nothing, empty
+// (if not nil) is called with the socket's descriptor before the read
+// waits for the poller.
+func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p = p[:min(len(p), rawIOMax)]
+	var n int
+	var rerr syscall.Errno
+	err := c.raw.Read(func(fd uintptr) bool {
+		n, rerr = sockIO(syscall.SYS_READ, fd, p)
+		if rerr == syscall.EAGAIN {
+			if empty != nil {
+				empty(fd)
+			}
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err // a *net.OpError already
+	case rerr != 0:
+		return 0, c.opErr("read", rerr)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *rawConn) Write(p []byte) (int, error) {
+	var n int
+	var werr syscall.Errno
+	err := c.raw.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			w, e := sockIO(syscall.SYS_WRITE, fd, p[n:min(len(p), n+rawIOMax)])
+			switch e {
+			case 0:
+				n += w
+			case syscall.EAGAIN:
+				return false
+			default:
+				werr = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, err
+	case werr != 0:
+		return n, c.opErr("write", werr)
+	}
+	return n, nil
+}
+
+func (c *rawConn) opErr(op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(),
+		Err: os.NewSyscallError(op, errno)}
+}
+
+// sockIO makes the read or write system call trap of p (not empty) on the
+// non-blocking socket fd, retrying when a signal interrupted it.
+func sockIO(trap, fd uintptr, p []byte) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != syscall.EINTR {
+			return int(r), e
+		}
+	}
+}
+
+// setsockoptInt is setsockopt(2) of an int option, raw (see rawConn).
+func setsockoptInt(fd uintptr, level, opt, v int) error {
+	v32 := int32(v)
+	_, _, e := syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, uintptr(level), uintptr(opt),
+		uintptr(unsafe.Pointer(&v32)), unsafe.Sizeof(v32), 0)
+	if e != 0 {
+		return os.NewSyscallError("setsockopt", e)
+	}
+	return nil
+}
