@@ -81,7 +81,7 @@ func Fatalf(code, format string, args ...any) *Error {
 
 // AsError returns err as an *Error if it is one (or wraps one). A nil err
 // or an *Error itself costs no allocation (errors.As's target escapes), as
-// the hot paths check every exchange's error with it.
+// the sharded path checks every exchange's error with it.
 func AsError(err error) (*Error, bool) {
 	switch e := err.(type) {
 	case nil:
