@@ -65,6 +65,18 @@ func TestRawConn(t *testing.T) {
 // closed when t ends.
 func rawPair(t *testing.T) (*rawConn, net.Conn) {
 	t.Helper()
+	dialed, peer := tcpPair(t)
+	c, ok := newRawConn(dialed).(*rawConn)
+	if !ok {
+		t.Fatal("a TCP connection did not become a rawConn")
+	}
+	return c, peer
+}
+
+// tcpPair returns the two ends of a loopback TCP connection, the dialed
+// one first, closed when t ends.
+func tcpPair(t *testing.T) (dialed, peer net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -79,19 +91,15 @@ func rawPair(t *testing.T) (*rawConn, net.Conn) {
 		}
 		accepted <- conn
 	}()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
+	dialed, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dialed.Close() })
-	peer := <-accepted
+	peer = <-accepted
 	if peer == nil {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { peer.Close() })
-	c, ok := newRawConn(dialed).(*rawConn)
-	if !ok {
-		t.Fatal("a TCP connection did not become a rawConn")
-	}
-	return c, peer
+	return dialed, peer
 }

@@ -46,30 +46,7 @@ func TestCoalescingConnShort(t *testing.T) {
 // nothing lowers it to one byte, so that a lone message is received at
 // once rather than at the read deadline.
 func TestCoalescingConnLowat(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- conn
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	defer server.Close()
+	client, server := tcpPair(t)
 	c := newCoalescingConn(client)
 	buf := make([]byte, streamReadBuffer)
 	// send writes n bytes and waits until they are in the client's socket.
