@@ -9,32 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (server, client net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { server.Close(); client.Close() })
-	return server, client
-}
+	"github.com/shardgate/shardgate/internal/pgtest"
+)
 
 func rawConn(t testing.TB, c net.Conn) syscall.RawConn {
 	t.Helper()
@@ -61,7 +38,7 @@ func newTestEvloop(t testing.TB) *evloop {
 // epoll set's) and finally by the peer closing.
 func TestEvloopCycles(t *testing.T) {
 	e := newTestEvloop(t)
-	srv, cli := tcpPair(t)
+	srv, cli := pgtest.TCPPair(t)
 	rc := rawConn(t, srv)
 	armed := false
 	var last atomic.Uint64
@@ -122,7 +99,7 @@ func TestEvloopClose(t *testing.T) {
 	ran := make(chan int, 3)
 	var keys []parkKey
 	for i := range 3 {
-		srv, _ := tcpPair(t)
+		srv, _ := pgtest.TCPPair(t)
 		armed := false
 		var last atomic.Uint64
 		key, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() { ran <- i }))
@@ -144,7 +121,7 @@ func TestEvloopClose(t *testing.T) {
 		t.Fatalf("unparked socket %d resumed", i)
 	default:
 	}
-	srv, _ := tcpPair(t)
+	srv, _ := pgtest.TCPPair(t)
 	armed := false
 	var last atomic.Uint64
 	if _, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() {})); err != errEvloopClosed {
@@ -158,7 +135,7 @@ func TestEvloopClose(t *testing.T) {
 // Read, the goroutine-per-client way.
 func BenchmarkParkResume(b *testing.B) {
 	e := newTestEvloop(b)
-	srv, cli := tcpPair(b)
+	srv, cli := pgtest.TCPPair(b)
 	rc := rawConn(b, srv)
 	armed := false
 	var last atomic.Uint64
@@ -182,7 +159,7 @@ func BenchmarkParkResume(b *testing.B) {
 }
 
 func BenchmarkNetpollWait(b *testing.B) {
-	srv, cli := tcpPair(b)
+	srv, cli := pgtest.TCPPair(b)
 	ready := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

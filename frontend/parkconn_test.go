@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestParkedConnReopen: a parked socket keeps its addresses, loses
 // nothing the peer sent while it was parked, and becomes a net.Conn once.
 func TestParkedConnReopen(t *testing.T) {
-	srv, cli := tcpPair(t)
+	srv, cli := pgtest.TCPPair(t)
 	p, err := newParkedConn(srv)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestRawConn: a rawConn's writes larger than rawIOMax and larger than
@@ -65,41 +67,10 @@ func TestRawConn(t *testing.T) {
 // closed when t ends.
 func rawPair(t *testing.T) (*rawConn, net.Conn) {
 	t.Helper()
-	dialed, peer := tcpPair(t)
+	peer, dialed := pgtest.TCPPair(t)
 	c, ok := newRawConn(dialed).(*rawConn)
 	if !ok {
 		t.Fatal("a TCP connection did not become a rawConn")
 	}
 	return c, peer
-}
-
-// tcpPair returns the two ends of a loopback TCP connection, the dialed
-// one first, closed when t ends.
-func tcpPair(t *testing.T) (dialed, peer net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- conn
-	}()
-	dialed, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialed.Close() })
-	peer = <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { peer.Close() })
-	return dialed, peer
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestCoalescingConnShort: a read is short, so that the next one waits,
@@ -46,7 +48,7 @@ func TestCoalescingConnShort(t *testing.T) {
 // nothing lowers it to one byte, so that a lone message is received at
 // once rather than at the read deadline.
 func TestCoalescingConnLowat(t *testing.T) {
-	client, server := tcpPair(t)
+	server, client := pgtest.TCPPair(t)
 	c := newCoalescingConn(client)
 	buf := make([]byte, streamReadBuffer)
 	// send writes n bytes and waits until they are in the client's socket.
