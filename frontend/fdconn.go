@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shardgate/shardgate/internal/sockio"
 )
 
 // fdConn is a net.Conn on a raw non-blocking socket that is not in Go's
@@ -272,37 +273,22 @@ func (f *fdConn) Write(p []byte) (int, error) {
 	return done, nil
 }
 
-// rawIOMax is the largest read or write that fdConn makes without telling
-// the runtime that its thread enters a system call (RawSyscall). The
-// socket is non-blocking, so the call never waits; a small one takes a few
-// microseconds, and the runtime's entersyscall/exitsyscall around it are
-// pure cost (docs/benchmarks.md, issue 13, second step). A larger copy may
-// take longer, and the P would stay with the thread for all of it
-// (delaying a stop-the-world): it goes through the runtime as usual.
-const rawIOMax = 64 << 10
+// sockRead is read(2) of p on the non-blocking socket fd, raw up to
+// sockio.MaxRaw. An empty p reads nothing (and is no EOF).
+func sockRead(fd int32, p []byte) (int, error) { return sockCall(syscall.SYS_READ, fd, p) }
 
-// sockRead is read(2) of p on the non-blocking socket fd. An empty p reads
-// nothing (and is no EOF).
-func sockRead(fd int32, p []byte) (int, error) { return sockIO(syscall.SYS_READ, fd, p) }
+// sockWrite is write(2) of p on the non-blocking socket fd, raw up to
+// sockio.MaxRaw.
+func sockWrite(fd int32, p []byte) (int, error) { return sockCall(syscall.SYS_WRITE, fd, p) }
 
-// sockWrite is write(2) of p on the non-blocking socket fd.
-func sockWrite(fd int32, p []byte) (int, error) { return sockIO(syscall.SYS_WRITE, fd, p) }
-
-// sockIO makes the read or write system call trap of p on fd, raw up to
-// rawIOMax.
-func sockIO(trap uintptr, fd int32, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	call := syscall.Syscall
-	if len(p) <= rawIOMax {
-		call = syscall.RawSyscall
-	}
-	r, _, e := call(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+// sockCall is sockio.Call with its errno as an error (nil for none); the
+// callers retry EINTR.
+func sockCall(trap uintptr, fd int32, p []byte) (int, error) {
+	n, e := sockio.Call(trap, uintptr(fd), p)
 	if e != 0 {
 		return 0, e
 	}
-	return int(r), nil
+	return n, nil
 }
 
 // wait waits until the socket may be ready for a read (write), a deadline

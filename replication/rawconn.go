@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
+
+	"github.com/shardgate/shardgate/internal/sockio"
 )
 
 // rawConn is a stream's connection (the reader's replication connection,
@@ -46,12 +48,6 @@ func newRawConn(conn net.Conn) net.Conn {
 	return &rawConn{Conn: conn, raw: raw}
 }
 
-// rawIOMax is the largest read or write made raw at once: the copy of a
-// larger one takes longer, and the P stays with the thread meanwhile
-// (delaying a stop-the-world). Larger writes go out in pieces of this
-// size; larger reads read this much.
-const rawIOMax = 64 << 10
-
 func (c *rawConn) Read(p []byte) (int, error) {
 	return c.read(p, nil)
 }
@@ -63,7 +59,7 @@ func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	p = p[:min(len(p), rawIOMax)]
+	p = p[:min(len(p), sockio.MaxRaw)] // every read raw
 	var n int
 	var rerr syscall.Errno
 	err := c.raw.Read(func(fd uintptr) bool {
@@ -87,12 +83,14 @@ func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
 	return n, nil
 }
 
+// Write writes all of p, in pieces of at most sockio.MaxRaw so that every
+// call is raw.
 func (c *rawConn) Write(p []byte) (int, error) {
 	var n int
 	var werr syscall.Errno
 	err := c.raw.Write(func(fd uintptr) bool {
 		for n < len(p) {
-			w, e := sockIO(syscall.SYS_WRITE, fd, p[n:min(len(p), n+rawIOMax)])
+			w, e := sockIO(syscall.SYS_WRITE, fd, p[n:min(len(p), n+sockio.MaxRaw)])
 			switch e {
 			case 0:
 				n += w
@@ -119,13 +117,13 @@ func (c *rawConn) opErr(op string, errno syscall.Errno) error {
 		Err: os.NewSyscallError(op, errno)}
 }
 
-// sockIO makes the read or write system call trap of p (not empty) on the
-// non-blocking socket fd, retrying when a signal interrupted it.
+// sockIO is sockio.Call of p (at most sockio.MaxRaw, so raw), retrying
+// when a signal interrupted it.
 func sockIO(trap, fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		r, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, e := sockio.Call(trap, fd, p)
 		if e != syscall.EINTR {
-			return int(r), e
+			return n, e
 		}
 	}
 }

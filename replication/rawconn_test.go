@@ -11,7 +11,7 @@ import (
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
-// TestRawConn: a rawConn's writes larger than rawIOMax and larger than
+// TestRawConn: a rawConn's writes larger than sockio.MaxRaw and larger than
 // the sockets' buffers arrive whole and in order, its reads stop at the
 // read deadline with a timeout error, its writes at the write deadline,
 // and a closed peer ends its reads with io.EOF.

@@ -1,0 +1,109 @@
+package sockio
+
+import (
+	"bytes"
+	"syscall"
+	"testing"
+)
+
+// socketPair returns the two ends of a non-blocking Unix stream socket
+// pair, closed when the test ends.
+func socketPair(t *testing.T) (a, b uintptr) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatalf("socketpair: %v", err)
+	}
+	for _, fd := range fds {
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			t.Fatalf("set non-blocking: %v", err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+	}
+	return uintptr(fds[0]), uintptr(fds[1])
+}
+
+// TestCall: small and large (above MaxRaw, through the runtime) writes
+// arrive whole and in order, an empty buffer makes no call, an empty
+// socket answers EAGAIN, and a closed peer reads as 0 bytes.
+func TestCall(t *testing.T) {
+	a, b := socketPair(t)
+	if err := syscall.SetsockoptInt(int(a), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4<<20); err != nil {
+		t.Fatalf("SO_SNDBUF: %v", err)
+	}
+	if n, e := Call(syscall.SYS_WRITE, a, nil); n != 0 || e != 0 {
+		t.Fatalf("empty write = %d, %v; want 0, no errno", n, e)
+	}
+	buf := make([]byte, 16)
+	if n, e := Call(syscall.SYS_READ, b, buf); e != syscall.EAGAIN {
+		t.Fatalf("read of an empty socket = %d, %v; want EAGAIN", n, e)
+	}
+
+	small := []byte("hello")
+	large := bytes.Repeat([]byte{0xa5, 0x5a, 0x01}, MaxRaw) // 3 × MaxRaw: not raw
+	var want []byte
+	for _, p := range [][]byte{small, large} {
+		for len(p) > 0 {
+			n, e := Call(syscall.SYS_WRITE, a, p)
+			if e != 0 {
+				t.Fatalf("write: %v", e)
+			}
+			want = append(want, p[:n]...)
+			p = p[n:]
+			// Drain as we go, so that a full buffer never blocks us.
+			got := drain(t, b)
+			if !bytes.HasPrefix(want, got) {
+				t.Fatalf("read bytes differ from the written ones")
+			}
+			want = want[len(got):]
+		}
+	}
+	if len(want) != 0 {
+		if got := drain(t, b); !bytes.Equal(got, want) {
+			t.Fatalf("last read %d bytes; want %d", len(got), len(want))
+		}
+	}
+
+	syscall.Close(int(a))
+	if n, e := Call(syscall.SYS_READ, b, buf); n != 0 || e != 0 {
+		t.Fatalf("read after the peer closed = %d, %v; want 0 (end of stream)", n, e)
+	}
+}
+
+// drain reads what b holds until EAGAIN.
+func drain(t *testing.T, b uintptr) []byte {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, 2*MaxRaw)
+	for {
+		n, e := Call(syscall.SYS_READ, b, buf)
+		switch {
+		case e == syscall.EAGAIN:
+			return out
+		case e != 0:
+			t.Fatalf("read: %v", e)
+		case n == 0:
+			return out
+		}
+		out = append(out, buf[:n]...)
+	}
+}
+
+// TestCallAllocatesNothing: the hot path's read and write make no
+// allocation.
+func TestCallAllocatesNothing(t *testing.T) {
+	a, b := socketPair(t)
+	msg := []byte("ping")
+	buf := make([]byte, 64)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, e := Call(syscall.SYS_WRITE, a, msg); e != 0 {
+			t.Fatalf("write: %v", e)
+		}
+		if _, e := Call(syscall.SYS_READ, b, buf); e != 0 {
+			t.Fatalf("read: %v", e)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Call allocated %.1f times per read and write; want 0", allocs)
+	}
+}
