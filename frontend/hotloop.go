@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -230,13 +231,33 @@ func (l *hotLoop) running() int {
 	return l.clients
 }
 
+// loopYieldEvery is how often the loop goroutine yields its P
+// (runtime.Gosched) between two waits in epoll_wait. To the runtime the
+// loop is one goroutine that never stops running: its waits are system
+// calls, after which it takes its P back, and the P's count of scheduled
+// goroutines (schedtick) never moves. The runtime's monitor thread
+// (sysmon) takes a goroutine that ran 10 ms on one schedtick for one that
+// hogs its P: it preempts it (a signal to the loop's thread) and, the loop
+// being in epoll_wait, takes the P away, which makes it poll again every
+// 20 µs, as a bet that work has started again. Under load that was sysmon
+// waking every 20 µs for a millisecond out of every ten, its nanosleeps
+// and context switches 12% of the proxy's CPU samples (docs/benchmarks.md,
+// issue 13, ninth step). A yield every few milliseconds costs well under a
+// microsecond, and the loop is then never taken for a hog.
+const loopYieldEvery = 2 * time.Millisecond
+
 func (l *hotLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
+	yielded := time.Now()
 	for {
-		// A blocking wait, as bench/relayfloor's coro mode measured it:
-		// the runtime's sysmon retakes the thread's P after 20 µs in the
-		// call, which a non-blocking look first does not avoid either.
+		// The loop goroutine yields its P now and then, so that the
+		// runtime sees it scheduled anew (see loopYieldEvery).
+		if now := time.Now(); now.Sub(yielded) >= loopYieldEvery {
+			runtime.Gosched()
+			yielded = now
+		}
+		// A blocking wait, as bench/relayfloor's coro mode measured it.
 		n, err := syscall.EpollWait(l.epfd, events, -1)
 		if err == syscall.EINTR {
 			continue
