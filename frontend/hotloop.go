@@ -242,9 +242,11 @@ func (l *hotLoop) running() int {
 // 20 µs, as a bet that work has started again. Under load that was sysmon
 // waking every 20 µs for a millisecond out of every ten, its nanosleeps
 // and context switches 12% of the proxy's CPU samples (docs/benchmarks.md,
-// issue 13, ninth step). A yield every few milliseconds costs well under a
-// microsecond, and the loop is then never taken for a hog.
-const loopYieldEvery = 2 * time.Millisecond
+// issue 13, ninth step). A yield is not free either: Gosched wakes an idle
+// thread to look for the work it queued (wakep), 3% of the samples when
+// the loop yielded every 2 ms. Every 5 ms it is still twice per sysmon
+// period at the least, so the loop is never taken for a hog.
+const loopYieldEvery = 5 * time.Millisecond
 
 func (l *hotLoop) run() {
 	defer close(l.done)
