@@ -42,7 +42,14 @@ func TestManagedClaimLostStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A's own Claim holds the same lock for a moment, on each destination
+	// in turn: a claim racing it would end A's claim transaction (and A's
+	// claim the other's). Once A is in its copy phase its claim is done,
+	// and the holders are its copies.
 	poll(t, time.Minute, "A's copy to take the copy claim lock", func() bool {
+		if a.Info().Phase != PhaseCopy {
+			return false
+		}
 		var n int
 		if err := f.dstConns[0].QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE `+claimLockHeld, copyClaimLock, f.task.Name).Scan(&n); err != nil {
 			t.Fatal(err)
