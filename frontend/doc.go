@@ -126,10 +126,16 @@
 // loop as it is: it reads and writes only the client's and the held
 // servers' sockets, one after the other, with no goroutine of its own.
 //
-// An fdConn reads and writes with raw system calls (syscall.RawSyscall,
-// up to 64 KiB): the socket is non-blocking, so the call never waits, and
-// the runtime's entersyscall/exitsyscall around it are pure cost
-// (docs/benchmarks.md, issue 13, second step).
+// An fdConn reads and writes with raw system calls (recvfrom and sendto
+// by syscall.RawSyscall6, up to 64 KiB; internal/sockio): the socket is
+// non-blocking, so the call never waits, and the runtime's
+// entersyscall/exitsyscall around it are pure cost (docs/benchmarks.md,
+// issue 13, second step).
+//
+// The loop goroutine yields its P every few milliseconds
+// (loopYieldEvery): to the runtime it never stops running, and sysmon
+// would otherwise preempt it every 10 ms and take its P, which sets sysmon
+// polling every 20 µs (issue 13, ninth step).
 //
 // A coroutine is in one of two places:
 //

@@ -273,18 +273,16 @@ func (f *fdConn) Write(p []byte) (int, error) {
 	return done, nil
 }
 
-// sockRead is read(2) of p on the non-blocking socket fd, raw up to
-// sockio.MaxRaw. An empty p reads nothing (and is no EOF).
-func sockRead(fd int32, p []byte) (int, error) { return sockCall(syscall.SYS_READ, fd, p) }
+// sockRead is sockio.Read of p on the non-blocking socket fd, its errno
+// as an error (nil for none; the callers retry EINTR). An empty p reads
+// nothing (and is no EOF).
+func sockRead(fd int32, p []byte) (int, error) { return errnoErr(sockio.Read(uintptr(fd), p)) }
 
-// sockWrite is write(2) of p on the non-blocking socket fd, raw up to
-// sockio.MaxRaw.
-func sockWrite(fd int32, p []byte) (int, error) { return sockCall(syscall.SYS_WRITE, fd, p) }
+// sockWrite is sockio.Write of p on the non-blocking socket fd, as
+// sockRead.
+func sockWrite(fd int32, p []byte) (int, error) { return errnoErr(sockio.Write(uintptr(fd), p)) }
 
-// sockCall is sockio.Call with its errno as an error (nil for none); the
-// callers retry EINTR.
-func sockCall(trap uintptr, fd int32, p []byte) (int, error) {
-	n, e := sockio.Call(trap, uintptr(fd), p)
+func errnoErr(n int, e syscall.Errno) (int, error) {
 	if e != 0 {
 		return 0, e
 	}

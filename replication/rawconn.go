@@ -63,7 +63,7 @@ func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
 	var n int
 	var rerr syscall.Errno
 	err := c.raw.Read(func(fd uintptr) bool {
-		n, rerr = sockIO(syscall.SYS_READ, fd, p)
+		n, rerr = retryEINTR(sockio.Read, fd, p)
 		if rerr == syscall.EAGAIN {
 			if empty != nil {
 				empty(fd)
@@ -90,7 +90,7 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	var werr syscall.Errno
 	err := c.raw.Write(func(fd uintptr) bool {
 		for n < len(p) {
-			w, e := sockIO(syscall.SYS_WRITE, fd, p[n:min(len(p), n+sockio.MaxRaw)])
+			w, e := retryEINTR(sockio.Write, fd, p[n:min(len(p), n+sockio.MaxRaw)])
 			switch e {
 			case 0:
 				n += w
@@ -117,11 +117,11 @@ func (c *rawConn) opErr(op string, errno syscall.Errno) error {
 		Err: os.NewSyscallError(op, errno)}
 }
 
-// sockIO is sockio.Call of p (at most sockio.MaxRaw, so raw), retrying
-// when a signal interrupted it.
-func sockIO(trap, fd uintptr, p []byte) (int, syscall.Errno) {
+// retryEINTR is op (sockio.Read or sockio.Write) of p (at most
+// sockio.MaxRaw, so raw) on fd, retried when a signal interrupted it.
+func retryEINTR(op func(fd uintptr, p []byte) (int, syscall.Errno), fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		n, e := sockio.Call(trap, fd, p)
+		n, e := op(fd, p)
 		if e != syscall.EINTR {
 			return n, e
 		}

@@ -1,6 +1,6 @@
 // Package sockio reads and writes non-blocking sockets with system calls
 // that do not tell Go's runtime the thread enters a system call
-// (syscall.RawSyscall). The frontend's fdConn and replication's rawConn
+// (syscall.RawSyscall6). The frontend's fdConn and replication's rawConn
 // both use it.
 //
 // The runtime's entersyscall/exitsyscall around a read or write of a
@@ -19,26 +19,44 @@ import (
 	"unsafe"
 )
 
-// MaxRaw is the largest read or write that Call makes raw. A larger copy
-// may take long enough that the P kept by the thread meanwhile delays a
-// stop-the-world, so it goes through the runtime as usual. Callers that
-// want every call raw cut their buffers to this size.
+// MaxRaw is the largest read or write that Read and Write make raw. A
+// larger copy may take long enough that the P kept by the thread meanwhile
+// delays a stop-the-world, so it goes through the runtime as usual.
+// Callers that want every call raw cut their buffers to this size.
 const MaxRaw = 64 << 10
 
-// Call makes the read or write system call trap (syscall.SYS_READ,
-// syscall.SYS_WRITE) of p on the non-blocking socket fd: raw when p holds
-// at most MaxRaw bytes, through the runtime above that. An empty p makes
-// no call and returns 0. EINTR is returned to the caller, like every
-// other errno (0 when the call succeeded).
-func Call(trap, fd uintptr, p []byte) (int, syscall.Errno) {
+// Read is recv(2) of p on the non-blocking socket fd: raw when p holds at
+// most MaxRaw bytes, through the runtime above that. An empty p makes no
+// call and returns 0. EINTR is returned to the caller, like every other
+// errno (0 when the call succeeded); 0 bytes and no errno is the end of
+// the stream.
+//
+// recvfrom and sendto rather than read and write: on a socket they go to
+// the socket layer directly, where read and write go through the file
+// layer first (fdget_pos, rw_verify_area, the iov_iter of vfs_read and
+// vfs_write), a few percent of the kernel's cost per call in perf record
+// of the proxy (docs/benchmarks.md, issue 13, ninth step). PgBouncer
+// makes the same calls.
+func Read(fd uintptr, p []byte) (int, syscall.Errno) {
+	return call(syscall.SYS_RECVFROM, fd, p, 0)
+}
+
+// Write is send(2) of p on the non-blocking socket fd, as Read is recv(2).
+// A peer that closed makes it fail with EPIPE, without a SIGPIPE
+// (MSG_NOSIGNAL).
+func Write(fd uintptr, p []byte) (int, syscall.Errno) {
+	return call(syscall.SYS_SENDTO, fd, p, syscall.MSG_NOSIGNAL)
+}
+
+func call(trap, fd uintptr, p []byte, flags uintptr) (int, syscall.Errno) {
 	if len(p) == 0 {
 		return 0, 0
 	}
-	call := syscall.Syscall
+	sys := syscall.Syscall6
 	if len(p) <= MaxRaw {
-		call = syscall.RawSyscall
+		sys = syscall.RawSyscall6
 	}
-	r, _, e := call(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	r, _, e := sys(trap, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), flags, 0, 0)
 	if e != 0 {
 		return 0, e
 	}

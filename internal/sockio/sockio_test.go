@@ -2,6 +2,8 @@ package sockio
 
 import (
 	"bytes"
+	"os"
+	"os/signal"
 	"syscall"
 	"testing"
 )
@@ -23,19 +25,19 @@ func socketPair(t *testing.T) (a, b uintptr) {
 	return uintptr(fds[0]), uintptr(fds[1])
 }
 
-// TestCall: small and large (above MaxRaw, through the runtime) writes
+// TestReadWrite: small and large (above MaxRaw, through the runtime) writes
 // arrive whole and in order, an empty buffer makes no call, an empty
 // socket answers EAGAIN, and a closed peer reads as 0 bytes.
-func TestCall(t *testing.T) {
+func TestReadWrite(t *testing.T) {
 	a, b := socketPair(t)
 	if err := syscall.SetsockoptInt(int(a), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4<<20); err != nil {
 		t.Fatalf("SO_SNDBUF: %v", err)
 	}
-	if n, e := Call(syscall.SYS_WRITE, a, nil); n != 0 || e != 0 {
+	if n, e := Write(a, nil); n != 0 || e != 0 {
 		t.Fatalf("empty write = %d, %v; want 0, no errno", n, e)
 	}
 	buf := make([]byte, 16)
-	if n, e := Call(syscall.SYS_READ, b, buf); e != syscall.EAGAIN {
+	if n, e := Read(b, buf); e != syscall.EAGAIN {
 		t.Fatalf("read of an empty socket = %d, %v; want EAGAIN", n, e)
 	}
 
@@ -44,7 +46,7 @@ func TestCall(t *testing.T) {
 	var want []byte
 	for _, p := range [][]byte{small, large} {
 		for len(p) > 0 {
-			n, e := Call(syscall.SYS_WRITE, a, p)
+			n, e := Write(a, p)
 			if e != 0 {
 				t.Fatalf("write: %v", e)
 			}
@@ -65,7 +67,7 @@ func TestCall(t *testing.T) {
 	}
 
 	syscall.Close(int(a))
-	if n, e := Call(syscall.SYS_READ, b, buf); n != 0 || e != 0 {
+	if n, e := Read(b, buf); n != 0 || e != 0 {
 		t.Fatalf("read after the peer closed = %d, %v; want 0 (end of stream)", n, e)
 	}
 }
@@ -76,7 +78,7 @@ func drain(t *testing.T, b uintptr) []byte {
 	var out []byte
 	buf := make([]byte, 2*MaxRaw)
 	for {
-		n, e := Call(syscall.SYS_READ, b, buf)
+		n, e := Read(b, buf)
 		switch {
 		case e == syscall.EAGAIN:
 			return out
@@ -89,21 +91,38 @@ func drain(t *testing.T, b uintptr) []byte {
 	}
 }
 
-// TestCallAllocatesNothing: the hot path's read and write make no
+// TestReadWriteAllocateNothing: the hot path's read and write make no
 // allocation.
-func TestCallAllocatesNothing(t *testing.T) {
+func TestReadWriteAllocateNothing(t *testing.T) {
 	a, b := socketPair(t)
 	msg := []byte("ping")
 	buf := make([]byte, 64)
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, e := Call(syscall.SYS_WRITE, a, msg); e != 0 {
+		if _, e := Write(a, msg); e != 0 {
 			t.Fatalf("write: %v", e)
 		}
-		if _, e := Call(syscall.SYS_READ, b, buf); e != 0 {
+		if _, e := Read(b, buf); e != 0 {
 			t.Fatalf("read: %v", e)
 		}
 	})
 	if allocs != 0 {
-		t.Fatalf("Call allocated %.1f times per read and write; want 0", allocs)
+		t.Fatalf("Read and Write allocated %.1f times per read and write; want 0", allocs)
+	}
+}
+
+// TestWriteToClosedPeer: a write to a socket whose peer closed fails with
+// EPIPE and raises no SIGPIPE.
+func TestWriteToClosedPeer(t *testing.T) {
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	a, b := socketPair(t)
+	syscall.Close(int(b))
+	if _, e := Write(a, []byte("x")); e != syscall.EPIPE {
+		t.Fatalf("write to a closed peer: %v; want EPIPE", e)
+	}
+	signal.Stop(pipe)
+	if len(pipe) > 0 {
+		t.Fatal("the write raised SIGPIPE")
 	}
 }
