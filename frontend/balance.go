@@ -201,9 +201,7 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 		// On the event loop a checkout of the primary that needs no new
 		// connection stays there, waiting for a server if it must.
 		if len(cands) == 0 {
-			start := time.Now()
 			if s, ok, err := c.hotCheckout(ctx, co, primary); ok {
-				primary.Stats.WaitTime.Observe(time.Since(start))
 				return s, primary, err
 			}
 		}
@@ -237,7 +235,7 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 }
 
 func observeCheckout(ctx context.Context, p *pool.Pool, st pool.Startup) (*pool.Server, error) {
-	start := time.Now()
+	start := clockNow()
 	s, err := p.CheckoutStartup(ctx, st)
 	p.Stats.WaitTime.Observe(time.Since(start))
 	return s, err

@@ -270,7 +270,7 @@ func (c *client) reloadedIdentity(st *State) (*config.User, *config.Database, er
 // and, when the server reported the transaction over, one transaction.
 // roundTrip defers it.
 func (c *client) observeRoundTrip(start time.Time) {
-	now := time.Now()
+	now := clockNow()
 	st := c.statsPool().Stats
 	d := now.Sub(start)
 	st.Queries.Add(1)

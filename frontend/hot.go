@@ -223,8 +223,15 @@ func serverOnCoro(s *pool.Server, co *coro) bool {
 func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *pool.Server, ok bool, err error) {
 	s, q, err := p.QueueStartup(c.startup, co.wakeFn)
 	if q == nil {
+		if s != nil || err != nil {
+			// An idle server (or the pool's error) at once: no wait,
+			// and no clock read for it (clockNow).
+			p.Stats.WaitTime.Observe(0)
+		}
 		return s, s != nil || err != nil, err
 	}
+	start := clockNow()
+	defer func() { p.Stats.WaitTime.Observe(time.Since(start)) }()
 	f, _ := c.conn.(*fdConn)
 	stop := context.AfterFunc(ctx, co.wakeFn)
 	defer stop()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/wire"
@@ -321,7 +320,7 @@ func retryable(err error) bool {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
-	start := time.Now()
+	start := clockNow()
 	c.tripStart = start.Sub(monoBase)
 	defer c.observeRoundTrip(start)
 	s := c.server
