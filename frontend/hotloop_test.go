@@ -327,19 +327,15 @@ func TestCoroOffAndOn(t *testing.T) {
 	}
 }
 
-// BenchmarkHotRoundTrip is one round trip through a coroutine of the loop:
-// the peer writes a message, the coroutine reads it and writes it back.
-func BenchmarkHotRoundTrip(b *testing.B) {
-	l, err := newHotLoop()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.close()
-	f, peer := socketPair(b, l)
+// startEcho runs a coroutine of l that writes back to f what it reads
+// from it, until a read or write fails; the channel is closed when it
+// returns.
+func startEcho(tb testing.TB, l *hotLoop, f *fdConn) <-chan struct{} {
+	tb.Helper()
 	co := &coro{}
 	f.co.Store(co)
 	done := make(chan struct{})
-	l.start(co, func() {
+	if err := l.start(co, func() {
 		defer close(done)
 		buf := make([]byte, 64)
 		for {
@@ -351,7 +347,22 @@ func BenchmarkHotRoundTrip(b *testing.B) {
 				return
 			}
 		}
-	})
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return done
+}
+
+// BenchmarkHotRoundTrip is one round trip through a coroutine of the loop:
+// the peer writes a message, the coroutine reads it and writes it back.
+func BenchmarkHotRoundTrip(b *testing.B) {
+	l, err := newHotLoop()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.close()
+	f, peer := socketPair(b, l)
+	done := startEcho(b, l, f)
 	msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
 	buf := make([]byte, 64)
 	b.ReportAllocs()

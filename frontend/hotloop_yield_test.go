@@ -30,24 +30,7 @@ func TestHotLoopNotTakenForAHog(t *testing.T) {
 	defer signal.Stop(urg)
 	l := newTestLoop(t)
 	f, peer := socketPair(t, l)
-	co := &coro{}
-	f.co.Store(co)
-	done := make(chan struct{})
-	if err := l.start(co, func() {
-		defer close(done)
-		buf := make([]byte, 64)
-		for {
-			n, err := f.Read(buf)
-			if err != nil {
-				return
-			}
-			if _, err := f.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	done := startEcho(t, l, f)
 	defer func() { peer.Close(); <-done }()
 
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
