@@ -70,15 +70,10 @@ const evloopEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 // newEvloop creates the epoll instance and starts the loop goroutine,
 // which close stops and waits for.
 func newEvloop() (*evloop, error) {
-	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	f, fd, err := newPolledEpoll("evloop")
 	if err != nil {
-		return nil, fmt.Errorf("evloop: epoll_create1: %w", err)
+		return nil, err
 	}
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		syscall.Close(fd)
-		return nil, fmt.Errorf("evloop: set non-blocking: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "epoll")
 	raw, err := f.SyscallConn()
 	if err != nil {
 		f.Close()

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,14 +38,23 @@ import (
 // goroutines nor hand its own to a goroutine (offLoop).
 type hotLoop struct {
 	epfd, evfd int
-	done       chan struct{} // closed when run returns
-	pending    atomic.Bool   // an eventfd write is unread: wake need not write again
+	// outer is an epoll instance in Go's netpoller that holds epfd while
+	// the loop waits there rather than in epoll_wait (idleWait).
+	outer    *os.File
+	outerFd  int
+	outerRaw syscall.RawConn
+	inOuter  bool          // epfd is in outer (the loop goroutine's only)
+	done     chan struct{} // closed when run returns
+	pending  atomic.Bool   // an eventfd write is unread: wake need not write again
 	// busy is set while the loop runs coroutines, and cleared before it
 	// last looks at wakes ahead of epoll_wait: a wake that sees it set
 	// (most often one made by a coroutine on the loop, a checkin handing
 	// its server to a waiting client) need not write the eventfd.
 	busy atomic.Bool
 	offs atomic.Uint64 // coroutines handed to a goroutine (coroOff), for tests
+	// idleWaits counts the waits parked in the netpoller (idleWait), for
+	// tests.
+	idleWaits atomic.Uint64
 
 	mu      sync.Mutex // guards the following
 	conns   []*fdConn  // by descriptor
@@ -96,9 +107,36 @@ func newHotLoop() (*hotLoop, error) {
 		syscall.Close(ev)
 		return nil, fmt.Errorf("hot loop: epoll_ctl: %w", err)
 	}
-	l := &hotLoop{epfd: ep, evfd: ev, done: make(chan struct{})}
+	outer, outerFd, err := newPolledEpoll("hot loop")
+	if err != nil {
+		syscall.Close(ep)
+		syscall.Close(ev)
+		return nil, err
+	}
+	l := &hotLoop{epfd: ep, evfd: ev, outer: outer, outerFd: outerFd, done: make(chan struct{})}
+	if l.outerRaw, err = outer.SyscallConn(); err != nil {
+		syscall.Close(ep)
+		syscall.Close(ev)
+		outer.Close()
+		return nil, fmt.Errorf("hot loop: %w", err)
+	}
 	go l.run()
 	return l, nil
+}
+
+// newPolledEpoll returns a new epoll instance as a file in Go's netpoller
+// (an epoll descriptor is pollable: readable while its set has events),
+// and its descriptor (the file's Fd method would make it blocking).
+func newPolledEpoll(what string) (*os.File, int, error) {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: epoll_create1: %w", what, err)
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, 0, fmt.Errorf("%s: set non-blocking: %w", what, err)
+	}
+	return os.NewFile(uintptr(fd), "epoll"), fd, nil
 }
 
 // add registers f's socket.
@@ -248,24 +286,95 @@ func (l *hotLoop) running() int {
 // period at the least, so the loop is never taken for a hog.
 const loopYieldEvery = 5 * time.Millisecond
 
+// loopIdleAfter is how long a wait lasts for the loop to take itself for
+// idle, and loopIdleHold how long it stays so after such a wait: its waits
+// are in Go's netpoller (idleWait) rather than in epoll_wait, until
+// loopIdleHold passed without a long wait.
+//
+// A blocking epoll_wait is a system call to the runtime. After 10 ms in
+// one, sysmon preempts the loop (a signal) and takes its P; with every P
+// idle, sysmon then sleeps until something wakes it, and the loop's
+// return from the call, taking an idle P, does: sysmon starts again at
+// 20 µs between polls, as a bet that work has started again, and backs
+// off only after a millisecond. Under sparse traffic (a transaction every
+// 20 ms, say) that was every transaction: 28–30 nanosleeps and 33–35
+// context switches each, 700–800 µs of CPU per transaction where
+// PgBouncer spent 130–170 µs (docs/benchmarks.md, issue 13, ninth step).
+// A goroutine parked in the netpoller wakes no sysmon: the thread that
+// waits for it does so in the scheduler, with its P given back.
+//
+// The netpoller is not the hot path's wait: it takes three calls where
+// epoll_wait takes one (a look that finds nothing, the runtime's own
+// epoll_pwait, the look that finds the events), and waking the parked
+// goroutine is a scheduler's round. A loop that is busy never waits 5 ms.
+const (
+	loopIdleAfter = 5 * time.Millisecond
+	loopIdleHold  = 100 * time.Millisecond
+)
+
+// loopWaits decides where the loop waits (loopIdleAfter), from the
+// times (monoTime) its waits returned.
+type loopWaits struct {
+	last     time.Duration // when the last wait returned
+	longWait time.Duration // when the last wait of loopIdleAfter or more returned
+}
+
+func newLoopWaits(now time.Duration) loopWaits {
+	return loopWaits{last: now, longWait: now - loopIdleHold}
+}
+
+// idle reports whether the next wait is in the netpoller.
+func (w *loopWaits) idle() bool { return w.last-w.longWait < loopIdleHold }
+
+// returned records that a wait returned at now. The time since the last
+// one returned is this wait's and the work before it, which is never
+// milliseconds when the loop is busy.
+func (w *loopWaits) returned(now time.Duration) {
+	if now-w.last >= loopIdleAfter {
+		w.longWait = now
+	}
+	w.last = now
+}
+
 func (l *hotLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
-	yielded := time.Now()
+	now := monoTime()
+	waits := newLoopWaits(now)
+	yielded := now // when the loop last yielded its P
 	for {
-		// The loop goroutine yields its P now and then, so that the
-		// runtime sees it scheduled anew (see loopYieldEvery).
-		if now := time.Now(); now.Sub(yielded) >= loopYieldEvery {
-			runtime.Gosched()
-			yielded = now
+		var n int
+		var err error
+		parked := false
+		if waits.idle() {
+			n, parked, err = l.idleWait(events)
+		} else {
+			if l.inOuter {
+				// Out of the netpoller's sight, whose thread would
+				// otherwise wake at every event too.
+				rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
+				l.inOuter = false
+			}
+			// A blocking wait, as bench/relayfloor's coro mode measured
+			// it.
+			n, err = syscall.EpollWait(l.epfd, events, -1)
 		}
-		// A blocking wait, as bench/relayfloor's coro mode measured it.
-		n, err := syscall.EpollWait(l.epfd, events, -1)
+		now = monoTime()
+		waits.returned(now)
+		if parked {
+			yielded = now // a wait in the netpoller reschedules the goroutine
+		}
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			panic(fmt.Sprintf("hot loop: epoll_wait: %v", err)) // a bad epoll descriptor: a bug
+		}
+		// The loop goroutine yields its P now and then, so that the
+		// runtime sees it scheduled anew (see loopYieldEvery).
+		if now-yielded >= loopYieldEvery {
+			runtime.Gosched()
+			yielded = now
 		}
 		l.busy.Store(true)
 		for _, ev := range events[:n] {
@@ -273,6 +382,7 @@ func (l *hotLoop) run() {
 				if l.woken() {
 					syscall.Close(l.epfd)
 					syscall.Close(l.evfd)
+					l.outer.Close()
 					return
 				}
 				continue
@@ -298,6 +408,59 @@ func (l *hotLoop) run() {
 			l.busy.Store(true)
 		}
 	}
+}
+
+// idleWait waits for the loop's events in Go's netpoller (see
+// loopIdleAfter): it looks at epfd without waiting, and when that finds
+// nothing, parks the goroutine until outer, which the netpoller watches
+// and which holds epfd while the loop is idle, is readable. parked
+// reports whether it parked. No call here enters the runtime's system
+// call path (RawSyscall6 only), which would wake sysmon.
+func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err error) {
+	if n, err = rawEpollWait(l.epfd, events); n > 0 || err != nil && err != syscall.EINTR {
+		return n, false, err
+	}
+	if !l.inOuter {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.epfd)}
+		if err := rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_ADD, l.epfd, &ev); err != nil {
+			// Cannot happen with two valid epoll instances; wait as
+			// usual.
+			n, err = syscall.EpollWait(l.epfd, events, -1)
+			return n, false, err
+		}
+		l.inOuter = true
+	}
+	l.idleWaits.Add(1)
+	rerr := l.outerRaw.Read(func(uintptr) bool {
+		n, err = rawEpollWait(l.epfd, events)
+		return n > 0 || err != nil && err != syscall.EINTR
+	})
+	if rerr != nil {
+		return 0, true, fmt.Errorf("hot loop: wait in the netpoller: %w", rerr)
+	}
+	return n, true, err
+}
+
+// rawEpollWait is epoll_wait(2) of epfd without waiting, by
+// RawSyscall6 (epoll_pwait with no signal mask, which every Linux
+// architecture has).
+func rawEpollWait(epfd int, events []syscall.EpollEvent) (int, error) {
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
+		uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// rawEpollCtl is epoll_ctl(2) by RawSyscall6.
+func rawEpollCtl(epfd, op, fd int, ev *syscall.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd),
+		uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // hasWakes reports whether wake queued a coroutine.
