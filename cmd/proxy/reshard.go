@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/shardgate/shardgate/config"
@@ -77,9 +78,17 @@ func schemaSync(ctx context.Context, args []string) error {
 // progress line to stdout every few seconds. The slots stay, so that a
 // later data-sync or a RESHARD/COPY_DATA task of the proxy resumes.
 func dataSync(ctx context.Context, args []string) error {
+	// One P before any goroutine of the task starts; see dataSyncProcs.
+	procs := dataSyncProcs(os.LookupEnv("GOMAXPROCS"))
+	if procs > 0 {
+		runtime.GOMAXPROCS(procs)
+	}
 	task, log, every, err := reshardTask("data-sync", args)
 	if err != nil {
 		return err
+	}
+	if procs > 0 {
+		log.Info("data-sync runs on one P (GOMAXPROCS=1); set the GOMAXPROCS environment variable to override", "task", task.Name, "cpus", runtime.NumCPU())
 	}
 	if err := task.SchemaSync(ctx); err != nil {
 		return err
@@ -101,6 +110,27 @@ func dataSync(ctx context.Context, args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// dataSyncProcs returns the GOMAXPROCS that data-sync sets for itself
+// from the GOMAXPROCS environment variable (os.LookupEnv's result): 1 when
+// it is unset or empty, 0 (leave the runtime's choice) when it is set, so
+// an explicit GOMAXPROCS always wins.
+//
+// data-sync runs nothing but the task, and the stream's pace is set by the
+// source's walsender (docs/benchmarks.md, issue 12 §5): the reader and the
+// appliers hand each batch from one goroutine to another and wait on
+// sockets at every round trip. With one P the goroutine readied runs on the
+// same thread when the current one blocks; with more, the runtime wakes and
+// parks a second thread each time, whose wake-ups take CPU from the
+// walsender and the destination backends on a machine shared with the
+// database. The proxy that serves clients keeps Go's default: its clients
+// need the Ps, and a RESHARD inside it does not come here.
+func dataSyncProcs(env string, set bool) int {
+	if set && env != "" {
+		return 0
+	}
+	return 1
 }
 
 // startProgress prints a progress line every interval until stopped.
