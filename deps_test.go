@@ -24,7 +24,7 @@ const module = "github.com/shardgate/shardgate"
 // The layers, bottom up. A package may import the layers below its own;
 // the exceptions inside a layer are spelled out in mayImport.
 var (
-	bottom = []string{"config", "metrics", "router/sharding", "wire"}
+	bottom = []string{"config", "metrics", "router/sharding", "wire", "internal/sockio"}
 	middle = append([]string{"pool", "router"}, bottom...) // executor sits above router and pool
 	upper  = append([]string{"executor"}, middle...)
 	top    = append([]string{"admin", "frontend", "replication"}, upper...)
@@ -32,11 +32,13 @@ var (
 
 var mayImport = map[string][]string{
 	// The bottom layer. sharding and wire import nothing else of ours;
-	// nor, today, do config and metrics.
+	// nor, today, do config and metrics. internal/sockio is the raw socket
+	// read and write of frontend's fdConn and replication's rawConn.
 	"config":          nil,
 	"metrics":         nil,
 	"router/sharding": nil,
 	"wire":            nil,
+	"internal/sockio": nil,
 
 	// The middle layer: executor runs router's plans on pool's servers;
 	// router and pool do not know each other.
