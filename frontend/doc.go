@@ -135,7 +135,10 @@
 // The loop goroutine yields its P every few milliseconds
 // (loopYieldEvery): to the runtime it never stops running, and sysmon
 // would otherwise preempt it every 10 ms and take its P, which sets sysmon
-// polling every 20 µs (issue 13, ninth step).
+// polling every 20 µs (issue 13, ninth step). For the same reason a loop
+// that is idle (a wait of loopIdleAfter or more in the last loopIdleHold)
+// waits in Go's netpoller rather than in epoll_wait (idleWait): its epoll
+// instance sits inside a second one that the netpoller watches.
 //
 // A coroutine is in one of two places:
 //
