@@ -3,7 +3,7 @@
 # integration tests against real PostgreSQL servers).
 GO ?= go
 
-.PHONY: demo test build vet fmt-check bench bench-sharding bench-reshard
+.PHONY: demo test build vet fmt-check bench bench-sharding bench-reshard bench-sparse
 
 demo:
 	$(GO) run ./cmd/proxy demo
@@ -50,6 +50,9 @@ bench-sharding:
 
 bench-reshard:
 	bash bench/reshard.sh
+
+bench-sparse:
+	bash bench/sparse.sh
 
 # pgx v5's own test suite, directly and through the proxy in session and
 # transaction mode; fails on a test that passes only directly. CONFORMANCE_RUN
