@@ -107,7 +107,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options
 	resumed.Add(1)
 	go func() {
 		defer resumed.Done()
-		if _, err := ah.Tasks.Resume(ctx); err != nil {
+		// A Run that ends early (its port taken, say) cancels ctx: the
+		// error is then that one's, logged by the caller, not this.
+		if _, err := ah.Tasks.Resume(ctx); err != nil && ctx.Err() == nil {
 			log.Error("resuming resharding tasks", "err", err)
 		}
 		ah.Tasks.Watch(ctx) // tasks whose proxy stops later
