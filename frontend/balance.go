@@ -7,6 +7,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
@@ -235,7 +236,7 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 }
 
 func observeCheckout(ctx context.Context, p *pool.Pool, st pool.Startup) (*pool.Server, error) {
-	start := clockNow()
+	start := clock.Now()
 	s, err := p.CheckoutStartup(ctx, st)
 	p.Stats.WaitTime.Observe(time.Since(start))
 	return s, err

@@ -110,7 +110,7 @@ type client struct {
 	lastTag   []byte        // tag of the last CommandComplete relayed
 	clientErr error         // the client socket failed while relaying
 	answers   int           // messages the server sent in this round trip (see roundTrip's retry)
-	tripStart time.Duration // when the batch went to the server, as monoTime (see deadServerWindow)
+	tripStart time.Duration // when the batch went to the server, as clock.Mono (see deadServerWindow)
 	batchOps  []setOp       // session ops of Executes completed since the last Sync
 
 	// One-byte fields, together so that the struct has no padding (its

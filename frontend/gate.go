@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
@@ -270,7 +271,7 @@ func (c *client) reloadedIdentity(st *State) (*config.User, *config.Database, er
 // and, when the server reported the transaction over, one transaction.
 // roundTrip defers it.
 func (c *client) observeRoundTrip(start time.Time) {
-	now := clockNow()
+	now := clock.Now()
 	st := c.statsPool().Stats
 	d := now.Sub(start)
 	st.Queries.Add(1)

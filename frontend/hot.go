@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 )
 
@@ -225,12 +226,12 @@ func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *po
 	if q == nil {
 		if s != nil || err != nil {
 			// An idle server (or the pool's error) at once: no wait,
-			// and no clock read for it (clockNow).
+			// and no clock read for it (clock.Now).
 			p.Stats.WaitTime.Observe(0)
 		}
 		return s, s != nil || err != nil, err
 	}
-	start := clockNow()
+	start := clock.Now()
 	defer func() { p.Stats.WaitTime.Observe(time.Since(start)) }()
 	f, _ := c.conn.(*fdConn)
 	stop := context.AfterFunc(ctx, co.wakeFn)

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shardgate/shardgate/internal/clock"
 )
 
 // hotLoop is the event loop of limits.event_loop: one goroutine blocked
@@ -313,7 +315,7 @@ const (
 )
 
 // loopWaits decides where the loop waits (loopIdleAfter), from the
-// times (monoTime) its waits returned.
+// times (clock.Mono) its waits returned.
 type loopWaits struct {
 	last     time.Duration // when the last wait returned
 	longWait time.Duration // when the last wait of loopIdleAfter or more returned
@@ -339,7 +341,7 @@ func (w *loopWaits) returned(now time.Duration) {
 func (l *hotLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
-	now := monoTime()
+	now := clock.Mono()
 	waits := newLoopWaits(now)
 	yielded := now // when the loop last yielded its P
 	for {
@@ -359,7 +361,7 @@ func (l *hotLoop) run() {
 			// it.
 			n, err = syscall.EpollWait(l.epfd, events, -1)
 		}
-		now = monoTime()
+		now = clock.Mono()
 		waits.returned(now)
 		if parked {
 			yielded = now // a wait in the netpoller reschedules the goroutine

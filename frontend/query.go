@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -320,8 +321,8 @@ func retryable(err error) bool {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
-	start := clockNow()
-	c.tripStart = start.Sub(monoBase)
+	start := clock.Now()
+	c.tripStart = clock.Of(start)
 	defer c.observeRoundTrip(start)
 	s := c.server
 	var werr chan error

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -223,7 +224,7 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 		// statement may have caused it, pg_terminate_backend of
 		// its own backend say).
 		bound := c.sessionBound() || c.answers > 1
-		if !internal && !bound && monoTime()-c.tripStart < deadServerWindow && c.batchRetryable(s) {
+		if !internal && !bound && clock.Mono()-c.tripStart < deadServerWindow && c.batchRetryable(s) {
 			return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
 		}
 		if !internal {

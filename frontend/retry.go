@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -42,22 +43,6 @@ import (
 // operator stopping a runaway query — answers later and must not be run
 // again; that client gets the FATAL as an ERROR, as before.
 const deadServerWindow = 100 * time.Millisecond
-
-// monoBase is what the client's round-trip start (tripStart) counts from:
-// a Duration since it is a third of a time.Time in the client struct, and
-// still monotonic.
-var monoBase = time.Now()
-
-// monoTime is the monotonic time now, as tripStart keeps it.
-func monoTime() time.Duration { return time.Since(monoBase) }
-
-// clockNow is the time now for what measures intervals (round trips,
-// waits): monoBase moved by the monotonic time since, one clock read where
-// time.Now makes two (the wall clock's and the monotonic one), each about
-// 100 ns on a virtual machine's kvm-clock; a round trip took six. Its wall
-// clock is monoBase's moved the same way, so it is for intervals, not for
-// display.
-func clockNow() time.Time { return monoBase.Add(time.Since(monoBase)) }
 
 // retryTries bounds how many servers one round trip is tried on.
 const retryTries = 3
@@ -112,7 +97,7 @@ func (c *client) retryElsewhere(err error) (rerr, local error) {
 		if err = c.adapt(s, prepared, unnamed); err != nil {
 			return err, nil
 		}
-		c.tripStart = monoTime()
+		c.tripStart = clock.Mono()
 		s.W.Write(c.out)
 		if err = s.Flush(); err != nil {
 			err = c.unsent(s, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -45,17 +46,6 @@ const aliveCheckAfter = time.Second
 // ErrClosed is returned by Checkout on a pool that was closed (reload or
 // shutdown).
 var ErrClosed = errors.New("pool closed")
-
-// clockBase anchors monoNow.
-var clockBase = time.Now()
-
-// monoNow is the time now for what the pool measures intervals with
-// (checkout waits, idle and lifetime limits): clockBase moved by the
-// monotonic time since. That is one clock read where time.Now makes two
-// (the wall clock's and the monotonic one, each about 100 ns on a virtual
-// machine's kvm-clock), at every checkout and checkin. Its wall clock is
-// clockBase's moved the same way, so it is for intervals, not for display.
-func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 
 // Stats are a pool's counters, read by the admin database and metrics.
 // Every update is an atomic add. When a reload replaces a pool by one with
@@ -170,7 +160,7 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 // the server refuses st's parameters the error is a *StartupRejectedError
 // (see IsStartupRejected).
 func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error) {
-	start := monoNow()
+	start := clock.Now()
 	p.mu.Lock()
 	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
 		return s, err
@@ -205,7 +195,7 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 // everything is nil: the caller then checks out with CheckoutStartup, where
 // it may block.
 func (p *Pool) QueueStartup(st Startup, notify func()) (s *Server, q *Queued, err error) {
-	start := monoNow()
+	start := clock.Now()
 	p.mu.Lock()
 	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
 		return s, nil, err
@@ -512,7 +502,7 @@ func (p *Pool) Checkin(s *Server) {
 		s.deallocateAll()
 	}
 	s.flushCounts(p.Stats)
-	now := monoNow()
+	now := clock.Now()
 	s.lastUsed = now
 	p.mu.Lock()
 	p.active--
