@@ -84,6 +84,19 @@ free_port() {
 	echo "$p"
 }
 
+# perf_syscall_events BASE NAME...: the perf stat event list BASE plus the
+# tracepoint syscalls:sys_enter_NAME of each NAME this kernel has (a
+# missing one would make perf stat refuse the whole list).
+perf_syscall_events() {
+	local events=$1 tracepoints s
+	shift
+	tracepoints=$(perf list tracepoint 2>/dev/null || true) # not in a pipe with grep -q: pipefail
+	for s in "$@"; do
+		if grep -q "syscalls:sys_enter_$s " <<<"$tracepoints"; then events="$events,syscalls:sys_enter_$s"; fi
+	done
+	echo "$events"
+}
+
 # proc_cpu_ticks prints utime+stime of a process (all its threads) in clock
 # ticks, from /proc/PID/stat (fields 14 and 15; comm may contain spaces).
 proc_cpu_ticks() {

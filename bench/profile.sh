@@ -75,11 +75,8 @@ OUTDIR=$BENCH_TMP/profile
 mkdir -p "$OUTDIR"
 
 SYSCALLS="read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_pwait2 epoll_ctl futex nanosleep sched_yield getpid tgkill rt_sigreturn madvise mmap accept4 close setsockopt getsockopt poll ppoll select pselect6"
-EVENTS="task-clock,context-switches,cpu-migrations,raw_syscalls:sys_enter"
-TRACEPOINTS=$(perf list tracepoint 2>/dev/null || true) # not in a pipe with grep -q: pipefail
-for s in $SYSCALLS; do
-	if grep -q "syscalls:sys_enter_$s " <<<"$TRACEPOINTS"; then EVENTS="$EVENTS,syscalls:sys_enter_$s"; fi
-done
+# shellcheck disable=SC2086 # SYSCALLS is a list of words
+EVENTS=$(perf_syscall_events task-clock,context-switches,cpu-migrations,raw_syscalls:sys_enter $SYSCALLS)
 
 VARIANTS=()
 for g in $PROFILE_GOMAXPROCS; do

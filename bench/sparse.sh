@@ -32,11 +32,7 @@ case $SPARSE_OUT in /*) ;; *) SPARSE_OUT=$PWD/$SPARSE_OUT ;; esac
 BENCH_LATENCY_SAMPLE=0
 
 command -v perf >/dev/null || { apt-get install -y linux-perf >/dev/null 2>&1 || die "perf not found (apt-get install -y linux-perf)"; }
-EVENTS="task-clock,context-switches,raw_syscalls:sys_enter"
-TRACEPOINTS=$(perf list tracepoint 2>/dev/null || true)
-for s in epoll_wait epoll_pwait nanosleep futex; do
-	if grep -q "syscalls:sys_enter_$s " <<<"$TRACEPOINTS"; then EVENTS="$EVENTS,syscalls:sys_enter_$s"; fi
-done
+EVENTS=$(perf_syscall_events task-clock,context-switches,raw_syscalls:sys_enter epoll_wait epoll_pwait nanosleep futex)
 
 bench_setup
 targets=(pgbouncer shardgate)
