@@ -22,11 +22,14 @@ func awaitReadable(conn net.Conn) error {
 	if err != nil {
 		return nil // the reads that follow find out
 	}
+	return rc.Read(peekReady)
+}
+
+// peekReady reports whether the socket fd has bytes to read, is at its
+// end, or failed, without reading: MSG_PEEK leaves the byte for the
+// reader, and a closed or failed socket's reader gets the error.
+func peekReady(fd uintptr) bool {
 	var one [1]byte
-	return rc.Read(func(fd uintptr) bool {
-		// MSG_PEEK leaves the byte for the reader; a closed or failed
-		// socket is "ready" too, and its reader gets the error.
-		_, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return err != unix.EAGAIN && err != unix.EINTR
-	})
+	_, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err != unix.EAGAIN && err != unix.EINTR
 }

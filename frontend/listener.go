@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,8 @@ type Listener struct {
 
 	nextID     atomic.Uint64
 	clientsNum atomic.Int64
+	silent     atomic.Int64  // connections waiting in the evloop for their first bytes (firstbytes.go)
+	silentAll  atomic.Uint64 // such waits so far: not parks of clients (parks)
 	shutting   atomic.Bool
 
 	parking  parker     // idle clients without goroutines (park.go)
@@ -158,7 +161,7 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 			conn.Close() // accepted as Shutdown closed ln
 			return nil
 		}
-		go l.handle(ctx, conn)
+		l.accepted(ctx, conn)
 	}
 }
 
@@ -189,28 +192,44 @@ func (l *Listener) track() bool {
 	return true
 }
 
-func (l *Listener) handle(ctx context.Context, conn net.Conn) {
+// accepted starts serving a client that just connected. Until its first
+// bytes arrive it waits in the evloop (awaitFirstBytes) with no goroutine;
+// where it cannot, its own goroutine waits.
+func (l *Listener) accepted(ctx context.Context, conn net.Conn) {
 	n := l.clientsNum.Add(1)
 	c := newBareClient(l, conn)
-	c.serve(func() error {
-		st := l.State()
-		c.loginDeadline(st.Config.Limits.ClientLoginTimeout)
-		// Until its first bytes arrive a client holds no buffers (48 KiB),
-		// only this goroutine: connections that send nothing, thousands
-		// of them up to max_client_conn, cost little until their login
-		// times out.
-		err := awaitReadable(conn)
-		c.buffers(1 << 30)
-		if err != nil {
-			return c.loginFailed(err)
+	st := l.State()
+	c.loginDeadline(st.Config.Limits.ClientLoginTimeout)
+	if l.awaitFirstBytes(ctx, c, st.Config.Limits.ClientLoginTimeout, n) {
+		return
+	}
+	go c.serve(func() error { return c.firstBytes(ctx, n) })
+}
+
+// firstBytes waits until the client's first bytes arrive, then logs it in
+// and serves it. Until then a client holds no buffers (48 KiB): connections
+// that send nothing, thousands of them up to max_client_conn, cost little
+// until their login times out. n is the client's number among the
+// Listener's clients, for max_client_conn.
+func (c *client) firstBytes(ctx context.Context, n int64) error {
+	l := c.l
+	err := awaitReadable(c.conn)
+	c.buffers(1 << 30)
+	if err != nil {
+		if l.shutting.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Shutdown woke a connection that sent nothing yet.
+			c.sendFatal(wire.Fatalf(wire.CannotConnectNow, "the database system is shutting down"))
+			return err
 		}
-		if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
-			c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
-				fmt.Sprintf("max_client_conn (%d) reached", max))
-			return nil
-		}
-		return c.run(ctx, st)
-	})
+		return c.loginFailed(err)
+	}
+	st := l.State()
+	if max := st.Config.Limits.MaxClientConn; max > 0 && n > int64(max) {
+		c.refuse(wire.Fatalf(wire.TooManyConnections, "sorry, too many clients already"),
+			fmt.Sprintf("max_client_conn (%d) reached", max))
+		return nil
+	}
+	return c.run(ctx, st)
 }
 
 // serve runs fn, a part of the client's life, on the current goroutine,

@@ -165,7 +165,7 @@ func (l *Listener) Parked() int {
 	if e == nil {
 		return 0
 	}
-	return e.parked()
+	return max(e.parked()-int(l.silent.Load()), 0) // not the connections yet to speak
 }
 
 // KeptBuffers reports how many read buffers the Listener keeps for
@@ -187,7 +187,8 @@ func (l *Listener) parks() uint64 {
 	if e == nil {
 		return 0
 	}
-	return e.parks()
+	silent := l.silentAll.Load() // first: it counts parks already in e's total
+	return e.parks() - silent
 }
 
 // closeParking resumes every parked client, and from then on no client
