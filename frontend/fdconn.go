@@ -55,7 +55,10 @@ type fdConn struct {
 	// rclosed: epoll reported the peer's end of writing (EPOLLRDHUP,
 	// EPOLLHUP). No edge follows it, so a short read does not drain the
 	// socket: the next read finds EOF (or the rest) without waiting.
-	rclosed    atomic.Bool
+	rclosed atomic.Bool
+	// server: a server's conn, whose waits are a round trip's
+	// (hotLoop.serverWaits). Set before the conn is used, never changed.
+	server     bool
 	rseq, wseq atomic.Uint32
 	co         atomic.Pointer[coro] // the coroutine this conn waits for, if any
 

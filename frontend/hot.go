@@ -272,6 +272,7 @@ func (c *client) hotServer(s *pool.Server) {
 				break
 			}
 			if f, err = newFDConn(loop, s.Conn); err == nil {
+				f.server = true
 				err = s.SwapConn(f)
 			}
 		default:

@@ -57,6 +57,10 @@ type hotLoop struct {
 	// idleWaits counts the waits parked in the netpoller (idleWait), for
 	// tests.
 	idleWaits atomic.Uint64
+	// serverWaits counts the coroutines waiting on a server's conn: a
+	// round trip under way, whose answer is usually a fraction of a
+	// millisecond away. The loop goroutine's only.
+	serverWaits int
 
 	mu      sync.Mutex // guards the following
 	conns   []*fdConn  // by descriptor
@@ -309,6 +313,11 @@ const loopYieldEvery = 5 * time.Millisecond
 // epoll_wait takes one (a look that finds nothing, the runtime's own
 // epoll_pwait, the look that finds the events), and waking the parked
 // goroutine is a scheduler's round. A loop that is busy never waits 5 ms.
+// Nor does an idle loop wait there for a server's answer (serverWaits):
+// a round trip under way is answered in a fraction of a millisecond as a
+// rule, too soon for sysmon; only the wait for a client's next message,
+// its think time, goes to the netpoller. Under sparse traffic that is one
+// wait of each kind per statement, where both went to the netpoller.
 const (
 	loopIdleAfter = 5 * time.Millisecond
 	loopIdleHold  = 100 * time.Millisecond
@@ -348,7 +357,7 @@ func (l *hotLoop) run() {
 		var n int
 		var err error
 		parked := false
-		if waits.idle() {
+		if waits.idle() && l.serverWaits == 0 {
 			n, parked, err = l.idleWait(events)
 		} else {
 			if l.inOuter {
@@ -516,7 +525,9 @@ func (l *hotLoop) runWakes() bool {
 
 // resume runs co until it yields again, and does what it asked.
 func (l *hotLoop) resume(co *coro) {
-	co.waiting.Store(nil)
+	if f := co.waiting.Swap(nil); f != nil && f.server {
+		l.serverWaits--
+	}
 	if co.timer != nil {
 		co.timer.Stop()
 	}
@@ -558,6 +569,9 @@ func (co *coro) waitFor(f *fdConn, dl *atomic.Int64) error {
 	if d := dl.Load(); d != 0 {
 		co.armTimer(time.Unix(0, d))
 	}
+	if f.server {
+		co.loop.serverWaits++ // resume counts it out
+	}
 	co.yield(coroWait)
 	return f.closedErr()
 }
@@ -569,6 +583,9 @@ func (co *coro) pause(f *fdConn, deadline time.Time) {
 	co.waiting.Store(f)
 	if !deadline.IsZero() {
 		co.armTimer(deadline)
+	}
+	if f != nil && f.server {
+		co.loop.serverWaits++ // resume counts it out
 	}
 	co.yield(coroWait)
 }

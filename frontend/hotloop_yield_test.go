@@ -102,6 +102,82 @@ func TestHotLoopIdleWaitsInNetpoller(t *testing.T) {
 	t.Logf("sparse: %d waits in the netpoller, %.1f context switches per round trip", parked, perTrip)
 }
 
+// TestHotLoopRoundTripWaitsInEpoll: on an idle loop, the wait for a
+// server's answer (a round trip under way) is an epoll_wait, not a wait in
+// the netpoller: only the wait for the client's next message goes there.
+func TestHotLoopRoundTripWaitsInEpoll(t *testing.T) {
+	l := newTestLoop(t)
+	cf, cpeer := socketPair(t, l)
+	sf, speer := socketPair(t, l)
+	sf.server = true
+	co := &coro{}
+	cf.co.Store(co)
+	sf.co.Store(co)
+	done := make(chan struct{})
+	if err := l.start(co, func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for {
+			n, err := cf.Read(buf)
+			if err == nil {
+				_, err = sf.Write(buf[:n])
+			}
+			if err == nil {
+				n, err = sf.Read(buf)
+			}
+			if err == nil {
+				_, err = cf.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cpeer.Close(); <-done }()
+	go func() { // the server: answers each message after a millisecond's work
+		buf := make([]byte, 64)
+		for {
+			n, err := speer.Read(buf)
+			if err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+			if _, err := speer.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+
+	msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
+	buf := make([]byte, len(msg))
+	trip := func() {
+		t.Helper()
+		if _, err := cpeer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cpeer, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trip()
+	const sparse = 40
+	before := l.idleWaits.Load()
+	for range sparse {
+		time.Sleep(15 * time.Millisecond) // the traffic's pace, not a synchronisation
+		trip()
+	}
+	parked := l.idleWaits.Load() - before
+	t.Logf("%d sparse round trips through a server: %d waits in the netpoller", sparse, parked)
+	if parked < sparse/2 {
+		t.Errorf("%d of %d waits for the client were in the netpoller; want most", parked, sparse)
+	}
+	if parked > sparse*5/4 {
+		t.Errorf("%d waits in the netpoller for %d round trips: the waits for the server went there too", parked, sparse)
+	}
+}
+
 // TestLoopWaits: a wait of loopIdleAfter or more sends the loop's waits
 // to the netpoller until loopIdleHold passes without another; a busy
 // loop's waits (and the work between them) never do.
