@@ -313,15 +313,28 @@ const loopYieldEvery = 5 * time.Millisecond
 // epoll_wait takes one (a look that finds nothing, the runtime's own
 // epoll_pwait, the look that finds the events), and waking the parked
 // goroutine is a scheduler's round. A loop that is busy never waits 5 ms.
-// Nor does an idle loop wait there for a server's answer (serverWaits):
-// a round trip under way is answered in a fraction of a millisecond as a
-// rule, too soon for sysmon; only the wait for a client's next message,
-// its think time, goes to the netpoller. Under sparse traffic that is one
-// wait of each kind per statement, where both went to the netpoller.
+// Nor does an idle loop wait there at once for a server's answer
+// (serverWaits): a round trip under way is answered in a fraction of a
+// millisecond as a rule, so the loop first waits for it in epoll_wait for
+// up to loopAnswerWait, a raw system call that wakes no sysmon; only the
+// wait for a client's next message, its think time (and an answer that
+// takes longer), goes to the netpoller. Under sparse traffic that is one
+// wait of each kind per statement, where both went to the netpoller. (A
+// blocking epoll_wait through the runtime's system call path was worse
+// than the netpoller there: entering it wakes a sleeping sysmon, which
+// then polls every 20 µs for as long as the call lasts.)
 const (
 	loopIdleAfter = 5 * time.Millisecond
 	loopIdleHold  = 100 * time.Millisecond
 )
+
+// loopAnswerWait is how long, in milliseconds, an idle loop waits in
+// epoll_wait for a server's answer before it waits in the netpoller. The
+// loop's goroutine keeps its P meanwhile (the wait is a raw system call),
+// as a goroutine that runs would: well under sysmon's 10 ms, so that with
+// one P the process's other goroutines wait no longer than they would for
+// one that runs.
+const loopAnswerWait = 2
 
 // loopWaits decides where the loop waits (loopIdleAfter), from the
 // times (clock.Mono) its waits returned.
@@ -357,7 +370,7 @@ func (l *hotLoop) run() {
 		var n int
 		var err error
 		parked := false
-		if waits.idle() && l.serverWaits == 0 {
+		if waits.idle() {
 			n, parked, err = l.idleWait(events)
 		} else {
 			if l.inOuter {
@@ -428,7 +441,19 @@ func (l *hotLoop) run() {
 // reports whether it parked. No call here enters the runtime's system
 // call path (RawSyscall6 only), which would wake sysmon.
 func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err error) {
-	if n, err = rawEpollWait(l.epfd, events); n > 0 || err != nil && err != syscall.EINTR {
+	if l.serverWaits > 0 {
+		// A round trip under way: its answer is near (see
+		// loopIdleAfter). Wait for it a while in epoll_wait, out of the
+		// netpoller's sight, by RawSyscall6: the runtime's system call
+		// path would wake sysmon from its sleep.
+		if l.inOuter {
+			rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
+			l.inOuter = false
+		}
+		if n, err = rawEpollWaitFor(l.epfd, events, loopAnswerWait); n > 0 || err != nil && err != syscall.EINTR {
+			return n, false, err
+		}
+	} else if n, err = rawEpollWait(l.epfd, events); n > 0 || err != nil && err != syscall.EINTR {
 		return n, false, err
 	}
 	if !l.inOuter {
@@ -456,8 +481,15 @@ func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err
 // RawSyscall6 (epoll_pwait with no signal mask, which every Linux
 // architecture has).
 func rawEpollWait(epfd int, events []syscall.EpollEvent) (int, error) {
+	return rawEpollWaitFor(epfd, events, 0)
+}
+
+// rawEpollWaitFor is epoll_wait(2) of epfd for at most msec
+// milliseconds, by RawSyscall6. The goroutine keeps its P meanwhile, as
+// if it ran: msec must stay short.
+func rawEpollWaitFor(epfd int, events []syscall.EpollEvent, msec int) (int, error) {
 	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
-		uintptr(len(events)), 0, 0, 0)
+		uintptr(len(events)), uintptr(msec), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
