@@ -14,7 +14,9 @@ import (
 )
 
 const usage = `usage:
-  proxy [serve] -config FILE      run the proxy
+  proxy [serve] -config FILE [-cpuprofile OUT]
+                                  run the proxy (OUT: a CPU profile of the run, for go tool pprof
+                                  and for profile-guided builds, see docs/benchmarks.md)
   proxy check-config FILE         validate FILE and print the effective config (passwords redacted)
   proxy demo [-listen ADDR]       start two local PostgreSQL shards and the proxy in front of them
   proxy schema-sync -config FILE SRC DST
@@ -34,6 +36,7 @@ func run(ctx context.Context, args []string) error {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		path := fs.String("config", "shardgate.yaml", "config file")
 		level := fs.String("log-level", "info", "debug | info | warn | error")
+		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the whole run to this file")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
@@ -41,6 +44,17 @@ func run(ctx context.Context, args []string) error {
 		cfg, err := config.Load(*path)
 		if err != nil {
 			return err
+		}
+		if *cpuProfile != "" {
+			stop, err := startCPUProfile(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if err := stop(); err != nil {
+					log.Error("cpu profile", "file", *cpuProfile, "err", err)
+				}
+			}()
 		}
 		return proxy.Run(ctx, cfg, log, proxy.Options{})
 	case "check-config":
