@@ -266,7 +266,7 @@ EOF
 	SHARDGATE_VERSION=${SHARDGATE_VERSION:-$(cd "$REPO_DIR" && git describe --always --dirty 2>/dev/null || echo unknown)}
 	log "starting shardgate $SHARDGATE_VERSION on 127.0.0.1:$PORT_SHARDGATE (transaction mode, pool $BENCH_POOL_SIZE, GOMAXPROCS=${GOMAXPROCS:-default})"
 	# BENCH_SHARDGATE_CPUPROFILE=1: shardgate writes a CPU profile of its
-	# run to $BENCH_TMP/shardgate.pprof when it stops (bench/pgo.sh).
+	# run to $BENCH_TMP/shardgate.pprof when it stops (go tool pprof).
 	local prof=()
 	[ -z "${BENCH_SHARDGATE_CPUPROFILE:-}" ] || prof=(-cpuprofile "$BENCH_TMP/shardgate.pprof")
 	"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" "${prof[@]}" >"$BENCH_TMP/shardgate.log" 2>&1 &

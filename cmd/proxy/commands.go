@@ -15,8 +15,7 @@ import (
 
 const usage = `usage:
   proxy [serve] -config FILE [-cpuprofile OUT]
-                                  run the proxy (OUT: a CPU profile of the run, for go tool pprof
-                                  and for profile-guided builds, see docs/benchmarks.md)
+                                  run the proxy (OUT: a CPU profile of the whole run, for go tool pprof)
   proxy check-config FILE         validate FILE and print the effective config (passwords redacted)
   proxy demo [-listen ADDR]       start two local PostgreSQL shards and the proxy in front of them
   proxy schema-sync -config FILE SRC DST

@@ -7,8 +7,8 @@ import (
 )
 
 // startCPUProfile starts writing a CPU profile of the process to path; the
-// returned func stops it and closes the file. bench/pgo.sh takes the
-// profile that cmd/proxy/default.pgo is built with this way.
+// returned func stops it and closes the file (proxy -cpuprofile, for go
+// tool pprof; bench/lib.sh's BENCH_SHARDGATE_CPUPROFILE).
 func startCPUProfile(path string) (stop func() error, err error) {
 	f, err := os.Create(path)
 	if err != nil {
