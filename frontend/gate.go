@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/metrics"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
@@ -134,8 +133,8 @@ func (ct *control) wakeChan(g *dbGate) chan struct{} {
 // admission is a client's bookkeeping for the gate and the pool counters.
 // It is owned by the client goroutine.
 type admission struct {
-	gate      *dbGate   // the gate the client was admitted through; nil when not admitted
-	xactStart time.Time // start of the open transaction's first round trip
+	gate      *dbGate       // the gate the client was admitted through; nil when not admitted
+	xactStart time.Duration // start of the open transaction's first round trip (clock.Mono; 0: none)
 }
 
 // checkout admits the client through its database's gate and checks a
@@ -168,8 +167,9 @@ func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
 
 // checkin returns s to the client's pool and leaves the gate.
 func (c *client) checkin(s *pool.Server) {
+	now := c.mono() // before unhotServer: the loop's time while the client is on it
 	c.unhotServer(s)
-	serverPool(s, c.pool).Checkin(s)
+	serverPool(s, c.pool).CheckinAt(s, now)
 	c.release()
 }
 
@@ -270,22 +270,22 @@ func (c *client) reloadedIdentity(st *State) (*config.User, *config.Database, er
 // observeRoundTrip counts one query (a round trip that started at start)
 // and, when the server reported the transaction over, one transaction.
 // roundTrip defers it.
-func (c *client) observeRoundTrip(start time.Time) {
-	now := clock.Now()
+func (c *client) observeRoundTrip(start time.Duration) {
+	now := c.mono()
 	st := c.statsPool().Stats
-	d := now.Sub(start)
+	d := now - start
 	st.Queries.Add(1)
 	st.QueryNanos.Add(uint64(d))
 	st.QueryTime.Observe(d)
-	if c.adm.xactStart.IsZero() {
+	if c.adm.xactStart == 0 {
 		c.adm.xactStart = start
 	}
 	if c.tx == 'I' {
-		xd := now.Sub(c.adm.xactStart)
+		xd := now - c.adm.xactStart
 		st.Transactions.Add(1)
 		st.XactNanos.Add(uint64(xd))
 		st.XactTime.Observe(xd)
-		c.adm.xactStart = time.Time{}
+		c.adm.xactStart = 0
 	}
 }
 

@@ -145,6 +145,17 @@ func (c *client) coro() *coro {
 	return nil
 }
 
+// mono is the clock.Mono time for the client's statistics and its
+// servers' checkouts and checkins: on the event loop, the time its turn
+// began (hotLoop.now, one clock read for every client the turn serves, as
+// PgBouncer's cached time); elsewhere, the clock's.
+func (c *client) mono() time.Duration {
+	if co := c.coro(); co != nil && co.onLoop.Load() {
+		return co.loop.now
+	}
+	return clock.Mono()
+}
+
 // setCoro makes co the coroutine of the client (nil: none, for a client
 // that parks, see park).
 func (c *client) setCoro(co *coro) {
@@ -222,7 +233,7 @@ func serverOnCoro(s *pool.Server, co *coro) bool {
 // giving up at checkout_timeout or when ctx ends (pool.Queued.Cancel may
 // return a server to the pool).
 func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *pool.Server, ok bool, err error) {
-	s, q, err := p.QueueStartup(c.startup, co.wakeFn)
+	s, q, err := p.QueueStartupAt(c.startup, co.wakeFn, co.loop.now)
 	if q == nil {
 		if s != nil || err != nil {
 			// An idle server (or the pool's error) at once: no wait,

@@ -57,6 +57,10 @@ type hotLoop struct {
 	// idleWaits counts the waits parked in the netpoller (idleWait), for
 	// tests.
 	idleWaits atomic.Uint64
+	// now is the clock.Mono time the loop's turn began (after its wait
+	// returned): the time of every coroutine it resumes in the turn
+	// (client.mono). The loop goroutine's only.
+	now time.Duration
 	// serverWaits counts the coroutines waiting on a server's conn: a
 	// round trip under way, whose answer is usually a fraction of a
 	// millisecond away. The loop goroutine's only.
@@ -364,6 +368,7 @@ func (l *hotLoop) run() {
 	defer close(l.done)
 	events := make([]syscall.EpollEvent, 256)
 	now := clock.Mono()
+	l.now = now
 	waits := newLoopWaits(now)
 	yielded := now // when the loop last yielded its P
 	for {
@@ -384,6 +389,7 @@ func (l *hotLoop) run() {
 			n, err = syscall.EpollWait(l.epfd, events, -1)
 		}
 		now = clock.Mono()
+		l.now = now
 		waits.returned(now)
 		if parked {
 			yielded = now // a wait in the netpoller reschedules the goroutine

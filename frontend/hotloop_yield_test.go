@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardgate/shardgate/internal/clock"
 )
 
 // TestHotLoopNotTakenForAHog: a loop kept busy with round trips for a
@@ -175,6 +177,57 @@ func TestHotLoopRoundTripWaitsInEpoll(t *testing.T) {
 	}
 	if parked > sparse*5/4 {
 		t.Errorf("%d waits in the netpoller for %d round trips: the waits for the server went there too", parked, sparse)
+	}
+}
+
+// TestHotLoopTurnTime: the loop's time (hotLoop.now, what client.mono
+// gives a client on the loop) is the clock's when its turn began: between
+// the clock's before the peer's write and after its answer, moving from
+// one round trip to the next.
+func TestHotLoopTurnTime(t *testing.T) {
+	l := newTestLoop(t)
+	f, peer := socketPair(t, l)
+	co := &coro{}
+	f.co.Store(co)
+	times := make(chan time.Duration, 16)
+	done := make(chan struct{})
+	if err := l.start(co, func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			times <- co.loop.now // on the loop: the coroutine's turn
+			if _, err := f.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { peer.Close(); <-done }()
+	buf := make([]byte, 1)
+	var last time.Duration
+	for i := range 5 {
+		time.Sleep(2 * time.Millisecond) // apart in time, not a synchronisation
+		before := clock.Mono()
+		if _, err := peer.Write([]byte{'x'}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		after := clock.Mono()
+		now := <-times
+		if now < before || now > after {
+			t.Fatalf("round trip %d: the loop's time %v is not between %v and %v", i, now, before, after)
+		}
+		if now <= last {
+			t.Fatalf("round trip %d: the loop's time %v did not move from %v", i, now, last)
+		}
+		last = now
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/shardgate/shardgate/config"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -321,8 +320,8 @@ func retryable(err error) bool {
 // roundTrip writes the batch to the server and relays the answers, then
 // returns the server to the pool if the transaction is over.
 func (c *client) roundTrip() error {
-	start := clock.Now()
-	c.tripStart = clock.Of(start)
+	start := c.mono()
+	c.tripStart = start
 	defer c.observeRoundTrip(start)
 	s := c.server
 	var werr chan error

@@ -160,9 +160,9 @@ func (p *Pool) Checkout(ctx context.Context) (*Server, error) {
 // the server refuses st's parameters the error is a *StartupRejectedError
 // (see IsStartupRejected).
 func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error) {
-	start := clock.Now()
+	now := clock.Mono()
 	p.mu.Lock()
-	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
+	if s, err := p.checkoutIdle(st.key, now); s != nil || err != nil {
 		return s, err
 	}
 	var evict *Server
@@ -174,7 +174,7 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 		evict = p.idle[0]
 		p.idle = slices.Delete(p.idle, 0, 1)
 	default:
-		return p.wait(ctx, st, start) // unlocks p.mu
+		return p.wait(ctx, st, clock.At(now)) // unlocks p.mu
 	}
 	p.active++
 	p.mu.Unlock()
@@ -195,23 +195,29 @@ func (p *Pool) CheckoutStartup(ctx context.Context, st Startup) (*Server, error)
 // everything is nil: the caller then checks out with CheckoutStartup, where
 // it may block.
 func (p *Pool) QueueStartup(st Startup, notify func()) (s *Server, q *Queued, err error) {
-	start := clock.Now()
+	return p.QueueStartupAt(st, notify, clock.Mono())
+}
+
+// QueueStartupAt is QueueStartup at now, a clock.Mono time the caller read
+// (the frontend's event loop reads the clock once per turn, not once per
+// checkout).
+func (p *Pool) QueueStartupAt(st Startup, notify func(), now time.Duration) (s *Server, q *Queued, err error) {
 	p.mu.Lock()
-	if s, err := p.checkoutIdle(st.key, start); s != nil || err != nil {
+	if s, err := p.checkoutIdle(st.key, now); s != nil || err != nil {
 		return s, nil, err
 	}
 	if p.open < p.Config.Size || len(p.idle) > 0 {
 		p.mu.Unlock()
 		return nil, nil, nil
 	}
-	return nil, p.queue(st, start, notify), nil // unlocks p.mu
+	return nil, p.queue(st, clock.At(now), notify), nil // unlocks p.mu
 }
 
 // checkoutIdle checks out the most recently used idle server of key that
 // is neither expired nor dead (discarding those on the way), p.mu held.
 // It returns with p.mu released when it found one, or when the pool is
 // closed (ErrClosed); with p.mu still held when there is none.
-func (p *Pool) checkoutIdle(key string, start time.Time) (*Server, error) {
+func (p *Pool) checkoutIdle(key string, now time.Duration) (*Server, error) {
 	for {
 		if p.closed {
 			p.mu.Unlock()
@@ -221,7 +227,7 @@ func (p *Pool) checkoutIdle(key string, start time.Time) (*Server, error) {
 		if s == nil {
 			return nil, nil
 		}
-		if p.expired(s, start) || start.Sub(s.lastUsed) > aliveCheckAfter && !s.Alive() {
+		if p.expired(s, now) || now-s.lastUsed > aliveCheckAfter && !s.Alive() {
 			p.open--
 			p.mu.Unlock()
 			p.discard(s)
@@ -496,13 +502,16 @@ func (p *Pool) nextWaiter(key string) int {
 
 // Checkin returns a server to the pool (or closes it when it is broken,
 // expired, or the pool is closed).
-func (p *Pool) Checkin(s *Server) {
+func (p *Pool) Checkin(s *Server) { p.CheckinAt(s, clock.Mono()) }
+
+// CheckinAt is Checkin at now, a clock.Mono time the caller read (see
+// QueueStartupAt).
+func (p *Pool) CheckinAt(s *Server, now time.Duration) {
 	s.AbsorbCancels()
 	if s.StalePlans && !s.Broken {
 		s.deallocateAll()
 	}
 	s.flushCounts(p.Stats)
-	now := clock.Now()
 	s.lastUsed = now
 	p.mu.Lock()
 	p.active--
@@ -534,8 +543,8 @@ func (p *Pool) Checkin(s *Server) {
 	p.mu.Unlock()
 }
 
-func (p *Pool) expired(s *Server, now time.Time) bool {
-	return p.Config.ServerLifetime > 0 && now.Sub(s.created) > p.Config.ServerLifetime
+func (p *Pool) expired(s *Server, now time.Duration) bool {
+	return p.Config.ServerLifetime > 0 && now-s.createdAt > p.Config.ServerLifetime
 }
 
 func (p *Pool) discard(s *Server) {
@@ -646,12 +655,12 @@ func (p *Pool) maintain() {
 			return
 		case <-t.C:
 		}
-		now := time.Now()
+		now := clock.Mono()
 		var drop []*Server
 		p.mu.Lock()
 		keep := p.idle[:0]
 		for i, s := range p.idle {
-			tooIdle := p.Config.IdleTimeout > 0 && now.Sub(s.lastUsed) > p.Config.IdleTimeout && p.open-len(drop) > p.Config.MinSize
+			tooIdle := p.Config.IdleTimeout > 0 && now-s.lastUsed > p.Config.IdleTimeout && p.open-len(drop) > p.Config.MinSize
 			// The oldest idle servers sit at the bottom of the stack.
 			_ = i
 			if tooIdle || p.expired(s, now) {

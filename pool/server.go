@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -104,11 +105,14 @@ type Server struct {
 	cancelsPending atomic.Int32
 	cancelSent     atomic.Bool
 
-	state    ServerState
-	startup  Startup
-	created  time.Time
-	lastUsed time.Time
-	pool     *Pool
+	state   ServerState
+	startup Startup
+	created time.Time
+	// createdAt and lastUsed are clock.Mono times: when the connection
+	// was established (created, for server_lifetime) and last checked in.
+	createdAt time.Duration
+	lastUsed  time.Duration
+	pool      *Pool
 }
 
 // State returns the server's state.
@@ -453,8 +457,9 @@ func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 		Session:  map[string]string{},
 		Prepared: map[string]struct{}{},
 		created:  now,
-		lastUsed: now,
 	}
+	s.createdAt = clock.Of(now)
+	s.lastUsed = s.createdAt
 	s.R = wire.NewReader(countingReader{r, &s.bytesIn}, 32<<10, 1<<30)
 	s.W = bufio.NewWriterSize(countingWriter{hc.Conn, &s.bytesOut}, 32<<10)
 	if tc, ok := hc.Conn.(*net.TCPConn); ok {

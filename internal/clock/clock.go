@@ -22,3 +22,6 @@ func Mono() time.Duration { return time.Since(base) }
 
 // Of is t as Mono counts it: the Duration from the start to t.
 func Of(t time.Time) time.Duration { return t.Sub(base) }
+
+// At is the time whose Mono is d, the inverse of Of.
+func At(d time.Duration) time.Time { return base.Add(d) }

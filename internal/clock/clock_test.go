@@ -34,6 +34,9 @@ func TestMono(t *testing.T) {
 	if of := Of(now); of < a || of > b {
 		t.Fatalf("Of(Now()) = %v, not between %v and %v", of, a, b)
 	}
+	if at := At(Of(now)); !at.Equal(now) {
+		t.Fatalf("At(Of(%v)) = %v", now, at)
+	}
 }
 
 // BenchmarkNow against BenchmarkTimeNow: one clock read against two.
@@ -43,6 +46,14 @@ func BenchmarkNow(b *testing.B) {
 		t = Now()
 	}
 	_ = t
+}
+
+func BenchmarkMono(b *testing.B) {
+	var d time.Duration
+	for range b.N {
+		d = Mono()
+	}
+	_ = d
 }
 
 func BenchmarkTimeNow(b *testing.B) {
