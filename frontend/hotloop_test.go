@@ -332,6 +332,13 @@ func TestCoroOffAndOn(t *testing.T) {
 // returns.
 func startEcho(tb testing.TB, l *hotLoop, f *fdConn) <-chan struct{} {
 	tb.Helper()
+	return startEchoSeen(tb, l, f, nil)
+}
+
+// startEchoSeen is startEcho calling seen (if not nil) with the coroutine
+// after each read, on the loop.
+func startEchoSeen(tb testing.TB, l *hotLoop, f *fdConn, seen func(*coro)) <-chan struct{} {
+	tb.Helper()
 	co := &coro{}
 	f.co.Store(co)
 	done := make(chan struct{})
@@ -342,6 +349,9 @@ func startEcho(tb testing.TB, l *hotLoop, f *fdConn) <-chan struct{} {
 			n, err := f.Read(buf)
 			if err != nil {
 				return
+			}
+			if seen != nil {
+				seen(co)
 			}
 			if _, err := f.Write(buf[:n]); err != nil {
 				return

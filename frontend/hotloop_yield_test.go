@@ -4,6 +4,7 @@ package frontend
 
 import (
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -74,17 +75,7 @@ func TestHotLoopIdleWaitsInNetpoller(t *testing.T) {
 	defer func() { peer.Close(); <-done }()
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 
-	msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
-	buf := make([]byte, len(msg))
-	trip := func() {
-		t.Helper()
-		if _, err := peer.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(peer, buf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trip := queryTrip(t, peer)
 	trip()
 	const sparse = 40
 	before := l.idleWaits.Load()
@@ -152,17 +143,7 @@ func TestHotLoopRoundTripWaitsInEpoll(t *testing.T) {
 		}
 	}()
 
-	msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
-	buf := make([]byte, len(msg))
-	trip := func() {
-		t.Helper()
-		if _, err := cpeer.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(cpeer, buf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trip := queryTrip(t, cpeer)
 	trip()
 	const sparse = 40
 	before := l.idleWaits.Load()
@@ -187,26 +168,8 @@ func TestHotLoopRoundTripWaitsInEpoll(t *testing.T) {
 func TestHotLoopTurnTime(t *testing.T) {
 	l := newTestLoop(t)
 	f, peer := socketPair(t, l)
-	co := &coro{}
-	f.co.Store(co)
 	times := make(chan time.Duration, 16)
-	done := make(chan struct{})
-	if err := l.start(co, func() {
-		defer close(done)
-		buf := make([]byte, 64)
-		for {
-			n, err := f.Read(buf)
-			if err != nil {
-				return
-			}
-			times <- co.loop.now // on the loop: the coroutine's turn
-			if _, err := f.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	done := startEchoSeen(t, l, f, func(co *coro) { times <- co.loop.now }) // on the loop: the coroutine's turn
 	defer func() { peer.Close(); <-done }()
 	buf := make([]byte, 1)
 	var last time.Duration
@@ -260,6 +223,22 @@ func TestLoopWaits(t *testing.T) {
 	step(ms, false) // loopIdleHold since the long wait
 	step(20*ms, true)
 	step(20*ms, true) // sparse traffic stays in the netpoller
+}
+
+// queryTrip returns a round trip of a Query message over peer, answered
+// by an echo.
+func queryTrip(t *testing.T, peer net.Conn) func() {
+	msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
+	buf := make([]byte, len(msg))
+	return func() {
+		t.Helper()
+		if _, err := peer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // contextSwitches is the process's context switches so far: the sum over
