@@ -92,6 +92,9 @@ func (r *reader) moveOut(ctx context.Context, d int, rel *relation, newT, old []
 	if err := r.flush(ctx, d); err != nil {
 		return nil, err
 	}
+	if err := r.handoff(ctx, d); err != nil {
+		return nil, err
+	}
 	var rep moveReply
 	select {
 	case rep = <-reply:
@@ -182,32 +185,74 @@ func (r *reader) flushFull(ctx context.Context) error {
 	return nil
 }
 
-// flush hands the buffered changes of the current transaction for
-// destination shard d to its applier, which applies them into an open
-// destination transaction that commits with the source transaction.
+// flush holds the buffered changes of the current transaction for
+// destination shard d as an op for its applier, which applies them into an
+// open destination transaction that commits with the source transaction.
 func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
 	changes, size := r.take(d)
 	r.touched[d] = true
-	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
+	return r.hold(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
 }
 
-// send queues o for destination shard d's applier, waiting while its queue
-// holds queueBytes of changes or queueOps ops: backpressure that stops
+// hold adds o to the batch for destination shard d's applier, which the
+// reader hands over when it has read everything the source sent so far
+// (read: handoffAll) or when the batch reaches a chunk's size. The applier
+// sees the ops in the same order and grouped as before, only fewer times:
+// a source transaction's commit and the origin's progress stay together,
+// and nothing is handed over that the reader would not have handed over
+// one op at a time.
+func (r *reader) hold(ctx context.Context, d int, o op) error {
+	b := &r.held[d]
+	b.ops = append(b.ops, o)
+	b.size += o.size
+	b.changes += len(o.changes)
+	if b.changes >= chunkChanges || b.size >= chunkBytes {
+		return r.handoff(ctx, d)
+	}
+	return nil
+}
+
+// handoff hands the batch held for destination shard d to its applier.
+func (r *reader) handoff(ctx context.Context, d int) error {
+	b := r.held[d]
+	if len(b.ops) == 0 {
+		return nil
+	}
+	// The applier owns the ops from here on; the next batch starts a
+	// slice of its own, about as long as this one.
+	r.held[d] = batch{ops: make([]op, 0, cap(b.ops))}
+	return r.send(ctx, d, b)
+}
+
+// handoffAll hands every held batch to its applier: the reader is about to
+// wait for the source.
+func (r *reader) handoffAll(ctx context.Context) error {
+	for d := range r.held {
+		if err := r.handoff(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send queues b for destination shard d's applier, waiting while its queue
+// holds queueBytes of changes or queueOps batches: backpressure that stops
 // reading from the source.
-func (r *reader) send(ctx context.Context, d int, o op) error {
+func (r *reader) send(ctx context.Context, d int, b batch) error {
 	a := r.appliers[d]
-	o.size = min(o.size, queueBytes)
-	if err := a.budget.Acquire(ctx, int64(o.size)); err != nil {
+	b.size = min(b.size, queueBytes)
+	if err := a.budget.Acquire(ctx, int64(b.size)); err != nil {
 		return err
 	}
+	r.handoffs++
 	select {
-	case a.ops <- o:
+	case a.batches <- b:
 		return nil
 	case <-ctx.Done():
-		a.budget.Release(int64(o.size))
+		a.budget.Release(int64(b.size))
 		return ctx.Err()
 	}
 }

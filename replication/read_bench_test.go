@@ -40,35 +40,22 @@ func commitMessage(commit, end pglogrepl.LSN) []byte {
 // (Begin, Update, Insert, Commit), routing each row by its bigint key over
 // two destination shards, and handing the ops to the appliers' queues,
 // which goroutines drain as appliers would. One op is one source
-// transaction.
+// transaction; the reader hands them over in batches, as when its socket
+// reads come back full ("handoffs/txn").
 func BenchmarkReadRoute(b *testing.B) {
 	ctx := b.Context()
-	rel := &relation{name: "public.accounts", ident: `"public"."accounts"`, cols: []string{"id", "balance", "filler"}, key: []int{0},
-		rule: rule{place: placeSharded, column: "id", typ: sharding.Bigint, fn: sharding.Hash{Type: sharding.Bigint, Shards: 2}}}
-	r := &reader{t: &Task{}, rels: map[uint32]*relation{16384: rel}, sent: make([]pglogrepl.LSN, 2),
-		pending: make([][]change, 2), size: make([]int, 2), touched: make([]bool, 2)}
+	r := newTestReader()
 	done := make(chan struct{})
-	for range 2 {
-		a := &applier{ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes)}
-		r.appliers = append(r.appliers, a)
+	for _, a := range r.appliers {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			for o := range a.ops {
-				a.budget.Release(int64(o.size))
+			for bt := range a.batches {
+				a.budget.Release(int64(bt.size))
 			}
 		}()
 	}
-	filler := string(make([]byte, 160))
 	const txns = 4096
-	var msgs [][]byte
-	for i := range txns {
-		lsn := pglogrepl.LSN(0x100000 + 0x100*uint64(i))
-		msgs = append(msgs,
-			xlogData(beginMessage(lsn+0x80, uint32(i))),
-			xlogData(rowMessage('U', byte('N'), tupleBytes(strconv.Itoa(1+i*7919%327680), "17", "TOAST"))),
-			xlogData(rowMessage('I', byte('N'), tupleBytes(strconv.Itoa(1000000000+i), "0", filler))),
-			xlogData(commitMessage(lsn+0x80, lsn+0xa0)))
-	}
+	msgs := accountsLoad(txns)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -78,10 +65,44 @@ func BenchmarkReadRoute(b *testing.B) {
 			}
 		}
 	}
+	if err := r.handoffAll(ctx); err != nil {
+		b.Fatal(err)
+	}
 	b.StopTimer()
+	b.ReportMetric(float64(r.handoffs)/float64(b.N), "handoffs/txn")
 	for _, a := range r.appliers {
-		close(a.ops)
+		close(a.batches)
 	}
 	<-done
 	<-done
+}
+
+// newTestReader is a reader of bench/reshard.sh's accounts table, routed
+// over two destination shards by its bigint id, whose appliers are queues
+// only.
+func newTestReader() *reader {
+	rel := &relation{name: "public.accounts", ident: `"public"."accounts"`, cols: []string{"id", "balance", "filler"}, key: []int{0},
+		rule: rule{place: placeSharded, column: "id", typ: sharding.Bigint, fn: sharding.Hash{Type: sharding.Bigint, Shards: 2}}}
+	r := &reader{t: &Task{}, rels: map[uint32]*relation{16384: rel}, sent: make([]pglogrepl.LSN, 2),
+		pending: make([][]change, 2), size: make([]int, 2), touched: make([]bool, 2), held: make([]batch, 2)}
+	for range 2 {
+		r.appliers = append(r.appliers, &applier{batches: make(chan batch, queueOps), budget: semaphore.NewWeighted(queueBytes)})
+	}
+	return r
+}
+
+// accountsLoad is the CopyData messages of txns source transactions of
+// bench/reshard.sh's accounts load: Begin, Update, Insert, Commit.
+func accountsLoad(txns int) [][]byte {
+	filler := string(make([]byte, 160))
+	var msgs [][]byte
+	for i := range txns {
+		lsn := pglogrepl.LSN(0x100000 + 0x100*uint64(i))
+		msgs = append(msgs,
+			xlogData(beginMessage(lsn+0x80, uint32(i))),
+			xlogData(rowMessage('U', byte('N'), tupleBytes(strconv.Itoa(1+i*7919%327680), "17", "TOAST"))),
+			xlogData(rowMessage('I', byte('N'), tupleBytes(strconv.Itoa(1000000000+i), "0", filler))),
+			xlogData(commitMessage(lsn+0x80, lsn+0xa0)))
+	}
+	return msgs
 }

@@ -118,6 +118,10 @@ type reader struct {
 	pending [][]change // per destination, of the current transaction
 	size    []int      // bytes in pending
 	touched []bool     // destinations that got ops of the current transaction
+	// held: per destination, the ops not handed to its applier yet
+	// (dispatch.go, hold); handoffs counts the hand-offs, for tests.
+	held     []batch
+	handoffs int
 }
 
 func (t *Task) streamSource(ctx context.Context, s int) error {
@@ -147,7 +151,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 	r := &reader{t: t, s: s, rels: map[uint32]*relation{}, tables: map[string]*table{},
 		sent: make([]pglogrepl.LSN, len(t.dst.Shards)), dispatched: start, confirmed: start,
 		pending: make([][]change, len(t.dst.Shards)), size: make([]int, len(t.dst.Shards)),
-		touched: make([]bool, len(t.dst.Shards))}
+		touched: make([]bool, len(t.dst.Shards)), held: make([]batch, len(t.dst.Shards))}
 	for _, tb := range tables {
 		r.tables[tb.String()] = tb
 		for d := range t.dst.Shards {
@@ -185,7 +189,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 
 // read receives the source's WAL stream and hands changes to the appliers.
 func (r *reader) read(ctx context.Context) error {
-	conn, err := r.t.connectReplication(ctx, r.s)
+	conn, buffered, err := r.t.connectReplication(ctx, r.s)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
 	}
@@ -254,10 +258,23 @@ func (r *reader) read(ctx context.Context) error {
 				return err
 			}
 		}
+		// Before a read of the socket, which may wait, the appliers get
+		// what the reader read so far (dispatch.go, hold). (What is
+		// buffered may be the first part of a message, whose rest the
+		// read then waits for: the walsender is sending it.)
+		if buffered() == 0 {
+			if err := r.handoffAll(ctx); err != nil {
+				return err
+			}
+		}
 		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			var netErr net.Error
 			if errors.As(err, &netErr) && netErr.Timeout() {
+				// A wait for the rest of a message ran out: hand over.
+				if err := r.handoffAll(ctx); err != nil {
+					return err
+				}
 				continue
 			}
 			if ctx.Err() != nil {
@@ -398,7 +415,7 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
 				changes, size := r.take(d)
-				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
+				if err := r.hold(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
 					commitTime: m.CommitTime, changes: changes, size: size}); err != nil {
 					return err
 				}

@@ -118,11 +118,14 @@ func (c *coalescingConn) setLowatFD(fd uintptr, v int) {
 }
 
 // connectReplication opens a replication connection to source shard s
-// whose reads are coalesced.
-func (t *Task) connectReplication(ctx context.Context, s int) (*pgconn.PgConn, error) {
+// whose reads are coalesced. buffered reports how many bytes the
+// connection has read from its socket and not yet returned as messages:
+// when it is 0, the next message needs a read of the socket, which may
+// wait.
+func (t *Task) connectReplication(ctx context.Context, s int) (conn *pgconn.PgConn, buffered func() int, err error) {
 	cfg, err := pgconn.ParseConfig(t.dsn(t.src, s, true))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
+		return nil, nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
 	}
 	dial := cfg.DialFunc
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -132,8 +135,16 @@ func (t *Task) connectReplication(ctx context.Context, s int) (*pgconn.PgConn, e
 		}
 		return newCoalescingConn(conn), nil
 	}
+	var br *bufio.Reader
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, streamReadBuffer), w)
+		br = bufio.NewReaderSize(r, streamReadBuffer)
+		return pgproto3.NewFrontend(br, w)
 	}
-	return pgconn.ConnectConfig(ctx, cfg)
+	conn, err = pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// pgproto3 reads the messages through a buffer of its own, over br.
+	fe := conn.Frontend()
+	return conn, func() int { return fe.ReadBufferLen() + br.Buffered() }, nil
 }
