@@ -215,6 +215,9 @@ func (r *reader) hold(ctx context.Context, d int, o op) error {
 	return nil
 }
 
+// heldOps is the most ops a held batch's slice starts with.
+const heldOps = 64
+
 // handoff hands the batch held for destination shard d to its applier.
 func (r *reader) handoff(ctx context.Context, d int) error {
 	b := r.held[d]
@@ -222,8 +225,10 @@ func (r *reader) handoff(ctx context.Context, d int) error {
 		return nil
 	}
 	// The applier owns the ops from here on; the next batch starts a
-	// slice of its own, about as long as this one.
-	r.held[d] = batch{ops: make([]op, 0, cap(b.ops))}
+	// slice of its own, about as long as this one was, but small: a
+	// batch of a reader that keeps up holds a few ops, and a slice past
+	// 32 KiB would be a large allocation at every hand-off.
+	r.held[d] = batch{ops: make([]op, 0, min(len(b.ops), heldOps))}
 	return r.send(ctx, d, b)
 }
 
