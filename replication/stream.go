@@ -189,7 +189,15 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 
 // read receives the source's WAL stream and hands changes to the appliers.
 func (r *reader) read(ctx context.Context) error {
-	conn, buffered, err := r.t.connectReplication(ctx, r.s)
+	// The reader hands its appliers what it holds when its socket is
+	// empty, before it waits for the source (dispatch.go, hold); an
+	// error of that hand-off ends the read loop after the read.
+	var handoffErr error
+	conn, cc, err := r.t.connectReplication(ctx, r.s, func() {
+		if handoffErr == nil {
+			handoffErr = r.handoffAll(ctx)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
 	}
@@ -258,16 +266,18 @@ func (r *reader) read(ctx context.Context) error {
 				return err
 			}
 		}
-		// Before a read of the socket, which may wait, the appliers get
-		// what the reader read so far (dispatch.go, hold). (What is
-		// buffered may be the first part of a message, whose rest the
-		// read then waits for: the walsender is sending it.)
-		if buffered() == 0 {
+		// A connection without raw reads does not report its empty
+		// socket: then the appliers get what the reader holds before
+		// every read of the socket.
+		if !cc.reportsEmpty() && cc.buffered() == 0 {
 			if err := r.handoffAll(ctx); err != nil {
 				return err
 			}
 		}
 		msg, err := conn.ReceiveMessage(context.Background())
+		if handoffErr != nil {
+			return handoffErr
+		}
 		if err != nil {
 			var netErr net.Error
 			if errors.As(err, &netErr) && netErr.Timeout() {
