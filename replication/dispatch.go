@@ -253,6 +253,7 @@ func (r *reader) send(ctx context.Context, d int, b batch) error {
 		return err
 	}
 	r.handoffs++
+	r.t.prog.handoffs.Add(1)
 	select {
 	case a.batches <- b:
 		return nil

@@ -1,9 +1,14 @@
 package replication
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/shardgate/shardgate/config"
 )
 
 // TestReaderHandsOverBatches checks that the reader hands its appliers
@@ -77,4 +82,31 @@ func TestReaderHandsOverBatches(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStreamHandsOverBatches streams a backlog of single-row-pair source
+// transactions (bench/reshard.sh's accounts load) into two destination
+// shards: the reader must hand its appliers far fewer batches than there
+// are transactions (one op per transaction and destination shard did),
+// and the destination must end up with the source's rows.
+func TestStreamHandsOverBatches(t *testing.T) {
+	const rows, txns = 1000, 2000
+	f := newStreamFixture(t, 2, benchSchema,
+		fmt.Sprintf("INSERT INTO accounts SELECT g, g %% 1000, repeat('x', 160) FROM generate_series(1::bigint, %d) g", rows),
+		func(db *config.Database) {
+			db.ShardedTables = []config.ShardedTable{{Table: "accounts", Column: "id", Type: "bigint"}}
+		})
+	var sql strings.Builder
+	for i := range txns {
+		fmt.Fprintf(&sql, "BEGIN; UPDATE accounts SET balance = balance + 1 WHERE id = %d; INSERT INTO accounts VALUES (nextval('bench_ins'), 0, repeat('y', 160)); COMMIT;\n",
+			1+i*7%rows)
+	}
+	f.exec(t, f.srcConn, sql.String())
+	f.streamUntilConfirmed(t, func(context.Context) {})
+	if n := f.task.prog.handoffs.Load(); n == 0 || n > txns/2 {
+		t.Errorf("%d hand-offs for %d source transactions, want fewer than %d", n, txns, txns/2)
+	} else {
+		t.Logf("%d hand-offs for %d source transactions", n, txns)
+	}
+	f.compare(t, "accounts", "id", "balance::text || filler")
 }
