@@ -67,11 +67,11 @@ type op struct {
 // batch is what the reader hands an applier at once: the ops of the source
 // transactions it read for that destination shard since its last hand-off,
 // in stream order (dispatch.go, reader.hold). Each hand-off readies the
-// applier's goroutine, and in a process with more than one P that wakes a
-// second thread (the runtime's wakep, a futex): handing over one batch per
-// read of the source socket rather than one op per source transaction took
-// most of the thread wake-ups out of the apply (docs/benchmarks.md, issue
-// 12 §5, eighth session).
+// applier's goroutine, which in a process with more than one P can wake a
+// second thread (the runtime's wakep); a batch is one hand-off for many
+// source transactions, and one Acquire and Release of the queue's budget
+// and one reset of the applier's linger timer (docs/benchmarks.md, issue
+// 12 §5, eighth session, for what it changed and what it did not).
 type batch struct {
 	ops     []op
 	size    int // bytes of the ops' changes, as the applier's queue budget counts them

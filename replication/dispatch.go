@@ -199,7 +199,9 @@ func (r *reader) flush(ctx context.Context, d int) error {
 
 // hold adds o to the batch for destination shard d's applier, which the
 // reader hands over when it has read everything the source sent so far
-// (read: handoffAll) or when the batch reaches a chunk's size. The applier
+// (a read of the source socket found it empty: read, connectReplication),
+// when the batch reaches a chunk's size, or before a row move waits for
+// its reply (moveOut). The applier
 // sees the ops in the same order and grouped as before, only fewer times:
 // a source transaction's commit and the origin's progress stay together,
 // and nothing is handed over that the reader would not have handed over
