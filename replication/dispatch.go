@@ -206,12 +206,22 @@ func (r *reader) flush(ctx context.Context, d int) error {
 // a source transaction's commit and the origin's progress stay together,
 // and nothing is handed over that the reader would not have handed over
 // one op at a time.
+//
+// The bound on changes is over all destinations (heldChanges): while the
+// source keeps the socket full (a backlog), a destination shard that gets
+// few of the changes would otherwise wait for its batch to fill, and the
+// slot could not be confirmed past its first held op until the backlog
+// was read.
 func (r *reader) hold(ctx context.Context, d int, o op) error {
 	b := &r.held[d]
 	b.ops = append(b.ops, o)
 	b.size += o.size
 	b.changes += len(o.changes)
-	if b.changes >= chunkChanges || b.size >= chunkBytes {
+	r.heldChanges += len(o.changes)
+	if r.heldChanges >= chunkChanges {
+		return r.handoffAll(ctx)
+	}
+	if b.size >= chunkBytes {
 		return r.handoff(ctx, d)
 	}
 	return nil
@@ -237,6 +247,7 @@ func (r *reader) handoff(ctx context.Context, d int) error {
 // handoffAll hands every held batch to its applier: the reader is about to
 // wait for the source.
 func (r *reader) handoffAll(ctx context.Context) error {
+	r.heldChanges = 0
 	for d := range r.held {
 		if err := r.handoff(ctx, d); err != nil {
 			return err

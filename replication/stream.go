@@ -119,9 +119,11 @@ type reader struct {
 	size    []int      // bytes in pending
 	touched []bool     // destinations that got ops of the current transaction
 	// held: per destination, the ops not handed to its applier yet
-	// (dispatch.go, hold); handoffs counts the hand-offs, for tests.
-	held     []batch
-	handoffs int
+	// (dispatch.go, hold), heldChanges their changes since the last
+	// handoffAll; handoffs counts the hand-offs, for tests.
+	held        []batch
+	heldChanges int
+	handoffs    int
 }
 
 func (t *Task) streamSource(ctx context.Context, s int) error {
