@@ -64,20 +64,6 @@ type op struct {
 	size       int // bytes of changes, as the applier's queue budget counts them
 }
 
-// batch is what the reader hands an applier at once: the ops of the source
-// transactions it read for that destination shard since its last hand-off,
-// in stream order (dispatch.go, reader.hold). Each hand-off readies the
-// applier's goroutine, which in a process with more than one P can wake a
-// second thread (the runtime's wakep); a batch is one hand-off for many
-// source transactions, and one Acquire and Release of the queue's budget
-// and one reset of the applier's linger timer (docs/benchmarks.md, issue
-// 12 §5, eighth session, for what it changed and what it did not).
-type batch struct {
-	ops     []op
-	size    int // bytes of the ops' changes, as the applier's queue budget counts them
-	changes int // changes in the ops
-}
-
 // Batching of the apply. While an applier's queue holds more ops, they
 // join one destination transaction ("group commit") sent in one pipelined
 // round trip of at most about batchStatements statements: BEGIN, the
@@ -117,8 +103,8 @@ type applier struct {
 	t          *Task
 	s, d       int
 	conn       *pgx.Conn
-	batches    chan batch
-	budget     *semaphore.Weighted      // bytes of the ops in batches
+	ops        chan op
+	budget     *semaphore.Weighted      // bytes of the ops in ops
 	progress   pglogrepl.LSN            // origin progress: end LSN of the last applied transaction
 	watermarks map[string]pglogrepl.LSN // per table: the LSN its copy was taken at
 	applied    atomic.Uint64            // end LSN of the last transaction fully handled
@@ -151,7 +137,7 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 	if err != nil {
 		return nil, err
 	}
-	a := &applier{t: t, s: s, d: d, conn: conn, batches: make(chan batch, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
+	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
 		prepared: map[string]*stmt{}, byShape: map[shape]*stmt{}, runs: newRuns()}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
@@ -234,9 +220,9 @@ func (a *applier) setup(ctx context.Context) error {
 	return nil
 }
 
-// run applies batches until ctx is done or an error occurs. An open
-// destination transaction is rolled back when the connection closes. The
-// batches waiting in the queue when one arrives join its group.
+// run applies ops until ctx is done or an error occurs. An open destination
+// transaction is rolled back when the connection closes. The ops waiting
+// in the queue when one arrives join its group.
 func (a *applier) run(ctx context.Context) error {
 	defer a.conn.Close(context.WithoutCancel(ctx))
 	// The round trips (pipeline.go) read without a context: cancelling
@@ -246,19 +232,19 @@ func (a *applier) run(ctx context.Context) error {
 	linger := time.NewTimer(groupLinger)
 	defer linger.Stop()
 	for {
-		var b batch
+		var o op
 		select {
 		case <-ctx.Done():
 			return nil
-		case b = <-a.batches:
+		case o = <-a.ops:
 		}
 		linger.Reset(groupLinger)
-		err := a.applyBatch(ctx, b)
+		err := a.apply(ctx, o)
 	drain:
 		for err == nil && a.pipe.statements+a.runs.rows < batchStatements && a.handled < groupChanges {
 			select {
-			case b = <-a.batches:
-				err = a.applyBatch(ctx, b)
+			case o = <-a.ops:
+				err = a.apply(ctx, o)
 				continue
 			default:
 			}
@@ -266,8 +252,8 @@ func (a *applier) run(ctx context.Context) error {
 				break
 			}
 			select {
-			case b = <-a.batches:
-				err = a.applyBatch(ctx, b)
+			case o = <-a.ops:
+				err = a.apply(ctx, o)
 			case <-linger.C:
 				break drain
 			case <-ctx.Done():
@@ -283,26 +269,15 @@ func (a *applier) run(ctx context.Context) error {
 				return nil
 			}
 			return fmt.Errorf("%s: apply source %d transaction %s: %w%s",
-				shardDesc("destination", a.t.dst, a.d), a.s, a.curFinal, err, schemaHint(err))
+				shardDesc("destination", a.t.dst, a.d), a.s, o.final, err, schemaHint(err))
 		}
 	}
-}
-
-// applyBatch queues the statements of b's ops and gives their bytes back
-// to the queue's budget.
-func (a *applier) applyBatch(ctx context.Context, b batch) error {
-	defer a.budget.Release(int64(b.size))
-	for _, o := range b.ops {
-		if err := a.apply(ctx, o); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // apply queues the statements of o; a row move or a TRUNCATE of one
 // source's rows sends the batch and runs on its own round trips.
 func (a *applier) apply(ctx context.Context, o op) error {
+	defer a.budget.Release(int64(o.size))
 	if o.final != a.curFinal {
 		a.curFinal = o.final
 		a.skipTxn = o.final < a.progress // committed here before a restart

@@ -92,9 +92,6 @@ func (r *reader) moveOut(ctx context.Context, d int, rel *relation, newT, old []
 	if err := r.flush(ctx, d); err != nil {
 		return nil, err
 	}
-	if err := r.handoff(ctx, d); err != nil {
-		return nil, err
-	}
 	var rep moveReply
 	select {
 	case rep = <-reply:
@@ -185,93 +182,32 @@ func (r *reader) flushFull(ctx context.Context) error {
 	return nil
 }
 
-// flush holds the buffered changes of the current transaction for
-// destination shard d as an op for its applier, which applies them into an
-// open destination transaction that commits with the source transaction.
+// flush hands the buffered changes of the current transaction for
+// destination shard d to its applier, which applies them into an open
+// destination transaction that commits with the source transaction.
 func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
 	changes, size := r.take(d)
 	r.touched[d] = true
-	return r.hold(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
+	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
 }
 
-// hold adds o to the batch for destination shard d's applier, which the
-// reader hands over when it has read everything the source sent so far
-// (a read of the source socket found it empty: read, connectReplication),
-// when the batch reaches a chunk's size, or before a row move waits for
-// its reply (moveOut). The applier
-// sees the ops in the same order and grouped as before, only fewer times:
-// a source transaction's commit and the origin's progress stay together,
-// and nothing is handed over that the reader would not have handed over
-// one op at a time.
-//
-// The bound on changes is over all destinations (heldChanges): while the
-// source keeps the socket full (a backlog), a destination shard that gets
-// few of the changes would otherwise wait for its batch to fill, and the
-// slot could not be confirmed past its first held op until the backlog
-// was read.
-func (r *reader) hold(ctx context.Context, d int, o op) error {
-	b := &r.held[d]
-	b.ops = append(b.ops, o)
-	b.size += o.size
-	b.changes += len(o.changes)
-	r.heldChanges += len(o.changes)
-	if r.heldChanges >= chunkChanges {
-		return r.handoffAll(ctx)
-	}
-	if b.size >= chunkBytes {
-		return r.handoff(ctx, d)
-	}
-	return nil
-}
-
-// heldOps is the most ops a held batch's slice starts with.
-const heldOps = 64
-
-// handoff hands the batch held for destination shard d to its applier.
-func (r *reader) handoff(ctx context.Context, d int) error {
-	b := r.held[d]
-	if len(b.ops) == 0 {
-		return nil
-	}
-	// The applier owns the ops from here on; the next batch starts a
-	// slice of its own, about as long as this one was, but small: a
-	// batch of a reader that keeps up holds a few ops, and a slice past
-	// 32 KiB would be a large allocation at every hand-off.
-	r.held[d] = batch{ops: make([]op, 0, min(len(b.ops), heldOps))}
-	return r.send(ctx, d, b)
-}
-
-// handoffAll hands every held batch to its applier: the reader is about to
-// wait for the source.
-func (r *reader) handoffAll(ctx context.Context) error {
-	r.heldChanges = 0
-	for d := range r.held {
-		if err := r.handoff(ctx, d); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// send queues b for destination shard d's applier, waiting while its queue
-// holds queueBytes of changes or queueOps batches: backpressure that stops
+// send queues o for destination shard d's applier, waiting while its queue
+// holds queueBytes of changes or queueOps ops: backpressure that stops
 // reading from the source.
-func (r *reader) send(ctx context.Context, d int, b batch) error {
+func (r *reader) send(ctx context.Context, d int, o op) error {
 	a := r.appliers[d]
-	b.size = min(b.size, queueBytes)
-	if err := a.budget.Acquire(ctx, int64(b.size)); err != nil {
+	o.size = min(o.size, queueBytes)
+	if err := a.budget.Acquire(ctx, int64(o.size)); err != nil {
 		return err
 	}
-	r.handoffs++
-	r.t.prog.handoffs.Add(1)
 	select {
-	case a.batches <- b:
+	case a.ops <- o:
 		return nil
 	case <-ctx.Done():
-		a.budget.Release(int64(b.size))
+		a.budget.Release(int64(o.size))
 		return ctx.Err()
 	}
 }

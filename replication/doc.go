@@ -70,11 +70,6 @@
 // over in chunks (chunkChanges, chunkBytes) that the applier applies into one destination
 // transaction, open until the source's Commit. If the stream breaks before
 // that, the connection closes and the destination transaction rolls back.
-// The reader holds the ops it read for each destination shard and hands
-// them over as one batch when its source socket is empty (before it waits
-// for the walsender), when a batch reaches a chunk's size, or before a row
-// move waits for its reply (dispatch.go, hold): one hand-off, and one
-// wake-up of the applier, per batch rather than per source transaction.
 //
 // An applier joins the ops waiting in its queue into one destination
 // transaction ("group commit"), sent as one pipelined batch of prepared

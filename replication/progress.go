@@ -63,9 +63,6 @@ type progress struct {
 	// multi-row statement counts once) and the round trips that sent them,
 	// which BenchmarkStreamApply reports per change.
 	statements, roundTrips atomic.Int64
-	// handoffs counts the batches the readers handed to the appliers
-	// (dispatch.go, hold).
-	handoffs atomic.Int64
 	// collapsed counts the changes the appliers collapsed into a change
 	// of the same row (apply_batch.go).
 	collapsed atomic.Int64

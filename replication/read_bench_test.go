@@ -40,61 +40,26 @@ func commitMessage(commit, end pglogrepl.LSN) []byte {
 // (Begin, Update, Insert, Commit), routing each row by its bigint key over
 // two destination shards, and handing the ops to the appliers' queues,
 // which goroutines drain as appliers would. One op is one source
-// transaction; the reader hands them over in batches, as when its socket
-// reads come back full ("handoffs/txn").
+// transaction.
 func BenchmarkReadRoute(b *testing.B) {
 	ctx := b.Context()
-	r := newTestReader()
-	done := make(chan struct{})
-	for _, a := range r.appliers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for bt := range a.batches {
-				a.budget.Release(int64(bt.size))
-			}
-		}()
-	}
-	const txns = 4096
-	msgs := accountsLoad(txns)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		for _, data := range msgs[4*(i%txns) : 4*(i%txns)+4] {
-			if err := r.copyData(ctx, nil, data); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	if err := r.handoffAll(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(r.handoffs)/float64(b.N), "handoffs/txn")
-	for _, a := range r.appliers {
-		close(a.batches)
-	}
-	<-done
-	<-done
-}
-
-// newTestReader is a reader of bench/reshard.sh's accounts table, routed
-// over two destination shards by its bigint id, whose appliers are queues
-// only.
-func newTestReader() *reader {
 	rel := &relation{name: "public.accounts", ident: `"public"."accounts"`, cols: []string{"id", "balance", "filler"}, key: []int{0},
 		rule: rule{place: placeSharded, column: "id", typ: sharding.Bigint, fn: sharding.Hash{Type: sharding.Bigint, Shards: 2}}}
 	r := &reader{t: &Task{}, rels: map[uint32]*relation{16384: rel}, sent: make([]pglogrepl.LSN, 2),
-		pending: make([][]change, 2), size: make([]int, 2), touched: make([]bool, 2), held: make([]batch, 2)}
+		pending: make([][]change, 2), size: make([]int, 2), touched: make([]bool, 2)}
+	done := make(chan struct{})
 	for range 2 {
-		r.appliers = append(r.appliers, &applier{batches: make(chan batch, queueOps), budget: semaphore.NewWeighted(queueBytes)})
+		a := &applier{ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes)}
+		r.appliers = append(r.appliers, a)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for o := range a.ops {
+				a.budget.Release(int64(o.size))
+			}
+		}()
 	}
-	return r
-}
-
-// accountsLoad is the CopyData messages of txns source transactions of
-// bench/reshard.sh's accounts load: Begin, Update, Insert, Commit.
-func accountsLoad(txns int) [][]byte {
 	filler := string(make([]byte, 160))
+	const txns = 4096
 	var msgs [][]byte
 	for i := range txns {
 		lsn := pglogrepl.LSN(0x100000 + 0x100*uint64(i))
@@ -104,5 +69,19 @@ func accountsLoad(txns int) [][]byte {
 			xlogData(rowMessage('I', byte('N'), tupleBytes(strconv.Itoa(1000000000+i), "0", filler))),
 			xlogData(commitMessage(lsn+0x80, lsn+0xa0)))
 	}
-	return msgs
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		for _, data := range msgs[4*(i%txns) : 4*(i%txns)+4] {
+			if err := r.copyData(ctx, nil, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	for _, a := range r.appliers {
+		close(a.ops)
+	}
+	<-done
+	<-done
 }

@@ -118,12 +118,6 @@ type reader struct {
 	pending [][]change // per destination, of the current transaction
 	size    []int      // bytes in pending
 	touched []bool     // destinations that got ops of the current transaction
-	// held: per destination, the ops not handed to its applier yet
-	// (dispatch.go, hold), heldChanges their changes since the last
-	// handoffAll; handoffs counts the hand-offs, for tests.
-	held        []batch
-	heldChanges int
-	handoffs    int
 }
 
 func (t *Task) streamSource(ctx context.Context, s int) error {
@@ -153,7 +147,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 	r := &reader{t: t, s: s, rels: map[uint32]*relation{}, tables: map[string]*table{},
 		sent: make([]pglogrepl.LSN, len(t.dst.Shards)), dispatched: start, confirmed: start,
 		pending: make([][]change, len(t.dst.Shards)), size: make([]int, len(t.dst.Shards)),
-		touched: make([]bool, len(t.dst.Shards)), held: make([]batch, len(t.dst.Shards))}
+		touched: make([]bool, len(t.dst.Shards))}
 	for _, tb := range tables {
 		r.tables[tb.String()] = tb
 		for d := range t.dst.Shards {
@@ -191,15 +185,7 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 
 // read receives the source's WAL stream and hands changes to the appliers.
 func (r *reader) read(ctx context.Context) error {
-	// The reader hands its appliers what it holds when its socket is
-	// empty, before it waits for the source (dispatch.go, hold); an
-	// error of that hand-off ends the read loop after the read.
-	var handoffErr error
-	conn, cc, err := r.t.connectReplication(ctx, r.s, func() {
-		if handoffErr == nil {
-			handoffErr = r.handoffAll(ctx)
-		}
-	})
+	conn, err := r.t.connectReplication(ctx, r.s)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
 	}
@@ -268,25 +254,10 @@ func (r *reader) read(ctx context.Context) error {
 				return err
 			}
 		}
-		// A connection without raw reads does not report its empty
-		// socket: then the appliers get what the reader holds before
-		// every read of the socket.
-		if !cc.reportsEmpty() && cc.buffered() == 0 {
-			if err := r.handoffAll(ctx); err != nil {
-				return err
-			}
-		}
 		msg, err := conn.ReceiveMessage(context.Background())
-		if handoffErr != nil {
-			return handoffErr
-		}
 		if err != nil {
 			var netErr net.Error
 			if errors.As(err, &netErr) && netErr.Timeout() {
-				// A wait for the rest of a message ran out: hand over.
-				if err := r.handoffAll(ctx); err != nil {
-					return err
-				}
 				continue
 			}
 			if ctx.Err() != nil {
@@ -427,7 +398,7 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
 				changes, size := r.take(d)
-				if err := r.hold(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
+				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
 					commitTime: m.CommitTime, changes: changes, size: size}); err != nil {
 					return err
 				}

@@ -54,47 +54,19 @@ const (
 type coalescingConn struct {
 	net.Conn
 	rc    *rawConn // of a TCP connection: its low-water mark is managed; nil otherwise
-	raw   *rawConn // the connection when its reads are raw; nil otherwise
 	lowat int      // the socket's SO_RCVLOWAT as last set; 0 is the default, 1
 	short bool     // the last read brought less than coalesceBytes
-	// onEmpty, when set, is called when a read finds the socket empty,
-	// before it waits (the reader hands its appliers what it holds:
-	// dispatch.go, hold); emptyFD calls it and lowers the mark.
-	onEmpty func()
-	emptyFD func(fd uintptr)
-	// buffered reports the bytes read from the socket and not yet
-	// returned as messages (connectReplication).
-	buffered func() int
 }
 
-// newCoalescingConn returns conn with coalesced reads; empty, if not nil,
-// is called whenever a read finds the socket empty, before it waits.
-func newCoalescingConn(conn net.Conn, empty func()) *coalescingConn {
+func newCoalescingConn(conn net.Conn) *coalescingConn {
 	conn = newRawConn(conn)
-	c := &coalescingConn{Conn: conn, onEmpty: empty}
+	c := &coalescingConn{Conn: conn}
 	if rc, ok := conn.(*rawConn); ok {
-		c.raw = rc
 		if _, tcp := rc.Conn.(*net.TCPConn); tcp {
 			c.rc = rc
 		}
 	}
-	c.emptyFD = func(fd uintptr) {
-		if c.onEmpty != nil {
-			c.onEmpty()
-		}
-		// Setting the mark reports the socket readable at once when a
-		// byte arrived meanwhile (tcp_set_rcvlowat).
-		if c.rc != nil && c.lowat > 1 {
-			c.setLowatFD(fd, 1)
-		}
-	}
 	return c
-}
-
-// reportsEmpty reports whether the connection calls its empty function
-// before every read that waits.
-func (c *coalescingConn) reportsEmpty() bool {
-	return c.raw != nil && c.onEmpty != nil
 }
 
 func (c *coalescingConn) Read(p []byte) (int, error) {
@@ -106,14 +78,27 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if c.raw != nil {
-		n, err = c.raw.read(p, c.emptyFD)
+	if c.rc != nil && c.lowat > 1 {
+		n, err = c.readLowat(p)
 	} else {
 		n, err = c.Conn.Read(p)
 	}
 	// A read that filled p found more waiting, whatever its size.
 	c.short = n < coalesceBytes && n < len(p)
 	return n, err
+}
+
+// readLowat reads what the socket holds; when it holds nothing, it lowers
+// the low-water mark to one byte and waits for that, within the
+// connection's read deadline.
+func (c *coalescingConn) readLowat(p []byte) (int, error) {
+	return c.rc.read(p, func(fd uintptr) {
+		// Setting the mark reports the socket readable at once when a
+		// byte arrived meanwhile (tcp_set_rcvlowat).
+		if c.lowat != 1 {
+			c.setLowatFD(fd, 1)
+		}
+	})
 }
 
 // setLowat sets the socket's SO_RCVLOWAT.
@@ -133,35 +118,22 @@ func (c *coalescingConn) setLowatFD(fd uintptr, v int) {
 }
 
 // connectReplication opens a replication connection to source shard s
-// whose reads are coalesced, and calls empty (if not nil) whenever a read
-// finds its socket empty, before it waits. It returns the connection's
-// socket too, for its buffered bytes and whether it reports empty reads.
-func (t *Task) connectReplication(ctx context.Context, s int, empty func()) (*pgconn.PgConn, *coalescingConn, error) {
+// whose reads are coalesced.
+func (t *Task) connectReplication(ctx context.Context, s int) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(t.dsn(t.src, s, true))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
+		return nil, fmt.Errorf("%s: %w", shardDesc("source", t.src, s), err)
 	}
 	dial := cfg.DialFunc
-	var cc *coalescingConn
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		cc = newCoalescingConn(conn, empty)
-		return cc, nil
+		return newCoalescingConn(conn), nil
 	}
-	var br *bufio.Reader
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		br = bufio.NewReaderSize(r, streamReadBuffer)
-		return pgproto3.NewFrontend(br, w)
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, streamReadBuffer), w)
 	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	// pgproto3 reads the messages through a buffer of its own, over br.
-	fe := conn.Frontend()
-	cc.buffered = func() int { return fe.ReadBufferLen() + br.Buffered() }
-	return conn, cc, nil
+	return pgconn.ConnectConfig(ctx, cfg)
 }

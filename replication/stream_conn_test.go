@@ -49,7 +49,7 @@ func TestCoalescingConnShort(t *testing.T) {
 // once rather than at the read deadline.
 func TestCoalescingConnLowat(t *testing.T) {
 	server, client := pgtest.TCPPair(t)
-	c := newCoalescingConn(client, nil)
+	c := newCoalescingConn(client)
 	buf := make([]byte, streamReadBuffer)
 	// send writes n bytes and waits until they are in the client's socket.
 	send := func(n int) {
@@ -127,40 +127,4 @@ func queued(t *testing.T, c *coalescingConn) int {
 		t.Fatal(errno)
 	}
 	return int(v)
-}
-
-// TestCoalescingConnReportsEmpty: a read that finds the socket empty calls
-// the connection's empty function before it waits (the reader then hands
-// its appliers what it holds), and a read that finds data does not.
-func TestCoalescingConnReportsEmpty(t *testing.T) {
-	server, client := pgtest.TCPPair(t)
-	empties := 0
-	c := newCoalescingConn(client, func() { empties++ })
-	if !c.reportsEmpty() {
-		t.Fatal("a TCP connection does not report empty reads")
-	}
-	buf := make([]byte, streamReadBuffer)
-	if _, err := server.Write(make([]byte, 100)); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); queued(t, c) < 100; {
-		if time.Now().After(deadline) {
-			t.Fatal("the bytes sent did not arrive")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if n, err := c.Read(buf); err != nil || n != 100 {
-		t.Fatalf("read %d, %v", n, err)
-	}
-	if empties != 0 {
-		t.Errorf("a read that found data reported %d empty sockets", empties)
-	}
-	time.AfterFunc(20*time.Millisecond, func() { server.Write([]byte{1}) })
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := c.Read(buf); err != nil || n != 1 {
-		t.Fatalf("read %d, %v", n, err)
-	}
-	if empties == 0 {
-		t.Error("a read that waited did not report the empty socket")
-	}
 }
