@@ -70,6 +70,9 @@
 #                      clients) instead of `proxy data-sync`
 #   BENCH_RESHARD_PERF=FILE  record the proxy's stacks (perf record -g) from
 #                      the start of shardgate's apply load to its catch-up
+#   BENCH_RESHARD_PERF_EVENT  perf's event for BENCH_RESHARD_PERF (default
+#                      perf's, CPU time); e.g. context-switches: the stack
+#                      of every context switch of the proxy's threads
 #   BENCH_KEEP_ON_FAILURE=1  keep the temp dir (logs) when something fails
 set -euo pipefail
 
@@ -423,7 +426,8 @@ apply_load() {
 	[ -n "$px_pid" ] && cs0=$(proc_ctxsw "$px_pid")
 	local perf_pid=""
 	if [ -n "${BENCH_RESHARD_PERF:-}" ] && [ -n "$px_pid" ]; then
-		perf record -q -g -p "$px_pid" -o "$BENCH_RESHARD_PERF" >"$BENCH_TMP/perf.log" 2>&1 &
+		perf record -q -g ${BENCH_RESHARD_PERF_EVENT:+-e "$BENCH_RESHARD_PERF_EVENT"} -p "$px_pid" \
+			-o "$BENCH_RESHARD_PERF" >"$BENCH_TMP/perf.log" 2>&1 &
 		perf_pid=$!
 		BENCH_EXTRA_PIDS+=("$perf_pid")
 	fi
