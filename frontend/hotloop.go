@@ -378,12 +378,7 @@ func (l *hotLoop) run() {
 		if waits.idle() {
 			n, parked, err = l.idleWait(events)
 		} else {
-			if l.inOuter {
-				// Out of the netpoller's sight, whose thread would
-				// otherwise wake at every event too.
-				rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
-				l.inOuter = false
-			}
+			l.leaveOuter()
 			// A blocking wait, as bench/relayfloor's coro mode measured
 			// it.
 			n, err = syscall.EpollWait(l.epfd, events, -1)
@@ -452,10 +447,7 @@ func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err
 		// loopIdleAfter). Wait for it a while in epoll_wait, out of the
 		// netpoller's sight, by RawSyscall6: the runtime's system call
 		// path would wake sysmon from its sleep.
-		if l.inOuter {
-			rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
-			l.inOuter = false
-		}
+		l.leaveOuter()
 		if n, err = rawEpollWaitFor(l.epfd, events, loopAnswerWait); n > 0 || err != nil && err != syscall.EINTR {
 			return n, false, err
 		}
@@ -481,6 +473,16 @@ func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err
 		return 0, true, fmt.Errorf("hot loop: wait in the netpoller: %w", rerr)
 	}
 	return n, true, err
+}
+
+// leaveOuter takes epfd out of outer if it is there, before a wait in
+// epoll_wait: out of the netpoller's sight, whose thread would otherwise
+// wake at every event too.
+func (l *hotLoop) leaveOuter() {
+	if l.inOuter {
+		rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
+		l.inOuter = false
+	}
 }
 
 // rawEpollWait is epoll_wait(2) of epfd without waiting, by
