@@ -49,8 +49,11 @@
 // postmaster can start.
 //
 // A Cluster's methods are safe for concurrent use; its mutex is held for
-// whole state changes. Ports are reserved process-wide, so two clusters of
-// one process never share one and a stopped cluster keeps its own.
+// whole state changes. Ports come from just below the kernel's ephemeral
+// range, where no listener on port 0 and no outgoing connection gets one, and
+// each is held under an flock on a file in os.TempDir()/shardgate-pgtest-ports
+// until its cluster is removed. So no two clusters on the machine share one,
+// even across test binaries, and a stopped cluster keeps its own for Restart.
 //
 // # Files on disk
 //

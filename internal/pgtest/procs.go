@@ -2,12 +2,10 @@ package pgtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -89,37 +87,4 @@ func reapStale(root string) {
 func alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || err == syscall.EPERM
-}
-
-// ports hands out free loopback ports and remembers them until released, so
-// that two clusters of this process never get the same port, and a stopped
-// cluster keeps its port for Restart.
-var ports = struct {
-	mu    sync.Mutex // guards the following
-	inUse map[int]bool
-}{inUse: map[int]bool{}}
-
-func reservePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("pgtest: find a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ports.mu.Lock()
-		taken := ports.inUse[port]
-		ports.inUse[port] = true
-		ports.mu.Unlock()
-		if !taken {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("pgtest: find a free port: no luck in 20 tries")
-}
-
-func releasePort(port int) {
-	ports.mu.Lock()
-	delete(ports.inUse, port)
-	ports.mu.Unlock()
 }
