@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // buildProxy compiles cmd/proxy into a temporary directory.
@@ -39,14 +41,11 @@ func goBuild(t testing.TB, pkg string) string {
 	return bin
 }
 
+// freePort reserves a port for a proxy process, one that stays free when the
+// test stops the proxy and starts it again on the same address.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return pgtest.Port(t)
 }
 
 // proxyProcess runs the built proxy with a config file.

@@ -28,3 +28,17 @@ func New(t testing.TB, opts Options) *Cluster {
 	})
 	return c
 }
+
+// Port reserves a loopback port for a test's own listener (a proxy process,
+// say) the way clusters get theirs: from below the ephemeral range and locked
+// machine-wide, so that a listener restarted on it finds it free. It is
+// released when the test ends.
+func Port(t testing.TB) int {
+	t.Helper()
+	port, err := reservePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releasePort(port) })
+	return port
+}
