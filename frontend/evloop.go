@@ -40,16 +40,17 @@ type evloop struct {
 	// than a map: 24 bytes a descriptor instead of a map slot and its
 	// share of the map's growth, for every parked client.
 	waiting []parkedFn
-	n       int    // entries of waiting with a fn
-	total   uint64 // parks so far
+	n       int    // entries of waiting with a client's fn
+	total   uint64 // clients' parks so far
 	token   int32
 	closed  bool
 }
 
 // parkedFn is what runs when a parked socket wakes.
 type parkedFn struct {
-	token int32
-	fn    resumer
+	token  int32
+	client bool // a parked client (counted), not a connection yet to speak
+	fn     resumer
 }
 
 // parkKey names one park of one socket: its file descriptor and token.
@@ -90,8 +91,10 @@ func newEvloop() (*evloop, error) {
 // park); park sets it. The key is also stored in last before the park can
 // wake, so that last always names the latest park of the socket, even when
 // fn runs and parks again before park returns. On error nothing is parked
-// and fn never runs.
-func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn resumer) (parkKey, error) {
+// and fn never runs. client says whether the park is a logged-in client's:
+// only those count in parked and parks, not a connection's wait for its
+// first bytes (firstbytes.go).
+func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn resumer, client bool) (parkKey, error) {
 	var key parkKey
 	var ctlErr error
 	err := rc.Control(func(fd uintptr) {
@@ -111,11 +114,14 @@ func (e *evloop) park(rc syscall.RawConn, armed *bool, last *atomic.Uint64, fn r
 			if int(key.fd) >= len(e.waiting) {
 				e.waiting = append(e.waiting, make([]parkedFn, int(key.fd)+1-len(e.waiting))...)
 			}
-			if e.waiting[key.fd].fn == nil {
-				e.n++
+			if old := e.waiting[key.fd]; old.fn != nil && old.client {
+				e.n-- // a park that replaces another
 			}
-			e.total++
-			e.waiting[key.fd] = parkedFn{token: key.token, fn: fn}
+			if client {
+				e.n++
+				e.total++
+			}
+			e.waiting[key.fd] = parkedFn{token: key.token, client: client, fn: fn}
 		}
 	})
 	if err == nil {
@@ -159,7 +165,9 @@ func (e *evloop) take(key parkKey) resumer {
 		return nil
 	}
 	e.waiting[key.fd] = parkedFn{}
-	e.n--
+	if p.client {
+		e.n--
+	}
 	return p.fn
 }
 
@@ -178,14 +186,14 @@ func (e *evloop) wake(key parkKey) bool {
 // its function runs (or ran).
 func (e *evloop) unpark(key parkKey) bool { return e.take(key) != nil }
 
-// parked is the number of sockets waiting.
+// parked is the number of clients parked.
 func (e *evloop) parked() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n
 }
 
-// parks is the number of parks so far.
+// parks is the number of clients' parks so far.
 func (e *evloop) parks() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

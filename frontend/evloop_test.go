@@ -54,7 +54,7 @@ func TestEvloopCycles(t *testing.T) {
 		got <- string(buf[:n])
 	}
 	for i := range 50 {
-		key, err := e.park(rc, &armed, &last, resumeFunc(read))
+		key, err := e.park(rc, &armed, &last, resumeFunc(read), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestEvloopCycles(t *testing.T) {
 			t.Fatalf("cycle %d: a woken park woke again", i)
 		}
 	}
-	if _, err := e.park(rc, &armed, &last, resumeFunc(read)); err != nil {
+	if _, err := e.park(rc, &armed, &last, resumeFunc(read), true); err != nil {
 		t.Fatal(err)
 	}
 	cli.Close()
@@ -102,7 +102,7 @@ func TestEvloopClose(t *testing.T) {
 		srv, _ := pgtest.TCPPair(t)
 		armed := false
 		var last atomic.Uint64
-		key, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() { ran <- i }))
+		key, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() { ran <- i }), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,8 +124,43 @@ func TestEvloopClose(t *testing.T) {
 	srv, _ := pgtest.TCPPair(t)
 	armed := false
 	var last atomic.Uint64
-	if _, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() {})); err != errEvloopClosed {
+	if _, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() {}), true); err != errEvloopClosed {
 		t.Fatalf("park after close: %v, want errEvloopClosed", err)
+	}
+}
+
+// TestEvloopCountsClients: parked and parks count clients' parks only, not
+// a connection's wait for its first bytes; both kinds wake and unpark
+// alike.
+func TestEvloopCountsClients(t *testing.T) {
+	e := newTestEvloop(t)
+	park := func(client bool) parkKey {
+		srv, _ := pgtest.TCPPair(t)
+		armed := false
+		var last atomic.Uint64
+		key, err := e.park(rawConn(t, srv), &armed, &last, resumeFunc(func() {}), client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	silent := park(false)
+	client := park(true)
+	park(false)
+	if n, total := e.parked(), e.parks(); n != 1 || total != 1 {
+		t.Fatalf("parked %d, parks %d with one client and two silent connections, want 1 and 1", n, total)
+	}
+	if !e.unpark(silent) {
+		t.Fatal("unpark of a silent connection's park: false")
+	}
+	if n := e.parked(); n != 1 {
+		t.Fatalf("parked %d after a silent connection's park ended, want 1", n)
+	}
+	if !e.unpark(client) {
+		t.Fatal("unpark of a client's park: false")
+	}
+	if n, total := e.parked(), e.parks(); n != 0 || total != 1 {
+		t.Fatalf("parked %d, parks %d after the client's park ended, want 0 and 1", n, total)
 	}
 }
 
@@ -150,7 +185,7 @@ func BenchmarkParkResume(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.park(rc, &armed, &last, resumeFunc(read)); err != nil {
+		if _, err := e.park(rc, &armed, &last, resumeFunc(read), true); err != nil {
 			b.Fatal(err)
 		}
 		cli.Write(msg)

@@ -49,7 +49,7 @@ func (l *Listener) awaitFirstBytes(ctx context.Context, c *client, login time.Du
 		w.timer = time.AfterFunc(login, w.timeout)
 	}
 	l.silent.Add(1)
-	key, err := e.park(rc, &c.parkArmed, &c.parkKey, w)
+	key, err := e.park(rc, &c.parkArmed, &c.parkKey, w, false)
 	if err != nil {
 		l.silent.Add(-1)
 		if w.timer != nil {
@@ -57,7 +57,6 @@ func (l *Listener) awaitFirstBytes(ctx context.Context, c *client, login time.Du
 		}
 		return false
 	}
-	l.silentAll.Add(1)
 	// A timer that fired before the park was stored woke nothing.
 	if w.expired.Load() {
 		e.wake(key)

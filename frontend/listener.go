@@ -74,8 +74,7 @@ type Listener struct {
 
 	nextID     atomic.Uint64
 	clientsNum atomic.Int64
-	silent     atomic.Int64  // connections waiting in the evloop for their first bytes (firstbytes.go)
-	silentAll  atomic.Uint64 // such waits so far: not parks of clients (parks)
+	silent     atomic.Int64 // connections waiting in the evloop for their first bytes (firstbytes.go)
 	shutting   atomic.Bool
 
 	parking  parker     // idle clients without goroutines (park.go)

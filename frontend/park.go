@@ -165,7 +165,7 @@ func (l *Listener) Parked() int {
 	if e == nil {
 		return 0
 	}
-	return max(e.parked()-int(l.silent.Load()), 0) // not the connections yet to speak
+	return e.parked()
 }
 
 // KeptBuffers reports how many read buffers the Listener keeps for
@@ -187,8 +187,7 @@ func (l *Listener) parks() uint64 {
 	if e == nil {
 		return 0
 	}
-	silent := l.silentAll.Load() // first: it counts parks already in e's total
-	return e.parks() - silent
+	return e.parks()
 }
 
 // closeParking resumes every parked client, and from then on no client
@@ -408,7 +407,7 @@ func (c *client) park() bool {
 	co := c.coro()
 	c.dropCoro()
 	c.parked.Store(true)
-	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c)
+	key, err := e.park(rc, &c.parkArmed, &c.parkKey, c, true)
 	if err != nil {
 		if !errors.Is(err, errEvloopClosed) {
 			c.log.Warn("client cannot park", "err", err)
