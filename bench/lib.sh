@@ -73,15 +73,36 @@ bench_cleanup() {
 	return "$rc"
 }
 
-# free_port prints the first port from $1 upwards that no TCP socket uses.
-# Not only listeners: a client's socket in TIME-WAIT on that port (as its
-# ephemeral port; the defaults 55432 and 57432 are inside Linux's ephemeral
-# range) makes a listener's bind fail with EADDRINUSE, SO_REUSEADDR or not,
-# when the client did not set SO_REUSEADDR.
-free_port() {
-	local p=$1
-	while [ -n "$(ss -Htan "sport = :$p")" ]; do p=$((p + 1)); done
-	echo "$p"
+# BENCH_PORT_LOCKS holds one file per reserved port, flocked by its holder:
+# the directory the test harness's PostgreSQL clusters reserve theirs in too
+# (internal/pgtest/ports.go), so that benchmarks running at the same time as
+# each other or as tests never pick the same port.
+BENCH_PORT_LOCKS=${TMPDIR:-/tmp}/shardgate-pgtest-ports
+
+# reserve_port VAR START sets VAR to the first port from START upwards that
+# no TCP socket uses and nobody else reserved, and holds it until the script
+# exits: an flock on the port's file, on a descriptor the shell keeps open
+# (and its children inherit). Not only listeners count: a client's socket in
+# TIME-WAIT on that port (as its ephemeral port; the defaults 55432 and
+# 57432 are inside Linux's ephemeral range) makes a listener's bind fail
+# with EADDRINUSE, SO_REUSEADDR or not, when the client did not set
+# SO_REUSEADDR. A port taken by a client's ephemeral port after the check
+# is still possible; the callers that start a listener retry on the next.
+reserve_port() {
+	local _rp_var=$1 _rp_port=$2 _rp_fd
+	mkdir -p "$BENCH_PORT_LOCKS"
+	chmod 1777 "$BENCH_PORT_LOCKS" 2>/dev/null || true # only its owner may
+	while :; do
+		if [ -z "$(ss -Htan "sport = :$_rp_port")" ]; then
+			exec {_rp_fd}>>"$BENCH_PORT_LOCKS/$_rp_port"
+			if flock -n "$_rp_fd"; then
+				printf -v "$_rp_var" %s "$_rp_port"
+				return 0
+			fi
+			exec {_rp_fd}>&-
+		fi
+		_rp_port=$((_rp_port + 1))
+	done
 }
 
 # perf_syscall_events BASE NAME...: the perf stat event list BASE plus the
@@ -153,7 +174,7 @@ wait_sql() {
 }
 
 start_postgres() {
-	PORT_DIRECT=$(free_port "${BENCH_PG_PORT:-55432}")
+	reserve_port PORT_DIRECT "${BENCH_PG_PORT:-55432}"
 	log "starting PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT_DIRECT (fsync=off)"
 	as_pg "$PG_BIN/initdb" -D "$BENCH_TMP/pgdata" -U "$BENCH_USER" -A trust --no-sync -E UTF8 >"$BENCH_TMP/initdb.log" 2>&1 ||
 		{ cat "$BENCH_TMP/initdb.log" >&2; die "initdb failed"; }
@@ -178,7 +199,7 @@ EOF
 }
 
 start_pgbouncer() {
-	PORT_PGBOUNCER=$(free_port "${BENCH_PGBOUNCER_PORT:-56432}")
+	reserve_port PORT_PGBOUNCER "${BENCH_PGBOUNCER_PORT:-56432}"
 	mkdir -p "$BENCH_TMP/pgbouncer"
 	printf '"%s" ""\n' "$BENCH_USER" >"$BENCH_TMP/pgbouncer/userlist.txt"
 	cat >"$BENCH_TMP/pgbouncer/pgbouncer.ini" <<EOF
@@ -230,7 +251,7 @@ pgbouncer_prepared_ok() {
 }
 
 start_shardgate() {
-	PORT_SHARDGATE=$(free_port "${BENCH_SHARDGATE_PORT:-57432}")
+	reserve_port PORT_SHARDGATE "${BENCH_SHARDGATE_PORT:-57432}"
 	if [ -n "${SHARDGATE_BIN:-}" ]; then
 		log "using shardgate binary $SHARDGATE_BIN"
 		cp "$SHARDGATE_BIN" "$BENCH_TMP/proxy" || die "cannot copy $SHARDGATE_BIN"
@@ -258,7 +279,7 @@ EOF
 	[ -z "${BENCH_SHARDGATE_LIMITS:-}" ] || echo "limits: $BENCH_SHARDGATE_LIMITS" >>"$BENCH_TMP/shardgate.yaml"
 	# BENCH_SHARDGATE_METRICS=1: serve /metrics (Go runtime figures too).
 	if [ -n "${BENCH_SHARDGATE_METRICS:-}" ]; then
-		SG_METRICS[shardgate]=$(free_port 59930)
+		reserve_port 'SG_METRICS[shardgate]' 59930
 		echo "metrics: { listen: 127.0.0.1:${SG_METRICS[shardgate]} }" >>"$BENCH_TMP/shardgate.yaml"
 	fi
 	"$BENCH_TMP/proxy" check-config "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/check-config.log" 2>&1 ||
@@ -293,14 +314,14 @@ build_ref() {
 # BIN's file name is its comm (at most 15 characters).
 start_shardgate_variant() {
 	local name=$1 bin=$2 gmp=${3:-} limits=${4:-} port pid
-	port=$(free_port $((PORT_SHARDGATE + 1)))
+	reserve_port port $((PORT_SHARDGATE + 1))
 	sed "s/^listen: .*/listen: 127.0.0.1:$port/" "$BENCH_TMP/shardgate.yaml" >"$BENCH_TMP/shardgate-$name.yaml"
 	if [ -n "$limits" ]; then
 		sed -i '/^limits:/d' "$BENCH_TMP/shardgate-$name.yaml"
 		echo "limits: $limits" >>"$BENCH_TMP/shardgate-$name.yaml"
 	fi
 	if [ -n "${SG_METRICS[shardgate]:-}" ]; then
-		SG_METRICS[$name]=$(free_port $((SG_METRICS[shardgate] + 1 + ${#SG_METRICS[@]})))
+		reserve_port "SG_METRICS[$name]" $((SG_METRICS[shardgate] + 1 + ${#SG_METRICS[@]}))
 		sed -i "s/^metrics: .*/metrics: { listen: 127.0.0.1:${SG_METRICS[$name]} }/" "$BENCH_TMP/shardgate-$name.yaml"
 	fi
 	log "starting shardgate variant $name ($(basename "$bin"), GOMAXPROCS=${gmp:-default}) on 127.0.0.1:$port"
@@ -323,7 +344,7 @@ start_floor() {
 		log "building bench/relayfloor"
 		(cd "$REPO_DIR" && go build -o "$BENCH_TMP/relayfloor" ./bench/relayfloor) || die "go build ./bench/relayfloor failed"
 	fi
-	port=$(free_port $((PORT_SHARDGATE + 10 + ${#SG_PORT[@]})))
+	reserve_port port $((PORT_SHARDGATE + 10 + ${#SG_PORT[@]}))
 	"$BENCH_TMP/relayfloor" -mode "$mode" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PORT_DIRECT" \
 		${loops:+-loops $loops} "$@" >"$BENCH_TMP/relayfloor-$name.log" 2>&1 &
 	SG_PID[$name]=$!

@@ -105,7 +105,7 @@ psql_direct() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT_D
 psql_proxy() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT_SHARDGATE" -U "$BENCH_USER" "$@"; }
 
 start_pg_sharded() {
-	PORT_DIRECT=$(free_port "${BENCH_PG_PORT:-55432}")
+	reserve_port PORT_DIRECT "${BENCH_PG_PORT:-55432}"
 	log "starting PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT_DIRECT (fsync=off)"
 	as_pg "$PG_BIN/initdb" -D "$BENCH_TMP/pgdata" -U "$BENCH_USER" -A trust --no-sync -E UTF8 --locale=C >"$BENCH_TMP/initdb.log" 2>&1 ||
 		{ cat "$BENCH_TMP/initdb.log" >&2; die "initdb failed"; }
@@ -208,7 +208,7 @@ check_collations() {
 }
 
 start_shardgate_sharded() {
-	PORT_SHARDGATE=$(free_port "${BENCH_SHARDGATE_PORT:-57432}")
+	reserve_port PORT_SHARDGATE "${BENCH_SHARDGATE_PORT:-57432}"
 	if [ -x "$BENCH_TMP/proxy" ]; then
 		: # a restart
 	elif [ -n "${SHARDGATE_BIN:-}" ]; then
@@ -274,13 +274,13 @@ EOF
 		"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate.log" 2>&1 &
 		PID_SHARDGATE=$!
 		wait_sql "$PORT_SHARDGATE" shardgate "$PID_SHARDGATE" && break
-		# The port free_port found can be taken before the proxy binds it
+		# The port reserve_port found can be taken before the proxy binds it
 		# (a client's ephemeral port: the range includes ours).
 		if [ "$try" -eq 3 ] || ! grep -q 'address already in use' "$BENCH_TMP/shardgate.log"; then
 			tail -20 "$BENCH_TMP/shardgate.log" >&2
 			die "shardgate exited at start"
 		fi
-		PORT_SHARDGATE=$(free_port $((PORT_SHARDGATE + 1)))
+		reserve_port PORT_SHARDGATE $((PORT_SHARDGATE + 1))
 		log "the port was taken meanwhile; starting shardgate on 127.0.0.1:$PORT_SHARDGATE"
 		sed -i "s/^listen: 127\.0\.0\.1:.*/listen: 127.0.0.1:$PORT_SHARDGATE/" "$BENCH_TMP/shardgate.yaml"
 	done
