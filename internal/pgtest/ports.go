@@ -27,11 +27,18 @@ const (
 	portTries    = 512
 )
 
-// ports holds this process's reserved ports, each with its open lock file.
+// ports holds this process's reserved ports, each with its open lock file,
+// and where the next search starts: after the port reserved last, so that a
+// port released by a stopped cluster is not handed out again until the
+// search has gone round the whole range. A client of the old cluster that
+// did not notice it was gone (a pool reconnecting, a stream retrying: the
+// clusters share their user, password and database names) must not reach a
+// new cluster on the same port.
 var ports = struct {
-	mu   sync.Mutex // guards held
+	mu   sync.Mutex // guards the following
 	held map[int]*os.File
-}{held: map[int]*os.File{}}
+	next int // offset into the range; -1 until the first search
+}{held: map[int]*os.File{}, next: -1}
 
 // portLockDir is shared by every user's pgtest processes on the machine; the
 // sticky bit keeps one user from removing another's lock files.
@@ -70,7 +77,14 @@ func reservePort() (int, error) {
 	if hi-lo < 64 {
 		return 0, fmt.Errorf("pgtest: find a free port: ip_local_port_range leaves only %d ports below it", hi-lo)
 	}
-	start := rand.IntN(hi - lo)
+	ports.mu.Lock()
+	if ports.next < 0 {
+		// Each process starts somewhere else: fewer collisions between
+		// test binaries' searches.
+		ports.next = rand.IntN(hi - lo)
+	}
+	start := ports.next
+	ports.mu.Unlock()
 	for i := range min(portTries, hi-lo) {
 		port := lo + (start+i)%(hi-lo)
 		ports.mu.Lock()
@@ -92,6 +106,7 @@ func reservePort() (int, error) {
 		}
 		ports.mu.Lock()
 		ports.held[port] = lock
+		ports.next = (port - lo + 1) % (hi - lo)
 		ports.mu.Unlock()
 		return port, nil
 	}

@@ -5,7 +5,8 @@ import (
 )
 
 // TestReservePort checks that ports come from below the ephemeral range, are
-// never handed out twice while held, and are locked against other processes
+// never handed out twice while held, nor soon after their release, and are
+// locked against other processes
 // (another open file description stands in for another process: flock locks
 // belong to it).
 func TestReservePort(t *testing.T) {
@@ -39,6 +40,18 @@ func TestReservePort(t *testing.T) {
 	}
 	for port := range seen {
 		releasePort(port)
+	}
+	for range 20 {
+		port, err := reservePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		releasePort(port)
+		if seen[port] {
+			t.Errorf("port %d handed out again right after its release", port)
+		}
+	}
+	for port := range seen {
 		lock, err := lockPort(dir, port)
 		if err != nil {
 			t.Fatal(err)
