@@ -35,6 +35,12 @@ type sStmt struct {
 	eff     stmtEffect
 	spOnce  sync.Once
 	sp      *sqlPrep
+	// spare is a portal of the statement that a Sync ended, kept for its
+	// next Bind (recyclePortal): a client that binds the same statement
+	// over and over (pgbench -M prepared, a driver's statement cache)
+	// then makes no portal per statement. The statement is the client's
+	// own, so only the client's goroutine touches it.
+	spare *sPortal
 }
 
 // params returns how many parameters a Bind of the statement must supply
@@ -115,6 +121,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		return nil
 	}
 	batch := c.batch
+	buf := c.batchBuf
 	c.batch = nil
 	c.batchHint, c.batchBuf = len(c.batchBuf), nil // the portals may keep this one
 	defer c.recycleBatch(batch)
@@ -167,7 +174,11 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'H':
 			err = c.flushClient()
 		case 'S':
-			return c.sSync()
+			err := c.sSync()
+			if c.batchBuf == nil && batchKeepsNothing(batch) && c.keepsNoBodies() && cap(buf) <= batchKeep {
+				c.batchBuf = buf[:0] // nothing of this batch's bodies survives it
+			}
+			return err
 		}
 		if err != nil {
 			var lost *shardLost
@@ -199,6 +210,37 @@ func (c *client) recycleBatch(batch []batchMsg) {
 		clear(batch)
 		c.batch = batch[:0]
 	}
+}
+
+// batchKeep bounds the batch buffer a client keeps for its next batch:
+// enough for the usual Bind, Describe, Execute and Sync of a few
+// parameters. The buffer stays while the client parks (park.go's shed
+// does not know it), so it is kept small.
+const batchKeep = 256
+
+// batchKeepsNothing reports whether no message of batch is of a kind whose
+// body something may keep after the batch: a Parse's statement keeps its
+// text (sStmt.query), a Close and a Flush end the batch with portals
+// open. Bind, Describe and Execute keep bodies only in portals, which
+// keepsNoBodies checks.
+func batchKeepsNothing(batch []batchMsg) bool {
+	for _, m := range batch {
+		switch m.typ {
+		case 'B', 'D', 'E', 'S':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// keepsNoBodies reports whether, after a Sync, the client holds nothing
+// that may point into the bodies of the batch: no portal (their
+// parameters and Bind tails are slices of the Bind's body), no paused
+// merge and no cursor of the proxy's (a DECLARE's parameters). The
+// batch's buffer can then take the next batch.
+func (c *client) keepsNoBodies() bool {
+	return len(c.sportals) == 0 && c.stream == nil && len(c.cursors) == 0
 }
 
 // batchIsImplicit reports whether a batch (up to Sync or Flush) runs in an
@@ -248,6 +290,9 @@ func (c *client) sSync() error {
 		return err
 	}
 	if !c.xs.InTx() {
+		if p := c.sportals[""]; p != nil && len(c.sportals) == 1 {
+			c.recyclePortal(p)
+		}
 		clear(c.sportals)
 		c.releaseIfIdle()
 	}
@@ -381,7 +426,13 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	if st == nil {
 		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
 	}
-	p := &sPortal{stmt: st, tail: tail}
+	p := st.spare
+	if p != nil {
+		st.spare = nil
+		p.stmt, p.tail = st, tail // recyclePortal zeroed the rest
+	} else {
+		p = &sPortal{stmt: st, tail: tail}
+	}
 	formats, params, err := parseBindParams(tail, p.paramsBuf[:0], p.formatsBuf[:0])
 	if err != nil {
 		return err
@@ -412,6 +463,28 @@ func (c *client) sBind(body []byte, deferred bool) error {
 }
 
 var bindComplete = []byte{'2', 0, 0, 0, 4}
+
+// recyclePortal keeps p, which the Sync that ends it is about to drop, as
+// its statement's spare for the next Bind. Only a portal nothing else
+// points to is kept: one routed to a single shard by the router's plan in
+// the portal's own room (not a cursor's, an SQL-level statement's or
+// transaction control's), run to its end (not suspended on a server, no
+// chunks or paused merge kept). It is zeroed, so that it keeps no Bind
+// body alive.
+func (c *client) recyclePortal(p *sPortal) {
+	if p.plan != &p.planBuf || p.plan.Kind != executor.RouteOne || len(p.plan.Shards) != 1 ||
+		p.suspended || p.chunks != nil || p.stream != nil || c.stream != nil || p.stmt.spare != nil {
+		return
+	}
+	for i := range c.ext {
+		if c.ext[i].portal == p {
+			return
+		}
+	}
+	st := p.stmt
+	*p = sPortal{}
+	st.spare = p
+}
 
 // deferBind reports whether the Bind that starts batch is executed by the
 // next message, or by the one after a Describe of its portal: that Execute
