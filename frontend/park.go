@@ -439,6 +439,7 @@ func (c *client) shed() {
 	c.out, c.lastTag, c.batchOps = nil, nil, nil
 	if c.shardedState != nil {
 		c.execOut, c.execTag = nil, nil
+		c.batchBuf, c.sparePortal = nil, nil // kept for the next batch (sharded_ext.go)
 	}
 	if len(c.stmts) == 0 {
 		c.stmts = nil

@@ -28,3 +28,16 @@ func TestClientSizeClass(t *testing.T) {
 		t.Errorf("the client's queue is %d bytes with its malloc header, over the 640-byte size class", n)
 	}
 }
+
+// TestShedDropsShardedSpares: a parked sharded client keeps neither the
+// batch buffer nor the spare portal it holds for its next batch
+// (sharded_ext.go), so parking costs what it did before they existed.
+func TestShedDropsShardedSpares(t *testing.T) {
+	c := &client{shardedState: &shardedState{}}
+	c.batchBuf = make([]byte, 0, batchKeep)
+	c.sparePortal = &sPortal{}
+	c.shed()
+	if c.batchBuf != nil || c.sparePortal != nil {
+		t.Errorf("after shed: batch buffer %d bytes, spare portal %v; want neither", cap(c.batchBuf), c.sparePortal != nil)
+	}
+}

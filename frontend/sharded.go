@@ -95,9 +95,16 @@ type shardedState struct {
 	// batchBuf holds copies of the batch's message bodies, one buffer a
 	// batch (the reader's is reused by the next message); batchHint is
 	// the last batch's size, the next buffer's capacity.
-	batchBuf       []byte
-	batchHint      int
-	sportals       map[string]*sPortal
+	batchBuf  []byte
+	batchHint int
+	sportals  map[string]*sPortal
+	// sparePortal is a portal a Sync ended, zeroed and kept for the next
+	// Bind (recyclePortal): a client that binds statements one batch at a
+	// time (pgbench -M prepared, a driver's statement cache) then makes no
+	// portal per statement. One per client, not one per statement: a
+	// client with hundreds of cached statements keeps one, and a parked
+	// client drops it (shed).
+	sparePortal    *sPortal
 	pendingPrepare string
 	// execOut is execOne's message buffer and execTag its copy of the
 	// CommandComplete tag, kept for the next statement (scratch).

@@ -35,12 +35,6 @@ type sStmt struct {
 	eff     stmtEffect
 	spOnce  sync.Once
 	sp      *sqlPrep
-	// spare is a portal of the statement that a Sync ended, kept for its
-	// next Bind (recyclePortal): a client that binds the same statement
-	// over and over (pgbench -M prepared, a driver's statement cache)
-	// then makes no portal per statement. The statement is the client's
-	// own, so only the client's goroutine touches it.
-	spare *sPortal
 }
 
 // params returns how many parameters a Bind of the statement must supply
@@ -426,9 +420,9 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	if st == nil {
 		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
 	}
-	p := st.spare
+	p := c.sparePortal
 	if p != nil {
-		st.spare = nil
+		c.sparePortal = nil
 		p.stmt, p.tail = st, tail // recyclePortal zeroed the rest
 	} else {
 		p = &sPortal{stmt: st, tail: tail}
@@ -465,7 +459,7 @@ func (c *client) sBind(body []byte, deferred bool) error {
 var bindComplete = []byte{'2', 0, 0, 0, 4}
 
 // recyclePortal keeps p, which the Sync that ends it is about to drop, as
-// its statement's spare for the next Bind. Only a portal nothing else
+// the client's spare for its next Bind. Only a portal nothing else
 // points to is kept: one routed to a single shard by the router's plan in
 // the portal's own room (not a cursor's, an SQL-level statement's or
 // transaction control's), run to its end (not suspended on a server, no
@@ -473,7 +467,7 @@ var bindComplete = []byte{'2', 0, 0, 0, 4}
 // body alive.
 func (c *client) recyclePortal(p *sPortal) {
 	if p.plan != &p.planBuf || p.plan.Kind != executor.RouteOne || len(p.plan.Shards) != 1 ||
-		p.suspended || p.chunks != nil || p.stream != nil || c.stream != nil || p.stmt.spare != nil {
+		p.suspended || p.chunks != nil || p.stream != nil || c.stream != nil || c.sparePortal != nil {
 		return
 	}
 	for i := range c.ext {
@@ -481,9 +475,8 @@ func (c *client) recyclePortal(p *sPortal) {
 			return
 		}
 	}
-	st := p.stmt
 	*p = sPortal{}
-	st.spare = p
+	c.sparePortal = p
 }
 
 // deferBind reports whether the Bind that starts batch is executed by the
