@@ -170,7 +170,7 @@ func serveBenchListener(b testing.TB, yaml []byte) (*Listener, int) {
 }
 
 // TestShardedPreparedReuse checks the routed prepared path's reuse of a
-// portal (sStmt.spare) and of a batch's buffer across batches against real
+// portal (the client's sparePortal) and of a batch's buffer across batches against real
 // PostgreSQL: statements bound again and again with other keys, one at a
 // time (pgbench -M prepared) and several in one batch (a pipeline), a
 // Parse inside a batch, a transaction block, a portal fetched with a row
