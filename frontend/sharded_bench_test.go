@@ -33,35 +33,11 @@ import (
 //
 //	go test -run '^$' -bench ShardedPrepared -benchtime 20000x ./frontend
 func BenchmarkShardedPrepared(b *testing.B) {
-	cl := pgtest.New(b, pgtest.Options{})
-	ctx := context.Background()
 	const rows = 10000
-	for _, db := range []string{"pass", "s0", "s1"} {
-		if err := cl.CreateDatabase(ctx, db); err != nil {
-			b.Fatal(err)
-		}
-		// Every database has every row: the benchmark measures routing,
-		// not which rows a shard holds.
-		if err := cl.Exec(ctx, db, fmt.Sprintf(`CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
-			INSERT INTO accounts SELECT g, g %% 100 FROM generate_series(1, %d) g`, rows)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	l, port := serveBenchListener(b, fmt.Appendf(nil, `listen: 127.0.0.1:0
-pool: { mode: transaction, size: 2, checkout_timeout: 5s }
-limits: { event_loop: true }
-users:
-  - { name: app, auth_type: trust, server_user: %[1]s, server_password: "%[2]s" }
-databases:
-  - name: pass
-    shards: [{ host: %[3]s, port: %[4]d, database: pass }]
-  - name: routed
-    shards:
-      - { host: %[3]s, port: %[4]d, database: s0 }
-      - { host: %[3]s, port: %[4]d, database: s1 }
-    sharded_tables:
-      - { table: accounts, column: id, type: bigint }
-`, cl.User, cl.Password, cl.Host, cl.Port))
+	// Every database has every row: the benchmark measures routing, not
+	// which rows a shard holds.
+	cl := accountsCluster(b, rows, "pass", "s0", "s1")
+	l, port := serveBenchListener(b, routedConfig(cl, true))
 	for _, db := range []string{"pass", "routed"} {
 		b.Run(db, func(b *testing.B) { benchPrepared(b, l, port, db, rows) })
 	}
@@ -134,6 +110,46 @@ func benchPrepared(b *testing.B, l *Listener, port int, db string, rows int) {
 	conn.Write([]byte{'X', 0, 0, 0, 4})
 }
 
+// accountsCluster starts PostgreSQL with databases dbs, each holding
+// accounts 1..rows (balance id % 100).
+func accountsCluster(tb testing.TB, rows int, dbs ...string) *pgtest.Cluster {
+	tb.Helper()
+	cl := pgtest.New(tb, pgtest.Options{})
+	ctx := context.Background()
+	for _, db := range dbs {
+		if err := cl.CreateDatabase(ctx, db); err != nil {
+			tb.Fatal(err)
+		}
+		if err := cl.Exec(ctx, db, fmt.Sprintf(`CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
+			INSERT INTO accounts SELECT g, g %% 100 FROM generate_series(1, %d) g`, rows)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return cl
+}
+
+// routedConfig is the proxy's configuration over cl: database "routed"
+// sharded over s0 and s1, and with pass the one-shard database "pass".
+func routedConfig(cl *pgtest.Cluster, pass bool) []byte {
+	passDB := ""
+	if pass {
+		passDB = fmt.Sprintf("\n  - name: pass\n    shards: [{ host: %s, port: %d, database: pass }]", cl.Host, cl.Port)
+	}
+	return fmt.Appendf(nil, `listen: 127.0.0.1:0
+pool: { mode: transaction, size: 2, checkout_timeout: 5s }
+limits: { event_loop: true }
+users:
+  - { name: app, auth_type: trust, server_user: %[1]s, server_password: "%[2]s" }
+databases:%[5]s
+  - name: routed
+    shards:
+      - { host: %[3]s, port: %[4]d, database: s0 }
+      - { host: %[3]s, port: %[4]d, database: s1 }
+    sharded_tables:
+      - { table: accounts, column: id, type: bigint }
+`, cl.User, cl.Password, cl.Host, cl.Port, passDB)
+}
+
 // serveBenchListener serves a Listener of the configuration text yaml on a
 // loopback port until the benchmark ends (serveTestListener for a
 // testing.TB).
@@ -179,30 +195,9 @@ func TestShardedPreparedReuse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	cl := pgtest.New(t, pgtest.Options{})
 	ctx := t.Context()
-	for _, db := range []string{"s0", "s1"} {
-		if err := cl.CreateDatabase(ctx, db); err != nil {
-			t.Fatal(err)
-		}
-		if err := cl.Exec(ctx, db, `CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL);
-			INSERT INTO accounts SELECT g, g % 100 FROM generate_series(1, 1000) g`); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, port := serveBenchListener(t, fmt.Appendf(nil, `listen: 127.0.0.1:0
-pool: { mode: transaction, size: 2, checkout_timeout: 5s }
-limits: { event_loop: true }
-users:
-  - { name: app, auth_type: trust, server_user: %[1]s, server_password: "%[2]s" }
-databases:
-  - name: routed
-    shards:
-      - { host: %[3]s, port: %[4]d, database: s0 }
-      - { host: %[3]s, port: %[4]d, database: s1 }
-    sharded_tables:
-      - { table: accounts, column: id, type: bigint }
-`, cl.User, cl.Password, cl.Host, cl.Port))
+	cl := accountsCluster(t, 1000, "s0", "s1")
+	_, port := serveBenchListener(t, routedConfig(cl, false))
 	conn, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://app@127.0.0.1:%d/routed?sslmode=disable", port))
 	if err != nil {
 		t.Fatal(err)
