@@ -174,9 +174,9 @@ databases:
 }
 
 // serveTestListener serves a Listener of the configuration text yaml on
-// a loopback port until the test ends, when it shuts it down and closes
-// its pools.
-func serveTestListener(t *testing.T, yaml []byte) (*Listener, int) {
+// a loopback port until the test or benchmark ends, when it shuts it down
+// and closes its pools.
+func serveTestListener(t testing.TB, yaml []byte) (*Listener, int) {
 	t.Helper()
 	cfg, err := config.Parse(yaml, "test.yaml")
 	if err != nil {

@@ -80,20 +80,7 @@ func benchHotRelay(b *testing.B, tc relayCase, hot bool) {
 	startup, _ := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
 		Parameters: map[string]string{"user": "app", "database": "app"}}).Encode(nil)
 	r := wire.NewReader(conn, 32<<10, 1<<30)
-	untilReady := func() {
-		for {
-			typ, _, _, err := r.Next()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if typ == 'E' {
-				b.Fatal("error from the proxy")
-			}
-			if typ == 'Z' {
-				return
-			}
-		}
-	}
+	untilReady := func() { readUntilReady(b, r) }
 	conn.Write(startup)
 	untilReady()
 	conn.Write(tc.warm)

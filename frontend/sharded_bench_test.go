@@ -5,7 +5,6 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"syscall"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/pgtest"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -37,9 +35,27 @@ func BenchmarkShardedPrepared(b *testing.B) {
 	// Every database has every row: the benchmark measures routing, not
 	// which rows a shard holds.
 	cl := accountsCluster(b, rows, "pass", "s0", "s1")
-	l, port := serveBenchListener(b, routedConfig(cl, true))
+	l, port := serveTestListener(b, routedConfig(cl, true))
 	for _, db := range []string{"pass", "routed"} {
 		b.Run(db, func(b *testing.B) { benchPrepared(b, l, port, db, rows) })
+	}
+}
+
+// readUntilReady reads the proxy's answers from r up to ReadyForQuery, and
+// fails tb at an ErrorResponse.
+func readUntilReady(tb testing.TB, r *wire.Reader) {
+	tb.Helper()
+	for {
+		typ, _, body, err := r.Next()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if typ == 'E' {
+			tb.Fatal(wire.ParseError(body))
+		}
+		if typ == 'Z' {
+			return
+		}
 	}
 }
 
@@ -50,20 +66,7 @@ func benchPrepared(b *testing.B, l *Listener, port int, db string, rows int) {
 	}
 	defer conn.Close()
 	r := wire.NewReader(conn, 32<<10, 1<<30)
-	untilReady := func() {
-		for {
-			typ, _, body, err := r.Next()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if typ == 'E' {
-				b.Fatal(wire.ParseError(body))
-			}
-			if typ == 'Z' {
-				return
-			}
-		}
-	}
+	untilReady := func() { readUntilReady(b, r) }
 	enc := func(msgs ...pgproto3.FrontendMessage) []byte {
 		var out []byte
 		for _, m := range msgs {
@@ -150,41 +153,6 @@ databases:%[5]s
 `, cl.User, cl.Password, cl.Host, cl.Port, passDB)
 }
 
-// serveBenchListener serves a Listener of the configuration text yaml on a
-// loopback port until the benchmark ends (serveTestListener for a
-// testing.TB).
-func serveBenchListener(b testing.TB, yaml []byte) (*Listener, int) {
-	b.Helper()
-	cfg, err := config.Parse(yaml, "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	st, err := NewState(cfg, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := NewListener(st, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve(context.Background(), ln) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := l.Shutdown(ctx); err != nil {
-			b.Error(err)
-		}
-		if err := <-served; err != nil {
-			b.Error(err)
-		}
-		st.Pools.Close()
-	})
-	return l, ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestShardedPreparedReuse checks the routed prepared path's reuse of a
 // portal (the client's sparePortal) and of a batch's buffer across batches against real
 // PostgreSQL: statements bound again and again with other keys, one at a
@@ -197,7 +165,7 @@ func TestShardedPreparedReuse(t *testing.T) {
 	}
 	ctx := t.Context()
 	cl := accountsCluster(t, 1000, "s0", "s1")
-	_, port := serveBenchListener(t, routedConfig(cl, false))
+	_, port := serveTestListener(t, routedConfig(cl, false))
 	conn, err := pgconn.Connect(ctx, fmt.Sprintf("postgres://app@127.0.0.1:%d/routed?sslmode=disable", port))
 	if err != nil {
 		t.Fatal(err)
