@@ -208,8 +208,7 @@ func (c *client) recycleBatch(batch []batchMsg) {
 
 // batchKeep bounds the batch buffer a client keeps for its next batch:
 // enough for the usual Bind, Describe, Execute and Sync of a few
-// parameters. The buffer stays while the client parks (park.go's shed
-// does not know it), so it is kept small.
+// parameters. A client that parks drops it (shed).
 const batchKeep = 256
 
 // batchKeepsNothing reports whether no message of batch is of a kind whose
