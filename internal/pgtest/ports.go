@@ -41,8 +41,11 @@ var ports = struct {
 }{held: map[int]*os.File{}, next: -1}
 
 // portLockDir is shared by every user's pgtest processes on the machine; the
-// sticky bit keeps one user from removing another's lock files.
-func portLockDir() (string, error) {
+// sticky bit keeps one user from removing another's lock files. It is made
+// once per process.
+var portLockDir = sync.OnceValues(makePortLockDir)
+
+func makePortLockDir() (string, error) {
 	dir := filepath.Join(os.TempDir(), "shardgate-pgtest-ports")
 	if err := os.MkdirAll(dir, 0o777|os.ModeSticky); err != nil {
 		return "", fmt.Errorf("pgtest: port lock directory: %w", err)
@@ -87,18 +90,14 @@ func reservePort() (int, error) {
 	ports.mu.Unlock()
 	for i := range min(portTries, hi-lo) {
 		port := lo + (start+i)%(hi-lo)
-		ports.mu.Lock()
-		_, mine := ports.held[port]
-		ports.mu.Unlock()
-		if mine {
-			continue
-		}
 		lock, err := lockPort(dir, port)
 		if err != nil {
 			return 0, err
 		}
 		if lock == nil {
-			continue // another pgtest process holds it
+			// Held by another pgtest process, or by this one: each
+			// open of the file is its own lock holder.
+			continue
 		}
 		if !portFree(port) {
 			lock.Close()
