@@ -245,24 +245,26 @@ func (r *reader) flushAll(ctx context.Context) error {
 }
 
 // idle is called when the source has little or nothing more for the
-// moment: when a read came back short (empty false) and when the socket
-// is empty (empty true). It sends the appliers' round trips once their
-// groups are large enough or old enough (lingerChanges, groupLinger), or
-// at once while WaitCaughtUp waits; otherwise it sleeps a moment, until
-// the group is old enough at most, so that more of the source's WAL
-// arrives. A short read with no group to send sleeps coalesceWait, as the
-// coalescing read (stream_conn.go) would. A failed flushAll is left in
-// idleErr and wake ends the reader's wait; wake also makes the reader
-// confirm at once what a flushAll committed while WaitCaughtUp waits.
-func (r *reader) idle(ctx context.Context, empty bool, wake func()) {
+// moment: when a read came back short (empty false), and when the socket
+// is empty (empty true), after which the read waits for the source unless
+// idle returns true (read again at once). It sends the appliers' round
+// trips once their groups are large enough or old enough (lingerChanges,
+// groupLinger), or at once while WaitCaughtUp waits. Otherwise it sleeps,
+// until the groups are old enough at most, so that more of the source's
+// WAL arrives, and asks for the read again; a short read with no group to
+// send sleeps coalesceWait, as the coalescing read (stream_conn.go) would.
+// A failed flushAll is left in idleErr and wake ends the reader's wait;
+// wake also makes the reader confirm at once what a flushAll committed
+// while WaitCaughtUp waits.
+func (r *reader) idle(ctx context.Context, empty bool, wake func()) (again bool) {
 	if r.idleErr != nil {
-		return
+		return false
 	}
 	if r.dirtyAt.IsZero() {
 		if !empty {
 			time.Sleep(coalesceWait)
 		}
-		return
+		return false
 	}
 	waiting := r.t.flush.waiting()
 	if !waiting {
@@ -275,17 +277,18 @@ func (r *reader) idle(ctx context.Context, empty bool, wake func()) {
 				left = min(left, coalesceWait)
 			}
 			time.Sleep(left)
-			return
+			return true
 		}
 	}
 	if err := r.flushAll(ctx); err != nil {
 		r.idleErr = err
 		wake()
-		return
+		return false
 	}
 	if waiting {
 		wake()
 	}
+	return false
 }
 
 func tupleSize(t []*pglogrepl.TupleDataColumn) int {

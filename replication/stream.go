@@ -225,7 +225,7 @@ func (r *reader) read(ctx context.Context) error {
 	// The appliers' round trips go out when the source has nothing more
 	// for the moment (reader.idle), from inside the read that found so.
 	if cc, ok := conn.Conn().(*coalescingConn); ok {
-		cc.idle = func(empty bool) { r.idle(ctx, empty, wake) }
+		cc.idle = func(empty bool) bool { return r.idle(ctx, empty, wake) }
 	}
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
