@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/shardgate/shardgate/wire"
 )
@@ -61,20 +60,19 @@ type op struct {
 	end        pglogrepl.LSN // commit only: the end of the commit record
 	commitTime time.Time     // commit only
 	changes    []change
-	size       int // bytes of changes, as the applier's queue budget counts them
 }
 
-// Batching of the apply. While an applier's queue holds more ops, they
-// join one destination transaction ("group commit") sent in one pipelined
-// round trip of at most about batchStatements statements: BEGIN, the
-// changes of several source transactions, one origin advance to the last
-// one's end, COMMIT. Exactly once still holds, since the group commits or
-// not as a whole together with its origin's progress, and every source
-// transaction in it ends at or before that progress. A group always ends
-// with its COMMIT in the same round trip, so it never holds locks while
-// waiting for the proxy; only a source transaction too big to buffer
-// (several ops) keeps its destination transaction open across round trips,
-// as it must.
+// Batching of the apply. The changes the reader hands an applier between
+// two of its round trips join one destination transaction ("group
+// commit") sent in one pipelined round trip of at most about
+// batchStatements statements: BEGIN, the changes of several source
+// transactions, one origin advance to the last one's end, COMMIT. Exactly
+// once still holds, since the group commits or not as a whole together
+// with its origin's progress, and every source transaction in it ends at
+// or before that progress. A group always ends with its COMMIT in the same
+// round trip, so it never holds locks while waiting for the proxy; only a
+// source transaction too big to buffer (several ops) keeps its destination
+// transaction open across round trips, as it must.
 const (
 	batchStatements = 2000
 	// groupChanges bounds the changes of one round trip, which changes
@@ -83,10 +81,11 @@ const (
 	// maxPrepared bounds the statements an applier keeps prepared: one per
 	// table, change kind and set of columns present.
 	maxPrepared = 512
-	// groupLinger and lingerChanges: a group that has fewer than
-	// lingerChanges changes when the queue runs dry waits for more ops
-	// until groupLinger after its first. An applier that keeps up with
-	// its reader otherwise sends a round trip, and commits a destination
+	// groupLinger and lingerChanges: while the appliers' groups hold
+	// fewer than lingerChanges changes in all, the reader waits for more
+	// of the source's WAL until groupLinger after the first of them
+	// before it sends them (reader.idle). A stream that keeps up with its
+	// source otherwise sends a round trip, and commits a destination
 	// transaction, for every few changes as they trickle in, and the
 	// faster its round trips the smaller its groups: the fixed costs of a
 	// round trip (the proxy's system calls and wake-ups, the destination's
@@ -95,6 +94,10 @@ const (
 	// afford. It adds at most groupLinger to the apply's latency.
 	groupLinger   = time.Millisecond
 	lingerChanges = 256
+	// maxGroupAge bounds how long the reader holds the appliers' groups
+	// while the source keeps its socket full (so that idle is not called)
+	// and no group fills.
+	maxGroupAge = 20 * time.Millisecond
 )
 
 // applier applies the stream of one source shard to one destination shard,
@@ -103,8 +106,6 @@ type applier struct {
 	t          *Task
 	s, d       int
 	conn       *pgx.Conn
-	ops        chan op
-	budget     *semaphore.Weighted      // bytes of the ops in ops
 	progress   pglogrepl.LSN            // origin progress: end LSN of the last applied transaction
 	watermarks map[string]pglogrepl.LSN // per table: the LSN its copy was taken at
 	applied    atomic.Uint64            // end LSN of the last transaction fully handled
@@ -125,6 +126,11 @@ type applier struct {
 	names    int  // prepared statement names handed out
 	runs     runs // rows waiting for a multi-row statement (apply_batch.go)
 	handled  int  // changes handled since the last round trip
+	// dirty: ops were applied since the last round trip, which the next
+	// one (start) must send or, at a boundary, commit.
+	dirty bool
+	// committing: the round trip under way (start) commits the group.
+	committing bool
 	// collapsed counts changes collapsed into others since the last
 	// round trip (apply_batch.go), for progress.collapsed.
 	collapsed int
@@ -137,7 +143,7 @@ func (t *Task) newApplier(ctx context.Context, s, d int, copies map[string]pglog
 	if err != nil {
 		return nil, err
 	}
-	a := &applier{t: t, s: s, d: d, conn: conn, ops: make(chan op, queueOps), budget: semaphore.NewWeighted(queueBytes), watermarks: copies,
+	a := &applier{t: t, s: s, d: d, conn: conn, watermarks: copies,
 		prepared: map[string]*stmt{}, byShape: map[shape]*stmt{}, runs: newRuns()}
 	if err := a.setup(ctx); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
@@ -220,64 +226,10 @@ func (a *applier) setup(ctx context.Context) error {
 	return nil
 }
 
-// run applies ops until ctx is done or an error occurs. An open destination
-// transaction is rolled back when the connection closes. The ops waiting
-// in the queue when one arrives join its group.
-func (a *applier) run(ctx context.Context) error {
-	defer a.conn.Close(context.WithoutCancel(ctx))
-	// The round trips (pipeline.go) read without a context: cancelling
-	// ends the one under way through the socket's deadline.
-	stop := context.AfterFunc(ctx, func() { a.conn.PgConn().Conn().SetDeadline(time.Now()) })
-	defer stop()
-	linger := time.NewTimer(groupLinger)
-	defer linger.Stop()
-	for {
-		var o op
-		select {
-		case <-ctx.Done():
-			return nil
-		case o = <-a.ops:
-		}
-		linger.Reset(groupLinger)
-		err := a.apply(ctx, o)
-	drain:
-		for err == nil && a.pipe.statements+a.runs.rows < batchStatements && a.handled < groupChanges {
-			select {
-			case o = <-a.ops:
-				err = a.apply(ctx, o)
-				continue
-			default:
-			}
-			if a.handled >= lingerChanges {
-				break
-			}
-			select {
-			case o = <-a.ops:
-				err = a.apply(ctx, o)
-			case <-linger.C:
-				break drain
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		if err == nil {
-			err = a.commit(ctx)
-		}
-		a.handled = 0
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("%s: apply source %d transaction %s: %w%s",
-				shardDesc("destination", a.t.dst, a.d), a.s, o.final, err, schemaHint(err))
-		}
-	}
-}
-
 // apply queues the statements of o; a row move or a TRUNCATE of one
 // source's rows sends the batch and runs on its own round trips.
 func (a *applier) apply(ctx context.Context, o op) error {
-	defer a.budget.Release(int64(o.size))
+	a.dirty = true
 	if o.final != a.curFinal {
 		a.curFinal = o.final
 		a.skipTxn = o.final < a.progress // committed here before a restart
@@ -333,18 +285,29 @@ func (a *applier) apply(ctx context.Context, o op) error {
 	return nil
 }
 
-// commit ends the group: at a source transaction's boundary it advances
-// the origin to the last source transaction's end and commits, all in the
-// round trip that sends the batch; inside a source transaction it only
-// sends the batch.
+// full reports whether the next round trip is as large as one may be.
+func (a *applier) full() bool {
+	return a.pipe.statements+a.runs.rows >= batchStatements || a.handled >= groupChanges
+}
+
+// commit ends the group in one round trip (start, then finish).
 func (a *applier) commit(ctx context.Context) error {
-	if !a.boundary {
-		return a.send(ctx)
+	if err := a.start(ctx); err != nil {
+		return err
 	}
-	if a.inTx {
-		if err := a.flushRuns(ctx); err != nil {
-			return err
-		}
+	return a.finish()
+}
+
+// start sends the round trip that ends the group, without waiting for its
+// answers (finish reads them): at a source transaction's boundary it
+// advances the origin to the last source transaction's end and commits;
+// inside a source transaction it only sends the batch.
+func (a *applier) start(ctx context.Context) error {
+	a.dirty = false
+	if err := a.flushRuns(ctx); err != nil {
+		return err
+	}
+	if a.boundary && a.inTx {
 		if err := a.queue(ctx, `SELECT pg_replication_origin_xact_setup($1::text::pg_lsn, $2::text::timestamptz)`,
 			[][]byte{[]byte(a.last.String()), []byte(a.lastTime.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))}); err != nil {
 			return err
@@ -352,17 +315,35 @@ func (a *applier) commit(ctx context.Context) error {
 		if err := a.queue(ctx, "COMMIT", nil); err != nil {
 			return err
 		}
+		a.committing = true
 	}
-	if err := a.send(ctx); err != nil {
+	return a.writeBatch()
+}
+
+// finish reads the answers of the round trip start sent and records what
+// it committed.
+func (a *applier) finish() error {
+	a.handled = 0
+	committing := a.committing
+	a.committing = false
+	if err := a.readBatch(); err != nil {
 		return err
 	}
-	if a.inTx {
+	if committing {
 		a.inTx = false
 		a.progress = a.last
 		a.t.noteApplied(a.s, a.d, a.last, a.lastTime)
 	}
-	a.applied.Store(uint64(a.last))
+	if a.boundary {
+		a.applied.Store(uint64(a.last))
+	}
 	return nil
+}
+
+// failed wraps an error of the applier's work on source transaction final.
+func (a *applier) failed(final pglogrepl.LSN, err error) error {
+	return fmt.Errorf("%s: apply source %d transaction %s: %w%s",
+		shardDesc("destination", a.t.dst, a.d), a.s, final, err, schemaHint(err))
 }
 
 // queue adds a statement to the round trip, prepared on the destination

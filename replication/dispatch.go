@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -160,13 +161,13 @@ func (r *reader) add(_ context.Context, d int, c change) {
 	r.size[d] += tupleSize(c.new) + tupleSize(c.old)
 }
 
-// take returns the changes buffered for destination shard d and their
-// size, and empties its buffer. The result's capacity ends at its length,
-// so the changes buffered next, in the same block, are not part of it.
-func (r *reader) take(d int) ([]change, int) {
-	p, size := r.pending[d], r.size[d]
+// take returns the changes buffered for destination shard d and empties
+// its buffer. The result's capacity ends at its length, so the changes
+// buffered next, in the same block, are not part of it.
+func (r *reader) take(d int) []change {
+	p := r.pending[d]
 	r.pending[d], r.size[d] = p[len(p):], 0
-	return p[:len(p):len(p)], size
+	return p[:len(p):len(p)]
 }
 
 // flushFull hands over the buffered changes of every destination shard
@@ -189,27 +190,105 @@ func (r *reader) flush(ctx context.Context, d int) error {
 	if len(r.pending[d]) == 0 {
 		return nil
 	}
-	changes, size := r.take(d)
+	changes := r.take(d)
 	r.touched[d] = true
-	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: changes, size: size})
+	return r.send(ctx, d, op{final: r.begin.FinalLSN, changes: changes})
 }
 
-// send queues o for destination shard d's applier, waiting while its queue
-// holds queueBytes of changes or queueOps ops: backpressure that stops
-// reading from the source.
+// send applies o on destination shard d's applier, which queues its
+// statements for the next round trip. An applier whose round trip is full
+// sends it, and every other applier with work sends its own at the same
+// time (flushAll).
 func (r *reader) send(ctx context.Context, d int, o op) error {
-	a := r.appliers[d]
-	o.size = min(o.size, queueBytes)
-	if err := a.budget.Acquire(ctx, int64(o.size)); err != nil {
-		return err
-	}
-	select {
-	case a.ops <- o:
+	if r.deliverForTest != nil {
+		r.deliverForTest(d, o)
 		return nil
-	case <-ctx.Done():
-		a.budget.Release(int64(o.size))
-		return ctx.Err()
 	}
+	a := r.appliers[d]
+	if err := a.apply(ctx, o); err != nil {
+		return a.failed(o.final, err)
+	}
+	if r.dirtyAt.IsZero() {
+		r.dirtyAt = time.Now()
+	}
+	if a.full() {
+		return r.flushAll(ctx)
+	}
+	return nil
+}
+
+// flushAll sends the round trip of every applier that applied ops since its
+// last one, ending its group where a source transaction ended, and then
+// reads their answers: the destination shards work on their groups at the
+// same time, while the reader waits.
+func (r *reader) flushAll(ctx context.Context) error {
+	r.dirtyAt = time.Time{}
+	var first error
+	started := r.started[:0]
+	for _, a := range r.appliers {
+		if !a.dirty {
+			continue
+		}
+		if err := a.start(ctx); err != nil {
+			first = a.failed(a.curFinal, err)
+			break
+		}
+		started = append(started, a)
+	}
+	for _, a := range started {
+		if err := a.finish(); err != nil && first == nil {
+			first = a.failed(a.curFinal, err)
+		}
+	}
+	r.started = started[:0]
+	return first
+}
+
+// idle is called when the source has little or nothing more for the
+// moment: when a read came back short (empty false), and when the socket
+// is empty (empty true), after which the read waits for the source unless
+// idle returns true (read again at once). It sends the appliers' round
+// trips once their groups are large enough or old enough (lingerChanges,
+// groupLinger), or at once while WaitCaughtUp waits. Otherwise it sleeps,
+// until the groups are old enough at most, so that more of the source's
+// WAL arrives, and asks for the read again; a short read with no group to
+// send sleeps coalesceWait, as the coalescing read (stream_conn.go) would.
+// A failed flushAll is left in idleErr and wake ends the reader's wait;
+// wake also makes the reader confirm at once what a flushAll committed
+// while WaitCaughtUp waits.
+func (r *reader) idle(ctx context.Context, empty bool, wake func()) (again bool) {
+	if r.idleErr != nil {
+		return false
+	}
+	if r.dirtyAt.IsZero() {
+		if !empty {
+			time.Sleep(coalesceWait)
+		}
+		return false
+	}
+	waiting := r.t.flush.waiting()
+	if !waiting {
+		changes := 0
+		for _, a := range r.appliers {
+			changes += a.handled
+		}
+		if left := groupLinger - time.Since(r.dirtyAt); changes < lingerChanges && left > 0 {
+			if !empty {
+				left = min(left, coalesceWait)
+			}
+			time.Sleep(left)
+			return true
+		}
+	}
+	if err := r.flushAll(ctx); err != nil {
+		r.idleErr = err
+		wake()
+		return false
+	}
+	if waiting {
+		wake()
+	}
+	return false
 }
 
 func tupleSize(t []*pglogrepl.TupleDataColumn) int {

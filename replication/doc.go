@@ -55,30 +55,45 @@
 //
 // # Stream layers and lifecycle
 //
-// Per source shard, one reader goroutine owns the replication connection
-// and one applier goroutine per destination shard owns a destination
-// session; an errgroup per source shard, under one for the Stream, owns
-// them and waits for them: cancelling Stream's context stops everything,
-// and a failing goroutine cancels the others. The reader decodes pgoutput
+// Per source shard, one goroutine owns the replication connection and one
+// destination session per destination shard (an applier each); an
+// errgroup for the Stream owns these goroutines and waits for them:
+// cancelling Stream's context stops everything (as socket deadlines), and
+// a failing one cancels the others. The goroutine decodes pgoutput
 // (Relation, Begin, Insert, Update, Delete, Truncate, Commit), routes each
-// change, and hands each destination shard its changes as ops over a queue
-// bounded in ops and bytes; a full queue stops the reader (backpressure),
-// so the source's WAL waits in the slot rather than in memory. The reader
-// decodes Insert, Update and Delete itself (decode.go: one copy of the
-// message and two allocations per tuple, where pglogrepl.Parse makes about
-// a dozen) and never buffers a whole source transaction: it hands changes
-// over in chunks (chunkChanges, chunkBytes) that the applier applies into one destination
-// transaction, open until the source's Commit. If the stream breaks before
-// that, the connection closes and the destination transaction rolls back.
+// change, and hands each destination shard's changes to its applier as
+// ops, which the applier turns into statements of its next round trip.
+// The goroutine decodes Insert, Update and Delete itself (decode.go: one
+// copy of the message and two allocations per tuple, where pglogrepl.Parse
+// makes about a dozen) and never buffers a whole source transaction: it
+// hands changes over in chunks (chunkChanges, chunkBytes) that the applier
+// applies into one destination transaction, open until the source's
+// Commit. If the stream breaks before that, the connection closes and the
+// destination transaction rolls back.
 //
-// An applier joins the ops waiting in its queue into one destination
+// The appliers' round trips go out when the source's socket has nothing
+// more for the moment, from inside the read that found it so
+// (reader.idle, coalescingConn.idle), when an applier's round trip is
+// full, or when the oldest change waiting is maxGroupAge old: all of them
+// at once (flushAll), which then waits for all their answers while the
+// destination shards work at the same time. So the source's WAL waits in
+// the socket and the slot while the destinations apply, rather than in
+// memory (backpressure), and the stream's sockets are waited on by one
+// goroutine: while it waits, the process has nothing else of the stream's
+// to run. With a goroutine per applier (until 2026-12-06), each wait of
+// the reader or an applier left its thread idle and the runtime parked
+// and woke threads for them; in a proxy with several Ps that was three
+// fifths of its context switches, and it fell behind native replication
+// where one P kept up (docs/benchmarks.md, issue 12 §5).
+//
+// Everything an applier got between two round trips joins one destination
 // transaction ("group commit"), sent as one pipelined batch of prepared
-// statements: BEGIN, the changes of several source transactions, one origin
-// advance to the last one's end, COMMIT, in one round trip. A group that
-// is still small when the queue runs dry waits for more ops until 1 ms
-// after its first (groupLinger), so that an applier that keeps up does not
-// pay a round trip and a commit for every few changes. The applier
-// encodes that round trip itself into a buffer it reuses (pipeline.go), a
+// statements: BEGIN, the changes of several source transactions, one
+// origin advance to the last one's end, COMMIT, in one round trip. While
+// the groups are still small, the reader waits for more of the source
+// until 1 ms after their first change (groupLinger), so that a stream that
+// keeps up does not pay a round trip and a commit for every few changes.
+// The applier encodes that round trip itself into a buffer it reuses (pipeline.go), a
 // new statement's Parse included. The reader's and the appliers' sockets
 // read and write with raw system calls (rawconn.go): entering a system
 // call the runtime's way woke its monitor thread out of its idle sleep at

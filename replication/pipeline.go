@@ -49,6 +49,7 @@ type pipeline struct {
 	buf        []byte // the encoded messages
 	steps      []step // in the order the server answers them
 	statements int    // statements executed (not counting Parses)
+	sent       bool   // written; its answers are still to be read
 	bind       pgproto3.Bind
 	execute    pgproto3.Execute
 	sync       pgproto3.Sync
@@ -122,6 +123,16 @@ func (a *applier) forgetPrepared() {
 // sendBatch sends the queued messages in one round trip and reads every
 // response; it returns the first error the server reported.
 func (a *applier) sendBatch(ctx context.Context) error {
+	if err := a.writeBatch(); err != nil {
+		return err
+	}
+	return a.readBatch()
+}
+
+// writeBatch writes the queued messages with a Sync; readBatch reads the
+// answers. Nothing is written when nothing is queued, and then readBatch
+// reads nothing.
+func (a *applier) writeBatch() error {
 	p := &a.pipe
 	if len(p.steps) == 0 {
 		return nil
@@ -132,19 +143,31 @@ func (a *applier) sendBatch(ctx context.Context) error {
 		a.t.prog.collapsed.Add(int64(a.collapsed))
 		a.collapsed = 0
 	}
-	defer func() {
-		p.buf, p.steps, p.statements = p.buf[:0], p.steps[:0], 0
-	}()
 	buf, err := p.sync.Encode(p.buf)
 	if err != nil {
+		p.reset()
 		return err
 	}
 	p.buf = buf
-	pg := a.conn.PgConn()
-	if _, err := pg.Conn().Write(p.buf); err != nil {
-		return fmt.Errorf("send %d statements: %w", p.statements, err)
+	if _, err := a.conn.PgConn().Conn().Write(p.buf); err != nil {
+		n := p.statements
+		p.reset()
+		return fmt.Errorf("send %d statements: %w", n, err)
 	}
-	// Cancellation reaches the socket as a deadline (applier.run), so the
+	p.sent = true
+	return nil
+}
+
+// readBatch reads the answers of the round trip writeBatch sent, up to
+// ReadyForQuery; it returns the first error the server reported.
+func (a *applier) readBatch() error {
+	p := &a.pipe
+	if !p.sent {
+		return nil
+	}
+	defer p.reset()
+	pg := a.conn.PgConn()
+	// Cancellation reaches the socket as a deadline (streamSource), so the
 	// reads need no context of their own, which would cost a watcher per
 	// message.
 	var first error
@@ -179,4 +202,9 @@ read:
 		return fmt.Errorf("prepare %q: %w", p.steps[failed].s.sql, first)
 	}
 	return first
+}
+
+// reset empties the pipeline for the next round trip, keeping its memory.
+func (p *pipeline) reset() {
+	p.buf, p.steps, p.statements, p.sent = p.buf[:0], p.steps[:0], 0, false
 }

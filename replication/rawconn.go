@@ -54,8 +54,9 @@ func (c *rawConn) Read(p []byte) (int, error) {
 
 // read reads into p what the socket holds. When it holds nothing, empty
 // (if not nil) is called with the socket's descriptor before the read
-// waits for the poller.
-func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
+// waits for the poller; when it returns true, the read tries again at once
+// instead of waiting.
+func (c *rawConn) read(p []byte, empty func(fd uintptr) (again bool)) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -63,14 +64,15 @@ func (c *rawConn) read(p []byte, empty func(fd uintptr)) (int, error) {
 	var n int
 	var rerr syscall.Errno
 	err := c.raw.Read(func(fd uintptr) bool {
-		n, rerr = retryEINTR(sockio.Read, fd, p)
-		if rerr == syscall.EAGAIN {
-			if empty != nil {
-				empty(fd)
+		for {
+			n, rerr = retryEINTR(sockio.Read, fd, p)
+			if rerr != syscall.EAGAIN {
+				return true
 			}
-			return false
+			if empty == nil || !empty(fd) {
+				return false
+			}
 		}
-		return true
 	})
 	switch {
 	case err != nil:

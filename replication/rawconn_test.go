@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
@@ -73,4 +75,51 @@ func rawPair(t *testing.T) (*rawConn, net.Conn) {
 		t.Fatal("a TCP connection did not become a rawConn")
 	}
 	return c, peer
+}
+
+// TestRawConnReadAgain: a read that finds the socket empty calls its
+// callback before it waits; a callback that returns true makes it read
+// again at once, so that what arrived meanwhile is read even though the
+// read deadline has passed by then, and one that returns false makes it
+// wait in the poller, here until the deadline.
+func TestRawConnReadAgain(t *testing.T) {
+	c, peer := rawPair(t)
+	buf := make([]byte, 64)
+	calls := 0
+	n, err := c.read(buf, func(fd uintptr) bool {
+		calls++
+		if calls == 1 {
+			// The wait would end at once; reading again does not wait.
+			c.SetReadDeadline(time.Now())
+			if _, err := peer.Write([]byte("late")); err != nil {
+				t.Error(err)
+			}
+			// The bytes crossed loopback when the socket holds them.
+			for deadline := time.Now().Add(5 * time.Second); unreadBytes(t, fd) == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			return true
+		}
+		return false
+	})
+	if err != nil || string(buf[:n]) != "late" || calls != 1 {
+		t.Fatalf("read again: %q, %v after %d calls, want \"late\" after 1", buf[:n], err, calls)
+	}
+
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	calls = 0
+	_, err = c.read(buf, func(uintptr) bool { calls++; return false })
+	var netErr net.Error
+	if !errors.As(err, &netErr) || !netErr.Timeout() || calls != 1 {
+		t.Fatalf("read that waits: %v after %d calls, want a timeout after 1", err, calls)
+	}
+}
+
+// unreadBytes is what socket fd holds for a read (FIONREAD).
+func unreadBytes(t *testing.T, fd uintptr) int {
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatalf("FIONREAD: %v", e)
+	}
+	return int(n)
 }

@@ -30,16 +30,10 @@ const (
 	// chunkChanges and chunkBytes bound the changes of one transaction that
 	// the reader buffers for one destination shard before handing them to
 	// its applier, which applies them into the still open destination
-	// transaction. Together with the applier's bounded queue this bounds
-	// memory whatever the size of a source transaction.
+	// transaction. Together with the bounded round trip (applier.full)
+	// this bounds memory whatever the size of a source transaction.
 	chunkChanges = 1000
 	chunkBytes   = 8 << 20
-	// queueOps and queueBytes bound each applier's queue. The ops waiting
-	// there when the applier turns to it are applied as one group, so a
-	// deep queue lets a destination that fell behind catch up with few
-	// round trips and commits.
-	queueOps   = 1024
-	queueBytes = 64 << 20
 )
 
 // relation is a source table as a pgoutput Relation message describes it.
@@ -113,6 +107,16 @@ type reader struct {
 	beginMsg  pglogrepl.BeginMessage
 	commitMsg pglogrepl.CommitMessage
 
+	// started: the appliers whose round trips flushAll sent, reused.
+	started []*applier
+	// dirtyAt: when an applier first got ops since the last flushAll; zero
+	// when none has.
+	dirtyAt time.Time
+	// idleErr: a flushAll of idle failed; the reader's loop returns it.
+	idleErr error
+	// deliverForTest, when set, takes the ops instead of the appliers.
+	deliverForTest func(d int, o op)
+
 	inTxn   bool
 	begin   pglogrepl.BeginMessage
 	pending [][]change // per destination, of the current transaction
@@ -156,31 +160,30 @@ func (t *Task) streamSource(ctx context.Context, s int) error {
 			}
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	defer g.Wait()
+	defer func() {
+		for _, a := range r.appliers {
+			a.conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for d := range t.dst.Shards {
 		a, err := t.newApplier(ctx, s, d, copies[d])
 		if err != nil {
-			for _, a := range r.appliers {
-				a.conn.Close(ctx)
-			}
 			return fmt.Errorf("replication: stream: %w", err)
 		}
 		r.appliers = append(r.appliers, a)
 		r.sent[d] = a.progress
 		r.replayUntil = max(r.replayUntil, a.progress)
+		// The round trips (pipeline.go) read without a context:
+		// cancelling ends the one under way through the socket's
+		// deadline.
+		stop := context.AfterFunc(ctx, func() { a.conn.PgConn().Conn().SetDeadline(time.Now()) })
+		defer stop()
 	}
-	for _, a := range r.appliers {
-		g.Go(func() error { return a.run(gctx) })
+	err = r.read(ctx)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("replication: stream: %s: %w", src, err)
 	}
-	g.Go(func() error {
-		err := r.read(gctx)
-		if err != nil && gctx.Err() == nil {
-			return fmt.Errorf("replication: stream: %s: %w", src, err)
-		}
-		return err
-	})
-	return g.Wait()
+	return err
 }
 
 // read receives the source's WAL stream and hands changes to the appliers.
@@ -213,11 +216,17 @@ func (r *reader) read(ctx context.Context) error {
 	// that the reader confirms its appliers' progress at once (catchup.go);
 	// poked makes the loop set its next deadline.
 	var poked atomic.Bool
-	untrack := r.t.flush.start(r.s, r.confirmed, func() {
+	wake := func() {
 		conn.Conn().SetReadDeadline(time.Now())
 		poked.Store(true)
-	})
+	}
+	untrack := r.t.flush.start(r.s, r.confirmed, wake)
 	defer untrack()
+	// The appliers' round trips go out when the source has nothing more
+	// for the moment (reader.idle), from inside the read that found so.
+	if cc, ok := conn.Conn().(*coalescingConn); ok {
+		cc.idle = func(empty bool) bool { return r.idle(ctx, empty, wake) }
+	}
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
 	// the appliers when the source is quiet and ctx is noticed. The wait
@@ -228,7 +237,17 @@ func (r *reader) read(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if r.idleErr != nil {
+			return r.idleErr
+		}
 		now := time.Now()
+		// A source that keeps the socket full never lets the reader be
+		// idle: send the groups once they are maxGroupAge old.
+		if !r.dirtyAt.IsZero() && now.Sub(r.dirtyAt) >= maxGroupAge {
+			if err := r.flushAll(ctx); err != nil {
+				return err
+			}
+		}
 		force := now.After(next)
 		waited := r.t.flush.waiting()
 		// While messages stream in, the flush LSN is confirmed at most
@@ -397,9 +416,9 @@ func (r *reader) message(ctx context.Context, m pglogrepl.Message) error {
 	case *pglogrepl.CommitMessage:
 		for d := range r.pending {
 			if len(r.pending[d]) > 0 || r.touched[d] {
-				changes, size := r.take(d)
+				changes := r.take(d)
 				if err := r.send(ctx, d, op{final: r.begin.FinalLSN, commit: true, end: m.TransactionEndLSN,
-					commitTime: m.CommitTime, changes: changes, size: size}); err != nil {
+					commitTime: m.CommitTime, changes: changes}); err != nil {
 					return err
 				}
 				r.sent[d] = m.TransactionEndLSN

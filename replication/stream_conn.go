@@ -56,6 +56,12 @@ type coalescingConn struct {
 	rc    *rawConn // of a TCP connection: its low-water mark is managed; nil otherwise
 	lowat int      // the socket's SO_RCVLOWAT as last set; 0 is the default, 1
 	short bool     // the last read brought less than coalesceBytes
+	// idle, when set, is called in place of the wait after a short read
+	// (empty false) and when a read finds the socket empty, before it
+	// waits (empty true), which it makes read again at once instead when
+	// it returns true: the stream's reader sends its appliers' round trips
+	// there (reader.idle).
+	idle func(empty bool) (again bool)
 }
 
 func newCoalescingConn(conn net.Conn) *coalescingConn {
@@ -74,13 +80,21 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 		if c.rc != nil && c.lowat < coalesceLowat {
 			c.setLowat(coalesceLowat)
 		}
-		time.Sleep(coalesceWait)
+		if c.idle != nil {
+			c.idle(false)
+		} else {
+			time.Sleep(coalesceWait)
+		}
 	}
 	var n int
 	var err error
-	if c.rc != nil && c.lowat > 1 {
+	raw, _ := c.Conn.(*rawConn)
+	switch {
+	case c.rc != nil && c.lowat > 1:
 		n, err = c.readLowat(p)
-	} else {
+	case raw != nil && c.idle != nil:
+		n, err = raw.read(p, func(uintptr) bool { return c.idle(true) })
+	default:
 		n, err = c.Conn.Read(p)
 	}
 	// A read that filled p found more waiting, whatever its size.
@@ -92,12 +106,16 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 // the low-water mark to one byte and waits for that, within the
 // connection's read deadline.
 func (c *coalescingConn) readLowat(p []byte) (int, error) {
-	return c.rc.read(p, func(fd uintptr) {
+	return c.rc.read(p, func(fd uintptr) bool {
+		if c.idle != nil && c.idle(true) {
+			return true
+		}
 		// Setting the mark reports the socket readable at once when a
 		// byte arrived meanwhile (tcp_set_rcvlowat).
 		if c.lowat != 1 {
 			c.setLowatFD(fd, 1)
 		}
+		return false
 	})
 }
 
