@@ -12,8 +12,9 @@ import (
 )
 
 // Execute on sharded databases: a portal runs on the shards its plan
-// names. One shard's answer is relayed as it comes (execOne); the answers
-// of several are merged as for a simple Query (execMany). Each Execute is
+// names. One shard's answer is relayed as it comes, as bytes (execOne,
+// relayAnswer); the answers of several are merged as for a simple Query
+// (execMany). Each Execute is
 // sent with the Parse and Bind its shard needs, after the settings sync and
 // BEGIN of prefix, and followed by a Sync the client never sees, unless a
 // row limit keeps the portal open (sharded_portal.go).
