@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
@@ -110,7 +111,14 @@ func (s *Session) Holds() bool {
 
 // Detach returns every server the session holds to the pool it came from
 // (a replica's or the shard's primary pool).
-func (s *Session) Detach() {
+func (s *Session) Detach() { s.detach(false, 0) }
+
+// DetachAt is Detach at now, a clock.Mono time the caller read (the
+// frontend's event loop keeps one per turn, so that a checkin needs no
+// clock read of its own: pool.Pool.CheckinAt).
+func (s *Session) DetachAt(now time.Duration) { s.detach(true, now) }
+
+func (s *Session) detach(at bool, now time.Duration) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		if sh.server != nil {
@@ -121,7 +129,11 @@ func (s *Session) Detach() {
 			if s.Releasing != nil {
 				s.Releasing(sh.server)
 			}
-			p.Checkin(sh.server)
+			if at {
+				p.CheckinAt(sh.server, now)
+			} else {
+				p.Checkin(sh.server)
+			}
 			sh.server = nil
 		}
 		sh.inTx = false

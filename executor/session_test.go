@@ -562,3 +562,44 @@ func TestSessionExecuteShardCursor(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionDetachAt checks that DetachAt returns the servers at the time
+// its caller read, not at a clock read of the pool's: at a time past the
+// server's lifetime the pool closes it, where Detach, now, keeps it.
+func TestSessionDetachAt(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name string
+		at   bool
+		idle int
+	}{{"Detach", false, 1}, {"DetachAt", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ids atomic.Uint64
+			p := pool.New(pool.Key{Database: "app", User: "app", Role: "primary"}, pool.Target{Host: "127.0.0.1", Port: 1},
+				config.Pool{Size: 1, Mode: config.PoolTransaction, ServerLifetime: time.Hour}, log, &ids)
+			t.Cleanup(p.Close)
+			conn := backendConn{&backend{status: 'I'}}
+			// A server made here, not connected by the pool: created at
+			// Mono 0, the test process's start.
+			p.Checkin(&pool.Server{Conn: conn, R: wire.NewReader(conn, 4<<10, 1<<20), W: bufio.NewWriter(conn),
+				Params: map[string]string{}, Session: map[string]string{}, Prepared: map[string]struct{}{}, Addr: "fake"})
+			srv, err := p.Checkout(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewSession([]*pool.Pool{p}, NewCoordinator("test", log))
+			s.Hold(0, srv)
+			if tc.at {
+				s.DetachAt(2 * time.Hour) // past the server's lifetime
+			} else {
+				s.Detach()
+			}
+			if s.Holds() {
+				t.Fatal("the session still holds its server")
+			}
+			if n := p.Snapshot().Idle; n != tc.idle {
+				t.Fatalf("%d idle servers in the pool, want %d", n, tc.idle)
+			}
+		})
+	}
+}

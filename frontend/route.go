@@ -89,6 +89,30 @@ func (rp *routerPlanner) planParams(into *routePlan, sql string, params [][]byte
 	if err != nil {
 		return nil, err
 	}
+	return rp.route(into, st, sql, params, formats, c)
+}
+
+// planBound is planParams for a Bind of the client's prepared statement
+// st: the router's analysis of its text is kept on st (sStmt.analysis), so
+// that a Bind only evaluates the sharding key from its parameters, without
+// the router cache's lock and hash of the text. A reload that replaced the
+// router, or a change of standard_conforming_strings, analyses it again.
+func (rp *routerPlanner) planBound(into *routePlan, st *sStmt, params [][]byte, formats []int16, c *client) (*routePlan, error) {
+	std := c.standardStrings()
+	an := &st.analysis
+	if an.stmt == nil || an.router != rp.r || an.standard != std {
+		stmt, err := rp.r.AnalyzeStrings(st.sql, std)
+		if err != nil {
+			return nil, err
+		}
+		*an = stmtAnalysis{stmt: stmt, router: rp.r, standard: std}
+	}
+	return rp.route(into, an.stmt, st.sql, params, formats, c)
+}
+
+// route turns the router's plan of analysed statement st (text sql) with
+// its Bind parameters into a routePlan, in into when it is not nil.
+func (rp *routerPlanner) route(into *routePlan, st *router.Statement, sql string, params [][]byte, formats []int16, c *client) (*routePlan, error) {
 	p, err := st.Route(params, formats, c.hints.forRouter(c))
 	if err != nil {
 		return nil, err

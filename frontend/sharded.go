@@ -330,7 +330,9 @@ func (c *client) detachShards() {
 		}
 		c.ext[i] = shardExt{}
 	}
-	c.xs.Detach()
+	// The loop's time, read before Releasing (unhotServer) may hand the
+	// client to a goroutine, as checkin does.
+	c.xs.DetachAt(c.mono())
 	c.server = nil
 	c.setState(ClientIdle)
 }

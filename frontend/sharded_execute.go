@@ -7,12 +7,14 @@ import (
 	"io"
 
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
 
 // Execute on sharded databases: a portal runs on the shards its plan
-// names. One shard's answer is relayed as it comes (execOne); the answers
-// of several are merged as for a simple Query (execMany). Each Execute is
+// names. One shard's answer is relayed as it comes, as bytes (execOne,
+// relayAnswer); the answers of several are merged as for a simple Query
+// (execMany). Each Execute is
 // sent with the Parse and Bind its shard needs, after the settings sync and
 // BEGIN of prefix, and followed by a Sync the client never sees, unless a
 // row limit keeps the portal open (sharded_portal.go).
@@ -174,28 +176,27 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	out = append(out, 'E', 0, 0, 0, 9, 0)
 	out = wire.AppendInt32(out, maxRows)
 	var tag []byte
-	fn := func(typ byte, raw []byte) {
-		switch typ {
-		case '1':
-			return
-		case '2':
-			c.bindDone()
-			return
-		case 's':
-			p.suspended, p.shard = true, i
-			c.ext[i].portal = p
-		case 'C':
-			tag = append(c.execTag[:0], raw[5:]...)
-		}
-		c.toClient(raw)
-	}
 	var err error
 	if maxRows > 0 {
 		out = append(out, 'H', 0, 0, 0, 4)
-		err = c.flushExchange(i, out, fn)
+		err = c.flushExchange(i, out, func(typ byte, raw []byte) {
+			switch typ {
+			case '1':
+				return
+			case '2':
+				c.bindDone()
+				return
+			case 's':
+				p.suspended, p.shard = true, i
+				c.ext[i].portal = p
+			case 'C':
+				tag = append(c.execTag[:0], raw[5:]...)
+			}
+			c.toClient(raw)
+		})
 	} else {
 		out = append(out, 'S', 0, 0, 0, 4)
-		err = c.serverExchange(out, fn)
+		tag, err = c.relayAnswer(out)
 	}
 	if cap(out) <= scratchKeep {
 		c.execOut = out[:0] // written to the server: reusable
@@ -213,6 +214,127 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 		c.execTag = tag[:0]
 	}
 	return nil
+}
+
+// relayAnswer writes out, the messages of an Execute that ends with Sync,
+// to c.server and relays the server's answer to the client up to its
+// ReadyForQuery, which the client's own Sync answers later (sSync). It
+// returns the CommandComplete's tag (nil without one) and the server's first
+// error, which the caller answers in its place.
+//
+// The answer is relayed as bytes: each run of whole messages in the
+// server's read buffer that the client gets as they are (RowDescription,
+// DataRow, CommandComplete, notices, and the shard's BindComplete when it
+// answers the client's held-back Bind) is copied to the client's writer in
+// one piece, as PostgreSQL sent it. The messages the proxy keeps or drops
+// (answerStep) end a run; a message that is not all in the buffer yet is
+// read with Next.
+func (c *client) relayAnswer(out []byte) ([]byte, error) {
+	srv := c.server
+	srv.W.Write(out)
+	if err := srv.Flush(); err != nil {
+		return nil, c.lostShard(err)
+	}
+	a := answer{c: c, srv: srv, tag: c.execTag[:0]}
+	for !a.done {
+		frames := srv.R.Frames()
+		if len(frames) == 0 {
+			typ, raw, body, err := srv.R.Next()
+			if err != nil {
+				srv.Broken = true
+				return nil, c.lostShard(err)
+			}
+			if a.step(typ, raw, body) {
+				c.toClient(raw)
+			}
+			continue
+		}
+		run, off := 0, 0
+		for rest := frames; len(rest) > 0 && !a.done; {
+			var raw []byte
+			raw, rest = wire.SplitFrame(rest)
+			if !a.step(raw[0], raw, raw[5:]) {
+				// Not the client's as it is: the run so far goes, this
+				// message does not.
+				if off > run {
+					c.toClient(frames[run:off])
+				}
+				run = off + len(raw)
+			}
+			off += len(raw)
+		}
+		if off > run {
+			c.toClient(frames[run:off])
+		}
+		srv.R.Discard(off)
+	}
+	if !a.completed {
+		a.tag = nil
+	}
+	if a.serr != nil {
+		return a.tag, a.serr
+	}
+	return a.tag, nil
+}
+
+// answer is the state of relayAnswer's read of one server answer.
+type answer struct {
+	c         *client
+	srv       *pool.Server
+	tag       []byte      // the CommandComplete's tag, once completed
+	completed bool        // a CommandComplete came
+	serr      *wire.Error // the server's first error
+	done      bool        // ReadyForQuery came
+}
+
+// step takes note of one message of the server's answer (serverExchange's
+// bookkeeping and execOne's) and reports whether the client gets it as it
+// is. It writes nothing to the client itself, so that the messages it
+// passes keep their order in relayAnswer's runs: the client's held-back
+// BindComplete is the shard's own, relayed in its place.
+func (a *answer) step(typ byte, raw, body []byte) bool {
+	c := a.c
+	switch typ {
+	case 'E':
+		if a.serr == nil {
+			a.serr = wire.ParseError(body)
+			a.srv.NoteError(a.serr)
+		}
+		if c.pendingPrepare != "" {
+			delete(a.srv.Prepared, c.pendingPrepare) // the Parse failed
+			c.pendingPrepare = ""
+		}
+		return false
+	case '1':
+		c.pendingPrepare = "" // the statement exists, whatever fails next
+		return false
+	case '2':
+		if c.bindPending && len(raw) == len(bindComplete) {
+			c.bindPending = false
+			return true
+		}
+		return false
+	case 'N':
+		// A notice of the Parse the proxy added for a statement the
+		// client parsed before: PostgreSQL raised it at the client's
+		// Parse (stmt.noisy), not again.
+		return c.pendingPrepare == ""
+	case 'S':
+		// A reported setting the statement changed (SET TimeZone): the
+		// client hears of it as from PostgreSQL, before its
+		// ReadyForQuery.
+		a.srv.NoteParameter(body)
+		c.report(raw)
+		return false
+	case 'Z':
+		c.pendingPrepare = ""
+		a.done = true
+		return false
+	case 'C':
+		a.tag = append(a.tag[:0], body...)
+		a.completed = true
+	}
+	return true
 }
 
 // scratchKeep bounds the scratch buffers a client keeps between

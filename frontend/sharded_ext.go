@@ -7,6 +7,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -35,6 +36,17 @@ type sStmt struct {
 	eff     stmtEffect
 	spOnce  sync.Once
 	sp      *sqlPrep
+	// analysis is the router's analysis of sql, made at the first Bind
+	// (routerPlanner.planBound).
+	analysis stmtAnalysis
+}
+
+// stmtAnalysis is the router's analysis of a statement's text, with the
+// router and the standard_conforming_strings it was made for.
+type stmtAnalysis struct {
+	stmt     *router.Statement
+	router   *router.Router
+	standard bool
 }
 
 // params returns how many parameters a Bind of the statement must supply
@@ -873,7 +885,7 @@ func (c *client) planPortal(p *sPortal) error {
 		}
 	}
 	if plan == nil && err == nil {
-		plan, err = c.rt.planParams(&p.planBuf, p.stmt.sql, p.params, p.formats, c)
+		plan, err = c.rt.planBound(&p.planBuf, p.stmt, p.params, p.formats, c)
 	}
 	if err == nil && plan.CopyOut != nil {
 		// Drivers send COPY … TO STDOUT as a simple Query.

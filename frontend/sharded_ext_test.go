@@ -3,10 +3,12 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -274,5 +276,62 @@ func TestShardedServerLostInBatch(t *testing.T) {
 	}
 	if e := clientErrors(out.Bytes())[0]; e.Code != wire.ConnectionFailure {
 		t.Fatalf("error %v, want %s", e, wire.ConnectionFailure)
+	}
+}
+
+// TestPlanBoundKeepsAnalysis checks that a Bind of a client's statement
+// routes with the router's analysis kept on the statement
+// (routerPlanner.planBound): a statement too long for the router's cache is
+// parsed once for any number of Binds, each Bind routes its own key as
+// planParams does, and a change of standard_conforming_strings or of the
+// router (a reload) analyses it again.
+func TestPlanBoundKeepsAnalysis(t *testing.T) {
+	run, done := newShardedClient(t, t.TempDir(), &fakeConn{r: bytes.NewReader(nil), w: &bytes.Buffer{}})
+	defer done()
+	c := run.client
+	// Longer than the router's cache keeps: without the statement's own
+	// analysis every Bind would parse it again.
+	long := "SELECT * FROM accounts WHERE id = $1 /* " + strings.Repeat("x", 70<<10) + " */"
+	st := &sStmt{sql: long}
+	bindKey := func(t *testing.T, key string) {
+		t.Helper()
+		params := [][]byte{[]byte(key)}
+		got, err := c.rt.planBound(nil, st, params, nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.rt.planParams(nil, "SELECT * FROM accounts WHERE id = $1", params, nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Kind != want.Kind || len(got.Shards) != 1 || got.Shards[0] != want.Shards[0] || got.SQL != long {
+			t.Fatalf("key %s: plan %v %v %.40q, want %v %v", key, got.Kind, got.Shards, got.SQL, want.Kind, want.Shards)
+		}
+	}
+	parses := func() int64 { return c.rt.(*routerPlanner).r.ParsesForTest() }
+	before := parses()
+	for k := 1; k <= 20; k++ {
+		bindKey(t, strconv.Itoa(k))
+	}
+	// The short statement planParams routes is parsed once, then cached.
+	if n := parses() - before; n != 2 {
+		t.Fatalf("20 Binds parsed %d statements, want 2 (the long one once, the short one once)", n)
+	}
+	c.nonStandardLogin = true
+	before = parses()
+	bindKey(t, "21")
+	bindKey(t, "22")
+	if n := parses() - before; n != 2 {
+		t.Fatalf("after standard_conforming_strings changed, 2 Binds parsed %d statements, want 2 (each text once)", n)
+	}
+	reloaded, err := router.New(c.db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.rt = &routerPlanner{r: reloaded}
+	bindKey(t, "23")
+	bindKey(t, "24")
+	if n := reloaded.ParsesForTest(); n != 2 {
+		t.Fatalf("a reloaded router parsed %d statements for 2 Binds, want 2 (each text once)", n)
 	}
 }

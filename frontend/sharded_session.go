@@ -36,6 +36,11 @@ func (c *client) prefix(i int, implicitTx bool) []string { return c.xs.Prefix(i,
 // brings shard i's server to the client's settings.
 func (c *client) settingsPrefix(i int) []string {
 	s := c.xs.Server(i)
+	if len(c.sess.sets) == 0 && len(s.Session) == 0 {
+		// The usual case, at every routed statement: nothing set on
+		// either side, nothing to sort, compare or copy.
+		return nil
+	}
 	d := c.sess.diff(s.Session)
 	c.sess.syncTo(s.Session)
 	if d == "" {

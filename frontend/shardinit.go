@@ -14,6 +14,9 @@ type planner interface {
 	// planParams plans sql with its Bind parameters, in into when it is
 	// not nil.
 	planParams(into *routePlan, sql string, params [][]byte, formats []int16, c *client) (*routePlan, error)
+	// planBound plans a Bind of the client's statement st, keeping the
+	// analysis of its text on it.
+	planBound(into *routePlan, st *sStmt, params [][]byte, formats []int16, c *client) (*routePlan, error)
 }
 
 // initShards prepares a client of a sharded database.

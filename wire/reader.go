@@ -96,6 +96,40 @@ func (r *Reader) readBig() (typ byte, raw, body []byte, err error) {
 	return raw[0], raw, raw[5:], nil
 }
 
+// Frames returns the whole messages at the head of the buffer, without
+// reading from the connection: nil when the next message is not all there
+// yet or is larger than the buffer (Next reads it), or when its length is
+// invalid (Next reports it). The slice is valid until the next call of a
+// Reader method other than Frames; Discard consumes messages of it, which
+// SplitFrame takes apart. A relay copies such runs of messages to its peer
+// whole instead of one message at a time.
+func (r *Reader) Frames() []byte {
+	if r.bigLeft > 0 {
+		return nil
+	}
+	buf, _ := r.br.Peek(r.br.Buffered())
+	n := 0
+	for len(buf)-n >= 5 {
+		size := int(int32(binary.BigEndian.Uint32(buf[n+1 : n+5])))
+		if size < 4 || size-4 > r.max || len(buf)-n < 1+size {
+			break
+		}
+		n += 1 + size
+	}
+	return buf[:n]
+}
+
+// Discard consumes the first n bytes of what Frames returned (whole
+// messages).
+func (r *Reader) Discard(n int) { r.br.Discard(n) }
+
+// SplitFrame returns the first message of frames, a run of whole messages
+// such as Frames returns, and the messages after it.
+func SplitFrame(frames []byte) (raw, rest []byte) {
+	n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
+	return frames[:n], frames[n:]
+}
+
 // PeekHeader returns the type and body length of the next message without
 // consuming it, for relaying large bodies with Copy.
 func (r *Reader) PeekHeader() (typ byte, n int, err error) {

@@ -192,3 +192,68 @@ func TestReaderResumesAfterError(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderFrames reads a stream through Frames where it can and Next
+// where it must (a message not all in the buffer yet, one larger than the
+// buffer, an invalid length), and checks that the two together return every
+// message once, in order, whole.
+func TestReaderFrames(t *testing.T) {
+	var stream []byte
+	var want [][]byte
+	for i, n := range []int{0, 3, 40, 9, 300, 1, 17, 0, 60} {
+		m := msg(byte('a'+i), string(bytes.Repeat([]byte{byte('0' + i)}, n)))
+		stream = append(stream, m...)
+		want = append(want, m)
+	}
+	tests := []struct {
+		name  string
+		piece int // bytes a read returns at most
+		size  int // the Reader's buffer
+	}{
+		{"all buffered", 1 << 20, 4096},
+		{"small reads", 7, 64},
+		{"one byte at a time", 1, 32},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReader(&stutter{data: stream, piece: tc.piece}, tc.size, 1<<20)
+			var got [][]byte
+			for len(got) < len(want) {
+				if frames := r.Frames(); len(frames) > 0 {
+					n := len(frames)
+					for len(frames) > 0 {
+						var raw []byte
+						raw, frames = SplitFrame(frames)
+						got = append(got, append([]byte(nil), raw...))
+					}
+					r.Discard(n)
+					continue
+				}
+				_, raw, _, err := r.Next()
+				if errors.Is(err, errPause) {
+					continue
+				}
+				if err != nil {
+					t.Fatalf("after %d messages: %v", len(got), err)
+				}
+				got = append(got, append([]byte(nil), raw...))
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+	}
+	t.Run("invalid length", func(t *testing.T) {
+		bad := append(msg('a', "x"), 'b', 0, 0, 0, 2)
+		r := NewReader(bytes.NewReader(bad), 64, 1<<20)
+		r.Next() // fills the buffer with both
+		if _, _, _, err := r.Next(); err == nil {
+			t.Fatal("Next accepted a length of 2")
+		}
+		r = NewReader(bytes.NewReader(bad), 64, 1<<20)
+		r.br.Peek(len(bad))
+		if frames := r.Frames(); !bytes.Equal(frames, msg('a', "x")) {
+			t.Fatalf("Frames returned %q, want the first message alone", frames)
+		}
+	})
+}
