@@ -16,12 +16,20 @@ import (
 // sent (ParseError). It implements error so that it can travel up the stack
 // and be sent where it lands.
 type Error struct {
-	Severity string // ERROR, FATAL
-	Code     string // SQLSTATE
-	Message  string
-	Detail   string
-	Hint     string
-	Position string // 'P': the 1-based character position in the statement
+	Severity string // ERROR, FATAL: never translated ('V', or 'S' without one)
+	// LocalSeverity is a server's 'S' field as it sent it, translated
+	// by lc_messages (FEHLER, ERREUR), and localOf the Severity it
+	// translates: a re-encoded server error gives the client this one,
+	// as PostgreSQL did, unless the proxy changed Severity since (an
+	// error that ends the session becomes FATAL). Empty for the proxy's
+	// own errors, which give Severity.
+	LocalSeverity string
+	localOf       string
+	Code          string // SQLSTATE
+	Message       string
+	Detail        string
+	Hint          string
+	Position      string // 'P': the 1-based character position in the statement
 
 	// Routine is a server's 'R' field: the PostgreSQL function that raised
 	// the error, such as RevalidateCachedQuery. Unlike Message it is never
@@ -119,7 +127,11 @@ func appendFields(buf []byte, typ byte, e *Error) []byte {
 	}
 	start := len(buf)
 	buf = append(buf, typ, 0, 0, 0, 0)
-	buf = appendField(buf, 'S', sev)
+	local := sev
+	if e.LocalSeverity != "" && e.localOf == e.Severity {
+		local = e.LocalSeverity
+	}
+	buf = appendField(buf, 'S', local)
 	buf = appendField(buf, 'V', sev)
 	buf = appendField(buf, 'C', e.Code)
 	buf = appendField(buf, 'M', e.Message)
@@ -172,6 +184,7 @@ func ParseError(body []byte) *Error {
 		case 'V':
 			e.Severity = v
 		case 'S':
+			e.LocalSeverity = v
 			if e.Severity == "" {
 				e.Severity = v
 			}
@@ -191,6 +204,9 @@ func ParseError(body []byte) *Error {
 		default:
 			e.More = append(e.More, ErrorField{f, v})
 		}
+	}
+	if e.LocalSeverity != "" {
+		e.localOf = e.Severity
 	}
 	return e
 }

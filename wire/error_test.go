@@ -15,7 +15,7 @@ func TestParseErrorFields(t *testing.T) {
 	body := []byte("SERROR\x00VERROR\x00C0A000\x00Mcached plan must not change result type\x00" +
 		"Fplancache.c\x00L722\x00RRevalidateCachedQuery\x00\x00")
 	got := ParseError(body)
-	want := &Error{Severity: "ERROR", Code: FeatureNotSupported, Message: "cached plan must not change result type", Routine: "RevalidateCachedQuery",
+	want := &Error{Severity: "ERROR", LocalSeverity: "ERROR", localOf: "ERROR", Code: FeatureNotSupported, Message: "cached plan must not change result type", Routine: "RevalidateCachedQuery",
 		More: []ErrorField{{'F', "plancache.c"}, {'L', "722"}, {'R', "RevalidateCachedQuery"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", *got, *want)
@@ -35,6 +35,22 @@ func TestAppendErrorBytes(t *testing.T) {
 	got := AppendError(nil, ParseError(server))
 	if !bytes.Equal(got[5:], server) {
 		t.Fatalf("re-encoded %q, want %q", got[5:], server)
+	}
+	// With lc_messages = 'de_DE', PostgreSQL translates 'S' and not 'V':
+	// the re-encoded error keeps both as they were.
+	german := []byte("SFEHLER\x00VERROR\x00C42P01\x00MRelation \xc2\xbbt\xc2\xab existiert nicht\x00P15\x00Fparse_relation.c\x00L1392\x00RparserOpenTable\x00\x00")
+	parsed := ParseError(german)
+	if parsed.Severity != "ERROR" || parsed.LocalSeverity != "FEHLER" {
+		t.Fatalf("severity %q, local %q, want ERROR and FEHLER", parsed.Severity, parsed.LocalSeverity)
+	}
+	if got := AppendError(nil, parsed); !bytes.Equal(got[5:], german) {
+		t.Fatalf("re-encoded %q, want %q", got[5:], german)
+	}
+	// An error the proxy makes FATAL (it ends the session) is no longer
+	// what FEHLER translated: both fields say FATAL.
+	parsed.Severity = "FATAL"
+	if got := AppendError(nil, parsed); !bytes.HasPrefix(got[5:], []byte("SFATAL\x00VFATAL\x00")) {
+		t.Fatalf("re-encoded as FATAL: %q", got[5:])
 	}
 }
 

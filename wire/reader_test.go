@@ -103,6 +103,7 @@ func TestErrorRoundTrip(t *testing.T) {
 	if err != nil || typ != 'E' {
 		t.Fatalf("typ %q err %v", typ, err)
 	}
+	e.LocalSeverity, e.localOf = "FATAL", "FATAL" // as sent: not translated
 	if got := ParseError(body); !reflect.DeepEqual(got, e) {
 		t.Fatalf("got %+v want %+v", got, e)
 	}
