@@ -290,14 +290,6 @@ func (a *applier) full() bool {
 	return a.pipe.statements+a.runs.rows >= batchStatements || a.handled >= groupChanges
 }
 
-// commit ends the group in one round trip (start, then finish).
-func (a *applier) commit(ctx context.Context) error {
-	if err := a.start(ctx); err != nil {
-		return err
-	}
-	return a.finish()
-}
-
 // start sends the round trip that ends the group, without waiting for its
 // answers (finish reads them): at a source transaction's boundary it
 // advances the origin to the last source transaction's end and commits;

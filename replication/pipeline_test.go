@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,15 @@ import (
 
 	"github.com/shardgate/shardgate/wire"
 )
+
+// commit ends the group in one round trip (start, then finish): the
+// tests' form of what reader.flushAll does for every applier at once.
+func (a *applier) commit(ctx context.Context) error {
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	return a.finish()
+}
 
 // TestPipelineError checks a round trip whose statement fails to prepare:
 // the error is the server's, names the statement, and the statements the

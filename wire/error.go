@@ -17,6 +17,12 @@ import (
 // and be sent where it lands.
 type Error struct {
 	Severity string // ERROR, FATAL: never translated ('V', or 'S' without one)
+	Code     string // SQLSTATE
+	Message  string
+	Detail   string
+	Hint     string
+	Position string // 'P': the 1-based character position in the statement
+
 	// LocalSeverity is a server's 'S' field as it sent it, translated
 	// by lc_messages (FEHLER, ERREUR), and localOf the Severity it
 	// translates: a re-encoded server error gives the client this one,
@@ -25,11 +31,6 @@ type Error struct {
 	// own errors, which give Severity.
 	LocalSeverity string
 	localOf       string
-	Code          string // SQLSTATE
-	Message       string
-	Detail        string
-	Hint          string
-	Position      string // 'P': the 1-based character position in the statement
 
 	// Routine is a server's 'R' field: the PostgreSQL function that raised
 	// the error, such as RevalidateCachedQuery. Unlike Message it is never
