@@ -3,6 +3,7 @@ package replication
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // SchemaSync copies the pre-data schema (schemas, types, tables, sequences)
@@ -28,6 +31,16 @@ func (t *Task) SchemaSyncPost(ctx context.Context) error {
 	return t.schemaSync(ctx, "post-data", StepPostSchema)
 }
 
+const (
+	// schemaLock names the transaction-level advisory lock a schema
+	// script holds on its destination shard: its first key is hashtext
+	// of this text, the second hashtext of the task's name.
+	schemaLock = "shardgate-schema"
+	// stepRecorded is the message of the error a schema script raises,
+	// after taking schemaLock, when its step is recorded already.
+	stepRecorded = "shardgate: schema step recorded already"
+)
+
 func (t *Task) schemaSync(ctx context.Context, section string, step Step) error {
 	var script string
 	for d := range t.dst.Shards {
@@ -43,9 +56,10 @@ func (t *Task) schemaSync(ctx context.Context, section string, step Step) error 
 					return err
 				}
 			}
-			sql := script + ";\nINSERT INTO shardgate_reshard.steps (task, step) VALUES (" +
-				quoteLiteral(t.Name) + ", " + quoteLiteral(step.String()) + ")"
-			_, err = conn.PgConn().Exec(ctx, sql).ReadAll()
+			_, err = conn.PgConn().Exec(ctx, t.schemaScript(script, step)).ReadAll()
+			if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "P0001" && pe.Message == stepRecorded {
+				done, err = true, nil
+			}
 		}
 		conn.Close(ctx)
 		if err != nil {
@@ -56,6 +70,24 @@ func (t *Task) schemaSync(ctx context.Context, section string, step Step) error 
 		}
 	}
 	return nil
+}
+
+// schemaScript is the one Query that applies a section's script on a
+// destination shard, as one transaction with step's marker. A run whose
+// connection broke may still be running there, or its Query may reach the
+// server only now (a slow network; its proxy dead), while a retry or
+// another proxy runs the step: so the Query first takes schemaLock, which
+// waits for the other run's transaction to end, and then checks for the
+// marker, raising stepRecorded if that run committed it. Checking before
+// the lock is not enough: the other run's tables would make the script
+// fail with "relation already exists". One Query, not a transaction over
+// several round trips, so that a stopped proxy never holds the lock.
+func (t *Task) schemaScript(script string, step Step) string {
+	name, stepName := quoteLiteral(t.Name), quoteLiteral(step.String())
+	return "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(" + quoteLiteral(schemaLock) + "), pg_catalog.hashtext(" + name + "));\n" +
+		"DO " + quoteLiteral("BEGIN IF EXISTS (SELECT 1 FROM shardgate_reshard.steps WHERE task = "+name+" AND step = "+stepName+") THEN "+
+		"RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = "+quoteLiteral(stepRecorded)+"; END IF; END") + ";\n" +
+		script + ";\nINSERT INTO shardgate_reshard.steps (task, step) VALUES (" + name + ", " + stepName + ")"
 }
 
 // dump runs pg_dump --schema-only for section against source shard 0 and
