@@ -244,6 +244,25 @@ func (r *reader) flushAll(ctx context.Context) error {
 	return first
 }
 
+// pause is idle's wait for more of the source's WAL, for at most d (a
+// millisecond or less). When the source's socket has its low-water mark
+// managed, the wait is a raw ppoll(2) of it (waitReadable): while idle
+// runs the mark is coalesceLowat, so the wait ends early once that much
+// WAL has come, and the stream's goroutine keeps its P and its thread
+// meanwhile. In time.Sleep it parked on a timer: on a proxy with two or
+// more Ps its thread then slept on a futex until another thread, blocked
+// in Go's poller until the timer, woke it, and that was half of the
+// stream's context switches inside a serving proxy (docs/benchmarks.md,
+// issue 12 §5, tenth session).
+func (r *reader) pause(d time.Duration) {
+	if r.src == nil || r.src.fd < 0 {
+		time.Sleep(d)
+		return
+	}
+	r.srcPoll[0] = pollFd{fd: r.src.fd}
+	waitReadable(r.srcPoll[:], d)
+}
+
 // idle is called when the source has little or nothing more for the
 // moment: when a read came back short (empty false), and when the socket
 // is empty (empty true), after which the read waits for the source unless
@@ -262,7 +281,7 @@ func (r *reader) idle(ctx context.Context, empty bool, wake func()) (again bool)
 	}
 	if r.dirtyAt.IsZero() {
 		if !empty {
-			time.Sleep(coalesceWait)
+			r.pause(coalesceWait)
 		}
 		return false
 	}
@@ -276,7 +295,7 @@ func (r *reader) idle(ctx context.Context, empty bool, wake func()) (again bool)
 			if !empty {
 				left = min(left, coalesceWait)
 			}
-			time.Sleep(left)
+			r.pause(left)
 			return true
 		}
 	}

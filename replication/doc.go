@@ -98,7 +98,13 @@
 // read and write with raw system calls (rawconn.go): entering a system
 // call the runtime's way woke its monitor thread out of its idle sleep at
 // every round trip, and that thread's polling was a third of the proxy's
-// CPU. Only a source transaction too big for one op, a row move and a
+// CPU. The linger waits in a raw ppoll(2) of the source's socket rather
+// than in time.Sleep (dispatch.go: pause): the goroutine keeps its thread,
+// and the socket's low-water mark ends the wait early once 64 KiB of WAL
+// came. Parked on a timer, the goroutine's thread slept on a futex until
+// another thread woke it: half of the stream's context switches inside a
+// serving proxy.
+// Only a source transaction too big for one op, a row move and a
 // TRUNCATE of one source's rows (below) keep a destination transaction
 // open across round trips.
 // Rows of one table, kind and set of columns go as one multi-row statement

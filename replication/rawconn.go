@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/shardgate/shardgate/internal/sockio"
@@ -32,6 +33,7 @@ import (
 type rawConn struct {
 	net.Conn
 	raw syscall.RawConn
+	fd  int32 // the socket's descriptor, for waitReadable
 }
 
 // newRawConn returns conn with raw reads and writes, or conn itself when
@@ -45,7 +47,9 @@ func newRawConn(conn net.Conn) net.Conn {
 	if err != nil {
 		return conn
 	}
-	return &rawConn{Conn: conn, raw: raw}
+	c := &rawConn{Conn: conn, raw: raw, fd: -1}
+	raw.Control(func(fd uintptr) { c.fd = int32(fd) })
+	return c
 }
 
 func (c *rawConn) Read(p []byte) (int, error) {
@@ -126,6 +130,47 @@ func retryEINTR(op func(fd uintptr, p []byte) (int, syscall.Errno), fd uintptr, 
 		n, e := op(fd, p)
 		if e != syscall.EINTR {
 			return n, e
+		}
+	}
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd      int32 // negative: ignored
+	events  int16
+	revents int16
+}
+
+// waitReadable waits until each socket of fds is readable (or hung up),
+// for at most d, in ppoll(2) by RawSyscall6: the goroutine keeps its P and
+// its thread meanwhile, as if it ran, and neither parks nor wakes another
+// thread, nor sysmon (see rawConn). d must stay short. The descriptors
+// found readable are set to -1.
+func waitReadable(fds []pollFd, d time.Duration) {
+	left := 0
+	for i := range fds {
+		fds[i].events, fds[i].revents = syscall.EPOLLIN, 0
+		if fds[i].fd >= 0 {
+			left++
+		}
+	}
+	deadline := time.Now().Add(d)
+	for left > 0 {
+		rest := time.Until(deadline)
+		if rest <= 0 {
+			return
+		}
+		ts := syscall.NsecToTimespec(int64(rest))
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		if e != 0 && e != syscall.EINTR {
+			return
+		}
+		for i := range fds {
+			if fds[i].fd >= 0 && fds[i].revents != 0 {
+				fds[i].fd, fds[i].revents = -1, 0
+				left--
+			}
 		}
 	}
 }

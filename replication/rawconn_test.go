@@ -123,3 +123,34 @@ func unreadBytes(t *testing.T, fd uintptr) int {
 	}
 	return int(n)
 }
+
+// TestWaitReadable: waitReadable returns once every socket is readable,
+// marking each found so, and at its bound when one stays empty, leaving
+// that one's descriptor.
+func TestWaitReadable(t *testing.T) {
+	a, peerA := rawPair(t)
+	b, peerB := rawPair(t)
+	fdA, fdB := a.fd, b.fd
+	if fdA < 0 || fdB < 0 {
+		t.Fatalf("descriptors %d and %d", fdA, fdB)
+	}
+	if _, err := peerA.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	fds := []pollFd{{fd: fdA}, {fd: fdB}}
+	start := time.Now()
+	waitReadable(fds, 50*time.Millisecond)
+	if took := time.Since(start); fds[0].fd != -1 || fds[1].fd != fdB || took < 50*time.Millisecond {
+		t.Fatalf("one readable: descriptors %d, %d after %v, want -1, %d after the 50ms bound", fds[0].fd, fds[1].fd, took, fdB)
+	}
+
+	// B's byte comes while the wait is under way, or before it: either
+	// way the wait ends with both readable.
+	go peerB.Write([]byte("b"))
+	fds = []pollFd{{fd: fdA}, {fd: fdB}}
+	start = time.Now()
+	waitReadable(fds, time.Minute)
+	if took := time.Since(start); fds[0].fd != -1 || fds[1].fd != -1 || took > 30*time.Second {
+		t.Fatalf("both readable: descriptors %d, %d after %v, want -1, -1 long before the bound", fds[0].fd, fds[1].fd, took)
+	}
+}

@@ -109,6 +109,10 @@ type reader struct {
 
 	// started: the appliers whose round trips flushAll sent, reused.
 	started []*applier
+	// src: the source's socket, when its low-water mark is managed
+	// (coalescingConn); nil otherwise.
+	src     *rawConn
+	srcPoll [1]pollFd
 	// dirtyAt: when an applier first got ops since the last flushAll; zero
 	// when none has.
 	dirtyAt time.Time
@@ -226,6 +230,7 @@ func (r *reader) read(ctx context.Context) error {
 	// for the moment (reader.idle), from inside the read that found so.
 	if cc, ok := conn.Conn().(*coalescingConn); ok {
 		cc.idle = func(empty bool) bool { return r.idle(ctx, empty, wake) }
+		r.src = cc.rc
 	}
 	next := time.Now().Add(statusInterval)
 	// Receiving waits at most pollInterval, so that the flush LSN follows
