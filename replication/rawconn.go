@@ -141,6 +141,9 @@ type pollFd struct {
 	revents int16
 }
 
+// pollIn is poll(2)'s POLLIN, which package syscall does not name.
+const pollIn = 0x1
+
 // waitReadable waits until each socket of fds is readable (or hung up),
 // for at most d, in ppoll(2) by RawSyscall6: the goroutine keeps its P and
 // its thread meanwhile, as if it ran, and neither parks nor wakes another
@@ -149,7 +152,7 @@ type pollFd struct {
 func waitReadable(fds []pollFd, d time.Duration) {
 	left := 0
 	for i := range fds {
-		fds[i].events, fds[i].revents = syscall.EPOLLIN, 0
+		fds[i].events, fds[i].revents = pollIn, 0
 		if fds[i].fd >= 0 {
 			left++
 		}
