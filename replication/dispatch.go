@@ -259,8 +259,7 @@ func (r *reader) pause(d time.Duration) {
 		time.Sleep(d)
 		return
 	}
-	r.srcPoll[0] = pollFd{fd: r.src.fd}
-	waitReadable(r.srcPoll[:], d)
+	waitReadable(r.src.fd, d)
 }
 
 // idle is called when the source has little or nothing more for the

@@ -136,7 +136,7 @@ func retryEINTR(op func(fd uintptr, p []byte) (int, syscall.Errno), fd uintptr, 
 
 // pollFd is struct pollfd of poll(2).
 type pollFd struct {
-	fd      int32 // negative: ignored
+	fd      int32
 	events  int16
 	revents int16
 }
@@ -144,36 +144,23 @@ type pollFd struct {
 // pollIn is poll(2)'s POLLIN, which package syscall does not name.
 const pollIn = 0x1
 
-// waitReadable waits until each socket of fds is readable (or hung up),
-// for at most d, in ppoll(2) by RawSyscall6: the goroutine keeps its P and
-// its thread meanwhile, as if it ran, and neither parks nor wakes another
-// thread, nor sysmon (see rawConn). d must stay short. The descriptors
-// found readable are set to -1.
-func waitReadable(fds []pollFd, d time.Duration) {
-	left := 0
-	for i := range fds {
-		fds[i].events, fds[i].revents = pollIn, 0
-		if fds[i].fd >= 0 {
-			left++
-		}
-	}
+// waitReadable waits until socket fd is readable (or hung up), for at
+// most d, in ppoll(2) by RawSyscall6: the goroutine keeps its P and its
+// thread meanwhile, as if it ran, and neither parks nor wakes another
+// thread, nor sysmon (see rawConn). d must stay short.
+func waitReadable(fd int32, d time.Duration) {
+	pfd := pollFd{fd: fd, events: pollIn}
 	deadline := time.Now().Add(d)
-	for left > 0 {
+	for {
 		rest := time.Until(deadline)
 		if rest <= 0 {
 			return
 		}
 		ts := syscall.NsecToTimespec(int64(rest))
-		_, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1,
 			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		if e != 0 && e != syscall.EINTR {
-			return
-		}
-		for i := range fds {
-			if fds[i].fd >= 0 && fds[i].revents != 0 {
-				fds[i].fd, fds[i].revents = -1, 0
-				left--
-			}
+		if e != syscall.EINTR {
+			return // readable, timed out, or failed: the read tells
 		}
 	}
 }

@@ -111,8 +111,7 @@ type reader struct {
 	started []*applier
 	// src: the source's socket, when its low-water mark is managed
 	// (coalescingConn); nil otherwise.
-	src     *rawConn
-	srcPoll [1]pollFd
+	src *rawConn
 	// dirtyAt: when an applier first got ops since the last flushAll; zero
 	// when none has.
 	dirtyAt time.Time
