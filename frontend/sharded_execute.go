@@ -287,7 +287,7 @@ type answer struct {
 	done      bool        // ReadyForQuery came
 }
 
-// step takes note of one message of the server's answer (serverExchange's
+// step takes note of one message of the server's answer (noteAnswer's
 // bookkeeping and execOne's) and reports whether the client gets it as it
 // is. It writes nothing to the client itself, so that the messages it
 // passes keep their order in relayAnswer's runs: the client's held-back
@@ -295,15 +295,8 @@ type answer struct {
 func (a *answer) step(typ byte, raw, body []byte) bool {
 	c := a.c
 	switch typ {
-	case 'E':
-		if a.serr == nil {
-			a.serr = wire.ParseError(body)
-			a.srv.NoteError(a.serr)
-		}
-		if c.pendingPrepare != "" {
-			delete(a.srv.Prepared, c.pendingPrepare) // the Parse failed
-			c.pendingPrepare = ""
-		}
+	case 'E', 'S', 'Z':
+		a.done = c.noteAnswer(a.srv, &a.serr, typ, raw, body)
 		return false
 	case '1':
 		c.pendingPrepare = "" // the statement exists, whatever fails next
@@ -319,17 +312,6 @@ func (a *answer) step(typ byte, raw, body []byte) bool {
 		// client parsed before: PostgreSQL raised it at the client's
 		// Parse (stmt.noisy), not again.
 		return c.pendingPrepare == ""
-	case 'S':
-		// A reported setting the statement changed (SET TimeZone): the
-		// client hears of it as from PostgreSQL, before its
-		// ReadyForQuery.
-		a.srv.NoteParameter(body)
-		c.report(raw)
-		return false
-	case 'Z':
-		c.pendingPrepare = ""
-		a.done = true
-		return false
 	case 'C':
 		a.tag = append(a.tag[:0], body...)
 		a.completed = true

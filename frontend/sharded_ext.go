@@ -7,6 +7,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -714,14 +715,12 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 			return c.lostShard(err)
 		}
 		switch typ {
-		case 'E':
-			if serr == nil {
-				serr = wire.ParseError(body)
-				srv.NoteError(serr)
-			}
-			if c.pendingPrepare != "" {
-				delete(srv.Prepared, c.pendingPrepare) // the Parse failed
-				c.pendingPrepare = ""
+		case 'E', 'S', 'Z':
+			if c.noteAnswer(srv, &serr, typ, raw, body) {
+				if serr != nil {
+					return serr
+				}
+				return nil
 			}
 		case '1':
 			c.pendingPrepare = "" // the statement exists, whatever fails next
@@ -738,21 +737,38 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 			default:
 				c.toClient(raw)
 			}
-		case 'S':
-			// A reported setting the statement changed (SET TimeZone):
-			// the client hears of it as from PostgreSQL.
-			srv.NoteParameter(body)
-			c.report(raw)
-		case 'Z':
-			c.pendingPrepare = ""
-			if serr != nil {
-				return serr
-			}
-			return nil
 		default:
 			fn(typ, raw)
 		}
 	}
+}
+
+// noteAnswer keeps the books on an ErrorResponse, ParameterStatus or
+// ReadyForQuery of a shard's answer, for serverExchange and relayAnswer
+// alike; none of them reaches the client as it is. It keeps the server's
+// first error in *serr, forgets the statement whose Parse the proxy added
+// when the answer fails, keeps a reported setting the statement changed
+// (SET TimeZone) for the client's ReadyForQuery, as PostgreSQL reports it,
+// and reports whether typ is the ReadyForQuery that ends the answer.
+func (c *client) noteAnswer(srv *pool.Server, serr **wire.Error, typ byte, raw, body []byte) (ready bool) {
+	switch typ {
+	case 'E':
+		if *serr == nil {
+			*serr = wire.ParseError(body)
+			srv.NoteError(*serr)
+		}
+		if c.pendingPrepare != "" {
+			delete(srv.Prepared, c.pendingPrepare) // the Parse failed
+			c.pendingPrepare = ""
+		}
+	case 'S':
+		srv.NoteParameter(body)
+		c.report(raw)
+	case 'Z':
+		c.pendingPrepare = ""
+		return true
+	}
+	return false
 }
 
 // appendPortal appends the Parse (if the server lacks the statement) and
