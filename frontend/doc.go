@@ -111,11 +111,16 @@
 // # Event loop
 //
 // With limits.event_loop, a client of a transaction-mode database, sharded
-// or not, over plain TCP or a Unix socket, not admin, is moved after
-// login (goHot, before it is registered and sees ReadyForQuery, with
-// nothing buffered either way) to an fdConn: its descriptor duplicated and
-// the net.Conn closed, which takes the socket out of Go's netpoller; it is
-// registered once, edge-triggered, in the hotLoop's epoll set. Its client
+// or not, over TCP or a Unix socket, not admin, is moved after login
+// (goHot, before it is registered and sees ReadyForQuery, with nothing
+// buffered either way) to an fdConn: its descriptor duplicated and the
+// net.Conn closed, which takes the socket out of Go's netpoller; it is
+// registered once, edge-triggered, in the hotLoop's epoll set. A TLS
+// client keeps its crypto/tls session, and only the socket under it
+// changes (tlsSocket, tlsconn.go): records the session read ahead are read
+// before the socket, and a goroutine other than the client's closes such
+// a client's socket, not its session, whose close_notify would be a
+// write from outside the coroutine (Shutdown's timeout). Its client
 // loop — the same code as every client's, from c.loop down — then runs as
 // an iter.Pull coroutine (coro) that the hotLoop goroutine resumes. A
 // server it checks out is moved to an fdConn the same way (hotServer,

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -100,8 +101,11 @@ func (l *Listener) HotHandoffs() uint64 {
 }
 
 // goHot moves a client that just logged in to a raw socket of the event
-// loop if it is eligible: transaction mode, plain TCP or a Unix socket,
-// not admin, nothing buffered either way. Sharded databases' clients are
+// loop if it is eligible: transaction mode, TCP or a Unix socket, not
+// admin, nothing buffered either way. A TLS client keeps its session: the
+// raw socket goes under its crypto/tls.Conn (tlsSocket), whose reads and
+// writes then yield to the loop as a plain client's do; records it read
+// ahead stay in it and are read first. Sharded databases' clients are
 // eligible too: a shard's server they check out moves to the loop as a
 // one-shard client's does (attachHeld), and the steps of the sharded
 // path that wait on anything else hand the client to a goroutine first
@@ -109,11 +113,12 @@ func (l *Listener) HotHandoffs() uint64 {
 // flushed the client's writer; it starts the coroutine (startHot) once
 // the client is set up.
 func (c *client) goHot(st *State) bool {
-	if !st.Config.Limits.EventLoop || c.admin || c.tls || c.mode != config.PoolTransaction ||
+	if !st.Config.Limits.EventLoop || c.admin || c.mode != config.PoolTransaction ||
 		c.db == nil || c.r.Buffered() > 0 || c.w.Buffered() > 0 {
 		return false
 	}
-	switch c.conn.(type) {
+	sock := socketOf(c.conn)
+	switch sock.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
 		return false
@@ -122,14 +127,18 @@ func (c *client) goHot(st *State) bool {
 	if loop == nil {
 		return false
 	}
-	f, err := newFDConn(loop, c.conn)
+	f, err := newFDConn(loop, sock)
 	if err != nil {
 		c.log.Warn("client stays off the event loop", "err", err)
 		return false
 	}
-	c.conn = f
-	c.r.Reset(f)
-	c.w.Reset(f)
+	if tc, ok := c.conn.(*tls.Conn); ok {
+		tc.NetConn().(*tlsSocket).swap(f)
+	} else {
+		c.conn = f
+		c.r.Reset(f)
+		c.w.Reset(f)
+	}
 	c.setCoro(&coro{})
 	return true
 }
@@ -139,7 +148,7 @@ func (c *client) goHot(st *State) bool {
 // in the client struct, whose size class is what a parked client costs
 // (TestClientSizeClass).
 func (c *client) coro() *coro {
-	if f, ok := c.conn.(*fdConn); ok {
+	if f := c.fdConn(); f != nil {
 		return f.co.Load()
 	}
 	return nil
@@ -159,7 +168,7 @@ func (c *client) mono() time.Duration {
 // setCoro makes co the coroutine of the client (nil: none, for a client
 // that parks, see park).
 func (c *client) setCoro(co *coro) {
-	if f, ok := c.conn.(*fdConn); ok {
+	if f := c.fdConn(); f != nil {
 		f.co.Store(co)
 	}
 }
@@ -244,7 +253,7 @@ func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *po
 	}
 	start := clock.Now()
 	defer func() { p.Stats.WaitTime.Observe(time.Since(start)) }()
-	f, _ := c.conn.(*fdConn)
+	f := c.fdConn()
 	stop := context.AfterFunc(ctx, co.wakeFn)
 	defer stop()
 	deadline := q.Deadline()

@@ -405,7 +405,11 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		l.mu.Lock()
 		for _, c := range l.clients {
-			c.conn.Close()
+			// The socket, under a TLS session too: crypto/tls's Close
+			// would write its close_notify from this goroutine, and a
+			// client's socket on the event loop may only wait in its
+			// coroutine. The client's own close ends the session.
+			socketOf(c.conn).Close()
 		}
 		l.mu.Unlock()
 		<-done

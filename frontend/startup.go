@@ -61,7 +61,9 @@ func (c *client) negotiate(st *State) (*startup, error) {
 			if _, err := c.conn.Write([]byte{'S'}); err != nil {
 				return nil, err
 			}
-			tc := tls.Server(c.conn, st.TLS)
+			// Under a tlsSocket, so that the client can move to the
+			// event loop with its TLS session (goHot).
+			tc := tls.Server(newTLSSocket(c.conn), st.TLS)
 			if err := tc.Handshake(); err != nil {
 				return nil, fmt.Errorf("tls handshake: %w", err)
 			}

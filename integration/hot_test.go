@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,9 +55,32 @@ func hotConfigFor(t testing.TB, cl *pgtest.Cluster, size int) string {
 func TestXEventLoop(t *testing.T) {
 	checkGoroutines(t)
 	p := startProxy(t, hotConfig(t, 1))
+	eventLoopPaths(t, p, p.AppURL("app"))
+}
+
+// TestXEventLoopTLS is TestXEventLoop with TLS clients: each keeps its
+// TLS session on the loop, its socket under crypto/tls moved to the
+// loop's (frontend/tlsconn.go).
+func TestXEventLoopTLS(t *testing.T) {
+	checkGoroutines(t)
+	certPath, keyPath := selfSignedCert(t, t.TempDir())
+	cfg := strings.Replace(hotConfig(t, 1), "users:\n",
+		"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
+	p := startProxy(t, cfg)
+	eventLoopPaths(t, p, tlsURL(p, "sslmode=require"))
+	for _, ci := range p.Listener.Clients() {
+		if !ci.TLS {
+			t.Errorf("client %d is not TLS", ci.ID)
+		}
+	}
+}
+
+// eventLoopPaths is TestXEventLoop's body, for clients that connect to
+// p with url.
+func eventLoopPaths(t *testing.T, p *proxy, url string) {
 	ctx := context.Background()
-	a := connect(t, p.AppURL("app"))
-	b := connect(t, p.AppURL("app"))
+	a := connect(t, url)
+	b := connect(t, url)
 	mustExec(t, a, "CREATE TABLE t (id int, v text)")
 	if n := p.Listener.HotClients(); n != 2 {
 		t.Fatalf("%d clients on the event loop, want 2", n)
@@ -124,7 +151,7 @@ func TestXEventLoop(t *testing.T) {
 		errs := make(chan error, 16)
 		for i := range 16 {
 			wg.Go(func() {
-				c, err := pgx.Connect(ctx, p.AppURL("app"))
+				c, err := pgx.Connect(ctx, url)
 				if err != nil {
 					errs <- err
 					return
@@ -533,4 +560,94 @@ func rowsText(t *testing.T, c *pgx.Conn, q string) string {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return out.String()
+}
+
+// TestXEventLoopTLSReadAhead: a TLS client whose first Query comes in the
+// same TCP segment as its StartupMessage, in a TLS record of its own. The
+// proxy's crypto/tls reads one record per Read, so the Query's record is
+// already in the TLS session, not in the socket, when the client moves
+// to the event loop after its login; the client's first read on the loop
+// must find it there, though epoll has nothing more to report.
+func TestXEventLoopTLSReadAhead(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	certPath, keyPath := selfSignedCert(t, t.TempDir())
+	cfg := strings.Replace(trustUser(hotConfigFor(t, cl, 1), cl), "users:\n",
+		"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
+	p := startProxy(t, cfg)
+
+	tcp, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	tcp.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := tcp.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil { // SSLRequest
+		t.Fatal(err)
+	}
+	var answer [1]byte
+	if _, err := io.ReadFull(tcp, answer[:]); err != nil || answer[0] != 'S' {
+		t.Fatalf("SSLRequest answered %q, %v", answer[0], err)
+	}
+	held := &heldWrites{Conn: tcp}
+	tc := tls.Client(held, &tls.Config{InsecureSkipVerify: true})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	held.hold = true
+	startup := startupPacket(3, 0, "user", "trusty", "database", "app")
+	query, _ := (&pgproto3.Query{String: "SELECT 'read ahead'"}).Encode(nil)
+	for _, m := range [][]byte{startup, query} {
+		if _, err := tc.Write(m); err != nil { // a record each
+			t.Fatal(err)
+		}
+	}
+	if err := held.flush(); err != nil { // both records in one write
+		t.Fatal(err)
+	}
+	c := &rawConn{t: t, conn: tc, r: bufio.NewReader(tc)}
+	c.login()
+	if n := p.Listener.HotClients(); n != 1 {
+		t.Fatalf("%d clients on the event loop, want 1", n)
+	}
+	var got []string
+	for {
+		typ, body, err := c.next()
+		if err != nil {
+			t.Fatalf("the Query sent ahead was not answered: after %q: %v", got, err)
+		}
+		got = append(got, string(typ))
+		if typ == 'D' {
+			got[len(got)-1] += "[" + string(body[6:]) + "]"
+		}
+		if typ == 'Z' {
+			break
+		}
+	}
+	if s := strings.Join(got, " "); s != "T D[read ahead] C Z" {
+		t.Fatalf("the Query sent ahead was answered %q", s)
+	}
+	c.write([]byte{'X', 0, 0, 0, 4})
+}
+
+// heldWrites holds what is written to its conn while hold is set, until
+// flush writes it all at once.
+type heldWrites struct {
+	net.Conn
+	hold bool
+	buf  []byte
+}
+
+func (h *heldWrites) Write(p []byte) (int, error) {
+	if h.hold {
+		h.buf = append(h.buf, p...)
+		return len(p), nil
+	}
+	return h.Conn.Write(p)
+}
+
+func (h *heldWrites) flush() error {
+	_, err := h.Conn.Write(h.buf)
+	h.buf = nil
+	return err
 }

@@ -123,12 +123,35 @@ func TestGracefulShutdown(t *testing.T) {
 // TestShutdownTimeout: clients still in a transaction when the shutdown
 // context ends are disconnected, their transaction rolled back, and
 // Shutdown reports the timeout.
+//
+// The TLS client (on the event loop unless SHARDGATE_TEST_EVENT_LOOP=0)
+// is closed under its TLS session: Shutdown's goroutine closes its socket
+// and the client's own close ends the session.
 func TestShutdownTimeout(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		name := "plain"
+		if useTLS {
+			name = "tls"
+		}
+		t.Run(name, func(t *testing.T) { testShutdownTimeout(t, useTLS) })
+	}
+}
+
+func testShutdownTimeout(t *testing.T, useTLS bool) {
 	checkGoroutines(t)
 	cl := cluster(t, "app")
-	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+	cfg := poolConfig(cl, "transaction", 1, "app")
+	if useTLS {
+		certPath, keyPath := selfSignedCert(t, t.TempDir())
+		cfg = strings.Replace(cfg, "users:\n", "tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
+	}
+	p := startProxy(t, cfg)
 	ctx := context.Background()
-	a := connect(t, p.AppURL("app"))
+	url := p.AppURL("app")
+	if useTLS {
+		url = tlsURL(p, "sslmode=require")
+	}
+	a := connect(t, url)
 	mustExec(t, a, "CREATE TABLE t (x int)")
 	mustExec(t, a, "BEGIN")
 	mustExec(t, a, "INSERT INTO t VALUES (1)")
