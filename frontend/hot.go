@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/clock"
+	"github.com/shardgate/shardgate/internal/swapsock"
 	"github.com/shardgate/shardgate/pool"
 )
 
@@ -103,9 +103,9 @@ func (l *Listener) HotHandoffs() uint64 {
 // goHot moves a client that just logged in to a raw socket of the event
 // loop if it is eligible: transaction mode, TCP or a Unix socket, not
 // admin, nothing buffered either way. A TLS client keeps its session: the
-// raw socket goes under its crypto/tls.Conn (tlsSocket), whose reads and
-// writes then yield to the loop as a plain client's do; records it read
-// ahead stay in it and are read first. Sharded databases' clients are
+// raw socket goes under its crypto/tls.Conn (swapsock, tlsconn.go), whose
+// reads and writes then yield to the loop as a plain client's do; records
+// it read ahead stay in it and are read first. Sharded databases' clients are
 // eligible too: a shard's server they check out moves to the loop as a
 // one-shard client's does (attachHeld), and the steps of the sharded
 // path that wait on anything else hand the client to a goroutine first
@@ -117,7 +117,7 @@ func (c *client) goHot(st *State) bool {
 		c.db == nil || c.r.Buffered() > 0 || c.w.Buffered() > 0 {
 		return false
 	}
-	sock := socketOf(c.conn)
+	sock := swapsock.Under(c.conn)
 	switch sock.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
@@ -132,8 +132,8 @@ func (c *client) goHot(st *State) bool {
 		c.log.Warn("client stays off the event loop", "err", err)
 		return false
 	}
-	if tc, ok := c.conn.(*tls.Conn); ok {
-		tc.NetConn().(*tlsSocket).swap(f)
+	if sc := swapsock.Of(c.conn); sc != nil {
+		sc.Swap(f)
 	} else {
 		c.conn = f
 		c.r.Reset(f)
@@ -228,8 +228,8 @@ func serverOnCoro(s *pool.Server, co *coro) bool {
 	if s == nil {
 		return true
 	}
-	f, ok := s.Conn.(*fdConn)
-	return ok && f.co.Load() == co
+	f := serverFD(s)
+	return f != nil && f.co.Load() == co
 }
 
 // hotCheckout checks a server out of p without leaving the event loop:
@@ -273,30 +273,38 @@ func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *po
 }
 
 // hotServer gives a server the client checked out to its coroutine:
-// moved to a raw socket of the loop if it is not one yet (servers reached
-// without TLS), with its waits the coroutine's. A server that cannot move
-// keeps the client off the loop until it is returned.
+// moved to a raw socket of the loop if it is not one yet, with its waits
+// the coroutine's. A server reached over TLS keeps its session, and only
+// the socket under it moves (swapsock, as a TLS client's in goHot). A
+// server that cannot move keeps the client off the loop until it is
+// returned.
 func (c *client) hotServer(s *pool.Server) {
 	co := c.coro()
 	if co == nil {
 		return
 	}
-	f, ok := s.Conn.(*fdConn)
-	if !ok {
+	f := serverFD(s)
+	if f == nil {
 		loop := c.l.hotLoop()
 		var err error
-		switch s.Conn.(type) {
+		sock := swapsock.Under(s.Conn)
+		switch sock.(type) {
 		case *net.TCPConn, *net.UnixConn:
 			if loop == nil || s.R.Buffered() > 0 || s.W.Buffered() > 0 {
 				err = errNotSocket
 				break
 			}
-			if f, err = newFDConn(loop, s.Conn); err == nil {
-				f.server = true
+			if f, err = newFDConn(loop, sock); err != nil {
+				break
+			}
+			f.server = true
+			if sc := swapsock.Of(s.Conn); sc != nil {
+				sc.Swap(f)
+			} else {
 				err = s.SwapConn(f)
 			}
 		default:
-			err = errNotSocket // TLS
+			err = errNotSocket
 		}
 		if err != nil {
 			c.offLoop()
@@ -317,7 +325,7 @@ func (c *client) unhotServer(s *pool.Server) {
 	if s.CheckinBlocks() {
 		c.offLoop()
 	}
-	if f, ok := s.Conn.(*fdConn); ok && f.co.Load() == co {
+	if f := serverFD(s); f != nil && f.co.Load() == co {
 		f.co.Store(nil)
 	}
 }

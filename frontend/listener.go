@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/internal/swapsock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -409,7 +410,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 			// would write its close_notify from this goroutine, and a
 			// client's socket on the event loop may only wait in its
 			// coroutine. The client's own close ends the session.
-			socketOf(c.conn).Close()
+			swapsock.Under(c.conn).Close()
 		}
 		l.mu.Unlock()
 		<-done

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardgate/shardgate/internal/swapsock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -61,9 +62,9 @@ func (c *client) negotiate(st *State) (*startup, error) {
 			if _, err := c.conn.Write([]byte{'S'}); err != nil {
 				return nil, err
 			}
-			// Under a tlsSocket, so that the client can move to the
-			// event loop with its TLS session (goHot).
-			tc := tls.Server(newTLSSocket(c.conn), st.TLS)
+			// Over a swapsock.Conn, so that the client can move to
+			// the event loop with its TLS session (goHot).
+			tc := tls.Server(swapsock.New(c.conn), st.TLS)
 			if err := tc.Handshake(); err != nil {
 				return nil, fmt.Errorf("tls handshake: %w", err)
 			}

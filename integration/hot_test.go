@@ -58,20 +58,55 @@ func TestXEventLoop(t *testing.T) {
 	eventLoopPaths(t, p, p.AppURL("app"))
 }
 
-// TestXEventLoopTLS is TestXEventLoop with TLS clients: each keeps its
-// TLS session on the loop, its socket under crypto/tls moved to the
-// loop's (frontend/tlsconn.go).
+// TestXEventLoopTLS is TestXEventLoop with TLS clients, TLS servers and
+// both: a client or server keeps its TLS session on the loop, and only
+// the socket under crypto/tls moves to the loop's (internal/swapsock). A
+// checkout of a TLS server does not take the client off the loop (the
+// "many clients" step counts the hand-offs).
 func TestXEventLoopTLS(t *testing.T) {
-	checkGoroutines(t)
-	certPath, keyPath := selfSignedCert(t, t.TempDir())
-	cfg := strings.Replace(hotConfig(t, 1), "users:\n",
-		"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
-	p := startProxy(t, cfg)
-	eventLoopPaths(t, p, tlsURL(p, "sslmode=require"))
-	for _, ci := range p.Listener.Clients() {
-		if !ci.TLS {
-			t.Errorf("client %d is not TLS", ci.ID)
-		}
+	for _, tc := range []struct {
+		name             string
+		clients, servers bool
+	}{{"clients", true, false}, {"servers", false, true}, {"both", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkGoroutines(t)
+			ctx := context.Background()
+			cl := cluster(t, "app")
+			if tc.servers {
+				cl = pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
+				if err := cl.CreateDatabase(ctx, "app"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tlsSection := "tls: { server_sslmode: disable }"
+			if tc.servers {
+				tlsSection = "tls: { server_sslmode: require }"
+			}
+			if tc.clients {
+				certPath, keyPath := selfSignedCert(t, t.TempDir())
+				tlsSection = strings.Replace(tlsSection, "{ ", "{ cert: "+certPath+", key: "+keyPath+", ", 1)
+			}
+			p := startProxy(t, strings.Replace(hotConfigFor(t, cl, 1), "users:\n", tlsSection+"\nusers:\n", 1))
+			url := p.AppURL("app")
+			if tc.clients {
+				url = tlsURL(p, "sslmode=require")
+			}
+			eventLoopPaths(t, p, url)
+			for _, ci := range p.Listener.Clients() {
+				if ci.TLS != tc.clients {
+					t.Errorf("client %d: TLS %v", ci.ID, ci.TLS)
+				}
+			}
+			// What the servers say of their connections from the proxy.
+			c := connect(t, url)
+			var ssl bool
+			if err := c.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || ssl != tc.servers {
+				t.Fatalf("the server's connection: ssl %v, %v; want %v", ssl, err, tc.servers)
+			}
+			if n := p.Listener.HotClients(); n != 2 {
+				t.Fatalf("%d clients on the event loop, want 2", n)
+			}
+		})
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/config"
 	"github.com/shardgate/shardgate/internal/clock"
+	"github.com/shardgate/shardgate/internal/swapsock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -392,6 +393,17 @@ func Dial(ctx context.Context, t Target, st Startup, connectTimeout time.Duratio
 	// would swallow the first answer the proxy waits for. Reading through
 	// pgconn's reader instead (it returns that Read's bytes, then reads the
 	// connection directly) loses nothing.
+	// TLS runs over a swapsock.Conn, so that the frontend's event loop can
+	// take the socket under the session over (frontend/hot.go); hijack
+	// unwraps a connection without TLS.
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return swapsock.New(c), nil
+	}
 	var r io.Reader
 	cfg.BuildFrontend = func(br io.Reader, w io.Writer) *pgproto3.Frontend {
 		r = br
@@ -447,9 +459,15 @@ func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 		pc.Close(context.Background())
 		return nil, fmt.Errorf("server %s: hijack: %w", t, err)
 	}
+	conn := hc.Conn
+	if sc, ok := conn.(*swapsock.Conn); ok {
+		// No TLS: the socket itself. r still reads through the
+		// swapsock.Conn, which forwards to it.
+		conn = sc.Socket()
+	}
 	now := time.Now()
 	s := &Server{
-		Conn:     hc.Conn,
+		Conn:     conn,
 		PID:      hc.PID,
 		Secret:   hc.SecretKey,
 		Addr:     net.JoinHostPort(t.Host, strconv.Itoa(t.Port)),
@@ -461,8 +479,8 @@ func hijack(pc *pgconn.PgConn, r io.Reader, t Target) (*Server, error) {
 	s.createdAt = clock.Of(now)
 	s.lastUsed = s.createdAt
 	s.R = wire.NewReader(countingReader{r, &s.bytesIn}, 32<<10, 1<<30)
-	s.W = bufio.NewWriterSize(countingWriter{hc.Conn, &s.bytesOut}, 32<<10)
-	if tc, ok := hc.Conn.(*net.TCPConn); ok {
+	s.W = bufio.NewWriterSize(countingWriter{conn, &s.bytesOut}, 32<<10)
+	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}

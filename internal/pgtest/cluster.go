@@ -38,6 +38,9 @@ type Options struct {
 	// Password is the superuser's password, required when Auth is not
 	// trust. The superuser is always "postgres".
 	Password string
+	// SSL turns ssl on, with a self-signed certificate for 127.0.0.1
+	// (host connections may use TLS or not, as clients ask).
+	SSL bool
 	// Logf, if set, receives a line when a server starts or stops.
 	Logf func(format string, args ...any)
 }
@@ -181,6 +184,12 @@ func (c *Cluster) configure() error {
 		// Store passwords as MD5 so that md5 auth is really MD5 rather
 		// than SCRAM, which PostgreSQL uses for SCRAM-hashed passwords.
 		settings["password_encryption"] = "md5"
+	}
+	if c.opts.SSL {
+		if err := c.writeSSLFiles(); err != nil {
+			return err
+		}
+		settings["ssl"] = "on"
 	}
 	maps.Copy(settings, c.opts.Settings)
 	if len(settings) == 0 {
