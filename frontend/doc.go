@@ -117,10 +117,11 @@
 // net.Conn closed, which takes the socket out of Go's netpoller; it is
 // registered once, edge-triggered, in the hotLoop's epoll set. A TLS
 // client keeps its crypto/tls session, and only the socket under it
-// changes (tlsSocket, tlsconn.go): records the session read ahead are read
-// before the socket, and a goroutine other than the client's closes such
-// a client's socket, not its session, whose close_notify would be a
-// write from outside the coroutine (Shutdown's timeout). Its client
+// changes (internal/swapsock, tlsconn.go): records the session read ahead
+// are read before the socket, and a goroutine other than the client's
+// closes such a client's socket, not its session, whose close_notify
+// would be a write from outside the coroutine (Shutdown's timeout). A
+// server reached over TLS moves the same way (hotServer). Its client
 // loop — the same code as every client's, from c.loop down — then runs as
 // an iter.Pull coroutine (coro) that the hotLoop goroutine resumes. A
 // server it checks out is moved to an fdConn the same way (hotServer,
@@ -174,7 +175,8 @@
 //     idle or pinned session, a database that became sharded, a merge
 //     that reads the shards' catalog over connections of its own
 //     (columnOrders, checkEquality), a server that cannot move to an
-//     fdConn (TLS).
+//     fdConn (one whose TLS session is not over a swapsock.Conn; the
+//     pool's are).
 //
 // The coroutine returns to the loop at the top of the client loop, before
 // it reads the next message (hotIdle, coroOn), unless what it holds needs

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -417,8 +418,40 @@ func Dial(ctx context.Context, t Target, st Startup, connectTimeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
+	if err := settleReader(r, s.Conn); err != nil {
+		s.Conn.Close()
+		return nil, fmt.Errorf("server %s: after login: %w", t, err)
+	}
 	s.startup = st
 	return s, nil
+}
+
+// settleReader ends the read that pgconn's background reader r may still
+// have in progress after the login (see Dial), so that nothing reads the
+// connection behind the server's owner: the frontend's event loop takes
+// the socket over (under a TLS session too, whose read side a read
+// failing on the old socket would break for good). A read deadline in the
+// past ends the read; the background reader keeps what it read before
+// (r returns it first) and drops the timeout. A read that ended with an
+// error (the server closed) is returned. pgconn's background reader is an
+// internal type: its Status (0 is stopped) is reached by its method set.
+func settleReader(r io.Reader, conn net.Conn) error {
+	bg, ok := r.(interface{ Status() int32 })
+	if !ok || bg.Status() == 0 {
+		return nil
+	}
+	conn.SetReadDeadline(time.Now())
+	defer conn.SetReadDeadline(time.Time{})
+	for bg.Status() != 0 {
+		// With nothing buffered, Read waits for the read in progress to
+		// end; with bytes buffered it returns at once, and the loop
+		// yields until the deadline ended the read.
+		if _, err := r.Read(nil); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		runtime.Gosched()
+	}
+	return nil
 }
 
 // pgconnConfig is the pgconn configuration to connect to t with the startup
