@@ -13,6 +13,15 @@ BENCH_SCALE=${BENCH_SCALE:-10}
 BENCH_USER=postgres # superuser of the throwaway cluster; trusted on loopback
 BENCH_DB=bench
 
+# BENCH_TLS says which legs use TLS: empty for none; clients (pgbench to
+# the proxies, sslmode=require), servers (the proxies to PostgreSQL,
+# sslmode require) or both (pgbench to PostgreSQL directly as well). One
+# self-signed certificate in $BENCH_TMP/tls serves PostgreSQL and both
+# proxies.
+BENCH_TLS=${BENCH_TLS:-}
+tls_clients() { [ "$BENCH_TLS" = clients ] || [ "$BENCH_TLS" = both ]; }
+tls_servers() { [ "$BENCH_TLS" = servers ] || [ "$BENCH_TLS" = both ]; }
+
 BENCH_TMP=""
 PID_PGBOUNCER=""
 PID_SHARDGATE=""
@@ -189,6 +198,9 @@ full_page_writes = off
 shared_buffers = 256MB
 log_min_messages = warning
 EOF
+	if tls_servers; then
+		printf "ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n" "$BENCH_TMP/tls/server.crt" "$BENCH_TMP/tls/server.key" >>"$BENCH_TMP/pgdata/postgresql.conf"
+	fi
 	PG_STARTED=1
 	as_pg "$PG_BIN/pg_ctl" -D "$BENCH_TMP/pgdata" -l "$BENCH_TMP/postgres.log" -w -t 60 start >/dev/null ||
 		{ cat "$BENCH_TMP/postgres.log" >&2; die "PostgreSQL did not start"; }
@@ -218,13 +230,17 @@ min_pool_size = 0
 reserve_pool_size = 0
 max_client_conn = ${BENCH_PGBOUNCER_MAX_CLIENTS:-1000}
 max_db_connections = 0
-server_tls_sslmode = disable
+server_tls_sslmode = $(tls_servers && echo require || echo disable)
 log_connections = 0
 log_disconnections = 0
 log_pooler_errors = 1
 logfile = $BENCH_TMP/pgbouncer/pgbouncer.log
 pidfile = $BENCH_TMP/pgbouncer/pgbouncer.pid
 EOF
+	if tls_clients; then
+		printf 'client_tls_sslmode = allow\nclient_tls_cert_file = %s\nclient_tls_key_file = %s\n' \
+			"$BENCH_TMP/tls/server.crt" "$BENCH_TMP/tls/server.key" >>"$BENCH_TMP/pgbouncer/pgbouncer.ini"
+	fi
 	PGBOUNCER_VERSION=$("$PGBOUNCER" --version | awk 'NR==1{print $2}')
 	if pgbouncer_prepared_ok; then
 		echo "max_prepared_statements = 200" >>"$BENCH_TMP/pgbouncer/pgbouncer.ini"
@@ -274,6 +290,14 @@ databases:
     shards:
       - { host: 127.0.0.1, port: $PORT_DIRECT, database: $BENCH_DB }
 EOF
+	if [ -n "$BENCH_TLS" ]; then
+		local tls
+		tls="server_sslmode: $(tls_servers && echo require || echo disable)"
+		if tls_clients; then
+			tls="cert: $BENCH_TMP/tls/server.crt, key: $BENCH_TMP/tls/server.key, $tls"
+		fi
+		echo "tls: { $tls }" >>"$BENCH_TMP/shardgate.yaml"
+	fi
 	# BENCH_SHARDGATE_LIMITS: a limits section for shardgate, such as
 	# "{ max_client_conn: 20000 }" (bench/idle.sh).
 	[ -z "${BENCH_SHARDGATE_LIMITS:-}" ] || echo "limits: $BENCH_SHARDGATE_LIMITS" >>"$BENCH_TMP/shardgate.yaml"
@@ -352,6 +376,25 @@ start_floor() {
 	wait_sql "$port" "relayfloor $name"
 	expect_comm "${SG_PID[$name]}" relayfloor
 }
+# bench_tls_files writes the self-signed certificate and key of BENCH_TLS
+# into $BENCH_TMP/tls, readable by the postgres user only (PostgreSQL
+# refuses a key others can read).
+bench_tls_files() {
+	case $BENCH_TLS in
+	'') return 0 ;;
+	clients | servers | both) ;;
+	*) die "BENCH_TLS=$BENCH_TLS: want clients, servers or both" ;;
+	esac
+	command -v openssl >/dev/null || die "BENCH_TLS needs openssl"
+	mkdir -p "$BENCH_TMP/tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 \
+		-keyout "$BENCH_TMP/tls/server.key" -out "$BENCH_TMP/tls/server.crt" >"$BENCH_TMP/tls/openssl.log" 2>&1 ||
+		{ cat "$BENCH_TMP/tls/openssl.log" >&2; die "openssl req failed"; }
+	chmod 600 "$BENCH_TMP/tls/server.key"
+	chown -R postgres: "$BENCH_TMP/tls" 2>/dev/null || true
+	log "TLS: $BENCH_TLS"
+}
+
 bench_setup() {
 	[ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1 && die "running as root needs a 'postgres' OS user (apt-get install -y postgresql creates it)"
 	find_pg_bin
@@ -364,6 +407,7 @@ bench_setup() {
 	chown postgres: "$BENCH_TMP" 2>/dev/null || true
 	cd "$BENCH_TMP" || die "cannot enter $BENCH_TMP"
 	printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
+	bench_tls_files
 	start_postgres
 	start_pgbouncer
 	start_shardgate
@@ -432,7 +476,12 @@ run_pgbench() {
 	fi
 	[ -n "$pid" ] && before=$(proc_cpu_ticks "$pid")
 	# shellcheck disable=SC2046
-	"$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
+	# sslmode as BENCH_TLS says: require on the legs that use TLS.
+	local ssl=disable
+	if { [ "$target" = direct ] && [ "$BENCH_TLS" = both ]; } || { [ "$target" != direct ] && tls_clients; }; then
+		ssl=require
+	fi
+	PGSSLMODE=$ssl "$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
 	CPU_TICKS=""
 	if [ -n "$pid" ]; then
 		after=$(proc_cpu_ticks "$pid")
