@@ -21,8 +21,8 @@ test: fmt-check vet
 # limits.event_loop is on by default, so the tests above serve eligible
 # clients on the event loop. This runs the pooler, isolation, retry and park
 # tests again with it off (SHARDGATE_TEST_EVENT_LOOP=0), over a goroutine
-# per client: the path of event_loop: false, and of TLS, session-mode and
-# sharded clients whatever the setting (about 3 minutes).
+# per client: the path of event_loop: false, and of session-mode clients
+# whatever the setting (about 3 minutes).
 GOROUTINE_TESTS = $(shell cd integration && grep -ho '^func Test[A-Za-z0-9_]*' pooler_*test.go isolation_*test.go retry_test.go park_test.go stmt_isolation_test.go | sed 's/^func //' | paste -sd'|' -)
 .PHONY: goroutine-slice
 goroutine-slice:
