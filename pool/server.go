@@ -388,12 +388,6 @@ func Dial(ctx context.Context, t Target, st Startup, connectTimeout time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, connectTimeout)
 		defer cancel()
 	}
-	// pgconn starts a background reader when a write of the handshake is
-	// slow, and stops it only after its Read in progress returns: that
-	// Read can still be waiting when Hijack hands the connection over, and
-	// would swallow the first answer the proxy waits for. Reading through
-	// pgconn's reader instead (it returns that Read's bytes, then reads the
-	// connection directly) loses nothing.
 	// TLS runs over a swapsock.Conn, so that the frontend's event loop can
 	// take the socket under the session over (frontend/hot.go); hijack
 	// unwraps a connection without TLS.
@@ -405,6 +399,13 @@ func Dial(ctx context.Context, t Target, st Startup, connectTimeout time.Duratio
 		}
 		return swapsock.New(c), nil
 	}
+	// pgconn starts a background reader when a write of the handshake is
+	// slow, and stops it only after its Read in progress returns: that
+	// Read can still be waiting when Hijack hands the connection over, and
+	// would swallow the first answer the proxy waits for. Reading through
+	// pgconn's reader instead (it returns that Read's bytes, then reads the
+	// connection directly) loses nothing, and settleReader ends that Read
+	// before the server is handed out.
 	var r io.Reader
 	cfg.BuildFrontend = func(br io.Reader, w io.Writer) *pgproto3.Frontend {
 		r = br

@@ -15,18 +15,18 @@ import (
 	"time"
 )
 
-// writeSSLFiles writes a self-signed certificate for 127.0.0.1 and its key
-// as server.crt and server.key into the data directory (PostgreSQL's
-// default ssl_cert_file and ssl_key_file), owned by the server's user:
-// PostgreSQL refuses a key that others can read.
-func (c *Cluster) writeSSLFiles() error {
+// WriteSelfSignedCert writes a self-signed ECDSA certificate for
+// 127.0.0.1 and localhost to certPath and its key to keyPath (mode 0600),
+// as PEM: for PostgreSQL's ssl (Options.SSL) and the proxy's tls section
+// in tests.
+func WriteSelfSignedCert(certPath, keyPath string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("pgtest: ssl key: %w", err)
+		return fmt.Errorf("pgtest: key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "pgtest"},
+		Subject:      pkix.Name{CommonName: "shardgate test"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -36,21 +36,31 @@ func (c *Cluster) writeSSLFiles() error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return fmt.Errorf("pgtest: ssl certificate: %w", err)
+		return fmt.Errorf("pgtest: certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return fmt.Errorf("pgtest: ssl key: %w", err)
+		return fmt.Errorf("pgtest: key: %w", err)
 	}
-	files := map[string][]byte{
-		"server.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"server.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
 	}
-	for name, data := range files {
-		path := filepath.Join(c.DataDir, name)
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return fmt.Errorf("pgtest: %w", err)
-		}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
+}
+
+// writeSSLFiles writes the certificate and key of Options.SSL as
+// server.crt and server.key into the data directory (PostgreSQL's default
+// ssl_cert_file and ssl_key_file), owned by the server's user: PostgreSQL
+// refuses a key that others can read.
+func (c *Cluster) writeSSLFiles() error {
+	cert, key := filepath.Join(c.DataDir, "server.crt"), filepath.Join(c.DataDir, "server.key")
+	if err := WriteSelfSignedCert(cert, key); err != nil {
+		return err
+	}
+	for _, path := range []string{cert, key} {
 		if err := c.env.chown(path); err != nil {
 			return err
 		}
