@@ -24,7 +24,7 @@ const module = "github.com/shardgate/shardgate"
 // The layers, bottom up. A package may import the layers below its own;
 // the exceptions inside a layer are spelled out in mayImport.
 var (
-	bottom = []string{"config", "metrics", "router/sharding", "wire", "internal/sockio", "internal/clock"}
+	bottom = []string{"config", "metrics", "router/sharding", "wire", "internal/sockio", "internal/clock", "internal/swapsock"}
 	middle = append([]string{"pool", "router"}, bottom...) // executor sits above router and pool
 	upper  = append([]string{"executor"}, middle...)
 	top    = append([]string{"admin", "frontend", "replication"}, upper...)
@@ -34,13 +34,16 @@ var mayImport = map[string][]string{
 	// The bottom layer. sharding and wire import nothing else of ours;
 	// nor, today, do config and metrics. internal/sockio is the raw socket
 	// read and write of frontend's fdConn and replication's rawConn;
-	// internal/clock the one-read clock of frontend's and pool's intervals.
-	"config":          nil,
-	"metrics":         nil,
-	"router/sharding": nil,
-	"wire":            nil,
-	"internal/sockio": nil,
-	"internal/clock":  nil,
+	// internal/clock the one-read clock of frontend's and pool's intervals;
+	// internal/swapsock the socket under a TLS session, which pool dials
+	// and frontend's event loop swaps for its own.
+	"config":            nil,
+	"metrics":           nil,
+	"router/sharding":   nil,
+	"wire":              nil,
+	"internal/sockio":   nil,
+	"internal/clock":    nil,
+	"internal/swapsock": nil,
 
 	// The middle layer: executor runs router's plans on pool's servers;
 	// router and pool do not know each other.
