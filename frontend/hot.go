@@ -148,7 +148,7 @@ func (c *client) goHot(st *State) bool {
 // in the client struct, whose size class is what a parked client costs
 // (TestClientSizeClass).
 func (c *client) coro() *coro {
-	if f := c.fdConn(); f != nil {
+	if f := fdOf(c.conn); f != nil {
 		return f.co.Load()
 	}
 	return nil
@@ -168,7 +168,7 @@ func (c *client) mono() time.Duration {
 // setCoro makes co the coroutine of the client (nil: none, for a client
 // that parks, see park).
 func (c *client) setCoro(co *coro) {
-	if f := c.fdConn(); f != nil {
+	if f := fdOf(c.conn); f != nil {
 		f.co.Store(co)
 	}
 }
@@ -228,7 +228,7 @@ func serverOnCoro(s *pool.Server, co *coro) bool {
 	if s == nil {
 		return true
 	}
-	f := serverFD(s)
+	f := fdOf(s.Conn)
 	return f != nil && f.co.Load() == co
 }
 
@@ -253,7 +253,7 @@ func (c *client) hotCheckout(ctx context.Context, co *coro, p *pool.Pool) (s *po
 	}
 	start := clock.Now()
 	defer func() { p.Stats.WaitTime.Observe(time.Since(start)) }()
-	f := c.fdConn()
+	f := fdOf(c.conn)
 	stop := context.AfterFunc(ctx, co.wakeFn)
 	defer stop()
 	deadline := q.Deadline()
@@ -283,7 +283,7 @@ func (c *client) hotServer(s *pool.Server) {
 	if co == nil {
 		return
 	}
-	f := serverFD(s)
+	f := fdOf(s.Conn)
 	if f == nil {
 		loop := c.l.hotLoop()
 		var err error
@@ -325,7 +325,7 @@ func (c *client) unhotServer(s *pool.Server) {
 	if s.CheckinBlocks() {
 		c.offLoop()
 	}
-	if f := serverFD(s); f != nil && f.co.Load() == co {
+	if f := fdOf(s.Conn); f != nil && f.co.Load() == co {
 		f.co.Store(nil)
 	}
 }

@@ -1,8 +1,9 @@
 package frontend
 
 import (
+	"net"
+
 	"github.com/shardgate/shardgate/internal/swapsock"
-	"github.com/shardgate/shardgate/pool"
 )
 
 // TLS on the event loop: a client's TLS session runs over a swapsock.Conn
@@ -11,22 +12,13 @@ import (
 // session for an fdConn; the session, with any records it read ahead,
 // stays.
 
-// fdConn returns the client's raw socket of the event loop, under its TLS
-// session if it has one; nil for a client off the loop's sockets.
-func (c *client) fdConn() *fdConn {
-	if f, ok := c.conn.(*fdConn); ok {
-		return f
+// fdOf returns the raw socket of the event loop that a client's or a
+// server's conn reads and writes, under its TLS session if it has one;
+// nil for a conn off the loop's sockets.
+func fdOf(conn net.Conn) *fdConn {
+	if f, ok := conn.(*fdConn); ok {
+		return f // without TLS: the one assertion on the hot path
 	}
-	f, _ := swapsock.Under(c.conn).(*fdConn)
-	return f
-}
-
-// serverFD returns s's raw socket of the event loop, under its TLS session
-// if it has one; nil for a server off the loop's sockets.
-func serverFD(s *pool.Server) *fdConn {
-	if f, ok := s.Conn.(*fdConn); ok {
-		return f
-	}
-	f, _ := swapsock.Under(s.Conn).(*fdConn)
+	f, _ := swapsock.Under(conn).(*fdConn)
 	return f
 }
