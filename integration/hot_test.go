@@ -78,15 +78,15 @@ func TestXEventLoopTLS(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tlsSection := "tls: { server_sslmode: disable }"
+			fields := "server_sslmode: disable"
 			if tc.servers {
-				tlsSection = "tls: { server_sslmode: require }"
+				fields = "server_sslmode: require"
 			}
 			if tc.clients {
-				certPath, keyPath := selfSignedCert(t, t.TempDir())
-				tlsSection = strings.Replace(tlsSection, "{ ", "{ cert: "+certPath+", key: "+keyPath+", ", 1)
+				cert, _ := clientCert(t)
+				fields = cert + ", " + fields
 			}
-			p := startProxy(t, strings.Replace(hotConfigFor(t, cl, 1), "users:\n", tlsSection+"\nusers:\n", 1))
+			p := startProxy(t, withTLS(t, hotConfigFor(t, cl, 1), fields))
 			url := p.AppURL("app")
 			if tc.clients {
 				url = tlsURL(p, "sslmode=require")
@@ -606,10 +606,8 @@ func rowsText(t *testing.T, c *pgx.Conn, q string) string {
 func TestXEventLoopTLSReadAhead(t *testing.T) {
 	checkGoroutines(t)
 	cl := cluster(t, "app")
-	certPath, keyPath := selfSignedCert(t, t.TempDir())
-	cfg := strings.Replace(trustUser(hotConfigFor(t, cl, 1), cl), "users:\n",
-		"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
-	p := startProxy(t, cfg)
+	fields, _ := clientCert(t)
+	p := startProxy(t, withTLS(t, trustUser(hotConfigFor(t, cl, 1), cl), fields))
 
 	tcp, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
 	if err != nil {

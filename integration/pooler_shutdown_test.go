@@ -142,8 +142,8 @@ func testShutdownTimeout(t *testing.T, useTLS bool) {
 	cl := cluster(t, "app")
 	cfg := poolConfig(cl, "transaction", 1, "app")
 	if useTLS {
-		certPath, keyPath := selfSignedCert(t, t.TempDir())
-		cfg = strings.Replace(cfg, "users:\n", "tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
+		fields, _ := clientCert(t)
+		cfg = withTLS(t, cfg, fields)
 	}
 	p := startProxy(t, cfg)
 	ctx := context.Background()

@@ -23,6 +23,24 @@ func selfSignedCert(t testing.TB, dir string) (certPath, keyPath string) {
 	return certPath, keyPath
 }
 
+// clientCert writes a self-signed certificate for the proxy and returns
+// the tls fields that offer it to clients (withTLS) and its path.
+func clientCert(t testing.TB) (fields, certPath string) {
+	t.Helper()
+	certPath, keyPath := selfSignedCert(t, t.TempDir())
+	return "cert: " + certPath + ", key: " + keyPath, certPath
+}
+
+// withTLS adds a tls section of fields to the config cfg, before its
+// users.
+func withTLS(t testing.TB, cfg, fields string) string {
+	t.Helper()
+	if !strings.Contains(cfg, "users:\n") {
+		t.Fatal("withTLS: the config has no users section")
+	}
+	return strings.Replace(cfg, "users:\n", "tls: { "+fields+" }\nusers:\n", 1)
+}
+
 // tlsURL is p's URL for the app user with another sslmode.
 func tlsURL(p *proxy, extra string) string {
 	return strings.Replace(p.AppURL("app"), "sslmode=disable", extra, 1)
@@ -34,11 +52,8 @@ func TestTLS(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("configured", func(t *testing.T) {
-		dir := t.TempDir()
-		certPath, keyPath := selfSignedCert(t, dir)
-		cfg := strings.Replace(poolConfig(cl, "transaction", 2, "app"), "users:\n",
-			"tls: { cert: "+certPath+", key: "+keyPath+" }\nusers:\n", 1)
-		p := startProxy(t, cfg)
+		fields, certPath := clientCert(t)
+		p := startProxy(t, withTLS(t, poolConfig(cl, "transaction", 2, "app"), fields))
 
 		// sslmode=require encrypts without verifying; verify-full with
 		// the certificate as root verifies too.
