@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestRetryDeadIdleServer: a pooled backend terminated while idle in the
@@ -18,10 +19,26 @@ import (
 // on the new server. The pool's checkout count shows the retry happened:
 // one checkout more than the statement's round trips, the dead server's. With every
 // idle server terminated, the first dead one makes the pool drop the
-// others, so one retry is enough.
+// others, so one retry is enough. The same holds for servers reached over
+// TLS, whose probe looks at the socket under the session: with every
+// server terminated, three servers in the pool and one probe that could
+// not see them, the retries ran out.
 func TestRetryDeadIdleServer(t *testing.T) {
 	checkGoroutines(t)
-	cl := isoCluster(t)
+	t.Run("plain", func(t *testing.T) { testRetryDeadIdleServer(t, isoCluster(t), "") })
+	t.Run("tls servers", func(t *testing.T) {
+		cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
+		if err := cl.CreateDatabase(context.Background(), "app"); err != nil {
+			t.Fatal(err)
+		}
+		testRetryDeadIdleServer(t, cl, "server_sslmode: require")
+	})
+}
+
+// testRetryDeadIdleServer is TestRetryDeadIdleServer on cl, with the
+// proxy's tls section fields if not empty (and then checking that the
+// servers took TLS).
+func testRetryDeadIdleServer(t *testing.T, cl *pgtest.Cluster, tlsFields string) {
 	admin := simpleConn(t, cl.DSN("app"))
 	modes := []struct {
 		name  string
@@ -42,9 +59,13 @@ func TestRetryDeadIdleServer(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				size := 1
 				if all {
-					size = 3
+					size = 5 // more dead servers than retries (frontend.retryTries)
 				}
-				p := startProxy(t, poolConfig(cl, "transaction", size, "app"))
+				cfg := poolConfig(cl, "transaction", size, "app")
+				if tlsFields != "" {
+					cfg = withTLS(t, cfg, tlsFields)
+				}
+				p := startProxy(t, cfg)
 				pl := p.Listener.State().Pools.Get(p.Config.Database("app"), p.Config.User("app"), 0)
 				c := connectConfig(t, p.AppURL("app"), m.mode, nil)
 				if all {
@@ -54,6 +75,9 @@ func TestRetryDeadIdleServer(t *testing.T) {
 				const stmt = "SELECT $1::int + 1, current_setting('statement_timeout'), pg_backend_pid()::text"
 				first := row(t, c, m.mode, stmt, 1)
 				checkRow(t, "before", first[:2], "2", "7s")
+				if want := fmt.Sprint(tlsFields != ""); value(t, admin, simple, "SELECT ssl::text FROM pg_stat_ssl WHERE pid = $1::int", first[2]) != want {
+					t.Fatalf("the server's TLS is not %s", want)
+				}
 				terminateApp(t, admin, all, first[2])
 				before := pl.Stats.Checkouts.Load()
 				got, err := queryRow(c, m.mode, stmt, 2)

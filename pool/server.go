@@ -298,13 +298,19 @@ func (s *Server) Close() {
 // server sends nothing, so anything readable means it is going away: EOF
 // after a restart or pg_terminate_backend, or a FATAL ErrorResponse before
 // the close. The probe is one non-blocking MSG_PEEK recv.
+//
+// A TLS server is probed on the socket under its session (a swapsock.Conn,
+// as Dial makes every TLS session): an idle server sends no record either,
+// so a byte there is its FATAL or close_notify, and EOF its exit. A record
+// that crypto/tls already read ahead is not seen, and the first read will
+// tell, as it does for a server that died less than aliveCheckAfter ago.
 func (s *Server) Alive() bool {
 	if s.R.Buffered() > 0 {
 		return false
 	}
-	sc, ok := s.Conn.(syscall.Conn)
+	sc, ok := swapsock.Under(s.Conn).(syscall.Conn)
 	if !ok {
-		return true // TLS: the first read will tell
+		return true // a TLS session over a socket of its own: the first read will tell
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
