@@ -8,8 +8,9 @@
 //     CancelRequests to the client that owns the key, and shuts down
 //     gracefully (Shutdown).
 //   - park.go, evloop.go, parkconn.go: idle clients without goroutines. A
-//     client of a non-sharded transaction-mode database (plain TCP, not
-//     admin) that holds nothing and has nothing buffered parks: its buffers
+//     client of a non-sharded transaction-mode database (TCP or a Unix
+//     socket, TLS on the event loop included, not admin) that holds
+//     nothing and has nothing buffered parks: its buffers
 //     go back to the Listener's pools (dropped when no client takes one for
 //     a sweep period), its socket, reduced to a bare descriptor (parkedConn;
 //     c.conn changes under the Listener's mu), into the evloop's epoll set,
@@ -206,8 +207,9 @@
 //   - A client on the loop parks as others do (park.go): its coroutine
 //     ends with errParked, its socket stays registered with the loop (whose
 //     edges find no coroutine waiting), and the evloop's wake starts a new
-//     coroutine on the loop (resume). The loop stops in Shutdown after the
-//     last client ended.
+//     coroutine on the loop (resume). A TLS client parks with its session,
+//     after tlsDrained read what crypto/tls held of the client's into its
+//     reader. The loop stops in Shutdown after the last client ended.
 //
 // # Invariants
 //

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bufio"
 	"errors"
+	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
+	"github.com/shardgate/shardgate/internal/swapsock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -37,8 +39,15 @@ import (
 // while they hold nothing — no server (so not pinned, not in a
 // transaction), no extended-protocol batch open or answered in part,
 // nothing buffered from or for the client, not in COPY (mayPark). Session
-// mode, TLS (crypto/tls may hold decrypted bytes the socket no longer
-// has), admin connections and sharded databases keep their goroutine.
+// mode, admin connections and sharded databases keep their goroutine.
+//
+// A TLS client parks when it runs on the event loop (its session over the
+// loop's raw socket, tlsconn.go) and its session holds nothing of the
+// client's that the socket no longer has (tlsDrained): crypto/tls may
+// have decrypted or read ahead bytes that would wait there unseen, since a
+// parked client wakes only when its socket is readable. It keeps its
+// session (keys, sequence numbers, crypto/tls's buffers) while parked. A
+// TLS client off the loop keeps its goroutine.
 //
 // When: limits.client_park_after (config). 0 parks at every idle point;
 // a positive duration parks only clients that stayed idle that long: a
@@ -336,22 +345,43 @@ func (c *client) sweepPark() bool {
 // parkEligible says whether the client may ever park (see the top of this
 // file); it is decided once, after login.
 func (c *client) parkEligible() bool {
-	if c.admin || c.tls || c.mode != config.PoolTransaction || c.xs != nil {
+	if c.admin || c.mode != config.PoolTransaction || c.xs != nil || c.tls && fdOf(c.conn) == nil {
 		return false
 	}
 	_, err := c.syscallConn()
 	return err == nil
 }
 
-// syscallConn returns the client's socket, to park it. It is not kept in
-// the client: a park, after an idle second, can afford the allocation, and
-// a parked client the bytes no longer.
+// syscallConn returns the client's socket, to park it (under its TLS
+// session if it has one). It is not kept in the client: a park, after an
+// idle second, can afford the allocation, and a parked client the bytes
+// no longer.
 func (c *client) syscallConn() (syscall.RawConn, error) {
-	sc, ok := c.conn.(syscall.Conn)
+	sc, ok := swapsock.Under(c.conn).(syscall.Conn)
 	if !ok {
 		return nil, errors.New("not a socket")
 	}
 	return sc.SyscallConn()
+}
+
+// tlsDrained reports whether the client's TLS session, if it has one,
+// holds nothing of the client's that its socket no longer has: no
+// decrypted bytes, no whole record read ahead. It reads through the
+// session with a read deadline in the past, so that the socket itself is
+// not read (fdConn.Read fails before it tries): whatever comes is what
+// crypto/tls held, and it lands in c.r, which the client loop reads next.
+// A record read ahead in part needs the rest from the socket, whose
+// readability wakes a parked client; crypto/tls does not keep a timeout
+// as the session's error.
+func (c *client) tlsDrained() bool {
+	if !c.tls {
+		return true
+	}
+	c.conn.SetReadDeadline(time.Unix(0, 1))
+	_, _, err := c.r.PeekHeader()
+	c.conn.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return c.r.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout()
 }
 
 // mayPark reports whether the client holds nothing that needs its
@@ -384,6 +414,9 @@ func (c *client) park() bool {
 	e := c.l.evloop()
 	if e == nil || !c.mayPark() {
 		return false
+	}
+	if !c.tlsDrained() {
+		return false // the loop reads what the session held (now in c.r)
 	}
 	c.parkConn() // the descriptor alone, see parkconn.go
 	rc, err := c.syscallConn()
@@ -495,7 +528,7 @@ func (c *client) buffers(max int) {
 func (c *client) resume() {
 	c.unparked()
 	c.resumed = true
-	if _, ok := c.conn.(*fdConn); ok {
+	if fdOf(c.conn) != nil {
 		// A client of the event loop parked by ending its coroutine: a
 		// new one goes on with its loop there (hot.go).
 		c.setCoro(&coro{})

@@ -120,9 +120,10 @@ func (r parkedRaw) Read(func(fd uintptr) bool) error  { return errParkedConn }
 func (r parkedRaw) Write(func(fd uintptr) bool) error { return errParkedConn }
 
 // parkConn replaces the client's net.Conn by a parkedConn (see there). A
-// client of the event loop keeps its fdConn, which is one already.
+// client of the event loop keeps its fdConn, which is one already (under
+// its TLS session too).
 func (c *client) parkConn() {
-	if _, ok := c.conn.(*fdConn); ok {
+	if fdOf(c.conn) != nil {
 		return
 	}
 	p, err := newParkedConn(c.conn)

@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -574,5 +577,110 @@ func TestXParkDropsKeptBuffers(t *testing.T) {
 				t.Fatalf("client %d round %d: %d, %v", i, round, k, err)
 			}
 		}
+	}
+}
+
+// TestXParkTLS: a TLS client of the event loop parks as a plain one does,
+// keeping its session, in every protocol mode; and a Query that crypto/tls
+// read ahead (a record of its own, in the same TCP segment as the one
+// before it) is answered rather than left in the session while the client
+// parks, where nothing would wake it.
+func TestXParkTLS(t *testing.T) {
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
+			cl := cluster(t, "app")
+			fields, _ := clientCert(t)
+			p := startProxy(t, withTLS(t, trustUser(parkConfig(cl, 2, m.after), cl), fields))
+			ctx := context.Background()
+
+			for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec,
+				pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheStatement} {
+				cfg, err := pgx.ParseConfig(tlsURL(p, "sslmode=require"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.DefaultQueryExecMode = mode
+				c, err := pgx.ConnectConfig(ctx, cfg)
+				if err != nil {
+					t.Fatalf("%v: %v", mode, err)
+				}
+				mustExec(t, c, "SET work_mem = '77kB'")
+				for i := range 3 {
+					// Parked before the statement, and again after it: the
+					// statement resumed the client.
+					waitParked(t, p, 1)
+					var wm string
+					var k int
+					if err := c.QueryRow(ctx, "SELECT current_setting('work_mem'), $1::int", i).Scan(&wm, &k); err != nil {
+						t.Fatalf("%v, after a park: %v", mode, err)
+					}
+					if wm != "77kB" || k != i {
+						t.Fatalf("%v, after a park: work_mem %s, $1 %d", mode, wm, k)
+					}
+				}
+				waitParked(t, p, 1)
+				for _, ci := range p.Listener.Clients() {
+					if !ci.TLS {
+						t.Errorf("%v: client %d without TLS", mode, ci.ID)
+					}
+				}
+				c.Close(ctx)
+				waitParked(t, p, 0)
+			}
+
+			// Two Queries, a TLS record each, in one write to a parked
+			// client: crypto/tls reads both records from the socket and
+			// hands the client loop the first; the second must not stay
+			// in the session when the client parks again.
+			tcp, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tcp.Close()
+			tcp.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := tcp.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil { // SSLRequest
+				t.Fatal(err)
+			}
+			var answer [1]byte
+			if _, err := io.ReadFull(tcp, answer[:]); err != nil || answer[0] != 'S' {
+				t.Fatalf("SSLRequest answered %q, %v", answer[0], err)
+			}
+			held := &heldWrites{Conn: tcp}
+			tc := tls.Client(held, &tls.Config{InsecureSkipVerify: true})
+			c := &rawConn{t: t, conn: tc, r: bufio.NewReader(tc)}
+			c.write(startupPacket(3, 0, "user", "trusty", "database", "app"))
+			c.login()
+			for round := range 3 {
+				waitParked(t, p, 1)
+				held.hold = true
+				for _, q := range []string{"SELECT 'first'", "SELECT 'second'"} {
+					m, _ := (&pgproto3.Query{String: q}).Encode(nil)
+					if _, err := tc.Write(m); err != nil { // a record each
+						t.Fatal(err)
+					}
+				}
+				held.hold = false
+				if err := held.flush(); err != nil { // both records in one write
+					t.Fatal(err)
+				}
+				var got []string
+				for len(got) == 0 || got[len(got)-1] != "Z" || len(got) < 8 {
+					typ, body, err := c.next()
+					if err != nil {
+						t.Fatalf("round %d: the Queries were not both answered: after %q: %v", round, got, err)
+					}
+					got = append(got, string(typ))
+					if typ == 'D' {
+						got[len(got)-1] += "[" + string(body[6:]) + "]"
+					}
+				}
+				if s := strings.Join(got, " "); s != "T D[first] C Z T D[second] C Z" {
+					t.Fatalf("round %d: answered %q", round, s)
+				}
+			}
+			c.write([]byte{'X', 0, 0, 0, 4})
+		})
 	}
 }
