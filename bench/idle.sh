@@ -18,7 +18,8 @@
 # target), IDLE_EVENT_LOOP (1 adds target evloop: this build with
 # limits.event_loop on), IDLE_SECONDS (8), IDLE_SETTLE (20), IDLE_ROUNDS (2),
 # IDLE_PGBENCH_CLIENTS (16), IDLE_OUT (bench/results/idle.md), plus
-# BENCH_POOL_SIZE and BENCH_SCALE as in run.sh.
+# BENCH_POOL_SIZE, BENCH_SCALE and BENCH_TLS as in run.sh (with TLS clients,
+# the idle clients ask for TLS too).
 set -euo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -148,7 +149,9 @@ declare -A HOLD PEAK
 for t in $TARGETS; do
 	fifo=$BENCH_TMP/idle-$t.in
 	mkfifo "$fifo"
-	python3 "$BENCH_DIR/idle_clients.py" 127.0.0.1 "$(target_port "$t")" "$BENCH_USER" "$BENCH_DB" "$IDLE_CLIENTS" \
+	tls=
+	tls_to "$t" && tls=tls
+	python3 "$BENCH_DIR/idle_clients.py" 127.0.0.1 "$(target_port "$t")" "$BENCH_USER" "$BENCH_DB" "$IDLE_CLIENTS" $tls \
 		<"$fifo" >"$BENCH_TMP/idle-$t.out" 2>&1 &
 	BENCH_EXTRA_PIDS+=("$!")
 	exec {fd}>"$fifo"

@@ -4,9 +4,13 @@
 until stdin closes or SIGTERM. Prints "ready N" on stdout once every
 connection is idle. Used by bench/idle.sh.
 
-usage: idle_clients.py HOST PORT USER DATABASE N
+usage: idle_clients.py HOST PORT USER DATABASE N [tls]
+
+With "tls", every connection asks for TLS first (SSLRequest, as libpq's
+sslmode=require: the certificate is not verified) and fails if refused.
 """
 import socket
+import ssl
 import struct
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -42,9 +46,21 @@ def read_until_ready(s):
         buf += chunk
 
 
-def open_one(host, port, user, db):
+def tls_context():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def open_one(host, port, user, db, ctx):
     s = socket.create_connection((host, port), timeout=30)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if ctx is not None:
+        s.sendall(struct.pack("!II", 8, 80877103))  # SSLRequest
+        if s.recv(1) != b"S":
+            raise RuntimeError("TLS refused")
+        s = ctx.wrap_socket(s, server_hostname=host)
     s.sendall(startup(user, db))
     read_until_ready(s)
     q = b"SELECT 1\0"
@@ -55,8 +71,9 @@ def open_one(host, port, user, db):
 
 def main():
     host, port, user, db, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+    ctx = tls_context() if sys.argv[6:7] == ["tls"] else None
     with ThreadPoolExecutor(max_workers=16) as ex:
-        socks = list(ex.map(lambda _: open_one(host, port, user, db), range(n)))
+        socks = list(ex.map(lambda _: open_one(host, port, user, db, ctx), range(n)))
     print("ready %d" % len(socks), flush=True)
     sys.stdin.read()  # until the caller closes our stdin
     for s in socks:

@@ -21,6 +21,9 @@ BENCH_DB=bench
 BENCH_TLS=${BENCH_TLS:-}
 tls_clients() { [ "$BENCH_TLS" = clients ] || [ "$BENCH_TLS" = both ]; }
 tls_servers() { [ "$BENCH_TLS" = servers ] || [ "$BENCH_TLS" = both ]; }
+# tls_to TARGET: whether a client of TARGET uses TLS as BENCH_TLS says (a
+# proxy's clients with clients or both; PostgreSQL's own with both).
+tls_to() { if [ "$1" = direct ]; then [ "$BENCH_TLS" = both ]; else tls_clients; fi; }
 
 BENCH_TMP=""
 PID_PGBOUNCER=""
@@ -476,11 +479,8 @@ run_pgbench() {
 	fi
 	[ -n "$pid" ] && before=$(proc_cpu_ticks "$pid")
 	# shellcheck disable=SC2046
-	# sslmode as BENCH_TLS says: require on the legs that use TLS.
 	local ssl=disable
-	if { [ "$target" = direct ] && [ "$BENCH_TLS" = both ]; } || { [ "$target" != direct ] && tls_clients; }; then
-		ssl=require
-	fi
+	tls_to "$target" && ssl=require
 	PGSSLMODE=$ssl "$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
 	CPU_TICKS=""
 	if [ -n "$pid" ]; then
