@@ -315,61 +315,82 @@ func TestXParkPipelineAfterWake(t *testing.T) {
 
 // TestXParkShutdownAndKill: KILL ends a parked client with 57P01, and
 // Shutdown ends every parked client with 57P01, as it ends idle clients
-// that were not parked, and returns.
+// that were not parked, and returns; over plain TCP and over TLS.
 func TestXParkShutdownAndKill(t *testing.T) {
-	for _, m := range parkModes {
-		t.Run(m.name, func(t *testing.T) {
-			checkGoroutines(t)
-			cl := cluster(t, "app")
-			p := startProxy(t, parkConfig(cl, 2, m.after))
-			ctx := context.Background()
-			conns := make([]*pgx.Conn, 4)
-			for i := range conns {
-				conns[i] = connect(t, p.AppURL("app"))
-				mustExec(t, conns[i], "SELECT 1")
+	for _, tlsClients := range []bool{false, true} {
+		for _, m := range parkModes {
+			name := m.name
+			if tlsClients {
+				name += "/tls"
 			}
-			waitParked(t, p, 4)
-			var victim uint64
-			for _, ci := range p.Listener.Clients() {
-				if ci.Database == "app" {
-					victim = ci.ID
-				}
+			t.Run(name, func(t *testing.T) { testParkShutdownAndKill(t, m.after, tlsClients) })
+		}
+	}
+}
+
+// testParkShutdownAndKill is TestXParkShutdownAndKill with
+// limits.client_park_after set to after, over TLS (on the event loop) if
+// tlsClients.
+func testParkShutdownAndKill(t *testing.T, after string, tlsClients bool) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	cfg := parkConfig(cl, 2, after)
+	if tlsClients {
+		t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
+		fields, _ := clientCert(t)
+		cfg = withTLS(t, cfg, fields)
+	}
+	p := startProxy(t, cfg)
+	url := p.AppURL("app")
+	if tlsClients {
+		url = tlsURL(p, "sslmode=require")
+	}
+	ctx := context.Background()
+	conns := make([]*pgx.Conn, 4)
+	for i := range conns {
+		conns[i] = connect(t, url)
+		mustExec(t, conns[i], "SELECT 1")
+	}
+	waitParked(t, p, 4)
+	var victim uint64
+	for _, ci := range p.Listener.Clients() {
+		if ci.Database == "app" {
+			victim = ci.ID
+		}
+	}
+	if !p.Listener.Kill(victim) {
+		t.Fatal("KILL found no client")
+	}
+	waitParked(t, p, 3)
+	killed := 0
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+			if sqlstate(err) != wire.AdminShutdown {
+				t.Fatalf("killed client: %v, want 57P01", err)
 			}
-			if !p.Listener.Kill(victim) {
-				t.Fatal("KILL found no client")
-			}
-			waitParked(t, p, 3)
-			killed := 0
-			for _, c := range conns {
-				if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
-					if sqlstate(err) != wire.AdminShutdown {
-						t.Fatalf("killed client: %v, want 57P01", err)
-					}
-					killed++
-				}
-			}
-			if killed != 1 {
-				t.Fatalf("%d clients killed, want 1", killed)
-			}
-			waitParked(t, p, 3)
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := p.Listener.Shutdown(sctx); err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
-			ended := 0
-			for _, c := range conns {
-				_, err := c.Exec(ctx, "SELECT 1")
-				if got := sqlstate(err); got == wire.AdminShutdown {
-					ended++
-				} else if err == nil {
-					t.Fatal("a client ran a statement after Shutdown")
-				}
-			}
-			if ended != 3 {
-				t.Fatalf("%d clients saw 57P01 at shutdown, want 3", ended)
-			}
-		})
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("%d clients killed, want 1", killed)
+	}
+	waitParked(t, p, 3)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.Listener.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	ended := 0
+	for _, c := range conns {
+		_, err := c.Exec(ctx, "SELECT 1")
+		if got := sqlstate(err); got == wire.AdminShutdown {
+			ended++
+		} else if err == nil {
+			t.Fatal("a client ran a statement after Shutdown")
+		}
+	}
+	if ended != 3 {
+		t.Fatalf("%d clients saw 57P01 at shutdown, want 3", ended)
 	}
 }
 
