@@ -40,12 +40,20 @@ import (
 // goroutines nor hand its own to a goroutine (offLoop).
 type hotLoop struct {
 	epfd, evfd int
-	// outer is an epoll instance in Go's netpoller that holds epfd while
-	// the loop waits there rather than in epoll_wait (idleWait).
+	// outer is an epoll instance in Go's netpoller that holds epfd, armed
+	// (EPOLLIN) while the loop waits there rather than in epoll_wait
+	// (idleWait), disarmed (no events) otherwise. epfd stays in outer from
+	// newHotLoop on: adding an epoll instance to another (EPOLL_CTL_ADD)
+	// makes the kernel check the whole graph for loops and for too many
+	// wake-up paths, a walk over every socket registered in epfd, idle
+	// clients' included. With 10 000 idle TLS clients parked that walk,
+	// once per transition to an idle wait, was a quarter of the proxy's
+	// CPU and doubled its CPU per transaction (docs/benchmarks.md, issue
+	// 13, fourteenth step); EPOLL_CTL_MOD does no such check.
 	outer    *os.File
 	outerFd  int
 	outerRaw syscall.RawConn
-	inOuter  bool          // epfd is in outer (the loop goroutine's only)
+	inOuter  bool          // epfd is armed in outer (the loop goroutine's only)
 	done     chan struct{} // closed when run returns
 	pending  atomic.Bool   // an eventfd write is unread: wake need not write again
 	// busy is set while the loop runs coroutines, and cleared before it
@@ -124,7 +132,11 @@ func newHotLoop() (*hotLoop, error) {
 		return nil, err
 	}
 	l := &hotLoop{epfd: ep, evfd: ev, outer: outer, outerFd: outerFd, done: make(chan struct{})}
-	if l.outerRaw, err = outer.SyscallConn(); err != nil {
+	if l.outerRaw, err = outer.SyscallConn(); err == nil {
+		e := syscall.EpollEvent{Fd: int32(ep)} // disarmed: see outer
+		err = rawEpollCtl(outerFd, syscall.EPOLL_CTL_ADD, ep, &e)
+	}
+	if err != nil {
 		syscall.Close(ep)
 		syscall.Close(ev)
 		outer.Close()
@@ -456,7 +468,7 @@ func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err
 	}
 	if !l.inOuter {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.epfd)}
-		if err := rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_ADD, l.epfd, &ev); err != nil {
+		if err := rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_MOD, l.epfd, &ev); err != nil {
 			// Cannot happen with two valid epoll instances; wait as
 			// usual.
 			n, err = syscall.EpollWait(l.epfd, events, -1)
@@ -475,12 +487,13 @@ func (l *hotLoop) idleWait(events []syscall.EpollEvent) (n int, parked bool, err
 	return n, true, err
 }
 
-// leaveOuter takes epfd out of outer if it is there, before a wait in
+// leaveOuter disarms epfd in outer if it is armed, before a wait in
 // epoll_wait: out of the netpoller's sight, whose thread would otherwise
 // wake at every event too.
 func (l *hotLoop) leaveOuter() {
 	if l.inOuter {
-		rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_DEL, l.epfd, nil)
+		ev := syscall.EpollEvent{Fd: int32(l.epfd)}
+		rawEpollCtl(l.outerFd, syscall.EPOLL_CTL_MOD, l.epfd, &ev)
 		l.inOuter = false
 	}
 }
