@@ -372,7 +372,9 @@ func (c *client) syscallConn() (syscall.RawConn, error) {
 // crypto/tls held, and it lands in c.r, which the client loop reads next.
 // A record read ahead in part needs the rest from the socket, whose
 // readability wakes a parked client; crypto/tls does not keep a timeout
-// as the session's error.
+// as the session's error. A KILL's or Shutdown's nudge (a read deadline
+// in the past too) that came meanwhile is set again: such a client that
+// does not park must not block in its next read.
 func (c *client) tlsDrained() bool {
 	if !c.tls {
 		return true
@@ -380,6 +382,9 @@ func (c *client) tlsDrained() bool {
 	c.conn.SetReadDeadline(time.Unix(0, 1))
 	_, _, err := c.r.PeekHeader()
 	c.conn.SetReadDeadline(time.Time{})
+	if c.killed.Load() || c.l.shutting.Load() { // set before their nudge: see kill
+		c.conn.SetReadDeadline(time.Unix(0, 1))
+	}
 	var ne net.Error
 	return c.r.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout()
 }
