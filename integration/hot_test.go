@@ -609,21 +609,7 @@ func TestXEventLoopTLSReadAhead(t *testing.T) {
 	fields, _ := clientCert(t)
 	p := startProxy(t, withTLS(t, trustUser(hotConfigFor(t, cl, 1), cl), fields))
 
-	tcp, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	tcp.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := tcp.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil { // SSLRequest
-		t.Fatal(err)
-	}
-	var answer [1]byte
-	if _, err := io.ReadFull(tcp, answer[:]); err != nil || answer[0] != 'S' {
-		t.Fatalf("SSLRequest answered %q, %v", answer[0], err)
-	}
-	held := &heldWrites{Conn: tcp}
-	tc := tls.Client(held, &tls.Config{InsecureSkipVerify: true})
+	tc, held := dialTLSHeld(t, p.Addr, 10*time.Second)
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
@@ -661,6 +647,29 @@ func TestXEventLoopTLSReadAhead(t *testing.T) {
 		t.Fatalf("the Query sent ahead was answered %q", s)
 	}
 	c.write([]byte{'X', 0, 0, 0, 4})
+}
+
+// dialTLSHeld connects to addr, asks for TLS (SSLRequest) and returns a
+// TLS client session, not yet handshaken, over a heldWrites of the socket;
+// the socket's deadline is in timeout, and it is closed when the test
+// ends.
+func dialTLSHeld(t *testing.T, addr string, timeout time.Duration) (*tls.Conn, *heldWrites) {
+	t.Helper()
+	tcp, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tcp.Close() })
+	tcp.SetDeadline(time.Now().Add(timeout))
+	if _, err := tcp.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil { // SSLRequest
+		t.Fatal(err)
+	}
+	var answer [1]byte
+	if _, err := io.ReadFull(tcp, answer[:]); err != nil || answer[0] != 'S' {
+		t.Fatalf("SSLRequest answered %q, %v", answer[0], err)
+	}
+	held := &heldWrites{Conn: tcp}
+	return tls.Client(held, &tls.Config{InsecureSkipVerify: true}), held
 }
 
 // heldWrites holds what is written to its conn while hold is set, until

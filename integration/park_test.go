@@ -3,9 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"runtime"
@@ -655,21 +653,7 @@ func TestXParkTLS(t *testing.T) {
 			// client: crypto/tls reads both records from the socket and
 			// hands the client loop the first; the second must not stay
 			// in the session when the client parks again.
-			tcp, err := net.DialTimeout("tcp", p.Addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tcp.Close()
-			tcp.SetDeadline(time.Now().Add(20 * time.Second))
-			if _, err := tcp.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil { // SSLRequest
-				t.Fatal(err)
-			}
-			var answer [1]byte
-			if _, err := io.ReadFull(tcp, answer[:]); err != nil || answer[0] != 'S' {
-				t.Fatalf("SSLRequest answered %q, %v", answer[0], err)
-			}
-			held := &heldWrites{Conn: tcp}
-			tc := tls.Client(held, &tls.Config{InsecureSkipVerify: true})
+			tc, held := dialTLSHeld(t, p.Addr, 20*time.Second)
 			c := &rawConn{t: t, conn: tc, r: bufio.NewReader(tc)}
 			c.write(startupPacket(3, 0, "user", "trusty", "database", "app"))
 			c.login()
