@@ -201,3 +201,38 @@ func TestRetryNotForATerminatedStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleTLSServerStaysInPool: the probe of a server idle for longer than
+// pool.aliveCheckAfter looks at the socket under its TLS session, where a
+// live server has sent nothing: the server is lent again, not closed and
+// replaced (the same backend answers), and a terminated one is replaced
+// without the client seeing it.
+func TestIdleTLSServerStaysInPool(t *testing.T) {
+	checkGoroutines(t)
+	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
+	if err := cl.CreateDatabase(context.Background(), "app"); err != nil {
+		t.Fatal(err)
+	}
+	admin := simpleConn(t, cl.DSN("app"))
+	p := startProxy(t, withTLS(t, poolConfig(cl, "transaction", 1, "app"), "server_sslmode: require"))
+	c := connect(t, p.AppURL("app"))
+	const stmt = "SELECT pg_backend_pid()::text, ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+	first := row(t, c, simple, stmt)
+	if first[1] != "true" {
+		t.Fatal("the server connection is not TLS")
+	}
+	time.Sleep(1200 * time.Millisecond) // longer than pool.aliveCheckAfter: the checkout probes the server
+	if got := row(t, c, simple, stmt); got[0] != first[0] {
+		t.Fatalf("backend %s after an idle second, want %s again: the probe took a live TLS server for dead", got[0], first[0])
+	}
+	terminateApp(t, admin, false, first[0])
+	time.Sleep(1200 * time.Millisecond) // the probe, not the retry, finds it dead
+	pl := p.Listener.State().Pools.Get(p.Config.Database("app"), p.Config.User("app"), 0)
+	before := pl.Stats.Checkouts.Load()
+	if got := row(t, c, simple, stmt); got[0] == first[0] {
+		t.Fatalf("still on the terminated backend %s", got[0])
+	}
+	if n := pl.Stats.Checkouts.Load() - before; n != 1 {
+		t.Fatalf("%d checkouts for the statement, want 1: the probe should have closed the dead server", n)
+	}
+}
