@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // pendingReader stands for pgconn's background reader after a slow login
@@ -67,32 +69,13 @@ func (r *pendingReader) Read(p []byte) (int, error) {
 	return r.conn.Read(p)
 }
 
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // TestSettleReader: a read left in progress by the background reader is
 // ended, and what the server sends next is read from the connection by
 // its owner, not swallowed; the end of a server gone is never lost; a
 // reader without Status is left alone, with no deadline behind.
 func TestSettleReader(t *testing.T) {
 	t.Run("pending read ended", func(t *testing.T) {
-		conn, srv := tcpPair(t)
+		srv, conn := pgtest.TCPPair(t)
 		r := newPendingReader(conn)
 		if err := settleReader(r, conn); err != nil {
 			t.Fatal(err)
@@ -108,7 +91,7 @@ func TestSettleReader(t *testing.T) {
 		}
 	})
 	t.Run("server gone", func(t *testing.T) {
-		conn, srv := tcpPair(t)
+		srv, conn := pgtest.TCPPair(t)
 		r := newPendingReader(conn)
 		srv.Close()
 		// The EOF comes from settleReader, or, when the read had ended
@@ -122,7 +105,7 @@ func TestSettleReader(t *testing.T) {
 		}
 	})
 	t.Run("nothing in progress", func(t *testing.T) {
-		conn, srv := tcpPair(t)
+		srv, conn := pgtest.TCPPair(t)
 		if err := settleReader(conn, conn); err != nil { // no Status method
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -15,14 +16,12 @@ import (
 	"time"
 )
 
-// WriteSelfSignedCert writes a self-signed ECDSA certificate for
-// 127.0.0.1 and localhost to certPath and its key to keyPath (mode 0600),
-// as PEM: for PostgreSQL's ssl (Options.SSL) and the proxy's tls section
-// in tests.
-func WriteSelfSignedCert(certPath, keyPath string) error {
+// SelfSignedCert returns a new self-signed ECDSA certificate for
+// 127.0.0.1 and localhost, with its key.
+func SelfSignedCert() (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("pgtest: key: %w", err)
+		return tls.Certificate{}, fmt.Errorf("pgtest: key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
@@ -36,13 +35,24 @@ func WriteSelfSignedCert(certPath, keyPath string) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return fmt.Errorf("pgtest: certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("pgtest: certificate: %w", err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// WriteSelfSignedCert writes a SelfSignedCert to certPath and its key to
+// keyPath (mode 0600), as PEM: for PostgreSQL's ssl (Options.SSL) and the
+// proxy's tls section in tests.
+func WriteSelfSignedCert(certPath, keyPath string) error {
+	cert, err := SelfSignedCert()
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		return fmt.Errorf("pgtest: key: %w", err)
 	}
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {

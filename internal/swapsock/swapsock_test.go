@@ -1,17 +1,13 @@
 package swapsock
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestSwapUnderTLS: a TLS session set up over one pair of sockets goes on
@@ -19,8 +15,8 @@ import (
 // included; Under and Of find the socket and the Conn under the session,
 // and deadlines reach the current socket.
 func TestSwapUnderTLS(t *testing.T) {
-	c1, s1 := tcpPair(t)
-	c2, s2 := tcpPair(t)
+	s1, c1 := pgtest.TCPPair(t)
+	s2, c2 := pgtest.TCPPair(t)
 	ss, cs := New(s1), New(c1)
 	server := tls.Server(ss, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})
 	client := tls.Client(cs, &tls.Config{InsecureSkipVerify: true})
@@ -95,36 +91,11 @@ func peekLen(t *testing.T, c net.Conn) int {
 	return n
 }
 
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 func selfSigned(t *testing.T) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, err := pgtest.SelfSignedCert()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "swapsock"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return cert
 }
