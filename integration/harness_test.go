@@ -102,7 +102,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 // cluster starts a PostgreSQL server with databases dbs.
 func cluster(t testing.TB, dbs ...string) *pgtest.Cluster {
 	t.Helper()
-	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret"})
+	return clusterWith(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret"}, dbs...)
+}
+
+// sslCluster is cluster with ssl = on (pgtest.Options.SSL), for servers
+// reached over TLS.
+func sslCluster(t testing.TB, dbs ...string) *pgtest.Cluster {
+	t.Helper()
+	return clusterWith(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true}, dbs...)
+}
+
+// clusterWith starts a cluster with o and creates the databases dbs.
+func clusterWith(t testing.TB, o pgtest.Options, dbs ...string) *pgtest.Cluster {
+	t.Helper()
+	cl := pgtest.New(t, o)
 	ctx := context.Background()
 	for _, db := range dbs {
 		if err := cl.CreateDatabase(ctx, db); err != nil {

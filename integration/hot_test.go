@@ -71,12 +71,11 @@ func TestXEventLoopTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			checkGoroutines(t)
 			ctx := context.Background()
-			cl := cluster(t, "app")
+			var cl *pgtest.Cluster
 			if tc.servers {
-				cl = pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
-				if err := cl.CreateDatabase(ctx, "app"); err != nil {
-					t.Fatal(err)
-				}
+				cl = sslCluster(t, "app")
+			} else {
+				cl = cluster(t, "app")
 			}
 			fields := "server_sslmode: disable"
 			if tc.servers {

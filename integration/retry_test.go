@@ -27,11 +27,7 @@ func TestRetryDeadIdleServer(t *testing.T) {
 	checkGoroutines(t)
 	t.Run("plain", func(t *testing.T) { testRetryDeadIdleServer(t, isoCluster(t), "") })
 	t.Run("tls servers", func(t *testing.T) {
-		cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
-		if err := cl.CreateDatabase(context.Background(), "app"); err != nil {
-			t.Fatal(err)
-		}
-		testRetryDeadIdleServer(t, cl, "server_sslmode: require")
+		testRetryDeadIdleServer(t, sslCluster(t, "app"), "server_sslmode: require")
 	})
 }
 
@@ -209,10 +205,7 @@ func TestRetryNotForATerminatedStatement(t *testing.T) {
 // without the client seeing it.
 func TestIdleTLSServerStaysInPool(t *testing.T) {
 	checkGoroutines(t)
-	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", SSL: true})
-	if err := cl.CreateDatabase(context.Background(), "app"); err != nil {
-		t.Fatal(err)
-	}
+	cl := sslCluster(t, "app")
 	admin := simpleConn(t, cl.DSN("app"))
 	p := startProxy(t, withTLS(t, poolConfig(cl, "transaction", 1, "app"), "server_sslmode: require"))
 	c := connect(t, p.AppURL("app"))
