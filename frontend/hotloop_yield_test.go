@@ -203,8 +203,7 @@ func BenchmarkHotLoopSparseRoundTrip(b *testing.B) {
 			peer := startServerRelay(b, l, 0)
 			msg := []byte("Q\x00\x00\x00\x0dSELECT 1\x00")
 			buf := make([]byte, len(msg))
-			var before, after syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			before := processCPU()
 			b.ResetTimer()
 			for range b.N {
 				time.Sleep(loopIdleAfter + time.Millisecond) // the traffic's pace, not a synchronisation
@@ -216,9 +215,7 @@ func BenchmarkHotLoopSparseRoundTrip(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+			reportCPUPerOp(b, before)
 		})
 	}
 }

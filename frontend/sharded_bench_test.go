@@ -6,9 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -96,8 +94,7 @@ func benchPrepared(b *testing.B, l *Listener, port int, db string, rows int) {
 	if l.HotClients() < 1 {
 		b.Fatal("the client is not on the event loop")
 	}
-	var before, after syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	before := processCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -107,9 +104,7 @@ func benchPrepared(b *testing.B, l *Listener, port int, db string, rows int) {
 		untilReady()
 	}
 	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-us/op")
+	reportCPUPerOp(b, before)
 	conn.Write([]byte{'X', 0, 0, 0, 4})
 }
 
