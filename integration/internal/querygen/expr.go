@@ -63,9 +63,17 @@ func (b *builder) rowExpr(r colRef) expr {
 	case famBool:
 		return pick(b, f("(NOT %s)", famBool, false), f("(%s IS NULL)", famBool, false), f("coalesce(%s, false)", famBool, false))
 	case famText:
+		// A varchar column is collated as text: compared with a text
+		// constant, (vc COLLATE "C") gets its cast to text under the
+		// COLLATE in PostgreSQL's tree, so that HAVING (vc COLLATE "C") <>
+		// 'x' no longer matches the GROUP BY key (42803).
+		collated := `(%s COLLATE "C")`
+		if strings.HasPrefix(r.c.typ, "varchar") {
+			collated = `(%s::text COLLATE "C")`
+		}
 		return pick(b, f("lower(%s)", famText, false), f("upper(%s)", famText, false), f("(%s || '!')", famText, false),
 			f("length(%s)", famInt, false), f("substr(%s, 1, 1)", famText, false), f("coalesce(%s, '-')", famText, false),
-			f(`(%s COLLATE "C")`, famText, false))
+			f(collated, famText, false))
 	case famChar:
 		return pick(b, f("%s::text", famText, false), f("(%s = 'a')", famBool, false))
 	case famBytea:
