@@ -139,6 +139,25 @@ proc_cpu_ticks() {
 	awk '{print $12 + $13}' <<<"$s"
 }
 
+# pg_cpu_snapshot prints "PID TICKS" for the benchmark's postmaster and every
+# process it started (backends, background workers), ticks = utime + stime.
+pg_cpu_snapshot() {
+	local pm
+	pm=$(head -1 "$BENCH_TMP/pgdata/postmaster.pid") || die "no postmaster.pid"
+	# A process may exit between the glob and the read: cat goes on.
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" '{
+		pid = $1; line = $0; sub(/^.*\) /, "", line); split(line, f, " ")
+		if (pid == pm || f[2] == pm) print pid, f[12] + f[13]
+	}'
+}
+
+# pg_cpu_ticks_since SNAPSHOT_FILE prints the ticks PostgreSQL used since the
+# snapshot: a process started since counts from 0; one that exited since is
+# lost (the pool keeps its backends for the length of a run).
+pg_cpu_ticks_since() {
+	pg_cpu_snapshot | awk 'NR == FNR { before[$1] = $2; next } { t += $2 - before[$1] } END { print t + 0 }' "$1" -
+}
+
 # expect_comm checks that PID is alive and is the program we measure.
 expect_comm() {
 	local comm
