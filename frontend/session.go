@@ -93,6 +93,14 @@ func (s *session) want(name string) string { return s.sets[name] }
 // SESSION AUTHORIZATION DEFAULT resets both), then every other setting is
 // set or reset, then the client's session authorization and role are set.
 func (s *session) diff(have map[string]string) string {
+	if s.agrees(have) {
+		return ""
+	}
+	return s.diffAll(have)
+}
+
+// diffAll is diff without its shortcut for agreeing settings.
+func (s *session) diffAll(have map[string]string) string {
 	var others []string
 	for _, name := range sortedKeys(s.sets) {
 		if !isIdentity(name) && have[name] != s.sets[name] {
@@ -127,6 +135,23 @@ func (s *session) diff(have map[string]string) string {
 		}
 	}
 	return b.String()
+}
+
+// agrees reports whether have holds exactly the client's settings, so that
+// diff has nothing to send: the case of nearly every checkout, where the
+// server's record was synced to this client's, or both are empty. It
+// neither sorts nor allocates. A statement that is "" (never recorded)
+// would make diff reset the setting, so it does not count as agreeing.
+func (s *session) agrees(have map[string]string) bool {
+	if len(have) != len(s.sets) {
+		return false
+	}
+	for name, stmt := range s.sets {
+		if v, ok := have[name]; !ok || v != stmt || stmt == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // syncTo records in have that the client's settings were applied.

@@ -1,8 +1,12 @@
 package frontend
 
 import (
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestScanEffects(t *testing.T) {
@@ -35,6 +39,52 @@ func TestScanEffects(t *testing.T) {
 		if got := scanEffects([]byte(tc.sql)); got != tc.want {
 			t.Errorf("scanEffects(%q) = %b, want %b", tc.sql, got, tc.want)
 		}
+	}
+}
+
+// TestDiffShortcut: diff's shortcut for agreeing settings (agrees) gives
+// what the full comparison gives, over random pairs of settings drawn from
+// a few names (the identity ones among them) and statements ("" among
+// them, which diff resets). SESSION_DIFF_SEED replays a seed.
+func TestDiffShortcut(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SESSION_DIFF_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("SESSION_DIFF_SEED: %v", err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0))
+	names := []string{"work_mem", "search_path", settingRole, settingSessAuth}
+	stmts := []string{"", "SET x TO 1", "SET x TO 2"}
+	draw := func() map[string]string {
+		m := map[string]string{}
+		for _, n := range names {
+			if rng.IntN(2) == 0 {
+				m[n] = stmts[rng.IntN(len(stmts))]
+			}
+		}
+		return m
+	}
+	shortcuts := 0
+	for range 2000 {
+		s := session{sets: draw()}
+		have := draw()
+		if rng.IntN(3) == 0 { // agreeing records are the common case
+			clear(have)
+			for k, v := range s.sets {
+				have[k] = v
+			}
+		}
+		if s.agrees(have) {
+			shortcuts++
+		}
+		if got, want := s.diff(have), s.diffAll(have); got != want {
+			t.Fatalf("seed %d: sets %v, have %v: diff %q, full comparison %q", seed, s.sets, have, got, want)
+		}
+	}
+	if shortcuts == 0 {
+		t.Fatalf("seed %d: no pair took the shortcut", seed)
 	}
 }
 
