@@ -243,7 +243,7 @@ func scanEffects(sql []byte) effect {
 	first := true
 	for i := 0; i < len(sql); {
 		c := sql[i]
-		if !isIdentByte(c) {
+		if !identByte[c] {
 			switch {
 			case c == ';':
 				first = true
@@ -258,7 +258,7 @@ func scanEffects(sql []byte) effect {
 			continue
 		}
 		j := i + 1
-		for j < len(sql) && isIdentByte(sql[j]) {
+		for j < len(sql) && identByte[sql[j]] {
 			j++
 		}
 		w := sql[i:j]
@@ -266,7 +266,9 @@ func scanEffects(sql []byte) effect {
 			eff |= firstWordEffect(w)
 			first = false
 		}
-		eff |= wordEffect(w)
+		if effectStart[c] {
+			eff |= wordEffect(w)
+		}
 		i = j
 	}
 	return eff
@@ -275,6 +277,21 @@ func scanEffects(sql []byte) effect {
 func isIdentByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c >= 0x80
 }
+
+// identByte is isIdentByte as a table, and effectStart tells the first
+// bytes of the words wordEffect knows (hold, listen, pg_…, prepare,
+// set_config, temp, temporary), in either case: scanEffects looks a word
+// up only when it starts with one. Both are read-only after init.
+var identByte, effectStart = func() (ident, start [256]bool) {
+	for c := range 256 {
+		ident[c] = isIdentByte(byte(c))
+	}
+	for _, c := range "hlpst" {
+		start[c] = true
+		start[c-'a'+'A'] = true
+	}
+	return ident, start
+}()
 
 // is reports whether word w is kw (lower case), ignoring ASCII case.
 func is(w []byte, kw string) bool {

@@ -34,6 +34,13 @@ func TestScanEffects(t *testing.T) {
 		{"SELECT 'a;b'; reset all", effSettings},
 		{"SELECT 1 -* 2 /- 3 /", 0},
 		{"SELECT 1 /* unterminated", 0},
+		// Every word wordEffect knows, in upper case (effectStart).
+		{"CREATE TEMPORARY TABLE t (x int)", effObjects},
+		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1; UNLISTEN *; LISTEN x", effObjects},
+		{"SELECT SET_CONFIG('a', 'b', false)", effResync},
+		{"SELECT 1 FROM PG_TEMP.t", effObjects},
+		{"SELECT PG_ADVISORY_XACT_LOCK(1)", effObjects},
+		{"SELECT 1; Prepare p AS SELECT 1", effObjects | effSQLPrepare},
 	}
 	for _, tc := range tests {
 		if got := scanEffects([]byte(tc.sql)); got != tc.want {

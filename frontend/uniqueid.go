@@ -14,7 +14,7 @@ var uniqueIDCall = []byte("shardgate.unique_id")
 // so that routing sees the value (INSERT … VALUES (shardgate.unique_id(), …)
 // routes by it). It returns sql itself when there is no call.
 func expandUniqueIDs(sql []byte, next func() int64) []byte {
-	if !containsFold(sql, uniqueIDCall) {
+	if !mentionsUniqueID(sql) {
 		return sql
 	}
 	var out []byte
@@ -104,9 +104,20 @@ func hasFold(b, word []byte) bool {
 	return len(b) >= len(word) && bytes.EqualFold(b[:len(word)], word)
 }
 
-func containsFold(b, word []byte) bool {
-	for i := 0; i+len(word) <= len(b); i++ {
-		if (b[i]|0x20) == word[0] && bytes.EqualFold(b[i:i+len(word)], word) {
+// mentionsUniqueID reports whether sql contains shardgate.unique_id, in
+// any ASCII case, anywhere (in a literal or comment too). Every simple
+// Query and Parse asks, and almost none does: it looks only at the dots of
+// the text (bytes.IndexByte), not at every byte.
+func mentionsUniqueID(sql []byte) bool {
+	pre := uniqueIDCall[:len("shardgate")]
+	post := uniqueIDCall[len("shardgate."):]
+	for i := len(pre); i+len(post) < len(sql); i++ {
+		j := bytes.IndexByte(sql[i:len(sql)-len(post)], '.')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if bytes.EqualFold(sql[i-len(pre):i], pre) && bytes.EqualFold(sql[i+1:i+1+len(post)], post) {
 			return true
 		}
 	}
@@ -116,7 +127,7 @@ func containsFold(b, word []byte) bool {
 // uniqueIDInParse refuses shardgate.unique_id() in a prepared statement: a
 // statement is parsed once but must produce a new id per execution.
 func uniqueIDInParse(query []byte) error {
-	if containsFold(query, uniqueIDCall) && !bytes.Equal(expandUniqueIDs(query, func() int64 { return 0 }), query) {
+	if mentionsUniqueID(query) && !bytes.Equal(expandUniqueIDs(query, func() int64 { return 0 }), query) {
 		return wire.Errorf(wire.FeatureNotSupported,
 			"shardgate.unique_id() is supported in simple queries only; call SELECT shardgate.unique_id() and pass the value as a parameter")
 	}

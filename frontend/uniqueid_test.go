@@ -35,3 +35,25 @@ func TestExpandUniqueIDs(t *testing.T) {
 		t.Error("literal refused")
 	}
 }
+
+// TestMentionsUniqueID: the dot-anchored search finds the name in any case
+// and at the text's edges, and nothing shorter or split.
+func TestMentionsUniqueID(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"shardgate.unique_id":                    true,
+		"SELECT ShardGate.Unique_ID()":           true,
+		"x.y.shardgate.unique_id":                true,
+		"SELECT a.b, c.d, shardgate.unique_id()": true,
+		"shardgate.unique_i":                     false,
+		"hardgate.unique_id":                     false,
+		"shardgate unique_id":                    false,
+		"shardgate..unique_id":                   false,
+		"SELECT 1":                               false,
+		"":                                       false,
+		".":                                      false,
+	} {
+		if got := mentionsUniqueID([]byte(sql)); got != want {
+			t.Errorf("mentionsUniqueID(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}
