@@ -135,6 +135,11 @@ func (ct *control) wakeChan(g *dbGate) chan struct{} {
 type admission struct {
 	gate      *dbGate       // the gate the client was admitted through; nil when not admitted
 	xactStart time.Duration // start of the open transaction's first round trip (clock.Mono; 0: none)
+	// dbGate is the gate of database dbGateName, kept from the last admit:
+	// a database's gate never changes once made (control.gate only adds),
+	// so a client looks its database's up once, not at every checkout.
+	dbGate     *dbGate
+	dbGateName string
 }
 
 // checkout admits the client through its database's gate and checks a
@@ -177,7 +182,10 @@ func (c *client) checkin(s *pool.Server) {
 // closed.
 func (c *client) admit(ctx context.Context) error {
 	ct := &c.l.ctl
-	g := ct.gate(c.db.Name)
+	if c.adm.dbGate == nil || c.adm.dbGateName != c.db.Name {
+		c.adm.dbGate, c.adm.dbGateName = ct.gate(c.db.Name), c.db.Name
+	}
+	g := c.adm.dbGate
 	for {
 		g.holders.Add(1)
 		if !ct.all.closed() && !g.closed() {
