@@ -689,3 +689,47 @@ func TestXParkTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestXParkTLSProtocolPaths: a parked TLS client gets, for each protocol
+// path a driver takes, what PostgreSQL itself answers the same bytes: a
+// multi-statement Query with an error in it, a pipeline of named and
+// unnamed statements with one Sync, a row-limited Execute, describe-only
+// Parses and a pipeline with a Flush. Each step is one write (one TLS
+// record) to a parked client, and the client parks again after it.
+func TestXParkTLSProtocolPaths(t *testing.T) {
+	cl := cluster(t, "app")
+	steps := []wireStep{
+		{send: []pgproto3.FrontendMessage{queryMsg("SELECT 1; SELECT 'two'::text; SELECT 3/0; SELECT 4")}, zs: 1},
+		{send: []pgproto3.FrontendMessage{parseMsg("n", "SELECT $1::int * 2"),
+			&pgproto3.Bind{PreparedStatement: "n", Parameters: [][]byte{[]byte("21")}}, &pgproto3.Describe{ObjectType: 'P'}, execMsg(0),
+			parseMsg("", "SELECT 'unnamed'::text"), bindMsg(""), execMsg(0), syncMsg}, zs: 1},
+		{send: []pgproto3.FrontendMessage{parseMsg("", "SELECT g FROM generate_series(1, 5) g"), bindMsg(""),
+			execMsg(2), execMsg(2), execMsg(2), syncMsg}, zs: 1},
+		{send: []pgproto3.FrontendMessage{parseMsg("d", "SELECT $1::text AS t, $2::int AS i"), &pgproto3.Describe{ObjectType: 'S', Name: "d"},
+			parseMsg("", "SELECT now()"), &pgproto3.Describe{ObjectType: 'S'}, syncMsg}, zs: 1},
+		{send: []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "n", Parameters: [][]byte{[]byte("5")}}, execMsg(0), flushMsg}, n: 3},
+		{send: []pgproto3.FrontendMessage{syncMsg}, zs: 1},
+		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN; SELECT 1"), queryMsg("SELECT 1/0"), queryMsg("ROLLBACK")}, zs: 3},
+	}
+	want := wireDirect(t, cl, steps)
+	for _, m := range parkModes {
+		t.Run(m.name, func(t *testing.T) {
+			checkGoroutines(t)
+			t.Setenv("SHARDGATE_TEST_EVENT_LOOP", "1")
+			fields, _ := clientCert(t)
+			p := startProxy(t, withTLS(t, parkConfig(cl, 2, m.after), fields))
+			w := dialWire(t, tlsURL(p, "sslmode=require"))
+			defer w.close()
+			for i, st := range steps {
+				if i != 5 { // step 4's Flush left its batch open: the client did not park
+					waitParked(t, p, 1)
+				}
+				sameWire(t, fmt.Sprintf("step %d through a parked TLS client", i), steps[i:i+1], w.run([]wireStep{st}, nil), want[i:i+1])
+			}
+			waitParked(t, p, 1)
+			if ci := p.Listener.Clients(); len(ci) != 1 || !ci[0].TLS {
+				t.Fatalf("clients %+v, want one over TLS", ci)
+			}
+		})
+	}
+}
