@@ -25,6 +25,34 @@ tls_servers() { [ "$BENCH_TLS" = servers ] || [ "$BENCH_TLS" = both ]; }
 # proxy's clients with clients or both; PostgreSQL's own with both).
 tls_to() { if [ "$1" = direct ]; then [ "$BENCH_TLS" = both ]; else tls_clients; fi; }
 
+# BENCH_PIN="PG:PROXY" pins PostgreSQL (the postmaster, so every backend)
+# and pgbench to the CPU list PG, and every proxy process measured to the
+# CPU list PROXY (taskset lists, such as "0:1"): the proxies then compete
+# with nothing for their CPU and share no cache with PostgreSQL, as on a
+# proxy host of their own. Empty (the default): nothing is pinned.
+BENCH_PIN=${BENCH_PIN:-}
+BENCH_PIN_PG=${BENCH_PIN%%:*}
+BENCH_PIN_PROXY=${BENCH_PIN#*:}
+# pinned_pg: the command prefix that runs pgbench on PostgreSQL's CPUs.
+pinned_pg() { if [ -n "$BENCH_PIN" ]; then echo taskset -c "$BENCH_PIN_PG"; fi; }
+# pin_desc describes BENCH_PIN for a results header.
+pin_desc() { if [ -n "$BENCH_PIN" ]; then echo "PostgreSQL and pgbench pinned to CPUs $BENCH_PIN_PG, the proxies to CPUs $BENCH_PIN_PROXY"; else echo "no CPU pinning"; fi; }
+# pin_proxy PID pins every thread of proxy process PID (and the threads it
+# starts later) to the proxies' CPUs.
+pin_proxy() {
+	[ -n "$BENCH_PIN" ] || return 0
+	taskset -a -p -c "$BENCH_PIN_PROXY" "$1" >/dev/null || die "taskset of process $1 failed"
+}
+# pin_pg pins the postmaster and the processes it started; later backends
+# inherit the postmaster's CPUs.
+pin_pg() {
+	[ -n "$BENCH_PIN" ] || return 0
+	local pid
+	for pid in $(pg_cpu_snapshot | awk '{print $1}'); do
+		taskset -a -p -c "$BENCH_PIN_PG" "$pid" >/dev/null 2>&1 || true
+	done
+}
+
 BENCH_TMP=""
 PID_PGBOUNCER=""
 PID_SHARDGATE=""
@@ -226,6 +254,7 @@ EOF
 	PG_STARTED=1
 	as_pg "$PG_BIN/pg_ctl" -D "$BENCH_TMP/pgdata" -l "$BENCH_TMP/postgres.log" -w -t 60 start >/dev/null ||
 		{ cat "$BENCH_TMP/postgres.log" >&2; die "PostgreSQL did not start"; }
+	pin_pg
 	"$PG_BIN/createdb" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" "$BENCH_DB" || die "createdb failed"
 	log "pgbench -i -s $BENCH_SCALE"
 	"$PGBENCH" -i -q -s "$BENCH_SCALE" -h 127.0.0.1 -p "$PORT_DIRECT" -U "$BENCH_USER" "$BENCH_DB" >"$BENCH_TMP/pgbench-init.log" 2>&1 ||
@@ -278,6 +307,7 @@ EOF
 		"$PGBOUNCER" -q "$BENCH_TMP/pgbouncer/pgbouncer.ini" >"$BENCH_TMP/pgbouncer/stderr.log" 2>&1 &
 	fi
 	PID_PGBOUNCER=$!
+	pin_proxy "$PID_PGBOUNCER"
 	wait_sql "$PORT_PGBOUNCER" PgBouncer
 	expect_comm "$PID_PGBOUNCER" pgbouncer
 }
@@ -338,6 +368,7 @@ EOF
 	[ -z "${BENCH_SHARDGATE_CPUPROFILE:-}" ] || prof=(-cpuprofile "$BENCH_TMP/shardgate.pprof")
 	"$BENCH_TMP/proxy" -config "$BENCH_TMP/shardgate.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" "${prof[@]}" >"$BENCH_TMP/shardgate.log" 2>&1 &
 	PID_SHARDGATE=$!
+	pin_proxy "$PID_SHARDGATE"
 	wait_sql "$PORT_SHARDGATE" shardgate
 	expect_comm "$PID_SHARDGATE" proxy
 }
@@ -373,6 +404,7 @@ start_shardgate_variant() {
 	log "starting shardgate variant $name ($(basename "$bin"), GOMAXPROCS=${gmp:-default}) on 127.0.0.1:$port"
 	env ${gmp:+GOMAXPROCS=$gmp} "$bin" -config "$BENCH_TMP/shardgate-$name.yaml" -log-level "${BENCH_SHARDGATE_LOG_LEVEL:-warn}" >"$BENCH_TMP/shardgate-$name.log" 2>&1 &
 	pid=$!
+	pin_proxy "$pid"
 	SG_PORT[$name]=$port
 	SG_PID[$name]=$pid
 	wait_sql "$port" "shardgate $name"
@@ -394,6 +426,7 @@ start_floor() {
 	"$BENCH_TMP/relayfloor" -mode "$mode" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PORT_DIRECT" \
 		${loops:+-loops $loops} "$@" >"$BENCH_TMP/relayfloor-$name.log" 2>&1 &
 	SG_PID[$name]=$!
+	pin_proxy "${SG_PID[$name]}"
 	SG_PORT[$name]=$port
 	wait_sql "$port" "relayfloor $name"
 	expect_comm "${SG_PID[$name]}" relayfloor
@@ -500,7 +533,7 @@ run_pgbench() {
 	# shellcheck disable=SC2046
 	local ssl=disable
 	tls_to "$target" && ssl=require
-	PGSSLMODE=$ssl "$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
+	PGSSLMODE=$ssl $(pinned_pg) "$PGBENCH" -h 127.0.0.1 -p "$port" "${lat[@]}" $(pgbench_args "$workload" "$mode" "$clients" "$secs") >"$out" 2>&1 || rc=$?
 	CPU_TICKS=""
 	if [ -n "$pid" ]; then
 		after=$(proc_cpu_ticks "$pid")

@@ -24,6 +24,8 @@
 #   BENCH_SCALE      pgbench -i scale (default 10)
 #   BENCH_OUT        Markdown output (default bench/results/latest.md)
 #   BENCH_TLS        legs over TLS: clients, servers or both (default none; lib.sh)
+#   BENCH_PIN        "PG:PROXY" taskset CPU lists: PostgreSQL and pgbench on PG,
+#                    the proxies on PROXY (default: no pinning; lib.sh)
 #   GOMAXPROCS       passed to shardgate as usual
 #   SHARDGATE_BIN    use this proxy binary instead of building ./cmd/proxy
 #                    (SHARDGATE_VERSION labels it in the results)
@@ -135,7 +137,7 @@ done <"$MEDIAN"
 
 GO_VERSION=$( (go version 2>/dev/null || echo "? unknown-go") | awk '{print $3}')
 CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-META="date: $STARTED; machine: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), PgBouncer $PGBOUNCER_VERSION, shardgate $SHARDGATE_VERSION ($GO_VERSION, GOMAXPROCS=${GOMAXPROCS:-default}); pool size $BENCH_POOL_SIZE (transaction mode) in both proxies; pgbench -T $BENCH_SECONDS × $BENCH_REPEAT round(s) (median), -j min(2,clients), scale $BENCH_SCALE, TCP on 127.0.0.1, TLS: ${BENCH_TLS:-none}; load average at start $LOAD_START, at end $LOAD_END"
+META="date: $STARTED; machine: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), PgBouncer $PGBOUNCER_VERSION, shardgate $SHARDGATE_VERSION ($GO_VERSION, GOMAXPROCS=${GOMAXPROCS:-default}); pool size $BENCH_POOL_SIZE (transaction mode) in both proxies; pgbench -T $BENCH_SECONDS × $BENCH_REPEAT round(s) (median), -j min(2,clients), scale $BENCH_SCALE, TCP on 127.0.0.1, TLS: ${BENCH_TLS:-none}, $(pin_desc); load average at start $LOAD_START, at end $LOAD_END"
 
 echo
 echo "$META" | fold -s -w 120
