@@ -186,6 +186,15 @@ pg_cpu_ticks_since() {
 	pg_cpu_snapshot | awk 'NR == FNR { before[$1] = $2; next } { t += $2 - before[$1] } END { print t + 0 }' "$1" -
 }
 
+# proc_user_sys_ticks PID prints the process's user and system CPU time
+# ("UTIME STIME", clock ticks), every thread's.
+proc_user_sys_ticks() {
+	local s
+	s=$(cat "/proc/$1/stat") || die "process $1 is gone"
+	s=${s##*) }
+	awk '{print $12, $13}' <<<"$s"
+}
+
 # expect_comm checks that PID is alive and is the program we measure.
 expect_comm() {
 	local comm

@@ -138,16 +138,25 @@ perf_stat() {
 	pid=$(target_pid "$target")
 	load1=$(cut -d' ' -f1 /proc/loadavg)
 	log "perf stat: $target $workload -M $mode (load $load1)"
+	local before after
+	before=$(proc_user_sys_ticks "$pid")
 	with_tool "$label" "$target" "$workload" "$mode" perf stat -x, -e "$EVENTS" -p "$pid" -o "$OUTDIR/stat-$label.csv"
+	after=$(proc_user_sys_ticks "$pid")
+	# User and system time per transaction, from /proc (clock ticks): where
+	# the proxy's own code and the kernel's share of its CPU go.
+	local usersys
+	usersys=$(awk -v b="$before" -v a="$after" -v n="$TXNS" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+		split(b, x, " "); split(a, y, " ")
+		printf "%.1f / %.1f", (y[1] - x[1]) / hz / n * 1e6, (y[2] - x[2]) / hz / n * 1e6 }')
 	local detail
 	detail=$(awk -F, -v n="$TXNS" '$3 ~ /^syscalls:sys_enter_/ && $1 / n >= 0.005 {
 			name = $3; sub(/^syscalls:sys_enter_/, "", name); printf "%.2f %s\n", $1 / n, name }' "$OUTDIR/stat-$label.csv" |
 		sort -rn | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')
-	awk -F, -v n="$TXNS" -v tps="$TPS" -v p99="$P99_MS" -v w="$workload" -v m="$mode" -v t="$target" -v load1="$load1" -v detail="$detail" '
+	awk -F, -v n="$TXNS" -v tps="$TPS" -v p99="$P99_MS" -v w="$workload" -v m="$mode" -v t="$target" -v load1="$load1" -v detail="$detail" -v usersys="$usersys" '
 		$3 == "task-clock" { cpu = $1 }          # msec
 		$3 == "context-switches" { cs = $1 }
 		$3 == "raw_syscalls:sys_enter" { sc = $1 }
-		END { printf "%s\t%s\t%s\t%.0f\t%s\t%.1f\t%.2f\t%.2f\t%s\t%s\n", w, m, t, tps, p99, cpu * 1000 / n, cs / n, sc / n, load1, detail }' \
+		END { printf "%s\t%s\t%s\t%.0f\t%s\t%.1f\t%s\t%.2f\t%.2f\t%s\t%s\n", w, m, t, tps, p99, cpu * 1000 / n, usersys, cs / n, sc / n, load1, detail }' \
 		"$OUTDIR/stat-$label.csv" >>"$SUMMARY"
 	tail -1 "$SUMMARY" >&2
 }
@@ -244,9 +253,11 @@ mkdir -p "$(dirname "$PROFILE_OUT")"
 	echo
 	echo "## Per transaction (perf stat, all threads of the proxy process)"
 	echo
-	echo "| workload | mode | proxy | tps | p99 ms | CPU µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
-	echo "|---|---|---|---|---|---|---|---|---|---|"
-	while IFS=$'\t' read -r a b c d p e f g h i; do echo "| $a | $b | $c | $d | $p | $e | $f | $g | $h | $i |"; done <"$SUMMARY"
+	echo "| workload | mode | proxy | tps | p99 ms | CPU µs/txn | user / sys µs/txn | context switches/txn | syscalls/txn | load1 | syscalls/txn by kind |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	while IFS=$'\t' read -r a b c d p e u f g h i; do echo "| $a | $b | $c | $d | $p | $e | $u | $f | $g | $h | $i |"; done <"$SUMMARY"
+	echo
+	echo "CPU µs/txn is perf's task-clock; user / sys splits the process's CPU time as /proc/PID/stat counts it (utime, stime; clock ticks of 1/$(getconf CLK_TCK) s), so the two may differ by a tick's worth."
 	echo "$REC_OUT"
 	echo "$STRACE_OUT"
 } >"$PROFILE_OUT"
