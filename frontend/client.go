@@ -174,6 +174,9 @@ type client struct {
 	resumed    bool            // the loop resumed from a park and has not read yet
 
 	multi bool // sharded: running a multi-statement Query part by part (runParts); here for packing
+	// unnamedQuiet: the text of the unnamed Parse in unnamed has no
+	// session effect (analyzeUnnamed); here for packing.
+	unnamedQuiet bool
 }
 
 // The client's buffer sizes.

@@ -262,8 +262,8 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
 	}
 	if len(name) == 0 {
+		c.setUnnamedEffect(c.analyzeUnnamed(body, parseText(tail)))
 		c.unnamed = append(c.unnamed[:0], body...)
-		c.setUnnamedEffect(analyze(parseText(tail)))
 		c.injectNeeds(c.unnamedEffect().needs)
 		s.Unnamed = append(s.Unnamed[:0], body...)
 		c.out = append(c.out, raw...)
@@ -455,6 +455,21 @@ func (c *client) unnamedEffect() stmtEffect {
 		return stmtEffect{}
 	}
 	return *c.unnamedEff
+}
+
+// analyzeUnnamed is analyze of text, the text of the unnamed Parse whose
+// body the caller then keeps in c.unnamed. A driver that parses the same
+// text unnamed at every statement (pgbench -M extended, JDBC) has it
+// scanned once: when the body equals the one kept, whose text had no
+// session effect (unnamedQuiet), neither has this one, as analyze depends
+// on the text alone.
+func (c *client) analyzeUnnamed(body, text []byte) stmtEffect {
+	if c.unnamedQuiet && bytes.Equal(body, c.unnamed) {
+		return stmtEffect{}
+	}
+	se := analyze(text)
+	c.unnamedQuiet = se.isZero()
+	return se
 }
 
 // setUnnamedEffect records se as the unnamed statement's effect. The
@@ -678,6 +693,7 @@ func (c *client) rebindStatement(name []byte) {
 	newTail := append(append([]byte{}, nt...), tail[len(cur):]...)
 	if len(name) == 0 {
 		c.unnamed = append(append(c.unnamed[:0], 0), newTail...)
+		c.unnamedQuiet = false
 		c.setUnnamedEffect(analyze(nt))
 		return
 	}

@@ -259,6 +259,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 			// The session's unnamed statement, for a cutover that moves
 			// the session to another server (moveSession).
 			c.unnamed = append(c.unnamed[:0], body...)
+			c.unnamedQuiet = false
 		}
 		c.out = append(c.out, raw...)
 		c.expect(typ)

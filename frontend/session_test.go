@@ -200,3 +200,39 @@ func TestStandardStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestAnalyzeUnnamed: skipping the scan of a repeated unnamed Parse
+// changes nothing of what analyze says, over a sequence of Parses; the
+// body it compares with is the client's copy (a caller that reuses its
+// buffer for another text gets that text's effect); and a body that
+// another path put in c.unnamed is scanned.
+func TestAnalyzeUnnamed(t *testing.T) {
+	c := &client{}
+	body := func(sql string) []byte { return append(append([]byte{0}, sql...), 0, 0, 0) }
+	parse := func(b []byte) stmtEffect { // as rewriteParse does
+		se := c.analyzeUnnamed(b, parseText(b[1:]))
+		c.unnamed = append(c.unnamed[:0], b...)
+		return se
+	}
+	for i, sql := range []string{"SELECT 1", "SELECT 1", "SET work_mem = 1", "SET work_mem = 1", "SELECT 1", "", "",
+		"SELECT 2", "CREATE TEMP TABLE t (x int)", "SELECT 2", "SELECT 2"} {
+		got, want := parse(body(sql)), analyze([]byte(sql))
+		if got.eff != want.eff || len(got.ops) != len(want.ops) {
+			t.Fatalf("Parse %d %q: effect %b (%d ops), analyze says %b (%d ops)", i, sql, got.eff, len(got.ops), want.eff, len(want.ops))
+		}
+	}
+	buf := body("SELECT 1")
+	parse(buf)
+	copy(buf[1:], "SET a=1;") // the caller's buffer, reused for another text
+	if got := parse(buf).eff; got != effSettings {
+		t.Fatalf("the reused buffer's SET: effect %b, want %b", got, effSettings)
+	}
+	parse(body("SELECT 1"))
+	// Another path (the rewrite of SQL-level statement names) replaced
+	// the kept body with one that has an effect: the flag went with it.
+	c.unnamed = body("SET a=1;")
+	c.unnamedQuiet = false
+	if got := parse(body("SET a=1;")).eff; got != effSettings {
+		t.Fatalf("SET after another path kept it: effect %b, want %b", got, effSettings)
+	}
+}
