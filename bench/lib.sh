@@ -161,10 +161,9 @@ perf_syscall_events() {
 # proc_cpu_ticks prints utime+stime of a process (all its threads) in clock
 # ticks, from /proc/PID/stat (fields 14 and 15; comm may contain spaces).
 proc_cpu_ticks() {
-	local s
-	s=$(cat "/proc/$1/stat") || die "process $1 is gone"
-	s=${s##*) }
-	awk '{print $12 + $13}' <<<"$s"
+	local ticks
+	ticks=$(proc_user_sys_ticks "$1")
+	echo $((${ticks% *} + ${ticks#* }))
 }
 
 # pg_cpu_snapshot prints "PID TICKS" for the benchmark's postmaster and every
