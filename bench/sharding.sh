@@ -533,6 +533,13 @@ done
 RAW=${BENCH_OUT%.md}.tsv
 RAW_TMP=$BENCH_TMP/raw.tsv
 printf 'round\tpart\tmode\tclients\tdb\ttps\ttxns\tcpu_ticks\tus_cpu_per_txn\tload1\tsyscalls_per_txn\tcswitches_per_txn\tpg_us_cpu_per_txn\tbackends\n' >"$RAW_TMP"
+# record ROUND PART MODE CLIENTS DB LOAD1 adds the sg_pgbench run just made
+# to $RAW_TMP, in the columns above.
+record() {
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$TPS" "$TXNS" "$CPU_TICKS" \
+		"$(us_per_txn "$CPU_TICKS" "$TXNS")" "$6" "$(per_txn "$SYSCALLS" "$TXNS")" "$(per_txn "$CSWITCHES" "$TXNS")" \
+		"$(us_per_txn "$PG_TICKS" "$TXNS")" "$BACKENDS" >>"$RAW_TMP"
+}
 for r in $(seq "$BENCH_REPEAT"); do
 	# Alternate which database goes first, so that a trend in the machine's
 	# load does not favour one side.
@@ -542,7 +549,7 @@ for r in $(seq "$BENCH_REPEAT"); do
 			load1=$(cut -d' ' -f1 /proc/loadavg)
 			log "round $r/$BENCH_REPEAT: keyed -M $m -c $BENCH_CLIENTS → $db (load $load1)"
 			sg_pgbench "$db" "$m" "$BENCH_CLIENTS" "$BENCH_TMP/keyed.sql" "$BENCH_TMP/run-$r-keyed-$m-$db.log"
-			printf '%s\tkeyed\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" "$(per_txn "$SYSCALLS" "$TXNS")" "$(per_txn "$CSWITCHES" "$TXNS")" "$(us_per_txn "$PG_TICKS" "$TXNS")" "$BACKENDS" >>"$RAW_TMP"
+			record "$r" keyed "$m" "$BENCH_CLIENTS" "$db" "$load1"
 		done
 	done
 	for m in $BENCH_FANOUT_MODES; do
@@ -550,7 +557,7 @@ for r in $(seq "$BENCH_REPEAT"); do
 			load1=$(cut -d' ' -f1 /proc/loadavg)
 			log "round $r/$BENCH_REPEAT: top-100 -M $m -c $BENCH_FANOUT_CLIENTS → $db (load $load1)"
 			sg_pgbench "$db" "$m" "$BENCH_FANOUT_CLIENTS" "$BENCH_TMP/topn.sql" "$BENCH_TMP/run-$r-topn-$m-$db.log"
-			printf '%s\ttopn\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$BENCH_FANOUT_CLIENTS" "$db" "$TPS" "$TXNS" "$CPU_TICKS" "$(us_per_txn "$CPU_TICKS" "$TXNS")" "$load1" "$(per_txn "$SYSCALLS" "$TXNS")" "$(per_txn "$CSWITCHES" "$TXNS")" "$(us_per_txn "$PG_TICKS" "$TXNS")" "$BACKENDS" >>"$RAW_TMP"
+			record "$r" topn "$m" "$BENCH_FANOUT_CLIENTS" "$db" "$load1"
 		done
 	done
 done
