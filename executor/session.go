@@ -140,6 +140,28 @@ func (s *Session) detach(at bool, now time.Duration) {
 	}
 }
 
+// Discard returns shard i's server to its pool as broken and forgets that
+// the session's transaction was open on it, so that the shard can take
+// another server and join the transaction afresh (TxPrefix). It is for a
+// server that died before it carried anything of the client's: what it
+// had of the transaction was only the session's own BEGIN and replay.
+func (s *Session) Discard(i int) {
+	sh := &s.shards[i]
+	if srv := sh.server; srv != nil {
+		srv.Broken = true
+		p := srv.Pool()
+		if p == nil {
+			p = sh.pool
+		}
+		if s.Releasing != nil {
+			s.Releasing(srv)
+		}
+		p.Checkin(srv)
+		sh.server = nil
+	}
+	sh.inTx = false
+}
+
 // ShardError is the failure of the server a session holds for a shard.
 // The server is broken; whatever of the session it carried is lost.
 type ShardError struct {

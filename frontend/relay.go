@@ -224,7 +224,10 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 		// statement may have caused it, pg_terminate_backend of
 		// its own backend say).
 		bound := c.sessionBound() || c.answers > 1
-		if !internal && !bound && clock.Mono()-c.tripStart < deadServerWindow && c.batchRetryable(s) {
+		if c.answers == 1 && clock.Mono()-c.tripStart < deadServerWindow &&
+			(c.xs == nil && !internal && !bound && c.batchRetryable(s) || c.xs != nil && c.freshShard) {
+			// A sharded statement's server that carried nothing of the
+			// client's (roundTripShard, retryShard).
 			return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
 		}
 		if !internal {

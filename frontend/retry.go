@@ -291,3 +291,107 @@ func exchange(s *pool.Server, msgs []byte) error {
 		}
 	}
 }
+
+// Retrying a single-shard statement on another server of its shard.
+//
+// A sharded database's pools lend servers as the one-shard pool does, so a
+// shard's server may have died idle in its pool too. A statement routed to
+// one shard, whose server there carried nothing of the client's when the
+// statement started (nothing written to or read from it since its
+// checkout: pool.Server.Untouched, c.freshShard), runs again on another
+// server of the shard when that one turns out dead before answering
+// anything of it:
+//   - a write that failed before a byte left (pool.NothingSent);
+//   - a FATAL as the server's first answer to the client's statement,
+//     within deadServerWindow of sending it, as for one shard;
+//   - an I/O failure of the proxy's own statements before the client's
+//     (the settings sync, the shard's BEGIN and the transaction's replay,
+//     SQL-level PREPAREs: lostOwnStatement).
+// Nothing of the client's ran on the dead server and the transaction's
+// other shards are untouched, so a transaction qualifies too: the shard
+// joins it afresh on the new server (executor.Session.Discard). Statements
+// fanned out to several shards are not retried: another shard may have
+// answered part of them already.
+
+// onShard runs step, a single-shard step of the client's statement on
+// shard i's server, which the client holds, again on another server of
+// the shard while retryShard says so. It returns step's last error, or
+// cerr: the failure to check out another server, which nothing answered
+// yet.
+func (c *client) onShard(i int, step func() error) (err, cerr error) {
+	defer func() { c.freshShard = false }()
+	for try := 0; ; try++ {
+		c.freshShard = c.xs.Server(i).Untouched()
+		err = step()
+		again, cerr := c.retryShard(err, i, try)
+		if cerr != nil || !again {
+			return err, cerr
+		}
+	}
+}
+
+// onShardOrFail is onShard for a step whose caller answers both kinds of
+// error alike.
+func (c *client) onShardOrFail(i int, step func() error) error {
+	err, cerr := c.onShard(i, step)
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// retryShard prepares the try+1-th run of a single-shard statement on
+// shard i after err, the failure of its try-th, when err says the shard's
+// server died before answering anything of the client's (a *shardLost
+// with retry) and that server was fresh at the statement's start. It
+// reports whether to run the statement again; cerr is a failure to check
+// out another server, which answers the statement instead.
+func (c *client) retryShard(err error, i, try int) (again bool, cerr error) {
+	var lost *shardLost
+	if !c.freshShard || try+1 >= retryTries || !errors.As(err, &lost) || !lost.retry || lost.server != c.xs.Server(i) {
+		return false, nil
+	}
+	dead := lost.server
+	c.log.Info("server died before answering; running the statement on another server of the shard", "shard", i, "server", dead.Addr, "err", lost.err)
+	if p := dead.Pool(); p != nil {
+		p.CloseDeadIdle()
+	}
+	// What the statement may leave on the session (ranOn) stays: it will
+	// have run on the new server. The Parse the proxy added on the dead
+	// server (ensureParsed) is not pending on the new one.
+	c.ext[i] = shardExt{eff: c.ext[i].eff}
+	c.pendingPrepare = ""
+	c.xs.Discard(i)
+	c.server = nil
+	if err := c.attachHeld(context.Background(), i); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// liveShard replaces shard i's server, which the client holds for a
+// statement fanned out to several shards, when it carries nothing of the
+// client's yet and its socket says it died (pool.Server.Alive: one
+// non-blocking MSG_PEEK recv, which sees a backend's FATAL and end of
+// stream waiting). retryShard cannot serve such a statement: another shard
+// may have answered part of it by the time one fails. The probe costs a
+// system call per shard of a fan-out, small beside the fan-out; a routed
+// statement, the hot path, is not probed.
+func (c *client) liveShard(ctx context.Context, i int) error {
+	for try := 0; try < retryTries; try++ {
+		s := c.xs.Server(i)
+		if s == nil || !s.Untouched() || s.Alive() {
+			return nil
+		}
+		c.log.Info("server found dead before a statement fanned out to several shards; taking another server of the shard", "shard", i, "server", s.Addr)
+		if p := s.Pool(); p != nil {
+			p.CloseDeadIdle()
+		}
+		c.ext[i] = shardExt{eff: c.ext[i].eff}
+		c.xs.Discard(i)
+		if err := c.attachHeld(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -90,6 +90,11 @@ type shardedState struct {
 	// binds the portal, so that an error PostgreSQL raises at Bind takes
 	// its place (see deferBind).
 	bindPending bool
+	// freshShard: the server of the shard the statement in progress runs
+	// on carried nothing of the client's when the statement started
+	// (pool.Server.Untouched), so that it may run again on another server
+	// of the shard if that one turns out dead (retryShard).
+	freshShard bool
 	// Extended protocol on sharded databases (sharded_ext.go).
 	batch []batchMsg
 	// batchBuf holds copies of the batch's message bodies, one buffer a
@@ -522,9 +527,27 @@ func (c *client) shardedError(err error) error {
 	return c.flushClient()
 }
 
-// runOne sends the statement to one shard through the ordinary relay.
+// runOne sends the statement to one shard through the ordinary relay, on
+// another server of the shard when the one it holds turns out dead before
+// it answered anything (retryShard).
 func (c *client) runOne(p *routePlan) error {
 	i := p.Shards[0]
+	err, cerr := c.onShard(i, func() error { return c.runOneOn(p, i) })
+	if cerr != nil {
+		c.releaseIfIdle()
+		return c.shardedError(cerr)
+	}
+	var lost *shardLost
+	if errors.As(err, &lost) {
+		c.server = lost.server
+		return c.shardFailed(lost.err)
+	}
+	return err
+}
+
+// runOneOn is one try of runOne on shard i's server. It answers every
+// failure itself but a *shardLost, which runOne retries or answers.
+func (c *client) runOneOn(p *routePlan, i int) error {
 	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.shardFailed(err)
@@ -555,15 +578,15 @@ func (c *client) runOne(p *routePlan) error {
 			if _, _, e, err := serverQuery(c.server, q, c.toClient); err != nil || e != nil {
 				c.server.Broken = true
 				if err == nil {
-					err = e
+					return c.shardFailed(e)
 				}
-				return c.shardFailed(err)
+				return c.lostOwnStatement(err)
 			}
 		}
 		pre = nil
 		if err := c.ensurePrepared(c.server, p.execs); err != nil {
 			if c.server.Broken {
-				return c.shardFailed(err)
+				return c.lostOwnStatement(err)
 			}
 			c.releaseIfIdle()
 			return c.shardedError(err)
@@ -594,17 +617,42 @@ func (c *client) runOne(p *routePlan) error {
 
 // roundTripShard is roundTrip for the server c.server points at, without
 // the single-shard checkin logic.
+//
+// A server that died before it answered anything of the round trip (see
+// retryShard) is not answered here: its error is a *shardLost to retry,
+// with the round trip's queue dropped.
 func (c *client) roundTripShard() error {
 	s := c.server
+	c.answers = 0
+	c.tripStart = c.mono()
 	s.W.Write(c.out)
 	c.out = c.out[:0]
-	if err := s.Flush(); err != nil {
-		return c.shardFailed(err)
+	err := s.Flush()
+	if err != nil && c.freshShard && pool.NothingSent(err) {
+		err = &serverGone{retry: true, err: err}
 	}
-	if err := c.relay(); err != nil {
-		return c.shardFailed(err)
+	if err == nil {
+		err = c.relay()
 	}
-	return c.flushClient()
+	if err == nil {
+		return c.flushClient()
+	}
+	if retryable(err) {
+		c.q = c.q[:0]
+		c.pipe.set(pipeErrored, false)
+		return &shardLost{err: err, server: s, retry: true}
+	}
+	return c.shardFailed(err)
+}
+
+// lostOwnStatement is lostShard for a failure of the proxy's own
+// statements on c.server before the client's (the settings sync, the
+// shard's BEGIN and replay, SQL-level PREPAREs): nothing of the client's
+// ran, so a fresh server's statement may run on another (retryShard).
+func (c *client) lostOwnStatement(err error) error {
+	lost := c.lostShard(err).(*shardLost)
+	lost.retry = true
+	return lost
 }
 
 // shardFailed handles a broken server on a sharded database: the client's
@@ -618,6 +666,10 @@ func (c *client) shardFailed(err error) error { return c.failShard(err, true) }
 type shardLost struct {
 	err    error
 	server *pool.Server
+	// retry: the server died before it answered anything of the
+	// client's statement, or while it ran the proxy's own statements
+	// before it (see retryShard).
+	retry bool
 }
 
 func (e *shardLost) Error() string { return e.err.Error() }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -135,9 +137,17 @@ func (c *client) sLocal(plan *routePlan, describe bool) error {
 // execOne runs a portal on its one shard. With a row limit the server's
 // batch stays open, so that the rest of the rows can follow (see
 // sharded_portal.go).
+//
+// When the shard's server turns out dead before it answered anything of
+// the portal, the portal runs on another server of the shard (retryShard).
 func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
+	i := p.plan.Shards[0]
+	return c.onShardOrFail(i, func() error { return c.execOneOn(p, i, maxRows, describe) })
+}
+
+// execOneOn is one try of execOne on shard i's server.
+func (c *client) execOneOn(p *sPortal, i int, maxRows int32, describe bool) error {
 	plan := p.plan
-	i := plan.Shards[0]
 	c.server = c.xs.Server(i)
 	if err := c.useShard(i); err != nil {
 		return c.lostShard(err)
@@ -157,7 +167,7 @@ func (c *client) execOne(p *sPortal, maxRows int32, describe bool) error {
 	}
 	if err := c.ensurePrepared(c.server, plan.execs); err != nil {
 		if c.server.Broken {
-			return c.lostShard(err)
+			return c.lostOwnStatement(err)
 		}
 		return err
 	}
@@ -233,16 +243,16 @@ func (c *client) relayAnswer(out []byte) ([]byte, error) {
 	srv := c.server
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return nil, c.lostShard(err)
+		return nil, c.lostWrite(err)
 	}
-	a := answer{c: c, srv: srv, tag: c.execTag[:0]}
+	a := answer{c: c, srv: srv, tag: c.execTag[:0], sent: c.mono()}
 	for !a.done {
 		frames := srv.R.Frames()
 		if len(frames) == 0 {
 			typ, raw, body, err := srv.R.Next()
 			if err != nil {
 				srv.Broken = true
-				return nil, c.lostShard(err)
+				return nil, c.lostAnswer(err, a.deadFirst)
 			}
 			if a.step(typ, raw, body) {
 				c.toClient(raw)
@@ -285,6 +295,12 @@ type answer struct {
 	completed bool        // a CommandComplete came
 	serr      *wire.Error // the server's first error
 	done      bool        // ReadyForQuery came
+	// sent is when the messages went out (clock.Mono); deadFirst says
+	// that the first message of the answer was a FATAL that came within
+	// deadServerWindow of it (see retryShard).
+	sent      time.Duration
+	deadFirst bool
+	stepped   bool // a message of the answer was taken
 }
 
 // step takes note of one message of the server's answer (noteAnswer's
@@ -294,9 +310,14 @@ type answer struct {
 // BindComplete is the shard's own, relayed in its place.
 func (a *answer) step(typ byte, raw, body []byte) bool {
 	c := a.c
+	first := !a.stepped
+	a.stepped = true
 	switch typ {
 	case 'E', 'S', 'Z':
 		a.done = c.noteAnswer(a.srv, &a.serr, typ, raw, body)
+		if first && typ == 'E' && a.serr.Fatal() {
+			a.deadFirst = clock.Mono()-a.sent < deadServerWindow
+		}
 		return false
 	case '1':
 		c.pendingPrepare = "" // the statement exists, whatever fails next
@@ -363,7 +384,7 @@ func (c *client) runPrefix(i int, pre []string) error {
 		_, _, e, err := serverQuery(s, q, c.toClient)
 		if err != nil {
 			c.server = s
-			return c.lostShard(err)
+			return c.lostOwnStatement(err)
 		}
 		if e != nil {
 			s.Broken = true
@@ -495,4 +516,23 @@ func (c *client) sTxControl(p *routePlan) error {
 	}
 	c.w.Write(wire.AppendCommandComplete(nil, tag))
 	return nil
+}
+
+// lostWrite is lostShard for a failed write of the client's statement to
+// c.server: retried on another server when nothing reached the server
+// (retryShard).
+func (c *client) lostWrite(err error) error {
+	lost := c.lostShard(err).(*shardLost)
+	lost.retry = pool.NothingSent(err)
+	return lost
+}
+
+// lostAnswer is lostShard for a failed read of the answer to the client's
+// statement on c.server: retried on another server when the server's
+// first answer was a FATAL that came at once (deadFirst: a server that
+// died idle in its pool, see retryShard).
+func (c *client) lostAnswer(err error, deadFirst bool) error {
+	lost := c.lostShard(err).(*shardLost)
+	lost.retry = deadFirst
+	return lost
 }

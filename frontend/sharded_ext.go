@@ -7,6 +7,7 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
@@ -377,6 +378,11 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	} else if err != nil {
 		return err
 	}
+	return c.onShardOrFail(shard, func() error { return c.validateOn(st, shard) })
+}
+
+// validateOn is validateParse on shard's server, attached.
+func (c *client) validateOn(st *sStmt, shard int) error {
 	c.server = c.xs.Server(shard)
 	if err := c.useShard(shard); err != nil {
 		return c.lostShard(err)
@@ -572,6 +578,12 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	if err != nil {
 		return err
 	}
+	return c.onShardOrFail(shard, func() error { return c.describeOn(shard, st, p) })
+}
+
+// describeOn is sDescribe of statement st or portal p (when not nil) on
+// shard's server, attached.
+func (c *client) describeOn(shard int, st *sStmt, p *sPortal) error {
 	s := c.xs.Server(shard)
 	c.server = s
 	if err := c.useShard(shard); err != nil {
@@ -595,7 +607,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	}
 	if err := c.ensurePrepared(s, execs); err != nil {
 		if s.Broken {
-			return c.lostShard(err)
+			return c.lostOwnStatement(err)
 		}
 		return err
 	}
@@ -705,17 +717,22 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 	srv := c.server
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return c.lostShard(err)
+		return c.lostWrite(err)
 	}
+	sent := c.mono()
 	var serr *wire.Error
-	for {
+	deadFirst := false // see relayAnswer
+	for first := true; ; first = false {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
-			return c.lostShard(err)
+			return c.lostAnswer(err, deadFirst)
 		}
 		switch typ {
 		case 'E', 'S', 'Z':
+			if first && typ == 'E' {
+				deadFirst = wire.ParseError(body).Fatal() && clock.Mono()-sent < deadServerWindow
+			}
 			if c.noteAnswer(srv, &serr, typ, raw, body) {
 				if serr != nil {
 					return serr
@@ -860,10 +877,18 @@ func rebindParams(p *sPortal, pm []int) []byte {
 }
 
 // attachShards attaches every shard in shards, stopping at the first error.
+//
+// For a statement fanned out to several shards, each server that carries
+// nothing of the client's yet is probed first (liveShard).
 func (c *client) attachShards(ctx context.Context, shards []int) error {
 	for _, i := range shards {
 		if err := c.attachShard(ctx, i); err != nil {
 			return err
+		}
+		if len(shards) > 1 {
+			if err := c.liveShard(ctx, i); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/shardgate/shardgate/executor"
+	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -104,9 +105,10 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 	sc.unsynced = true
 	srv.W.Write(out)
 	if err := srv.Flush(); err != nil {
-		return c.lostShard(err)
+		return c.lostWrite(err)
 	}
-	for {
+	sent := c.mono()
+	for first := true; ; first = false {
 		typ, raw, body, err := srv.R.Next()
 		if err != nil {
 			srv.Broken = true
@@ -118,6 +120,12 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 			srv.NoteError(serr)
 			if serr.Fatal() {
 				srv.Broken = true
+				if first && clock.Mono()-sent < deadServerWindow {
+					// The server died before it answered anything
+					// (retryShard).
+					sc.unsynced = false
+					return c.lostAnswer(fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", serr.Message, serr.Code), true)
+				}
 			}
 			if c.pendingPrepare != "" {
 				delete(srv.Prepared, c.pendingPrepare) // the Parse failed

@@ -229,3 +229,164 @@ func TestIdleTLSServerStaysInPool(t *testing.T) {
 		t.Fatalf("%d checkouts for the statement, want 1: the probe should have closed the dead server", n)
 	}
 }
+
+// TestRetryDeadIdleShard is TestRetryDeadIdleServer on a sharded database:
+// the server of the shard a statement is routed to was terminated while
+// idle in its pool, less than a second after its last use, so the pool
+// lends it without a probe. The statement still succeeds, on another
+// server of that shard, in every protocol mode, with the client's
+// settings; so does a statement fanned out to both shards after both
+// shards' servers were terminated.
+func TestRetryDeadIdleShard(t *testing.T) {
+	checkGoroutines(t)
+	cl, p := twoShards(t, "transaction")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	setup := connect(t, p.AppURL("app"))
+	if _, err := setup.Exec(ctx, "INSERT INTO accounts (id, email) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close(ctx)
+	admin := simpleConn(t, cl.DSN("postgres"))
+	modes := []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{
+		{"simple", pgx.QueryExecModeSimpleProtocol},
+		{"exec", pgx.QueryExecModeExec},
+		{"describe", pgx.QueryExecModeDescribeExec},
+		{"prepared", pgx.QueryExecModeCacheStatement},
+	}
+	const routed = "SELECT email, current_setting('statement_timeout'), pg_backend_pid()::text, current_database()::text FROM accounts WHERE id = $1"
+	const fanned = "SELECT count(*), sum(id)::text FROM accounts WHERE id > $1 AND id < 100"
+	for k, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := connectConfig(t, p.AppURL("app"), m.mode, nil)
+			mustExec(t, c, "SET statement_timeout = '7s'")
+			first := row(t, c, m.mode, routed, 1)
+			checkRow(t, "before", first[:2], "a", "7s")
+			terminateBackends(t, admin, "pid = "+first[2])
+			got, err := queryRow(c, m.mode, routed, 1)
+			if err != nil {
+				t.Fatalf("the routed statement after its shard's idle server was terminated: %s", errText(err))
+			}
+			checkRow(t, "after", got[:2], "a", "7s")
+			if got[2] == first[2] {
+				t.Fatalf("still on the terminated backend %s", got[2])
+			}
+
+			pl := p.Listener.State().Pools.Get(p.Config.Database("app"), p.Config.User("app"), shardOf(t, 1, 2))
+			checkRow(t, "again", row(t, c, m.mode, routed, 1)[:2], "a", "7s")
+			before := pl.Stats.Checkouts.Load()
+			terminateBackends(t, admin, "pid = "+row(t, c, m.mode, routed, 1)[2])
+			checkRow(t, "after another", row(t, c, m.mode, routed, 1)[:2], "a", "7s")
+			if n := pl.Stats.Checkouts.Load() - before; n < 3 || n != 3 && m.name != "describe" {
+				// describe: the Parse's Describe may take the shard's
+				// server in a batch of its own.
+				t.Fatalf("%d checkouts of the shard for two statements, want 3: the dead server once more", n)
+			}
+
+			checkRow(t, "fan-out before", row(t, c, m.mode, fanned, 0), "4", "10")
+			terminateBackends(t, admin, "datname IN ('shard0', 'shard1') AND backend_type = 'client backend'")
+			got, err = queryRow(c, m.mode, fanned, 0)
+			if err != nil {
+				t.Fatalf("the fanned-out statement after both shards' idle servers were terminated: %s", errText(err))
+			}
+			checkRow(t, "fan-out after", got, "4", "10")
+			checkRow(t, "next", row(t, c, m.mode, routed, 2)[:2], "b", "7s")
+		})
+		t.Run(m.name+"/transaction", func(t *testing.T) {
+			// A shard that joins an open transaction takes a server of
+			// its pool, dead: the transaction goes on there on another.
+			a := int64(100 + 10*k)
+			b := a + 1
+			for shardOf(t, b, 2) == shardOf(t, a, 2) {
+				b++
+			}
+			c := connectConfig(t, p.AppURL("app"), m.mode, nil)
+			// b's shard server is used just now: no probe at its checkout.
+			if _, err := c.Exec(ctx, "SELECT id FROM accounts WHERE id = $1", m.mode, b); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, c, "BEGIN")
+			// In the simple protocol: a Describe would take a server of a
+			// random shard into the transaction (anyShard), which the
+			// termination must not hit.
+			if _, err := c.Exec(ctx, "INSERT INTO accounts (id, email) VALUES ($1, 'in tx')", pgx.QueryExecModeSimpleProtocol, a); err != nil {
+				t.Fatal(err)
+			}
+			terminateBackends(t, admin, fmt.Sprintf("datname = 'shard%d' AND backend_type = 'client backend'", shardOf(t, b, 2)))
+			if _, err := c.Exec(ctx, "INSERT INTO accounts (id, email) VALUES ($1, 'in tx')", m.mode, b); err != nil {
+				t.Fatalf("the statement that joins the dead server's shard to the transaction: %s", errText(err))
+			}
+			mustExec(t, c, "COMMIT")
+			checkRow(t, "committed", row(t, c, m.mode, "SELECT count(*) FROM accounts WHERE email = 'in tx' AND id IN ($1, $2)", a, b), "2")
+		})
+	}
+}
+
+// TestRetryShardNotForATerminatedStatement is
+// TestRetryNotForATerminatedStatement on a sharded database: a routed
+// statement whose backend an operator terminated while it ran is not run
+// again.
+func TestRetryShardNotForATerminatedStatement(t *testing.T) {
+	cl, p := twoShards(t, "transaction")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 2 {
+		if err := cl.Exec(ctx, fmt.Sprintf("shard%d", i), "CREATE SEQUENCE retry_once"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup := connect(t, p.AppURL("app"))
+	if _, err := setup.Exec(ctx, "INSERT INTO accounts (id, email) VALUES (1, 'a')", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close(ctx)
+	admin := simpleConn(t, cl.DSN("postgres"))
+	shard := fmt.Sprintf("shard%d", shardOf(t, 1, 2))
+	seq := simpleConn(t, cl.DSN(shard))
+	const stmt = "SELECT nextval('retry_once'), pg_sleep(5) FROM accounts WHERE id = $1"
+	for _, m := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		mustExec(t, seq, "ALTER SEQUENCE retry_once RESTART")
+		c := connectConfig(t, p.AppURL("app"), m, nil)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(context.Background(), stmt, m, 1)
+			done <- err
+		}()
+		// Past deadServerWindow: the statement has run for a while, as an
+		// operator sees it.
+		const running = "datname = '" + "%s" + "' AND query LIKE 'SELECT nextval(''retry_once'')%%' AND state = 'active'"
+		where := fmt.Sprintf(running, shard)
+		eventually(t, 5*time.Second, "the statement to run for 200 ms", func() bool {
+			return value(t, admin, simple, "SELECT count(*) FROM pg_stat_activity WHERE "+where+" AND clock_timestamp() - query_start > interval '200 ms'") == "1"
+		})
+		value(t, admin, simple, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "+where)
+		err := <-done
+		if err == nil || !strings.Contains(errText(err), "57P01") && !strings.Contains(errText(err), "08006") {
+			t.Fatalf("%v: the terminated statement answered %v, want an error", m, err)
+		}
+		if got := value(t, seq, simple, "SELECT last_value FROM retry_once"); got != "1" {
+			t.Fatalf("%v: the sequence is at %s after the terminated statement: it ran again", m, got)
+		}
+	}
+}
+
+// terminateBackends terminates the backends that where selects in
+// pg_stat_activity and waits until they are gone, well under the second
+// after which the pool probes an idle server.
+func terminateBackends(t *testing.T, admin *pgx.Conn, where string) {
+	t.Helper()
+	start := time.Now()
+	where += " AND pid <> pg_backend_pid()"
+	if n := value(t, admin, simple, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "+where); n == "0" {
+		t.Fatalf("no backend terminated")
+	}
+	eventually(t, 5*time.Second, "the terminated backends to exit", func() bool {
+		return value(t, admin, simple, "SELECT count(*) FROM pg_stat_activity WHERE "+where) == "0"
+	})
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("terminating took %s: the pool may have probed the server instead of lending it", d)
+	}
+}

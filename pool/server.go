@@ -148,6 +148,10 @@ type notSentError struct{ err error }
 func (e *notSentError) Error() string { return e.err.Error() }
 func (e *notSentError) Unwrap() error { return e.err }
 
+// Untouched reports whether nothing was written to or read from the
+// server since its checkout: it carries nothing of its holder's yet.
+func (s *Server) Untouched() bool { return s.bytesOut == 0 && s.bytesIn == 0 }
+
 // NothingSent reports whether err is a Flush that failed before any byte
 // written since the server's checkout reached its connection.
 func NothingSent(err error) bool {
