@@ -117,25 +117,15 @@ func fillPool(t *testing.T, url string, n int) {
 }
 
 // terminateApp terminates the backend pid, or with all every backend of
-// database app but admin's own, and waits until they are gone. It must
-// take well under a second (the pool probes servers idle longer).
+// database app but admin's own, and waits until they are gone
+// (terminateBackends).
 func terminateApp(t *testing.T, admin *pgx.Conn, all bool, pid string) {
 	t.Helper()
-	start := time.Now()
-	where := "pid = $1::int"
+	where := "pid = " + pid
 	if all {
-		where = "datname = 'app' AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND $1::text IS NOT NULL"
+		where = "datname = 'app' AND backend_type = 'client backend'"
 	}
-	n := value(t, admin, simple, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "+where, pid)
-	if n == "0" {
-		t.Fatalf("no backend terminated")
-	}
-	eventually(t, 5*time.Second, "the terminated backends to exit", func() bool {
-		return value(t, admin, simple, "SELECT count(*) FROM pg_stat_activity WHERE "+where, pid) == "0"
-	})
-	if d := time.Since(start); d > 900*time.Millisecond {
-		t.Fatalf("terminating took %s: the pool may have probed the server instead of lending it", d)
-	}
+	terminateBackends(t, admin, where)
 }
 
 // TestRetryRestoreOnDeadServer: a client whose settings differ from those
