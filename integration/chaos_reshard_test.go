@@ -155,13 +155,7 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 			break
 		}
 		if time.Now().After(deadline) {
-			var kept []string
-			for _, l := range strings.Split(p.current().log.String(), "\n") {
-				if !strings.Contains(l, "admin command failed") {
-					kept = append(kept, l)
-				}
-			}
-			log := strings.Join(kept, "\n")
+			log := p.logWithoutAdminFailures()
 			d := connect(t, dsn("app_new_0"))
 			t.Logf("tasks: %v", chaosQueryText(d, "SELECT t::text FROM shardgate_reshard.tasks t"))
 			t.Logf("advisory locks: %v", chaosQueryText(d, "SELECT l.pid::text || ' ' || coalesce(a.application_name, '') || ' ' || coalesce(a.state, '') || ' ' || coalesce(a.client_addr::text, '') || ':' || coalesce(a.client_port::text, '') FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"))
@@ -173,6 +167,12 @@ INSERT INTO accounts SELECT i, 0 FROM generate_series(1, 100000) i`); err != nil
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("shardgate_reshard.tasks on app_new_0: %v", chaosQueryText(connect(t, dsn("app_new_0")), "SELECT t::text FROM shardgate_reshard.tasks t"))
+			// What each proxy's current process logged of the task and the
+			// cutover: which runner held the task when, and what it did.
+			for i, q := range rig.proxies {
+				log := q.logWithoutAdminFailures()
+				t.Logf("proxy %d log, admin failures left out (end):\n%s", i, log[max(0, len(log)-6000):])
+			}
 		}
 	})
 	chaosWaitTask(t, p, adminURL, 90*time.Second)
@@ -400,4 +400,16 @@ func chaosCheckLeftovers(t *testing.T, dsn func(db string) string) {
 			}
 		}
 	}
+}
+
+// logWithoutAdminFailures is the log of the proxy's current process without
+// the failures of the admin commands the test polls with (CUTOVER, SHOW).
+func (c *chaosProxyProc) logWithoutAdminFailures() string {
+	var kept []string
+	for _, l := range strings.Split(c.current().log.String(), "\n") {
+		if !strings.Contains(l, "admin command failed") {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "\n")
 }
