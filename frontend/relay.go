@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/config"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -224,11 +223,11 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 		// statement may have caused it, pg_terminate_backend of
 		// its own backend say).
 		bound := c.sessionBound() || c.answers > 1
-		if c.answers == 1 && clock.Mono()-c.tripStart < deadServerWindow &&
+		if c.answers == 1 && diedIdle(e, c.tripStart) &&
 			(c.xs == nil && !internal && !bound && c.batchRetryable(s) || c.xs != nil && c.freshShard) {
 			// A sharded statement's server that carried nothing of the
 			// client's (roundTripShard, retryShard).
-			return &serverGone{retry: true, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+			return &serverGone{retry: true, err: serverClosed(e)}
 		}
 		if !internal {
 			if !bound {
@@ -237,7 +236,7 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 			}
 			c.toClient(raw)
 		}
-		return &serverGone{forwarded: !internal, fatal: bound, err: fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)}
+		return &serverGone{forwarded: !internal, fatal: bound, err: serverClosed(e)}
 	}
 	if !internal {
 		c.countError(e.Code)

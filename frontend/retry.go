@@ -44,6 +44,19 @@ import (
 // again; that client gets the FATAL as an ERROR, as before.
 const deadServerWindow = 100 * time.Millisecond
 
+// diedIdle reports whether e, a server's first answer to what the proxy
+// sent it at sent (clock.Mono), says that the server had died idle in the
+// pool: a FATAL within deadServerWindow.
+func diedIdle(e *wire.Error, sent time.Duration) bool {
+	return e.Fatal() && clock.Mono()-sent < deadServerWindow
+}
+
+// serverClosed is the error of a server that ended the connection with e,
+// its FATAL.
+func serverClosed(e *wire.Error) error {
+	return fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", e.Message, e.Code)
+}
+
 // retryTries bounds how many servers one round trip is tried on.
 const retryTries = 3
 
@@ -351,22 +364,29 @@ func (c *client) retryShard(err error, i, try int) (again bool, cerr error) {
 	if !c.freshShard || try+1 >= retryTries || !errors.As(err, &lost) || !lost.retry || lost.server != c.xs.Server(i) {
 		return false, nil
 	}
-	dead := lost.server
-	c.log.Info("server died before answering; running the statement on another server of the shard", "shard", i, "server", dead.Addr, "err", lost.err)
-	if p := dead.Pool(); p != nil {
-		p.CloseDeadIdle()
-	}
-	// What the statement may leave on the session (ranOn) stays: it will
-	// have run on the new server. The Parse the proxy added on the dead
-	// server (ensureParsed) is not pending on the new one.
-	c.ext[i] = shardExt{eff: c.ext[i].eff}
+	c.log.Info("server died before answering; running the statement on another server of the shard", "shard", i, "server", lost.server.Addr, "err", lost.err)
+	// The Parse the proxy added on the dead server (ensureParsed) is not
+	// pending on the new one.
 	c.pendingPrepare = ""
-	c.xs.Discard(i)
 	c.server = nil
-	if err := c.attachHeld(context.Background(), i); err != nil {
+	if err := c.replaceShardServer(context.Background(), i); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// replaceShardServer gives shard i another server in place of the dead one
+// the client holds there, which carried nothing of the client's: the dead
+// one's pool closes its other dead idle servers, and the shard joins the
+// transaction afresh (executor.Session.Discard). What the statement may
+// leave on the session (ranOn) stays: it will have run on the new server.
+func (c *client) replaceShardServer(ctx context.Context, i int) error {
+	if p := c.xs.Server(i).Pool(); p != nil {
+		p.CloseDeadIdle()
+	}
+	c.ext[i] = shardExt{eff: c.ext[i].eff}
+	c.xs.Discard(i)
+	return c.attachHeld(ctx, i)
 }
 
 // liveShard replaces shard i's server, which the client holds for a
@@ -384,12 +404,7 @@ func (c *client) liveShard(ctx context.Context, i int) error {
 			return nil
 		}
 		c.log.Info("server found dead before a statement fanned out to several shards; taking another server of the shard", "shard", i, "server", s.Addr)
-		if p := s.Pool(); p != nil {
-			p.CloseDeadIdle()
-		}
-		c.ext[i] = shardExt{eff: c.ext[i].eff}
-		c.xs.Discard(i)
-		if err := c.attachHeld(ctx, i); err != nil {
+		if err := c.replaceShardServer(ctx, i); err != nil {
 			return err
 		}
 	}

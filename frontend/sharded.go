@@ -649,11 +649,7 @@ func (c *client) roundTripShard() error {
 // statements on c.server before the client's (the settings sync, the
 // shard's BEGIN and replay, SQL-level PREPAREs): nothing of the client's
 // ran, so a fresh server's statement may run on another (retryShard).
-func (c *client) lostOwnStatement(err error) error {
-	lost := c.lostShard(err).(*shardLost)
-	lost.retry = true
-	return lost
-}
+func (c *client) lostOwnStatement(err error) error { return c.lostShardRetry(err, true) }
 
 // shardFailed handles a broken server on a sharded database: the client's
 // transaction (if any) is lost, so the client gets an error and, inside a
@@ -676,13 +672,17 @@ func (e *shardLost) Error() string { return e.err.Error() }
 
 // lostShard returns err, a failure of the server c.server points at, as a
 // shardLost.
-func (c *client) lostShard(err error) error {
+func (c *client) lostShard(err error) error { return c.lostShardRetry(err, false) }
+
+// lostShardRetry is lostShard, with retry saying whether the statement may
+// run again on another server of the shard (retryShard).
+func (c *client) lostShardRetry(err error, retry bool) error {
 	srv := c.server
 	var se *executor.ShardError
 	if errors.As(err, &se) {
 		srv = se.Server
 	}
-	return &shardLost{err: err, server: srv}
+	return &shardLost{err: err, server: srv, retry: retry}
 }
 
 // failShard is shardFailed; ready says to answer ReadyForQuery (a simple

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shardgate/shardgate/executor"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
 )
@@ -315,8 +314,8 @@ func (a *answer) step(typ byte, raw, body []byte) bool {
 	switch typ {
 	case 'E', 'S', 'Z':
 		a.done = c.noteAnswer(a.srv, &a.serr, typ, raw, body)
-		if first && typ == 'E' && a.serr.Fatal() {
-			a.deadFirst = clock.Mono()-a.sent < deadServerWindow
+		if first && typ == 'E' {
+			a.deadFirst = diedIdle(a.serr, a.sent)
 		}
 		return false
 	case '1':
@@ -521,18 +520,10 @@ func (c *client) sTxControl(p *routePlan) error {
 // lostWrite is lostShard for a failed write of the client's statement to
 // c.server: retried on another server when nothing reached the server
 // (retryShard).
-func (c *client) lostWrite(err error) error {
-	lost := c.lostShard(err).(*shardLost)
-	lost.retry = pool.NothingSent(err)
-	return lost
-}
+func (c *client) lostWrite(err error) error { return c.lostShardRetry(err, pool.NothingSent(err)) }
 
 // lostAnswer is lostShard for a failed read of the answer to the client's
 // statement on c.server: retried on another server when the server's
 // first answer was a FATAL that came at once (deadFirst: a server that
 // died idle in its pool, see retryShard).
-func (c *client) lostAnswer(err error, deadFirst bool) error {
-	lost := c.lostShard(err).(*shardLost)
-	lost.retry = deadFirst
-	return lost
-}
+func (c *client) lostAnswer(err error, deadFirst bool) error { return c.lostShardRetry(err, deadFirst) }

@@ -7,7 +7,6 @@ import (
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/router"
 	"github.com/shardgate/shardgate/wire"
@@ -731,7 +730,7 @@ func (c *client) serverExchange(out []byte, fn func(typ byte, raw []byte)) error
 		switch typ {
 		case 'E', 'S', 'Z':
 			if first && typ == 'E' {
-				deadFirst = wire.ParseError(body).Fatal() && clock.Mono()-sent < deadServerWindow
+				deadFirst = diedIdle(wire.ParseError(body), sent)
 			}
 			if c.noteAnswer(srv, &serr, typ, raw, body) {
 				if serr != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/shardgate/shardgate/executor"
-	"github.com/shardgate/shardgate/internal/clock"
 	"github.com/shardgate/shardgate/wire"
 )
 
@@ -120,11 +119,11 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 			srv.NoteError(serr)
 			if serr.Fatal() {
 				srv.Broken = true
-				if first && clock.Mono()-sent < deadServerWindow {
+				if first && diedIdle(serr, sent) {
 					// The server died before it answered anything
 					// (retryShard).
 					sc.unsynced = false
-					return c.lostAnswer(fmt.Errorf("server closed the connection: %s (SQLSTATE %s)", serr.Message, serr.Code), true)
+					return c.lostAnswer(serverClosed(serr), true)
 				}
 			}
 			if c.pendingPrepare != "" {
