@@ -43,6 +43,21 @@ import (
 //     on destination shard 0 for as long as the advance runs on the
 //     source. Claim waits for it (up to claimWait): terminating the
 //     destination session would not stop the advance on the source.
+//   - a cutover's fence (fence.go), its record of the source's shards
+//     (the step before its switch, after which the source stays fenced),
+//     and the undoing of both when it aborts hold the advance lock too
+//     (underClaim). Claim lifts a fence that an earlier run left, and only
+//     while the task's record says that no cutover got that far: the
+//     earlier run may have died between its fence and its switch, and
+//     the source serves the database still. Both sides take the lock and
+//     read the claim first, so either the earlier run's cutover recorded
+//     the source's shards before the claim (the fence stays, that cutover
+//     completes) or it finds the task claimed and aborts, without lifting
+//     a fence that is no longer its own. Without that, a run that lost its
+//     lease for a moment in the middle of its cutover went on to switch
+//     while the run that took the task over had lifted its fence: every
+//     write committed on the source between that and the switch was lost
+//     (TestCutoverAfterTakeover).
 //
 // A Task used without a Manager (tests, benchmarks) has no claim and
 // checks nothing.
@@ -138,9 +153,57 @@ func (t *Task) claimShard(ctx context.Context, d int, token string) error {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO shardgate_reshard.runners (task, token) VALUES ($1, $2)
-			ON CONFLICT (task) DO UPDATE SET token = EXCLUDED.token, claimed_at = now()`, t.Name, token)
+		if _, err := tx.Exec(ctx, `INSERT INTO shardgate_reshard.runners (task, token) VALUES ($1, $2)
+			ON CONFLICT (task) DO UPDATE SET token = EXCLUDED.token, claimed_at = now()`, t.Name, token); err != nil {
+			return err
+		}
+		if d == 0 {
+			return t.liftEarlierFence(ctx, tx)
+		}
+		return nil
+	})
+}
+
+// liftEarlierFence lifts the fence of a cutover that an earlier run of the
+// task left between its fence and its switch, unless the task's record
+// says that cutover recorded the source's shards (see claim); tx holds
+// both claim locks on destination shard 0.
+func (t *Task) liftEarlierFence(ctx context.Context, tx pgx.Tx) error {
+	var open bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
+		WHERE task = $1 AND state = 'running' AND source_shards IS NULL)`, t.Name).Scan(&open); err != nil {
+		return fmt.Errorf("read the task's record: %w", err)
+	}
+	if !open {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(ctx, claimWait)
+	defer cancel()
+	if err := t.Unfence(uctx); err != nil {
+		return fmt.Errorf("lift the fence of an interrupted cutover: %w", err)
+	}
+	return nil
+}
+
+// underClaim runs f in a transaction on destination shard 0 that holds the
+// advance claim lock shared, once it has checked that the claim is still
+// this run's (errClaimLost otherwise): the fence of a cutover, its record
+// of the source's shards and their undoing (see claim). A Task that was
+// not claimed runs f with a nil tx.
+func (t *Task) underClaim(ctx context.Context, f func(tx pgx.Tx) error) error {
+	if t.claim.token == "" {
+		return f(nil)
+	}
+	conn, err := t.connectDest(ctx, 0)
+	if err != nil {
 		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := t.checkClaim(ctx, tx, advanceClaimLock); err != nil {
+			return err
+		}
+		return f(tx)
 	})
 }
 

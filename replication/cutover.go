@@ -10,6 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardgate/shardgate/config"
 )
 
@@ -115,14 +118,9 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		if cc != nil {
 			cc.Abort(ctx, err)
 		}
-		if fenced {
-			if ferr := t.Task.Unfence(context.WithoutCancel(ctx)); ferr != nil {
-				err = errors.Join(err, ferr)
-			}
-		}
-		if t.cutoverFrom != nil { // the file names the source's shards again
-			if perr := t.recordSource(ctx, nil); perr != nil {
-				err = errors.Join(err, perr)
+		if fenced || t.cutoverFrom != nil {
+			if uerr := t.undoFence(context.WithoutCancel(ctx), fenced); uerr != nil {
+				err = errors.Join(err, uerr)
 			}
 		}
 		if rerr := g.Resume(t.Source); rerr != nil {
@@ -160,9 +158,16 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		}
 		return pids
 	}
-	target, err := t.Task.Fence(cctx, spare)
+	var target []pglogrepl.LSN
+	err := t.Task.underClaim(cctx, func(pgx.Tx) error {
+		var err error
+		if target, err = t.Task.Fence(cctx, spare); err != nil {
+			return fmt.Errorf("%w (the server user must own the source databases)", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return abort(fmt.Errorf("%w (the server user must own the source databases)", err), false)
+		return abort(err, false)
 	}
 	if slices.Contains(target, 0) { // a source shard that is also a destination is not fenced
 		current, err := t.Task.CurrentLSN(cctx)
@@ -176,6 +181,7 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		}
 	}
 	step("fence")
+	t.Task.knobs.atCutoverStage("fenced")
 	if err := t.Task.WaitCaughtUp(cctx, target); err != nil {
 		return abort(err, false)
 	}
@@ -314,11 +320,52 @@ func (t *Managed) switchCluster(ctx context.Context, old *config.Config, start t
 }
 
 // recordSource records db as the task's source before the cutover
-// (Managed.cutoverFrom), or, with nil, forgets it after an aborted one, so
-// that a restart streams again instead of dropping.
+// (Managed.cutoverFrom): from then on the cutover is the task's own, and
+// a run that takes the task over leaves the fence up (claim.go). It fails
+// with errClaimLost when another run claimed the task meanwhile.
 func (t *Managed) recordSource(ctx context.Context, db *config.Database) error {
-	t.cutoverFrom = db
-	return t.persist(ctx, TaskRunning, nil)
+	return t.Task.underClaim(ctx, func(tx pgx.Tx) error {
+		t.cutoverFrom = db
+		if tx == nil {
+			return t.persist(ctx, TaskRunning, nil)
+		}
+		if err := t.writeRecord(ctx, tx, TaskRunning, nil); err != nil {
+			t.cutoverFrom = nil
+			return fmt.Errorf("record the task: %w", err)
+		}
+		return nil
+	})
+}
+
+// undoFence undoes an aborted cutover's steps on the task's record and
+// the source: it forgets the recorded source shards (so that a restart
+// streams again instead of dropping) and, if fenced, lifts the fence. A
+// run whose task another run claimed meanwhile does neither: the fence
+// and the record are that run's now (claim.go); it logs that and returns
+// nil.
+func (t *Managed) undoFence(ctx context.Context, fenced bool) error {
+	err := t.Task.underClaim(ctx, func(tx pgx.Tx) error {
+		var errs []error
+		if t.cutoverFrom != nil {
+			t.cutoverFrom = nil
+			var err error
+			if tx == nil {
+				err = t.persist(ctx, TaskRunning, nil)
+			} else if err = t.writeRecord(ctx, tx, TaskRunning, nil); err != nil {
+				err = fmt.Errorf("record the task: %w", err)
+			}
+			errs = append(errs, err)
+		}
+		if fenced {
+			errs = append(errs, t.Task.Unfence(ctx))
+		}
+		return errors.Join(errs...)
+	})
+	if errors.Is(err, errClaimLost) {
+		t.Task.log.Warn("cutover aborted after another proxy took the task over: the fence and the task's record are left to it", "id", t.ID)
+		return nil
+	}
+	return err
 }
 
 // finishDrop is the rest of a cutover that a stopped proxy left after

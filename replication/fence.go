@@ -94,8 +94,8 @@ func (t *Task) Fence(ctx context.Context, spare func(s int) []uint32) ([]pglogre
 }
 
 // Unfence lifts Fence: after an aborted cutover, and when a task that has
-// not cut over resumes or stops (the proxy may have died between the fence
-// and the switch).
+// not cut over resumes (in its claim: the proxy may have died between the
+// fence and the switch; claim.go says who may lift a fence) or stops.
 func (t *Task) Unfence(ctx context.Context) error {
 	var errs []error
 	for _, s := range t.fencedSources() {

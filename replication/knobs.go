@@ -12,12 +12,13 @@ type Knobs struct {
 	StallCopy func(table string) bool
 
 	// AtCutoverStage, when set, runs at each stage of a cutover that a
-	// crash test may stop the process at: "before-config-write" (the task
-	// recorded the source's shards, the configuration file still names
-	// them) and "after-config-write" (the file names the destination's
-	// shards, the running configuration does not yet), and "before-drop"
-	// (the proxy serves the destination's shards; the slots on the old
-	// source shards are not dropped yet).
+	// test may stop the process, or act as another proxy, at: "fenced"
+	// (the source shards are fenced, the last catch-up has not begun),
+	// "before-config-write" (the task recorded the source's shards, the
+	// configuration file still names them), "after-config-write" (the
+	// file names the destination's shards, the running configuration
+	// does not yet) and "before-drop" (the proxy serves the destination's
+	// shards; the slots on the old source shards are not dropped yet).
 	AtCutoverStage func(stage string)
 
 	// AtRunStart, when set, runs first in the goroutine that runs a task,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardgate/shardgate/config"
 )
@@ -54,6 +55,25 @@ func (t *Managed) persistWithin(ctx context.Context, d time.Duration, state Task
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
+	conn, err := t.Task.connectDest(ctx, 0)
+	if err == nil {
+		err = t.writeRecord(ctx, conn, state, taskErr)
+		conn.Close(ctx)
+	}
+	if err != nil {
+		t.Task.log.Warn("could not record the task's state; a restart will not resume it", "id", t.ID, "err", err)
+		return fmt.Errorf("record the task: %w", err)
+	}
+	return nil
+}
+
+// execer is a session or a transaction on destination shard 0.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// writeRecord writes the task's row (see persist) through conn.
+func (t *Managed) writeRecord(ctx context.Context, conn execer, state TaskState, taskErr error) error {
 	var shards *string
 	if db := t.cutoverFrom; db != nil {
 		rec := make([]recordedShard, len(db.Shards))
@@ -65,7 +85,7 @@ func (t *Managed) persistWithin(ctx context.Context, d time.Duration, state Task
 		}
 		b, err := json.Marshal(rec)
 		if err != nil {
-			return fmt.Errorf("record the task: %w", err)
+			return err
 		}
 		s := string(b)
 		shards = &s
@@ -76,23 +96,15 @@ func (t *Managed) persistWithin(ctx context.Context, d time.Duration, state Task
 		why = &s
 	}
 	n := t.Task.Names()
-	conn, err := t.Task.connectDest(ctx, 0)
-	if err == nil {
-		_, err = conn.Exec(ctx, recordColumns)
-		if err == nil {
-			_, err = conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, nullif($8, ''), nullif($9, ''))
-			ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
-				source_shards = $7::jsonb, publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
-				t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
-		}
-		conn.Close(ctx)
+	if _, err := conn.Exec(ctx, recordColumns); err != nil {
+		return err
 	}
-	if err != nil {
-		t.Task.log.Warn("could not record the task's state; a restart will not resume it", "id", t.ID, "err", err)
-		return fmt.Errorf("record the task: %w", err)
-	}
-	return nil
+	_, err := conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, nullif($8, ''), nullif($9, ''))
+		ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
+			source_shards = $7::jsonb, publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
+		t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
+	return err
 }
 
 // Resume restarts the tasks recorded as running on shard 0 of any database

@@ -211,14 +211,6 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 				l.release()
 			}
 		}
-		if err == nil && cutoverFrom == nil {
-			// Whoever ran the task may have died between the fence of a
-			// cutover and its switch: the source serves the database
-			// still (only the lease's holder may lift the fence).
-			if ferr := task.Unfence(lctx); ferr != nil {
-				m.log.Warn("lifting the fence of an interrupted cutover", "task", task.Name, "err", ferr)
-			}
-		}
 		lcancel()
 		if err != nil {
 			return nil, err

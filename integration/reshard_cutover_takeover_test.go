@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardgate/shardgate/internal/pgtest"
+	"github.com/shardgate/shardgate/replication"
+)
+
+// TestCutoverAfterTakeover: the run of a task that is cutting over loses
+// the task to another run, as when another proxy took the task's lease
+// while this one had lost its lease session for a moment (found by
+// TestChaosReshardCluster: writes the source acknowledged after such a
+// takeover were missing on the destination). The other run is played by
+// a second Task of the same source and destination that claims the task
+// from the cutover's stage hook; its claim lifts a fence only while no
+// cutover recorded the source's shards, since it cannot tell a live
+// cutover from one whose proxy died.
+//
+//   - claimed once the source is fenced: the claim lifts the fence, and an
+//     application writes to the source again. The cutover must not switch:
+//     CUTOVER fails, the proxy still serves the source, the write is there
+//     through the proxy, and the source is not fenced.
+//   - claimed once the cutover recorded the source's shards: the claim
+//     leaves the fence up, and the cutover completes. The source stays
+//     fenced: a new session there cannot write.
+func TestCutoverAfterTakeover(t *testing.T) {
+	for _, stage := range []string{"fenced", "before-config-write"} {
+		t.Run(stage, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			var o *operated
+			var claimed atomic.Bool
+			claimErr := make(chan error, 1)
+			e := startRetryEnv(t, ctx, false, func(op *operated) {
+				o = op
+				op.Tasks.KnobsForTest.AtCutoverStage = func(s string) {
+					if s != stage || !claimed.CompareAndSwap(false, true) {
+						return
+					}
+					claimErr <- takeOverTask(ctx, op)
+				}
+			})
+			e.start(t)
+			e.waitPhase(t, "stream")
+			_, cutErr := adminPgx(e.adm, "CUTOVER "+e.id)
+			select {
+			case err := <-claimErr:
+				if err != nil {
+					t.Fatalf("the other run's claim: %v", err)
+				}
+			default:
+				t.Fatalf("the cutover never reached stage %q (CUTOVER: %v)", stage, cutErr)
+			}
+			write := writeSource(ctx, e.sc)
+			shards := o.Gate.Config().Database("app").Shards
+			if stage == "fenced" {
+				if cutErr == nil || !strings.Contains(cutErr.Error(), "another run claimed the task") {
+					t.Fatalf("CUTOVER after another run claimed the task: %v, want the cutover aborted for the claim", cutErr)
+				}
+				if len(shards) != 1 || shards[0].Database != "app_0" {
+					t.Fatalf("after the aborted cutover the proxy serves %+v, want the source app_0", shards)
+				}
+				if write != nil {
+					t.Fatalf("a write on the source after the aborted cutover: %v, want it taken (the fence lifted)", write)
+				}
+				app := connect(t, o.AppURL("app"))
+				var n int
+				if err := app.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 1000001").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != 1 {
+					t.Fatalf("the source's write is %d times on what the proxy serves, want 1", n)
+				}
+				e.src = reconnected(t, ctx, e.src) // the cutover fenced the source
+				e.stop(t, ctx)
+				return
+			}
+			if cutErr != nil {
+				t.Fatalf("CUTOVER with the other run's claim after the record of the source's shards: %v", cutErr)
+			}
+			if len(shards) != 2 || !strings.HasPrefix(shards[0].Database, "app_new_") {
+				t.Fatalf("after the cutover the proxy serves %+v, want app_new's two shards", shards)
+			}
+			var pgErr *pgconn.PgError
+			if !errors.As(write, &pgErr) || pgErr.Code != "25006" {
+				t.Fatalf("a write on the source after the cutover: %v, want 25006 (the fence stays)", write)
+			}
+		})
+	}
+}
+
+// takeOverTask claims the task app → app_new of o, as another proxy's run
+// of it does when it resumes the task.
+func takeOverTask(ctx context.Context, o *operated) error {
+	cfg := o.Gate.Config()
+	user, password := replication.Credentials(cfg, "app")
+	other, err := replication.New(cfg.Database("app"), cfg.Database("app_new"), user, password, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	return other.Claim(ctx)
+}
+
+// writeSource inserts row 1000001 into accounts on the source shard, in a
+// new session as an application's (which a fence makes read-only).
+func writeSource(ctx context.Context, sc *pgtest.Cluster) error {
+	conn, err := pgx.Connect(ctx, sc.DSN("app_0"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "INSERT INTO accounts VALUES (1000001, 1)")
+	return err
+}
