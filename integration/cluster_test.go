@@ -580,10 +580,27 @@ func TestClusterTaskKeepsItsID(t *testing.T) {
 	<-b.p.done
 	b.p = startProxyProcess(t, buildProxy(t), b.path, b.addr)
 	admB = b.admin(t)
+	// idRows counts SHOW TASKS' rows with the task's id on adm, whatever
+	// their state: a proxy that resumes the task after it had stopped its
+	// own run lists the new run only (it listed both, the stopped one
+	// first, and CUTOVER and SHOW TASKS by id meant the old one).
+	idRows := func(adm *pgx.Conn) int {
+		tb, err := adminPgx(adm, "SHOW TASKS")
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, r := range tb.rows {
+			if r[tb.col(t, "id")] == id {
+				n++
+			}
+		}
+		return n
+	}
 	for _, adm := range []*pgx.Conn{admA, admB} {
-		eventually(t, 60*time.Second, "one running task, with its first id, after B's restart", func() bool {
+		eventually(t, 60*time.Second, "one running task, with its first id and one row, after B's restart", func() bool {
 			rows := runningRows(adm)
-			return len(rows) == 1 && strings.HasPrefix(rows[0], id+" ")
+			return len(rows) == 1 && strings.HasPrefix(rows[0], id+" ") && idRows(adm) == 1
 		})
 	}
 	// The task streams again before CUTOVER is asked (a runner that has

@@ -247,6 +247,11 @@ func (m *Manager) launch(kind TaskKind, src, dst string, task *Task, cutoverFrom
 	if id == 0 {
 		m.nextID++
 		t.ID = m.nextID
+	} else {
+		// A cluster numbers a task once: an earlier run of it here that
+		// stopped (another proxy took its lease) is superseded by this
+		// one, which SHOW TASKS, CUTOVER and STOP_TASK mean by that id.
+		m.tasks = slices.DeleteFunc(m.tasks, func(o *Managed) bool { return o.ID == id })
 	}
 	m.tasks = append(m.tasks, t)
 	m.log.Info("task started", "id", t.ID, "kind", kind.String(), "source", src, "destination", dst, "task", task.Name)
