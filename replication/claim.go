@@ -175,6 +175,11 @@ func (t *Task) liftEarlierFence(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("read the task's record: %w", err)
 	}
 	if !open {
+		var recorded bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
+			WHERE task = $1 AND state = 'running' AND source_shards IS NOT NULL)`, t.Name).Scan(&recorded); err == nil && recorded {
+			t.log.Warn("an earlier run of the task recorded a cutover's source shards: a fence it put up on the source stays until a cutover completes (CUTOVER) or the task stops (STOP_TASK)")
+		}
 		return nil
 	}
 	uctx, cancel := context.WithTimeout(ctx, claimWait)
@@ -189,11 +194,8 @@ func (t *Task) liftEarlierFence(ctx context.Context, tx pgx.Tx) error {
 // advance claim lock shared, once it has checked that the claim is still
 // this run's (errClaimLost otherwise): the fence of a cutover, its record
 // of the source's shards and their undoing (see claim). A Task that was
-// not claimed runs f with a nil tx.
+// not claimed checks nothing.
 func (t *Task) underClaim(ctx context.Context, f func(tx pgx.Tx) error) error {
-	if t.claim.token == "" {
-		return f(nil)
-	}
 	conn, err := t.connectDest(ctx, 0)
 	if err != nil {
 		return err

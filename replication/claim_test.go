@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // claimRows are the source rows of the claim tests: enough of them in
@@ -131,4 +133,117 @@ func TestClaimFencesAStaleRunner(t *testing.T) {
 	f.exec(t, f.srcConn, `UPDATE kv SET v = v + 100 WHERE id % 10 = 0; DELETE FROM mail WHERE id > 450`)
 	f.stream(t)
 	compareBatchTables(t, f)
+}
+
+// TestClaimAndTheCutoverFence: the protocol between a run's cutover and
+// a run that takes the task over (claim.go), step by step.
+//
+//   - Run A claims the task, fences the source and records the source's
+//     shards (the step before its switch).
+//   - Run B takes the task over: its first record, as a resumed run
+//     writes it, keeps A's source shards, and its claim leaves the fence
+//     up (A's cutover may be switching: the source must refuse writes).
+//     A copy of B's that finds the slot dropped knows that a cutover did
+//     it (cutOverElsewhere).
+//   - A, now stale, can neither record its cutover again nor undo it:
+//     errClaimLost, and the fence and the record stay.
+//   - B's own cutover, aborting, clears the record and lifts the fence.
+//   - With the record cleared, a third run's claim lifts a fence left by
+//     a run that died between its fence and its record.
+func TestClaimAndTheCutoverFence(t *testing.T) {
+	ctx := t.Context()
+	f := newTaskFixture(t, 2, batchSchema, claimRows, batchRules)
+	fenced := func() bool {
+		t.Helper()
+		var n int
+		if err := f.dstConns[0].QueryRow(ctx, `SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+			WHERE d.datname = 'src_0' AND 'default_transaction_read_only=on' = ANY (s.setconfig)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	recorded := func() bool {
+		t.Helper()
+		var yes bool
+		if err := f.dstConns[0].QueryRow(ctx, `SELECT source_shards IS NOT NULL FROM shardgate_reshard.tasks WHERE task = $1`,
+			f.task.Name).Scan(&yes); err != nil {
+			t.Fatal(err)
+		}
+		return yes
+	}
+	run := func(task *Task) *Managed {
+		return &Managed{ID: 1, Kind: KindCopyData, Source: f.src.Name, Dest: f.dst.Name, Task: task}
+	}
+	noSpare := func(int) []uint32 { return nil }
+
+	a := run(f.task)
+	if err := a.persist(ctx, TaskRunning, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Task.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Task.underClaim(ctx, func(pgx.Tx) error { _, err := a.Task.Fence(ctx, noSpare); return err }); err != nil {
+		t.Fatalf("A's fence: %v", err)
+	}
+	if err := a.recordSource(ctx, f.src); err != nil {
+		t.Fatalf("A's record of the source's shards: %v", err)
+	}
+	if !fenced() || !recorded() {
+		t.Fatalf("after A's fence and record: fenced %v, recorded %v", fenced(), recorded())
+	}
+
+	b := run(f.newTask(t, f.task.log))
+	if err := b.persist(ctx, TaskRunning, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !recorded() {
+		t.Fatal("B's first record erased the source's shards of A's cutover")
+	}
+	if err := b.Task.Claim(ctx); err != nil {
+		t.Fatalf("B's claim: %v", err)
+	}
+	if !fenced() {
+		t.Fatal("B's claim lifted the fence of A's cutover, which had recorded the source's shards")
+	}
+	if !b.Task.cutOverElsewhere(ctx) {
+		t.Fatal("cutOverElsewhere is false with a cutover's source shards recorded")
+	}
+
+	if err := a.recordSource(ctx, f.src); !errors.Is(err, errClaimLost) {
+		t.Fatalf("A's record after B's claim: %v, want errClaimLost", err)
+	}
+	if err := a.Task.underClaim(ctx, func(pgx.Tx) error { return nil }); !errors.Is(err, errClaimLost) {
+		t.Fatalf("A's fence after B's claim: %v, want errClaimLost", err)
+	}
+	a.cutoverFrom = f.src
+	if err := a.undoFence(ctx, true); err != nil {
+		t.Fatalf("A's undo after B's claim: %v, want nil (logged, left to B)", err)
+	}
+	if !fenced() || !recorded() {
+		t.Fatalf("after A's undo with B's claim: fenced %v, recorded %v; want both left to B", fenced(), recorded())
+	}
+
+	b.cutoverFrom = f.src
+	if err := b.undoFence(ctx, true); err != nil {
+		t.Fatalf("B's undo: %v", err)
+	}
+	if fenced() || recorded() {
+		t.Fatalf("after B's aborted cutover: fenced %v, recorded %v; want neither", fenced(), recorded())
+	}
+	if b.Task.cutOverElsewhere(ctx) {
+		t.Fatal("cutOverElsewhere is true with no cutover recorded")
+	}
+
+	// B fences again and dies before its record: the next run's claim
+	// lifts the fence.
+	if err := b.Task.underClaim(ctx, func(pgx.Tx) error { _, err := b.Task.Fence(ctx, noSpare); return err }); err != nil {
+		t.Fatalf("B's second fence: %v", err)
+	}
+	if err := f.newTask(t, f.task.log).Claim(ctx); err != nil {
+		t.Fatalf("the third run's claim: %v", err)
+	}
+	if fenced() {
+		t.Fatal("the third run's claim left the fence of a cutover that recorded nothing")
+	}
 }

@@ -154,6 +154,9 @@ func (t *Task) copySource(ctx context.Context, s int) error {
 		return fmt.Errorf("replication: copy: %s: %w", src, err)
 	}
 	if !slotExists && anyDone {
+		if t.cutOverElsewhere(ctx) {
+			return fmt.Errorf("replication: copy: %s: slot %s was dropped after a cutover: %w", src, t.slotName(s), errFinishedElsewhere)
+		}
 		return fmt.Errorf("replication: copy: %s: slot %s is gone but tables were copied; changes since are lost: Drop the task, empty the destination and start again",
 			src, t.slotName(s))
 	}

@@ -326,10 +326,7 @@ func (t *Managed) switchCluster(ctx context.Context, old *config.Config, start t
 func (t *Managed) recordSource(ctx context.Context, db *config.Database) error {
 	return t.Task.underClaim(ctx, func(tx pgx.Tx) error {
 		t.cutoverFrom = db
-		if tx == nil {
-			return t.persist(ctx, TaskRunning, nil)
-		}
-		if err := t.writeRecord(ctx, tx, TaskRunning, nil); err != nil {
+		if err := t.writeRecord(ctx, tx, TaskRunning, nil, false); err != nil {
 			t.cutoverFrom = nil
 			return fmt.Errorf("record the task: %w", err)
 		}
@@ -348,13 +345,9 @@ func (t *Managed) undoFence(ctx context.Context, fenced bool) error {
 		var errs []error
 		if t.cutoverFrom != nil {
 			t.cutoverFrom = nil
-			var err error
-			if tx == nil {
-				err = t.persist(ctx, TaskRunning, nil)
-			} else if err = t.writeRecord(ctx, tx, TaskRunning, nil); err != nil {
-				err = fmt.Errorf("record the task: %w", err)
+			if err := t.writeRecord(ctx, tx, TaskRunning, nil, true); err != nil {
+				errs = append(errs, fmt.Errorf("record the task: %w", err))
 			}
-			errs = append(errs, err)
 		}
 		if fenced {
 			errs = append(errs, t.Task.Unfence(ctx))

@@ -82,6 +82,30 @@ func stillRecorded(ctx context.Context, conn *pgx.Conn, t *Task) error {
 	return nil
 }
 
+// cutOverElsewhere reports whether another run of the task cut over: the
+// task's record names the source's shards of a cutover, or is gone (the
+// drop after a cutover deletes it last). A run that took the task over
+// while the earlier one was cutting over finds the slots dropped then
+// (claim.go).
+func (t *Task) cutOverElsewhere(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// A plain session: connectDest would create the bookkeeping schema
+	// that the drop removed.
+	conn, err := t.connect(cctx, t.dst, 0)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(cctx))
+	var running bool
+	err = conn.QueryRow(cctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&running)
+	if err == nil && running {
+		err = conn.QueryRow(cctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks WHERE task = $1 AND source_shards IS NULL)`,
+			t.Name).Scan(&running)
+	}
+	return err == nil && !running
+}
+
 // leaseKey is the text whose hash keys the advisory lock of t's lease.
 func leaseKey(t *Task) string { return "shardgate-task:" + t.Name }
 

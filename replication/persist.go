@@ -57,7 +57,7 @@ func (t *Managed) persistWithin(ctx context.Context, d time.Duration, state Task
 	defer cancel()
 	conn, err := t.Task.connectDest(ctx, 0)
 	if err == nil {
-		err = t.writeRecord(ctx, conn, state, taskErr)
+		err = t.writeRecord(ctx, conn, state, taskErr, false)
 		conn.Close(ctx)
 	}
 	if err != nil {
@@ -72,8 +72,11 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// writeRecord writes the task's row (see persist) through conn.
-func (t *Managed) writeRecord(ctx context.Context, conn execer, state TaskState, taskErr error) error {
+// writeRecord writes the task's row (see persist) through conn. The
+// source's shards recorded by a cutover stay unless this run records its
+// own or clearSource says its cutover aborted (undoFence): a run that
+// took the task over must not erase another's (claim.go).
+func (t *Managed) writeRecord(ctx context.Context, conn execer, state TaskState, taskErr error, clearSource bool) error {
 	var shards *string
 	if db := t.cutoverFrom; db != nil {
 		rec := make([]recordedShard, len(db.Shards))
@@ -102,8 +105,9 @@ func (t *Managed) writeRecord(ctx context.Context, conn execer, state TaskState,
 	_, err := conn.Exec(ctx, `INSERT INTO shardgate_reshard.tasks (task, kind, source, destination, state, error, source_shards, publication, slot)
 		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, nullif($8, ''), nullif($9, ''))
 		ON CONFLICT (task) DO UPDATE SET kind = $2, source = $3, destination = $4, state = $5, error = $6,
-			source_shards = $7::jsonb, publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
-		t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot)
+			source_shards = CASE WHEN $10 THEN $7::jsonb ELSE coalesce($7::jsonb, tasks.source_shards) END,
+			publication = nullif($8, ''), slot = nullif($9, ''), updated = now()`,
+		t.Task.Name, t.Kind.String(), t.Source, t.Dest, state.String(), why, shards, n.Publication, n.Slot, clearSource)
 	return err
 }
 
