@@ -30,7 +30,10 @@ import (
 //   - claimed once the source is fenced: the claim lifts the fence, and an
 //     application writes to the source again. The cutover must not switch:
 //     CUTOVER fails, the proxy still serves the source, the write is there
-//     through the proxy, and the source is not fenced.
+//     through the proxy, and the source is not fenced. The run that lost
+//     its claim stops (it cut over again and again, aborting each time,
+//     found by make chaos); the task resumed with a claim of its own cuts
+//     over, the write with it.
 //   - claimed once the cutover recorded the source's shards: the claim
 //     leaves the fence up, and the cutover completes. The source stays
 //     fenced: a new session there cannot write.
@@ -82,8 +85,42 @@ func TestCutoverAfterTakeover(t *testing.T) {
 				if n != 1 {
 					t.Fatalf("the source's write is %d times on what the proxy serves, want 1", n)
 				}
-				e.src = reconnected(t, ctx, e.src) // the cutover fenced the source
-				e.stop(t, ctx)
+				// The run whose claim was taken ends, leaving the task
+				// recorded as running; a run with a claim of its own (Watch
+				// resumes it, here or on another proxy) then cuts over,
+				// with the write.
+				eventually(t, 30*time.Second, "the run that lost its claim to stop", func() bool {
+					state, _, errText := e.task(t)
+					return state == "stopped" && strings.Contains(errText, "another proxy runs the task now")
+				})
+				if resumed, err := o.Tasks.Resume(ctx); err != nil || len(resumed) != 1 {
+					t.Fatalf("Resume: %d tasks (%v), want 1", len(resumed), err)
+				}
+				eventually(t, 60*time.Second, "the resumed run to stream", func() bool {
+					tb, err := adminPgx(e.adm, "SHOW TASKS")
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, r := range tb.rows {
+						if r[tb.col(t, "state")] == "running" && r[tb.col(t, "phase")] == "stream" {
+							return true
+						}
+					}
+					return false
+				})
+				if _, err := adminPgx(e.adm, "CUTOVER"); err != nil {
+					t.Fatalf("CUTOVER by the resumed run: %v", err)
+				}
+				if shards := o.Gate.Config().Database("app").Shards; len(shards) != 2 {
+					t.Fatalf("after the resumed run's cutover the proxy serves %+v, want app_new's two shards", shards)
+				}
+				app = connect(t, o.AppURL("app"))
+				if err := app.QueryRow(ctx, "SELECT count(*) FROM accounts WHERE id = 1000001").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != 1 {
+					t.Fatalf("the source's write is %d times on the destination after the cutover, want 1", n)
+				}
 				return
 			}
 			if cutErr != nil {

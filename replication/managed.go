@@ -302,7 +302,7 @@ func (t *Managed) phases(ctx context.Context) error {
 			}
 			return err
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errClaimLost) {
 			return err
 		}
 		if err == nil { // an aborted cutover: stream again at once
@@ -529,6 +529,15 @@ func (t *Managed) stream(ctx context.Context) (done bool, err error) {
 		}
 		var ab *abortError
 		if !errors.As(err, &ab) {
+			return false, err
+		}
+		if errors.Is(err, errClaimLost) {
+			// Another run claimed the task: this one ends (Managed.run),
+			// and the run that holds the lease, here or elsewhere, takes
+			// it on with a claim of its own.
+			if !ab.streamStopped {
+				stopStream()
+			}
 			return false, err
 		}
 		t.mu.Lock()
