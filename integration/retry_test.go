@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
@@ -312,6 +313,81 @@ func TestRetryDeadIdleShard(t *testing.T) {
 			mustExec(t, c, "COMMIT")
 			checkRow(t, "committed", row(t, c, m.mode, "SELECT count(*) FROM accounts WHERE email = 'in tx' AND id IN ($1, $2)", a, b), "2")
 		})
+	}
+}
+
+// TestRetryDeadIdleShardBatches is TestRetryDeadIdleShard on the paths a
+// driver takes besides one statement per round trip, each sent just after
+// both shards' idle servers were terminated, and answered exactly as the
+// same round trip just before:
+//
+//   - a simple Query with a statement routed to each shard;
+//   - a pipeline of two routed Parse/Bind/Execute and a fanned-out one
+//     under one Sync;
+//   - a row-limited Execute of a routed portal answered up to a Flush (the
+//     portal then runs on, up to its Sync).
+func TestRetryDeadIdleShardBatches(t *testing.T) {
+	checkGoroutines(t)
+	cl, p := twoShards(t, "transaction")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	setup := connect(t, p.AppURL("app"))
+	if _, err := setup.Exec(ctx, "INSERT INTO accounts (id, email) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close(ctx)
+	var ids [2]int64 // a row on each shard
+	for id := int64(1); id <= 4; id++ {
+		ids[shardOf(t, id, 2)] = id
+	}
+	if ids[0] == 0 || ids[1] == 0 {
+		t.Fatalf("rows 1 to 4 are all on one shard: %v", ids)
+	}
+	admin := simpleConn(t, cl.DSN("postgres"))
+	c := newRawClient(t, p)
+	routed := func(id int64) string { return fmt.Sprintf("SELECT email FROM accounts WHERE id = %d", id) }
+	paths := []struct {
+		name string
+		run  func() string
+	}{
+		{"multi-statement query", func() string {
+			c.query(routed(ids[0]) + "; " + routed(ids[1]))
+			c.flush()
+			return c.readUntilReady()
+		}},
+		{"pipeline with one sync", func() string {
+			for _, id := range ids {
+				c.parse("", "SELECT email FROM accounts WHERE id = $1")
+				c.bindExec("", fmt.Sprint(id))
+			}
+			c.parse("", "SELECT count(*) FROM accounts WHERE id < $1")
+			c.bindExec("", "100")
+			c.sync()
+			c.flush()
+			return c.readUntilReady()
+		}},
+		{"row-limited execute", func() string {
+			c.parse("", "SELECT email, g FROM accounts, generate_series(1, 3) g WHERE id = $1 ORDER BY g")
+			c.fe.SendBind(&pgproto3.Bind{DestinationPortal: "c", Parameters: [][]byte{[]byte(fmt.Sprint(ids[1]))}})
+			c.fe.SendExecute(&pgproto3.Execute{Portal: "c", MaxRows: 2})
+			c.fe.Send(&pgproto3.Flush{})
+			c.flush()
+			first := c.read(4) // 1 2 D D s
+			c.fe.SendExecute(&pgproto3.Execute{Portal: "c", MaxRows: 2})
+			c.sync()
+			c.flush()
+			return first + " | " + c.readUntilReady()
+		}},
+	}
+	for _, path := range paths {
+		want := path.run()
+		if strings.Contains(want, "E(") {
+			t.Fatalf("%s before any termination: %s", path.name, want)
+		}
+		terminateBackends(t, admin, "datname IN ('shard0', 'shard1') AND backend_type = 'client backend'")
+		if got := path.run(); got != want {
+			t.Fatalf("%s after both shards' idle servers were terminated:\n got %s\nwant %s", path.name, got, want)
+		}
 	}
 }
 
