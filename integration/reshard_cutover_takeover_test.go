@@ -160,3 +160,45 @@ func writeSource(ctx context.Context, sc *pgtest.Cluster) error {
 	_, err = conn.Exec(ctx, "INSERT INTO accounts VALUES (1000001, 1)")
 	return err
 }
+
+// TestCutoverAbortWithDestinationDown: the destination's PostgreSQL goes
+// down right after the cutover fenced the source, so the cutover aborts
+// and cannot reach destination shard 0, where the claim is checked before
+// the fence is lifted (claim.go). The source stays fenced while the
+// destination is down (refusing writes rather than risking them on a
+// source another run may be switching away from), and once it is back
+// the task lifts the fence before it streams again: the source takes
+// writes without anyone asking.
+func TestCutoverAbortWithDestinationDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var dc *pgtest.Cluster
+	var killed atomic.Bool
+	e := startRetryEnv(t, ctx, false, func(op *operated) {
+		op.Tasks.KnobsForTest.AtCutoverStage = func(s string) {
+			if s == "fenced" && killed.CompareAndSwap(false, true) {
+				if err := dc.Kill(); err != nil {
+					t.Errorf("kill the destination: %v", err)
+				}
+			}
+		}
+	})
+	dc = e.dc
+	e.start(t)
+	e.waitPhase(t, "stream")
+	if _, err := adminPgx(e.adm, "CUTOVER "+e.id); err == nil || !strings.Contains(err.Error(), "aborted") {
+		t.Fatalf("CUTOVER with the destination down after the fence: %v, want aborted", err)
+	}
+	var pgErr *pgconn.PgError
+	if err := writeSource(ctx, e.sc); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("a write on the source while the destination is down: %v, want 25006 (still fenced)", err)
+	}
+	if err := dc.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the source to take writes again", func() bool {
+		return writeSource(ctx, e.sc) == nil
+	})
+	e.src = reconnected(t, ctx, e.src) // the cutover fenced the source
+	e.stop(t, ctx)
+}

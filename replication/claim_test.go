@@ -216,16 +216,14 @@ func TestClaimAndTheCutoverFence(t *testing.T) {
 	if err := a.Task.underClaim(ctx, func(pgx.Tx) error { return nil }); !errors.Is(err, errClaimLost) {
 		t.Fatalf("A's fence after B's claim: %v, want errClaimLost", err)
 	}
-	a.cutoverFrom = f.src
-	if err := a.undoFence(ctx, true); err != nil {
+	if err := a.undoFence(ctx, undoSteps{record: true, fence: true}); err != nil {
 		t.Fatalf("A's undo after B's claim: %v, want nil (logged, left to B)", err)
 	}
 	if !fenced() || !recorded() {
 		t.Fatalf("after A's undo with B's claim: fenced %v, recorded %v; want both left to B", fenced(), recorded())
 	}
 
-	b.cutoverFrom = f.src
-	if err := b.undoFence(ctx, true); err != nil {
+	if err := b.undoFence(ctx, undoSteps{record: true, fence: true}); err != nil {
 		t.Fatalf("B's undo: %v", err)
 	}
 	if fenced() || recorded() {

@@ -118,9 +118,13 @@ func (t *Managed) cutoverNow(ctx context.Context, stopStream func() error) error
 		if cc != nil {
 			cc.Abort(ctx, err)
 		}
-		if fenced || t.cutoverFrom != nil {
-			if uerr := t.undoFence(context.WithoutCancel(ctx), fenced); uerr != nil {
-				err = errors.Join(err, uerr)
+		undo := undoSteps{record: t.cutoverFrom != nil, fence: fenced}
+		t.cutoverFrom = nil
+		if undo != (undoSteps{}) {
+			if uerr := t.undoFence(context.WithoutCancel(ctx), undo); uerr != nil {
+				t.undo.record = t.undo.record || undo.record
+				t.undo.fence = t.undo.fence || undo.fence
+				err = errors.Join(err, fmt.Errorf("%w (tried again before the stream starts again)", uerr))
 			}
 		}
 		if rerr := g.Resume(t.Source); rerr != nil {
@@ -334,22 +338,24 @@ func (t *Managed) recordSource(ctx context.Context, db *config.Database) error {
 	})
 }
 
+// undoSteps are the steps of an aborted cutover to undo: its record of
+// the source's shards, its fence.
+type undoSteps struct{ record, fence bool }
+
 // undoFence undoes an aborted cutover's steps on the task's record and
 // the source: it forgets the recorded source shards (so that a restart
-// streams again instead of dropping) and, if fenced, lifts the fence. A
-// run whose task another run claimed meanwhile does neither: the fence
-// and the record are that run's now (claim.go); it logs that and returns
-// nil.
-func (t *Managed) undoFence(ctx context.Context, fenced bool) error {
+// streams again instead of dropping) and lifts the fence. A run whose task
+// another run claimed meanwhile does neither: the fence and the record
+// are that run's now (claim.go); it logs that and returns nil.
+func (t *Managed) undoFence(ctx context.Context, undo undoSteps) error {
 	err := t.Task.underClaim(ctx, func(tx pgx.Tx) error {
 		var errs []error
-		if t.cutoverFrom != nil {
-			t.cutoverFrom = nil
+		if undo.record {
 			if err := t.writeRecord(ctx, tx, TaskRunning, nil, true); err != nil {
 				errs = append(errs, fmt.Errorf("record the task: %w", err))
 			}
 		}
-		if fenced {
+		if undo.fence {
 			errs = append(errs, t.Task.Unfence(ctx))
 		}
 		return errors.Join(errs...)

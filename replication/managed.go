@@ -135,6 +135,10 @@ type Managed struct {
 	// recorded: launch wrote the task's "running" record before RESHARD
 	// answered, so the run need not.
 	recorded bool
+	// undo is what an aborted cutover could not undo (undoFence: its
+	// record of the source's shards, its fence), with destination shard 0
+	// out of reach: the run goroutine tries again before each stream.
+	undo undoSteps
 
 	mu       sync.Mutex
 	state    TaskState
@@ -489,6 +493,14 @@ const (
 // An aborted cutover restarts it.
 func (t *Managed) stream(ctx context.Context) (done bool, err error) {
 	t.setPhase(PhaseStream)
+	if t.undo != (undoSteps{}) {
+		// Until then the source may refuse writes (the fence) for a
+		// cutover that did not happen.
+		if err := t.undoFence(ctx, t.undo); err != nil {
+			return false, fmt.Errorf("undo an aborted cutover: %w", err)
+		}
+		t.undo = undoSteps{}
+	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	errc := make(chan error, 1)
