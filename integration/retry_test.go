@@ -230,14 +230,9 @@ func TestIdleTLSServerStaysInPool(t *testing.T) {
 // shards' servers were terminated.
 func TestRetryDeadIdleShard(t *testing.T) {
 	checkGoroutines(t)
-	cl, p := twoShards(t, "transaction")
+	cl, p := twoShardsFourRows(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	setup := connect(t, p.AppURL("app"))
-	if _, err := setup.Exec(ctx, "INSERT INTO accounts (id, email) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')", pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatal(err)
-	}
-	setup.Close(ctx)
 	admin := simpleConn(t, cl.DSN("postgres"))
 	modes := []struct {
 		name string
@@ -316,6 +311,18 @@ func TestRetryDeadIdleShard(t *testing.T) {
 	}
 }
 
+// twoShardsFourRows is twoShards in transaction mode with accounts 1 to 4
+// ('a' to 'd') written through the proxy.
+func twoShardsFourRows(t *testing.T) (*pgtest.Cluster, *proxy) {
+	cl, p := twoShards(t, "transaction")
+	setup := connect(t, p.AppURL("app"))
+	if _, err := setup.Exec(context.Background(), "INSERT INTO accounts (id, email) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close(context.Background())
+	return cl, p
+}
+
 // TestRetryDeadIdleShardBatches is TestRetryDeadIdleShard on the paths a
 // driver takes besides one statement per round trip, each sent just after
 // both shards' idle servers were terminated, and answered exactly as the
@@ -328,14 +335,7 @@ func TestRetryDeadIdleShard(t *testing.T) {
 //     portal then runs on, up to its Sync).
 func TestRetryDeadIdleShardBatches(t *testing.T) {
 	checkGoroutines(t)
-	cl, p := twoShards(t, "transaction")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	setup := connect(t, p.AppURL("app"))
-	if _, err := setup.Exec(ctx, "INSERT INTO accounts (id, email) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')", pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatal(err)
-	}
-	setup.Close(ctx)
+	cl, p := twoShardsFourRows(t)
 	var ids [2]int64 // a row on each shard
 	for id := int64(1); id <= 4; id++ {
 		ids[shardOf(t, id, 2)] = id
