@@ -101,8 +101,11 @@ func (m *Member) publishTasks(ctx context.Context, conn *pgx.Conn) error {
 	}
 	// A running task of this member's name that this process does not
 	// know was left by the process before it (killed): nobody runs it
-	// here, and listing it would make it look running twice.
-	if _, err := conn.Exec(ctx, "DELETE FROM shardgate_cluster.tasks WHERE proxy = $1 AND info->>'State' = 'running' AND id <> ALL($2)", m.name, ids); err != nil {
+	// here, and listing it would make it look running twice. So was a run
+	// that stopped there, to be resumed (Resumable): nobody will, here,
+	// and its row outlived the task (another proxy's finished it).
+	if _, err := conn.Exec(ctx, `DELETE FROM shardgate_cluster.tasks WHERE proxy = $1 AND id <> ALL($2)
+		AND (info->>'State' = 'running' OR (info->>'Resumable')::bool)`, m.name, ids); err != nil {
 		return fmt.Errorf("cluster: publish the tasks: %w", err)
 	}
 	for _, t := range tasks {
@@ -110,9 +113,12 @@ func (m *Member) publishTasks(ctx context.Context, conn *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
+		// Another proxy's row gives way to a running task, and to any
+		// row of a task it does not run, except its "done": a run that
+		// stopped here does not hide that another proxy finished the task.
 		if _, err := conn.Exec(ctx, `INSERT INTO shardgate_cluster.tasks (id, proxy, info) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET proxy = $2, info = $3, updated = now()
-			WHERE tasks.proxy = $2 OR tasks.info->>'State' <> 'running' OR $3::jsonb->>'State' = 'running'`, t.ID, m.name, info); err != nil {
+			WHERE tasks.proxy = $2 OR $3::jsonb->>'State' = 'running' OR tasks.info->>'State' NOT IN ('running', 'done')`, t.ID, m.name, info); err != nil {
 			return fmt.Errorf("cluster: publish the tasks: %w", err)
 		}
 		if t.State != "running" && !t.Resumable {
