@@ -169,17 +169,14 @@ func (t *Task) claimShard(ctx context.Context, d int, token string) error {
 // says that cutover recorded the source's shards (see claim); tx holds
 // both claim locks on destination shard 0.
 func (t *Task) liftEarlierFence(ctx context.Context, tx pgx.Tx) error {
-	var open bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
-		WHERE task = $1 AND state = 'running' AND source_shards IS NULL)`, t.Name).Scan(&open); err != nil {
+	r, err := readRecord(ctx, tx, t.Name)
+	switch {
+	case err != nil:
 		return fmt.Errorf("read the task's record: %w", err)
-	}
-	if !open {
-		var recorded bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
-			WHERE task = $1 AND state = 'running' AND source_shards IS NOT NULL)`, t.Name).Scan(&recorded); err == nil && recorded {
-			t.log.Warn("an earlier run of the task recorded a cutover's source shards: a fence it put up on the source stays until a cutover completes (CUTOVER) or the task stops (STOP_TASK)")
-		}
+	case !r.found || !r.running:
+		return nil
+	case r.cutOver:
+		t.log.Warn("an earlier run of the task recorded a cutover's source shards: a fence it put up on the source stays until a cutover completes (CUTOVER) or the task stops (STOP_TASK)")
 		return nil
 	}
 	uctx, cancel := context.WithTimeout(ctx, claimWait)

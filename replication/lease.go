@@ -63,47 +63,75 @@ func (t *Task) acquireLease(ctx context.Context) (*lease, error) {
 	return &lease{conn: conn, pid: conn.PgConn().PID()}, nil
 }
 
+// recordState is what the task's row (shardgate_reshard.tasks on
+// destination shard 0) says about who has the task.
+type recordState struct {
+	found   bool // the row exists (the drop after a cutover deletes it last)
+	running bool // its state is "running"
+	cutOver bool // a cutover recorded the source's shards (source_shards)
+}
+
+// wanted reports whether the record asks for a runner: the task runs, or
+// a cutover's drop is to be finished.
+func (r recordState) wanted() bool { return r.found && (r.running || r.cutOver) }
+
+// rowQuerier is a session or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readRecord reads task name's row through q; a bookkeeping schema that
+// is gone (dropped after a cutover) is a row that is gone.
+func readRecord(ctx context.Context, q rowQuerier, name string) (recordState, error) {
+	var r recordState
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return r, err
+	}
+	err := q.QueryRow(ctx, `SELECT state = 'running', source_shards IS NOT NULL FROM shardgate_reshard.tasks WHERE task = $1`,
+		name).Scan(&r.running, &r.cutOver)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, nil
+	}
+	r.found = err == nil
+	return r, err
+}
+
+// recordNow reads the task's row in a plain session of its own (not
+// connectDest, which would create the bookkeeping schema that another
+// runner's drop removed), within 5 s.
+func (t *Task) recordNow(ctx context.Context) (recordState, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := t.connect(cctx, t.dst, 0)
+	if err != nil {
+		return recordState{}, err
+	}
+	defer conn.Close(context.WithoutCancel(cctx))
+	return readRecord(cctx, conn, t.Name)
+}
+
 // stillRecorded fails with errLeaseHeld when task t's record no longer asks
 // for a runner (it finished, or was stopped, meanwhile): Resume then
 // leaves it alone, as for a task another proxy runs.
 func stillRecorded(ctx context.Context, conn *pgx.Conn, t *Task) error {
-	var wanted bool
-	err := conn.QueryRow(ctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&wanted)
-	if err == nil && wanted {
-		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks
-		WHERE task = $1 AND (state = 'running' OR source_shards IS NOT NULL))`, t.Name).Scan(&wanted)
-	}
+	r, err := readRecord(ctx, conn, t.Name)
 	switch {
 	case err != nil:
 		return fmt.Errorf("task lease: read the record: %w", err)
-	case !wanted:
+	case !r.wanted():
 		return fmt.Errorf("task %s finished meanwhile: %w", t.Name, errLeaseHeld)
 	}
 	return nil
 }
 
 // cutOverElsewhere reports whether another run of the task cut over: the
-// task's record names the source's shards of a cutover, or is gone (the
-// drop after a cutover deletes it last). A run that took the task over
-// while the earlier one was cutting over finds the slots dropped then
-// (claim.go).
+// task's record names the source's shards of a cutover, or is gone. A run
+// that took the task over while the earlier one was cutting over finds
+// the slots dropped then (claim.go).
 func (t *Task) cutOverElsewhere(ctx context.Context) bool {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	// A plain session: connectDest would create the bookkeeping schema
-	// that the drop removed.
-	conn, err := t.connect(cctx, t.dst, 0)
-	if err != nil {
-		return false
-	}
-	defer conn.Close(context.WithoutCancel(cctx))
-	var running bool
-	err = conn.QueryRow(cctx, "SELECT to_regclass('shardgate_reshard.tasks') IS NOT NULL").Scan(&running)
-	if err == nil && running {
-		err = conn.QueryRow(cctx, `SELECT EXISTS (SELECT 1 FROM shardgate_reshard.tasks WHERE task = $1 AND source_shards IS NULL)`,
-			t.Name).Scan(&running)
-	}
-	return err == nil && !running
+	r, err := t.recordNow(ctx)
+	return err == nil && (!r.found || r.cutOver)
 }
 
 // leaseKey is the text whose hash keys the advisory lock of t's lease.

@@ -336,16 +336,8 @@ func (t *Managed) finishedElsewhere(ctx context.Context) bool {
 	if t.lease == nil {
 		return false
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	// A plain session: connectDest would create the bookkeeping schema
-	// that the other runner's drop removed.
-	conn, err := t.Task.connect(cctx, t.Task.dst, 0)
-	if err != nil {
-		return false
-	}
-	defer conn.Close(context.WithoutCancel(cctx))
-	return errors.Is(stillRecorded(cctx, conn, t.Task), errLeaseHeld)
+	r, err := t.Task.recordNow(ctx)
+	return err == nil && !r.wanted()
 }
 
 // tidyAfterOther drops what this runner may have left on the destinations
@@ -389,7 +381,7 @@ func (t *Managed) leaseLost(ctx context.Context) bool {
 	t.lease.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	conn, err := t.Task.connect(cctx, t.Task.dst, 0) // not connectDest: see finishedElsewhere
+	conn, err := t.Task.connect(cctx, t.Task.dst, 0) // not connectDest: see recordNow
 	if err != nil {
 		return false
 	}
