@@ -318,16 +318,8 @@ func chaosFollows(t *testing.T, q *chaosProxyProc) bool {
 		return false
 	}
 	defer adm.Close(ctx)
-	tb, err := adminPgx(adm, "SHOW TOPOLOGY")
-	if err != nil {
-		return false
-	}
-	for _, r := range tb.rows {
-		if r[tb.col(t, "database")] == "app" && r[tb.col(t, "running")] == "t" && r[tb.col(t, "generation")] != "0" {
-			return true
-		}
-	}
-	return false
+	gen, err := runningGenerationOf(t, adm)
+	return err == nil && gen != 0
 }
 
 // chaosTaskState is the state and SHOW TASKS row of the first task, or ""

@@ -220,9 +220,19 @@ func idsFrom(t *testing.T, ctx context.Context, dsn string, first int64) []int64
 // runningGeneration returns the generation of app that proxy cp's SHOW
 // TOPOLOGY says it runs (0: none).
 func runningGeneration(t *testing.T, adm *pgx.Conn) int {
-	tb, err := adminPgx(adm, "SHOW TOPOLOGY")
+	gen, err := runningGenerationOf(t, adm)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return gen
+}
+
+// runningGenerationOf is runningGeneration with SHOW TOPOLOGY's error
+// returned (a proxy that may be restarting).
+func runningGenerationOf(t *testing.T, adm *pgx.Conn) (int, error) {
+	tb, err := adminPgx(adm, "SHOW TOPOLOGY")
+	if err != nil {
+		return 0, err
 	}
 	gen := 0
 	for _, r := range tb.rows {
@@ -230,7 +240,7 @@ func runningGeneration(t *testing.T, adm *pgx.Conn) int {
 			fmt.Sscan(r[tb.col(t, "generation")], &gen)
 		}
 	}
-	return gen
+	return gen, nil
 }
 
 // TestClusterCutover: two proxies with writers on each; RESHARD on A
@@ -605,18 +615,7 @@ func TestClusterTaskKeepsItsID(t *testing.T) {
 	}
 	// The task streams again before CUTOVER is asked (a runner that has
 	// just resumed it may still be copying).
-	eventually(t, 60*time.Second, "the task to stream", func() bool {
-		tb, err := adminPgx(admA, "SHOW TASKS")
-		if err != nil {
-			return false
-		}
-		for _, r := range tb.rows {
-			if r[tb.col(t, "state")] == "running" && r[tb.col(t, "phase")] == "stream" {
-				return true
-			}
-		}
-		return false
-	})
+	waitTaskStreams(t, admA, 60*time.Second, "the task to stream")
 	if _, err := adminPgx(admA, "CUTOVER"); err != nil {
 		t.Fatalf("CUTOVER without an id on A: %v (running: %v)", err, runningRows(admA))
 	}

@@ -96,18 +96,7 @@ func TestCutoverAfterTakeover(t *testing.T) {
 				if resumed, err := o.Tasks.Resume(ctx); err != nil || len(resumed) != 1 {
 					t.Fatalf("Resume: %d tasks (%v), want 1", len(resumed), err)
 				}
-				eventually(t, 60*time.Second, "the resumed run to stream", func() bool {
-					tb, err := adminPgx(e.adm, "SHOW TASKS")
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, r := range tb.rows {
-						if r[tb.col(t, "state")] == "running" && r[tb.col(t, "phase")] == "stream" {
-							return true
-						}
-					}
-					return false
-				})
+				waitTaskStreams(t, e.adm, 60*time.Second, "the resumed run to stream")
 				if _, err := adminPgx(e.adm, "CUTOVER"); err != nil {
 					t.Fatalf("CUTOVER by the resumed run: %v", err)
 				}

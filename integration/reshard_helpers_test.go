@@ -60,6 +60,24 @@ func waitOnlyTaskDone(t *testing.T, adm *pgx.Conn, timeout time.Duration, what s
 	})
 }
 
+// waitTaskStreams polls SHOW TASKS until a running task is in its stream
+// phase (a runner that has just resumed a task may still be copying).
+func waitTaskStreams(t *testing.T, adm *pgx.Conn, timeout time.Duration, what string) {
+	t.Helper()
+	eventually(t, timeout, what, func() bool {
+		tb, err := adminPgx(adm, "SHOW TASKS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tb.rows {
+			if r[tb.col(t, "state")] == "running" && r[tb.col(t, "phase")] == "stream" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // createShardDBs creates databases name_0 … name_<n-1> on c and returns
 // them as the YAML list items of a database's shards.
 func createShardDBs(t *testing.T, ctx context.Context, c *pgtest.Cluster, name string, n int) string {
