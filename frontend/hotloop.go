@@ -61,7 +61,10 @@ type hotLoop struct {
 	// (most often one made by a coroutine on the loop, a checkin handing
 	// its server to a waiting client) need not write the eventfd.
 	busy atomic.Bool
-	offs atomic.Uint64 // coroutines handed to a goroutine (coroOff), for tests
+	// queued is len(wakes), changed under mu, so that the loop's looks at
+	// wakes after each turn take no lock when there are none (most turns).
+	queued atomic.Int32
+	offs   atomic.Uint64 // coroutines handed to a goroutine (coroOff), for tests
 	// idleWaits counts the waits parked in the netpoller (idleWait), for
 	// tests.
 	idleWaits atomic.Uint64
@@ -74,10 +77,14 @@ type hotLoop struct {
 	// millisecond away. The loop goroutine's only.
 	serverWaits int
 
+	// conns holds the registered conns by descriptor. The loop reads it
+	// for every event without a lock (lookup); add and remove change it
+	// under mu, growing it into a new array that they publish whole.
+	conns atomic.Pointer[[]atomic.Pointer[fdConn]]
+
 	mu      sync.Mutex // guards the following
-	conns   []*fdConn  // by descriptor
 	token   int32
-	wakes   []*coro // to resume (adopted or woken) at the loop's next turn
+	wakes   []*coro // to resume (adopted or woken) at the loop's next turn; see queued
 	spare   []*coro
 	closed  bool
 	clients int // coroutines started and not finished (for tests)
@@ -173,24 +180,45 @@ func (l *hotLoop) add(f *fdConn) error {
 		l.token = 1
 	}
 	f.token = l.token
+	slot := l.slot(f.fd)
+	// Published before the socket is in the epoll set: its first event
+	// may come at once, and lookup takes no lock.
+	slot.Store(f)
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | unix.EPOLLET,
 		Fd: f.fd, Pad: f.token}
 	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, int(f.fd), &ev); err != nil {
+		slot.Store(nil)
 		return fmt.Errorf("hot loop: epoll_ctl fd %d: %w", f.fd, err)
 	}
-	if int(f.fd) >= len(l.conns) {
-		l.conns = append(l.conns, make([]*fdConn, int(f.fd)+1-len(l.conns))...)
-	}
-	l.conns[f.fd] = f
 	return nil
+}
+
+// slot returns the entry of conns for descriptor fd, growing conns to
+// hold it; l.mu is held. A grown array replaces the old one whole: a
+// lookup that loaded the old one finds what was there before, as it would
+// have a moment earlier.
+func (l *hotLoop) slot(fd int32) *atomic.Pointer[fdConn] {
+	var conns []atomic.Pointer[fdConn]
+	if p := l.conns.Load(); p != nil {
+		conns = *p
+	}
+	if int(fd) >= len(conns) {
+		grown := make([]atomic.Pointer[fdConn], max(int(fd)+1, 2*len(conns), 64))
+		for i := range conns {
+			grown[i].Store(conns[i].Load())
+		}
+		conns = grown
+		l.conns.Store(&conns)
+	}
+	return &conns[fd]
 }
 
 // remove forgets f before its descriptor is closed (which takes it out of
 // the epoll set).
 func (l *hotLoop) remove(f *fdConn) {
 	l.mu.Lock()
-	if int(f.fd) < len(l.conns) && l.conns[f.fd] == f {
-		l.conns[f.fd] = nil
+	if p := l.conns.Load(); p != nil && int(f.fd) < len(*p) && (*p)[f.fd].Load() == f {
+		(*p)[f.fd].Store(nil)
 		if !l.closed {
 			syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, int(f.fd), nil)
 		}
@@ -198,13 +226,14 @@ func (l *hotLoop) remove(f *fdConn) {
 	l.mu.Unlock()
 }
 
+// lookup returns the conn an event of descriptor fd with token names, nil
+// when it is gone (removed, or its descriptor reused by another conn).
 func (l *hotLoop) lookup(fd, token int32) *fdConn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if fd < 0 || int(fd) >= len(l.conns) {
+	p := l.conns.Load()
+	if p == nil || fd < 0 || int(fd) >= len(*p) {
 		return nil
 	}
-	if f := l.conns[fd]; f != nil && f.token == token {
+	if f := (*p)[fd].Load(); f != nil && f.token == token {
 		return f
 	}
 	return nil
@@ -256,6 +285,7 @@ func (l *hotLoop) wake(co *coro) {
 		return
 	}
 	l.wakes = append(l.wakes, co)
+	l.queued.Store(int32(len(l.wakes)))
 	l.mu.Unlock()
 	// Read after the append: a loop that clears busy from now on finds
 	// co in wakes before it waits (run).
@@ -529,9 +559,7 @@ func rawEpollCtl(epfd, op, fd int, ev *syscall.EpollEvent) error {
 
 // hasWakes reports whether wake queued a coroutine.
 func (l *hotLoop) hasWakes() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.wakes) > 0
+	return l.queued.Load() > 0
 }
 
 // woken reads the eventfd and resumes the coroutines queued by wake; it
@@ -554,6 +582,9 @@ func (l *hotLoop) woken() bool {
 // runWakes resumes the coroutines queued by wake; it reports whether
 // there were any.
 func (l *hotLoop) runWakes() bool {
+	if l.queued.Load() == 0 {
+		return false
+	}
 	l.mu.Lock()
 	ws := l.wakes
 	if len(ws) == 0 {
@@ -561,6 +592,7 @@ func (l *hotLoop) runWakes() bool {
 		return false
 	}
 	l.wakes = l.spare[:0]
+	l.queued.Store(0)
 	l.mu.Unlock()
 	for i, co := range ws {
 		ws[i] = nil

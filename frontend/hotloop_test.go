@@ -387,3 +387,27 @@ func BenchmarkHotRoundTrip(b *testing.B) {
 	peer.Close()
 	<-done
 }
+
+// BenchmarkLoopTurnBookkeeping is the loop's own work around the
+// coroutines of one turn with one event: finding the event's conn
+// (lookup) and looking for wakes before the next wait (runWakes,
+// hasWakes), with no wake queued, as in most turns.
+func BenchmarkLoopTurnBookkeeping(b *testing.B) {
+	l, err := newHotLoop()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.close()
+	f, peer := socketPair(b, l)
+	defer peer.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if l.lookup(f.fd, f.token) != f {
+			b.Fatal("lookup lost the conn")
+		}
+		if l.runWakes() || l.hasWakes() {
+			b.Fatal("a wake with none queued")
+		}
+	}
+}
