@@ -160,6 +160,9 @@ func (c *client) checkout(ctx context.Context) (*pool.Server, error) {
 		if err == nil {
 			c.lb.pool = p
 			c.hotServer(s)
+			if h := c.l.CheckoutHookForTest; h != nil {
+				h(0, s)
+			}
 			return s, nil
 		}
 		c.release()

@@ -66,6 +66,11 @@ type Listener struct {
 	// "decided" (decision logged, COMMIT PREPARED not sent). Crash tests
 	// kill the proxy there.
 	TwoPhaseHookForTest func(stage string)
+	// CheckoutHookForTest, when set, runs each time a client checked a
+	// server out for shard (0 for a one-shard database), before anything
+	// of the client's goes to it. Retry tests end the server's backend
+	// there, in the window no probe covers.
+	CheckoutHookForTest func(shard int, s *pool.Server)
 
 	ids    *executor.IDGenerator // shardgate.unique_id()
 	routes routeStats            // statements of sharded databases by route

@@ -102,6 +102,7 @@ func (c *client) retryElsewhere(err error) (rerr, local error) {
 		c.pipe.set(pipeErrored, false)
 		dead.Broken = true
 		c.detach()
+		c.lb.read = readOnReplica(dead) // checkout takes it (takeRead)
 		if aerr := c.attach(context.Background()); aerr != nil {
 			c.dropBatch()
 			return nil, aerr
@@ -381,12 +382,28 @@ func (c *client) retryShard(err error, i, try int) (again bool, cerr error) {
 // transaction afresh (executor.Session.Discard). What the statement may
 // leave on the session (ranOn) stays: it will have run on the new server.
 func (c *client) replaceShardServer(ctx context.Context, i int) error {
-	if p := c.xs.Server(i).Pool(); p != nil {
+	dead := c.xs.Server(i)
+	if p := dead.Pool(); p != nil {
 		p.CloseDeadIdle()
 	}
 	c.ext[i] = shardExt{eff: c.ext[i].eff}
 	c.xs.Discard(i)
-	return c.attachHeld(ctx, i)
+	c.lb.read = readOnReplica(dead)
+	err := c.attachHeld(ctx, i)
+	c.lb.read = false
+	return err
+}
+
+// readOnReplica reports whether dead, a server that died before it
+// answered anything, was a replica's: the statement was a read balanced
+// to the replicas (checkoutBalanced), and its retry is balanced again
+// rather than sent to the primary. The decision cleared after the first
+// checkout (takeRead, attachShards) is not made again: a retry has no
+// statement text at hand for every protocol path, and the dead server's
+// pool already tells.
+func readOnReplica(dead *pool.Server) bool {
+	p := dead.Pool()
+	return p != nil && p.Key.Role == "replica"
 }
 
 // liveShard replaces shard i's server, which the client holds for a

@@ -263,6 +263,9 @@ func (c *client) attachHeld(ctx context.Context, i int) error {
 		c.hotServer(s)
 		c.setState(ClientActive)
 		c.storeCancelTargets()
+		if h := c.l.CheckoutHookForTest; h != nil {
+			h(i, s)
+		}
 	}
 	return nil
 }

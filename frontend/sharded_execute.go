@@ -62,10 +62,7 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 			}
 			return c.sLocal(plan, describe)
 		}
-		// A read that starts the batch's work outside a transaction may go to
-		// replicas; once a server is held, the batch stays on it.
-		c.lb.read = !c.xs.InTx() && !plan.Write && (plan.Kind == executor.RouteOne || plan.Kind == executor.RouteRead) &&
-			!c.holdsShards() && c.balanced() && c.readStatement(p.stmt.sql, false)
+		c.lb.read = c.readBalanced(&plan.Plan, p.stmt.sql)
 		err := c.attachShards(ctx, plan.Shards)
 		c.lb.read = false
 		if err == errReplan && attempt < maxReplans {

@@ -372,12 +372,37 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	if len(plan.Shards) > 0 {
 		shard = plan.Shards[0]
 	}
-	if err := c.attachShard(ctx, shard); err == errReplan {
+	c.lb.read = c.readBalanced(&plan.Plan, st.sql)
+	err := c.attachShard(ctx, shard)
+	c.lb.read = false
+	if err == errReplan {
 		return nil // a reload changed the routing: Execute reports the errors
 	} else if err != nil {
 		return err
 	}
 	return c.onShardOrFail(shard, func() error { return c.validateOn(st, shard) })
+}
+
+// readBalanced reports whether the servers a statement with plan and text
+// sql checks out may be its shards' replicas' (checkoutBalanced): a read
+// outside a transaction that starts the batch's work, on a database with
+// replicas. The message that first takes a shard's server may be the
+// Execute, or before it the Parse that a shard validates (validateParse)
+// or the Describe a shard answers (describeShard), as drivers send Parse,
+// Bind, Describe, Execute and Sync together; a statement on another shard
+// later in the batch is balanced again as long as the batch holds only
+// replicas' servers. Once it holds a primary's (a write, or a read that
+// was not balanced), the rest of the batch goes to primaries, which see
+// what it wrote. A nil plan (a statement's Describe, before any Bind) goes
+// by the text alone.
+func (c *client) readBalanced(plan *executor.Plan, sql string) bool {
+	if c.xs.InTx() || !c.balanced() || c.holdsPrimary() {
+		return false
+	}
+	if plan != nil && (plan.Write || plan.Kind != executor.RouteOne && plan.Kind != executor.RouteRead) {
+		return false
+	}
+	return c.readStatement(sql, false)
 }
 
 // validateOn is validateParse on shard's server, attached.
@@ -573,7 +598,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 		}
 		st = p.stmt
 	}
-	shard, err := c.describeShard(ctx, p)
+	shard, err := c.describeShard(ctx, st, p)
 	if err != nil {
 		return err
 	}
@@ -636,9 +661,20 @@ func (c *client) describeOn(shard int, st *sStmt, p *sPortal) error {
 	})
 }
 
+// holdsPrimary reports whether the client holds a shard's server that is
+// not a replica's.
+func (c *client) holdsPrimary() bool {
+	for i := range c.xs.Len() {
+		if s := c.xs.Server(i); s != nil && !readOnReplica(s) {
+			return true
+		}
+	}
+	return false
+}
+
 // describeShard attaches the shard that answers a Describe: any shard for
-// a statement (p nil), the first shard of portal p's plan.
-func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
+// statement st (p nil), the first shard of portal p's plan.
+func (c *client) describeShard(ctx context.Context, st *sStmt, p *sPortal) (int, error) {
 	pick := func() int {
 		switch {
 		case p == nil:
@@ -650,7 +686,13 @@ func (c *client) describeShard(ctx context.Context, p *sPortal) (int, error) {
 	}
 	shard := pick()
 	for attempt := 0; ; attempt++ {
+		if p != nil {
+			c.lb.read = c.readBalanced(&p.plan.Plan, p.stmt.sql)
+		} else {
+			c.lb.read = c.readBalanced(nil, st.sql)
+		}
 		err := c.attachShard(ctx, shard)
+		c.lb.read = false
 		if err != errReplan {
 			return shard, err
 		}

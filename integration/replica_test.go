@@ -243,11 +243,21 @@ databases:
 			t.Fatal("a read outside a transaction ran on a primary")
 		}
 	}
-	// The extended protocol routes reads to replicas too.
-	for range 4 {
-		var r bool
-		if err := app.QueryRow(ctx, "SELECT pg_is_in_recovery() FROM items WHERE id = $1", 3).Scan(&r); err != nil || !r {
-			t.Fatalf("extended-protocol read: in recovery %v (%v), want a replica", r, err)
+	// The extended protocol routes reads to replicas too, in every shape a
+	// driver sends: the first message that takes a shard's server may be a
+	// Parse the shard validates or a Describe it answers (pgx's exec and
+	// describe modes, JDBC and node-postgres send Parse, Bind, Describe,
+	// Execute, Sync), and a read routed to another shard than the one that
+	// validated it stays on replicas. Each mode on a new connection, so
+	// that its first Parse is validated.
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
+		c := connectConfig(t, p.AppURL("app"), mode, nil)
+		for id := range 4 {
+			var r bool
+			if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery() FROM items WHERE id = $1", id).Scan(&r); err != nil || !r {
+				t.Fatalf("extended-protocol read (%v), id %d: in recovery %v (%v), want a replica", mode, id, r, err)
+			}
 		}
 	}
 	eventually(t, 10*time.Second, "all rows on the replicas through the proxy", func() bool {
