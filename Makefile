@@ -23,7 +23,7 @@ test: fmt-check vet
 # tests again with it off (SHARDGATE_TEST_EVENT_LOOP=0), over a goroutine
 # per client: the path of event_loop: false, and of session-mode clients
 # whatever the setting (about 3 minutes).
-GOROUTINE_TESTS = $(shell cd integration && grep -ho '^func Test[A-Za-z0-9_]*' pooler_*test.go isolation_*test.go retry_test.go replica_retry_test.go park_test.go stmt_isolation_test.go | sed 's/^func //' | paste -sd'|' -)
+GOROUTINE_TESTS = $(shell cd integration && grep -ho '^func Test[A-Za-z0-9_]*' pooler_*test.go isolation_*test.go retry_test.go replica_retry_test.go replica_batch_test.go park_test.go stmt_isolation_test.go | sed 's/^func //' | paste -sd'|' -)
 .PHONY: goroutine-slice
 goroutine-slice:
 	@echo "goroutine-slice: $(words $(subst |, ,$(GOROUTINE_TESTS))) integration tests with SHARDGATE_TEST_EVENT_LOOP=0"

@@ -1,8 +1,11 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"iter"
+	"slices"
 	"time"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -80,9 +83,104 @@ func (c *client) chooseReadExt(typ byte, body []byte) {
 	if c.server != nil || !c.balanced() {
 		return
 	}
-	if sql, ok := c.extendedSQL(typ, body); ok {
-		c.lb.read = c.readStatement(sql, true)
+	if _, ok := c.extendedSQL(typ, body); ok {
+		c.lb.read = c.readBatch(c.bufferedBatch(typ, body), c.stmtText, parseText(c.unnamedTail()), true)
 	}
+}
+
+// bufferedBatch is the message typ, body that the client is handling
+// followed by the whole messages it sent after it, as far as they are in
+// its read buffer (wire.Reader.Frames).
+func (c *client) bufferedBatch(typ byte, body []byte) iter.Seq2[byte, []byte] {
+	return func(yield func(byte, []byte) bool) {
+		if !yield(typ, body) {
+			return
+		}
+		for frames := c.r.Frames(); len(frames) > 0; {
+			var raw []byte
+			raw, frames = wire.SplitFrame(frames)
+			if !yield(raw[0], raw[5:]) {
+				return
+			}
+		}
+	}
+}
+
+// stmtText returns the text of the client's prepared statement name.
+func (c *client) stmtText(name []byte) ([]byte, bool) {
+	st := c.stmts[string(name)]
+	if st == nil || len(st.parse) < 5 {
+		return nil, false
+	}
+	_, tail, ok := wire.CString(st.parse[5:])
+	return parseText(tail), ok
+}
+
+// unnamedTail is the client's unnamed statement's Parse body past its
+// (empty) name: its text and parameter types; nil for none.
+func (c *client) unnamedTail() []byte {
+	if len(c.unnamed) == 0 {
+		return nil
+	}
+	return c.unnamed[1:]
+}
+
+// readBatch reports whether every statement that the extended-protocol
+// batch msgs runs is a read (readStatement), up to its Sync, which msgs
+// must reach. PostgreSQL runs a batch as one implicit transaction, and the
+// proxy on one server per shard: a read at its start that took a
+// replica's server would make a write later in the batch fail (25006,
+// read-only transaction) where PostgreSQL runs it. A batch whose Sync is
+// not in msgs (the rest not read yet, or a Flush before it) is not a read,
+// nor one with a Query or a FunctionCall in it. named returns the text of
+// the client's prepared statement of a name, unnamed the text of its
+// unnamed statement before the batch.
+func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte) ([]byte, bool), unnamed []byte, readOnlyBegin bool) bool {
+	var parsed [][]byte // names of statements the batch parses, each a read
+	for typ, body := range msgs {
+		switch typ {
+		case 'S':
+			return true
+		case 'P':
+			name, tail, ok := wire.CString(body)
+			if !ok {
+				return false
+			}
+			text := parseText(tail)
+			if !c.readStatement(string(text), readOnlyBegin) {
+				return false
+			}
+			if len(name) == 0 {
+				unnamed = text
+			} else {
+				parsed = append(parsed, name)
+			}
+		case 'B':
+			_, rest, ok := wire.CString(body)
+			if !ok {
+				return false
+			}
+			name, _, ok := wire.CString(rest)
+			switch {
+			case !ok:
+				return false
+			case len(name) == 0:
+				if !c.readStatement(string(unnamed), readOnlyBegin) {
+					return false
+				}
+			case slices.ContainsFunc(parsed, func(p []byte) bool { return bytes.Equal(p, name) }):
+			default:
+				text, ok := named(name)
+				if !ok || !c.readStatement(string(text), readOnlyBegin) {
+					return false
+				}
+			}
+		case 'D', 'E', 'C':
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // extendedSQL returns the statement text a Parse or Bind message runs.
@@ -143,6 +241,15 @@ func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
 		return false
 	}
 	switch p.Kind {
+	case router.Parts:
+		// Several statements that run one at a time (a write among
+		// them, for one): a read only if each is.
+		for _, part := range p.Parts {
+			if !c.readStatement(part, readOnlyBegin) {
+				return false
+			}
+		}
+		return true
 	case router.Transaction:
 		return readOnlyBegin && isReadOnlyBegin(sql)
 	case router.Session, router.OmniWrite:

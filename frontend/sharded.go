@@ -90,6 +90,10 @@ type shardedState struct {
 	// binds the portal, so that an error PostgreSQL raises at Bind takes
 	// its place (see deferBind).
 	bindPending bool
+	// batchReads: every statement of the extended-protocol batch being
+	// dispatched is a read, up to its Sync (readBatch), on a database
+	// with replicas: its shards' servers may be replicas' (readBalanced).
+	batchReads bool
 	// freshShard: the server of the shard the statement in progress runs
 	// on carried nothing of the client's when the statement started
 	// (pool.Server.Untouched), so that it may run again on another server

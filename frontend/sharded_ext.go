@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"iter"
 	"sync"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -133,6 +134,11 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	c.batchHint, c.batchBuf = len(c.batchBuf), nil // the portals may keep this one
 	defer c.recycleBatch(batch)
 	implicit := batchIsImplicit(batch)
+	c.batchReads = false
+	if c.balanced() {
+		unnamed, _ := c.sstmtText(nil)
+		c.batchReads = c.readBatch(batchMessages(batch), c.sstmtText, unnamed, false)
+	}
 	first := true // the batch's first Execute is still to come
 	for k := 0; k < len(batch); k++ {
 		m := batch[k]
@@ -396,7 +402,7 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 // what it wrote. A nil plan (a statement's Describe, before any Bind) goes
 // by the text alone.
 func (c *client) readBalanced(plan *executor.Plan, sql string) bool {
-	if c.xs.InTx() || !c.balanced() || c.holdsPrimary() {
+	if !c.batchReads || c.xs.InTx() || c.holdsPrimary() {
 		return false
 	}
 	if plan != nil && (plan.Write || plan.Kind != executor.RouteOne && plan.Kind != executor.RouteRead) {
@@ -659,6 +665,27 @@ func (c *client) describeOn(shard int, st *sStmt, p *sPortal) error {
 			c.toClient(raw)
 		}
 	})
+}
+
+// batchMessages is batch as a sequence of its messages' types and bodies.
+func batchMessages(batch []batchMsg) iter.Seq2[byte, []byte] {
+	return func(yield func(byte, []byte) bool) {
+		for _, m := range batch {
+			if !yield(m.typ, m.body) {
+				return
+			}
+		}
+	}
+}
+
+// sstmtText returns the text of the sharded client's prepared statement
+// name (the unnamed one for an empty name); nil and false for none.
+func (c *client) sstmtText(name []byte) ([]byte, bool) {
+	st := c.sstmts[string(name)]
+	if st == nil {
+		return nil, false
+	}
+	return []byte(st.sql), true
 }
 
 // holdsPrimary reports whether the client holds a shard's server that is

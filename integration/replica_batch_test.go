@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestReplicaBatchWithWrite: a pipeline whose first statement reads and
+// a later one writes, under one Sync (pgx's SendBatch), runs as one
+// implicit transaction on the primary, as PostgreSQL runs it: the read
+// must not take a replica's server that the write then meets read-only
+// (25006). A batch of reads alone still goes to replicas. Every pgx mode,
+// on a one-shard and a sharded database.
+func TestReplicaBatchWithWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, replica := withReplica(t, "app", "shard0", "shard1")
+	p := startProxy(t, fmt.Sprintf(`listen: 127.0.0.1:0
+admin: { user: admin, password: admin-secret }
+pool: { mode: transaction, size: 4, checkout_timeout: 5s, connect_timeout: 5s }
+load_balancing: { health_check_interval: 200ms, health_check_timeout: 1s, ban_time: 500ms }
+two_phase_commit_log: %s/2pc.log
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+  - name: app
+    shards:
+      - { host: %[5]s, port: %[6]d, database: app, replicas: [{ host: %[5]s, port: %[7]d }] }
+  - name: sharded
+    shards:
+      - { host: %[5]s, port: %[6]d, database: shard0, replicas: [{ host: %[5]s, port: %[7]d }] }
+      - { host: %[5]s, port: %[6]d, database: shard1, replicas: [{ host: %[5]s, port: %[7]d }] }
+    sharded_tables:
+      - { table: items, column: id, type: bigint }
+`, t.TempDir(), appPassword, primary.User, primary.Password, primary.Host, primary.Port, replica.Port))
+	for _, db := range []string{"app", "shard0", "shard1"} {
+		c := simpleConn(t, primary.DSN(db))
+		mustExec(t, c, "CREATE TABLE items (id bigint PRIMARY KEY, v text)")
+	}
+	next := 100
+	for _, db := range []string{"app", "sharded"} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+			pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+			t.Run(fmt.Sprintf("%s/%v", db, mode), func(t *testing.T) {
+				c := connectConfig(t, p.AppURL(db), mode, nil)
+				for range 3 {
+					next++
+					b := &pgx.Batch{}
+					b.Queue("SELECT count(*) FROM items WHERE id = $1", next)
+					b.Queue("INSERT INTO items VALUES ($1, 'b')", next)
+					b.Queue("SELECT pg_is_in_recovery(), v FROM items WHERE id = $1", next)
+					res := c.SendBatch(ctx, b)
+					var n int
+					if err := res.QueryRow().Scan(&n); err != nil || n != 0 {
+						t.Fatalf("batch read: %d, %s", n, errText(err))
+					}
+					if _, err := res.Exec(); err != nil {
+						t.Fatalf("batch write after a read: %s", errText(err))
+					}
+					var rec bool
+					var v string
+					if err := res.QueryRow().Scan(&rec, &v); err != nil || rec || v != "b" {
+						t.Fatalf("batch read after the write: in recovery %v, %q, %s", rec, v, errText(err))
+					}
+					if err := res.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b := &pgx.Batch{}
+				b.Queue("SELECT pg_is_in_recovery() FROM items WHERE id = $1", next)
+				b.Queue("SELECT pg_is_in_recovery() FROM items WHERE id = $1", next-1)
+				reads := func() bool {
+					res := c.SendBatch(ctx, b)
+					defer res.Close()
+					var r1, r2 bool
+					if err := res.QueryRow().Scan(&r1); err != nil {
+						t.Fatalf("read-only batch: %s", errText(err))
+					}
+					if err := res.QueryRow().Scan(&r2); err != nil {
+						t.Fatalf("read-only batch: %s", errText(err))
+					}
+					if r1 != r2 {
+						t.Fatalf("one read-only batch ran on a primary and a replica")
+					}
+					return r1
+				}
+				if db == "app" {
+					eventually(t, 20*time.Second, "a batch of reads on a replica", reads)
+				} else {
+					// Several statements of a batch on a sharded database
+					// are one implicit transaction over its shards, which
+					// commits in two phases: on primaries (docs/config.md).
+					reads()
+				}
+			})
+		}
+	}
+}
