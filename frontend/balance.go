@@ -83,20 +83,28 @@ func (c *client) chooseReadExt(typ byte, body []byte) {
 	if c.server != nil || !c.balanced() {
 		return
 	}
-	if _, ok := c.extendedSQL(typ, body); ok {
-		c.lb.read = c.readBatch(c.bufferedBatch(typ, body), c.stmtText, parseText(c.unnamedTail()), true)
+	if _, ok := c.extendedSQL(typ, body); !ok {
+		return
 	}
+	// Batches the client pipelined behind this one go out with it, to
+	// the same server (extended): all of them count, and all must be
+	// here, whole.
+	frames := c.r.Frames()
+	if len(frames) != c.r.Buffered() {
+		return
+	}
+	c.lb.read = c.readBatch(bufferedBatch(typ, body, frames), c.stmtText, parseText(c.unnamedTail()), true, true)
 }
 
 // bufferedBatch is the message typ, body that the client is handling
-// followed by the whole messages it sent after it, as far as they are in
-// its read buffer (wire.Reader.Frames).
-func (c *client) bufferedBatch(typ byte, body []byte) iter.Seq2[byte, []byte] {
+// followed by frames, the whole messages it sent after it as far as they
+// are in its read buffer (wire.Reader.Frames).
+func bufferedBatch(typ byte, body, frames []byte) iter.Seq2[byte, []byte] {
 	return func(yield func(byte, []byte) bool) {
 		if !yield(typ, body) {
 			return
 		}
-		for frames := c.r.Frames(); len(frames) > 0; {
+		for len(frames) > 0 {
 			var raw []byte
 			raw, frames = wire.SplitFrame(frames)
 			if !yield(raw[0], raw[5:]) {
@@ -134,13 +142,20 @@ func (c *client) unnamedTail() []byte {
 // not in msgs (the rest not read yet, or a Flush before it) is not a read,
 // nor one with a Query or a FunctionCall in it. named returns the text of
 // the client's prepared statement of a name, unnamed the text of its
-// unnamed statement before the batch.
-func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte) ([]byte, bool), unnamed []byte, readOnlyBegin bool) bool {
+// unnamed statement before the batch. With through, msgs are batches
+// pipelined one after the other that run on one server: every one counts,
+// and the last message must be a Sync.
+func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte) ([]byte, bool), unnamed []byte,
+	readOnlyBegin, through bool) bool {
 	var parsed [][]byte // names of statements the batch parses, each a read
+	synced := false     // the last message was a Sync
 	for typ, body := range msgs {
+		synced = typ == 'S'
 		switch typ {
 		case 'S':
-			return true
+			if !through {
+				return true
+			}
 		case 'P':
 			name, tail, ok := wire.CString(body)
 			if !ok {
@@ -180,7 +195,7 @@ func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte)
 			return false
 		}
 	}
-	return false
+	return synced
 }
 
 // extendedSQL returns the statement text a Parse or Bind message runs.

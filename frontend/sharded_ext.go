@@ -135,9 +135,12 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	defer c.recycleBatch(batch)
 	implicit := batchIsImplicit(batch)
 	c.batchReads = false
-	if c.balanced() {
+	if !implicit && c.balanced() {
+		// An implicit transaction may span shards and commit in two
+		// phases, which a standby refuses: such a batch runs on
+		// primaries, decided before its first message takes a server.
 		unnamed, _ := c.sstmtText(nil)
-		c.batchReads = c.readBatch(batchMessages(batch), c.sstmtText, unnamed, false)
+		c.batchReads = c.readBatch(batchMessages(batch), c.sstmtText, unnamed, false, false)
 	}
 	first := true // the batch's first Execute is still to come
 	for k := 0; k < len(batch); k++ {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestReplicaBatchWithWrite: a pipeline whose first statement reads and
@@ -69,6 +70,32 @@ databases:
 					if err := res.Close(); err != nil {
 						t.Fatal(err)
 					}
+				}
+				// Two transactions in one pipeline (two Syncs, one
+				// write): the proxy sends them on, in one write, to the
+				// server it took for the first.
+				next++
+				pl := c.PgConn().StartPipeline(ctx)
+				pl.SendQueryParams("SELECT count(*) FROM items WHERE id = $1", [][]byte{[]byte(fmt.Sprint(next))}, nil, nil, nil)
+				pl.SendPipelineSync()
+				pl.SendQueryParams("INSERT INTO items VALUES ($1, 'p')", [][]byte{[]byte(fmt.Sprint(next))}, nil, nil, nil)
+				pl.SendPipelineSync()
+				if err := pl.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 4 {
+					r, err := pl.GetResults()
+					if err != nil {
+						t.Fatalf("pipeline result %d: %s", i, errText(err))
+					}
+					if rr, ok := r.(*pgconn.ResultReader); ok {
+						if _, err := rr.Close(); err != nil {
+							t.Fatalf("pipeline result %d: %s", i, errText(err))
+						}
+					}
+				}
+				if err := pl.Close(); err != nil {
+					t.Fatalf("pipeline: %s", errText(err))
 				}
 				b := &pgx.Batch{}
 				b.Queue("SELECT pg_is_in_recovery() FROM items WHERE id = $1", next)
