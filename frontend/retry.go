@@ -361,8 +361,13 @@ func (c *client) onShardOrFail(i int, step func() error) error {
 // reports whether to run the statement again; cerr is a failure to check
 // out another server, which answers the statement instead.
 func (c *client) retryShard(err error, i, try int) (again bool, cerr error) {
+	if err == nil || !c.freshShard || try+1 >= retryTries {
+		// Before errors.As, whose target escapes: a statement that ran
+		// (every routed one, as a rule) allocates nothing here.
+		return false, nil
+	}
 	var lost *shardLost
-	if !c.freshShard || try+1 >= retryTries || !errors.As(err, &lost) || !lost.retry || lost.server != c.xs.Server(i) {
+	if !errors.As(err, &lost) || !lost.retry || lost.server != c.xs.Server(i) {
 		return false, nil
 	}
 	c.log.Info("server died before answering; running the statement on another server of the shard", "shard", i, "server", lost.server.Addr, "err", lost.err)
