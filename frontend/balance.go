@@ -162,7 +162,7 @@ func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte)
 				return false
 			}
 			text := parseText(tail)
-			if !c.readStatement(string(text), readOnlyBegin) {
+			if !c.readsInBatch(text, readOnlyBegin) {
 				return false
 			}
 			if len(name) == 0 {
@@ -180,13 +180,13 @@ func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte)
 			case !ok:
 				return false
 			case len(name) == 0:
-				if !c.readStatement(string(unnamed), readOnlyBegin) {
+				if !c.readsInBatch(unnamed, readOnlyBegin) {
 					return false
 				}
 			case slices.ContainsFunc(parsed, func(p []byte) bool { return bytes.Equal(p, name) }):
 			default:
 				text, ok := named(name)
-				if !ok || !c.readStatement(string(text), readOnlyBegin) {
+				if !ok || !c.readsInBatch(text, readOnlyBegin) {
 					return false
 				}
 			}
@@ -271,6 +271,36 @@ func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
 		return false
 	}
 	return !p.Write
+}
+
+// readsInBatch reports whether the statement text may run on a replica
+// in a batch of reads: a read, or the end of a transaction (endsOrMarksTx).
+func (c *client) readsInBatch(text []byte, readOnlyBegin bool) bool {
+	return c.readStatement(string(text), readOnlyBegin) || endsOrMarksTx(string(text))
+}
+
+// endsOrMarksTx reports whether sql is one COMMIT, END, ROLLBACK, ABORT,
+// SAVEPOINT, RELEASE or ROLLBACK TO: it writes nothing, and in a batch of
+// reads (a pipelined BEGIN READ ONLY, SELECT, COMMIT) it runs on a replica
+// as well as the reads do. COMMIT AND CHAIN keeps the ended transaction's
+// access mode; PREPARE TRANSACTION and COMMIT PREPARED are not among them
+// (a standby refuses both).
+func endsOrMarksTx(sql string) bool {
+	tree, err := pg_query.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return false
+	}
+	ts := tree.Stmts[0].Stmt.GetTransactionStmt()
+	if ts == nil {
+		return false
+	}
+	switch ts.Kind {
+	case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
+		pg_query.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg_query.TransactionStmtKind_TRANS_STMT_RELEASE,
+		pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		return true
+	}
+	return false
 }
 
 // isReadOnlyBegin reports whether sql is one BEGIN or START TRANSACTION
