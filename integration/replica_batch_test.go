@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestReplicaBatchWithWrite: a pipeline whose first statement reads and
@@ -19,29 +20,8 @@ import (
 func TestReplicaBatchWithWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary, replica := withReplica(t, "app", "shard0", "shard1")
-	p := startProxy(t, fmt.Sprintf(`listen: 127.0.0.1:0
-admin: { user: admin, password: admin-secret }
-pool: { mode: transaction, size: 4, checkout_timeout: 5s, connect_timeout: 5s }
-load_balancing: { health_check_interval: 200ms, health_check_timeout: 1s, ban_time: 500ms }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards:
-      - { host: %[5]s, port: %[6]d, database: app, replicas: [{ host: %[5]s, port: %[7]d }] }
-  - name: sharded
-    shards:
-      - { host: %[5]s, port: %[6]d, database: shard0, replicas: [{ host: %[5]s, port: %[7]d }] }
-      - { host: %[5]s, port: %[6]d, database: shard1, replicas: [{ host: %[5]s, port: %[7]d }] }
-    sharded_tables:
-      - { table: items, column: id, type: bigint }
-`, t.TempDir(), appPassword, primary.User, primary.Password, primary.Host, primary.Port, replica.Port))
-	for _, db := range []string{"app", "shard0", "shard1"} {
-		c := simpleConn(t, primary.DSN(db))
-		mustExec(t, c, "CREATE TABLE items (id bigint PRIMARY KEY, v text)")
-	}
+	_, _, yaml := replicatedDatabases(t)
+	p := startProxy(t, yaml)
 	next := 100
 	for _, db := range []string{"app", "sharded"} {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
@@ -167,4 +147,37 @@ databases:
 			})
 		}
 	}
+}
+
+// replicatedDatabases starts a primary holding databases app, shard0 and
+// shard1 with a streaming replica, each with an empty table items (id
+// bigint primary key, v text), and returns the configuration of a proxy
+// (transaction pooling) that serves them as database "app" (one shard)
+// and database "sharded" (two shards, items sharded by id), every shard
+// with the replica.
+func replicatedDatabases(t *testing.T) (primary, replica *pgtest.Cluster, yaml string) {
+	t.Helper()
+	primary, replica = withReplica(t, "app", "shard0", "shard1")
+	for _, db := range []string{"app", "shard0", "shard1"} {
+		c := simpleConn(t, primary.DSN(db))
+		mustExec(t, c, "CREATE TABLE items (id bigint PRIMARY KEY, v text)")
+	}
+	return primary, replica, fmt.Sprintf(`listen: 127.0.0.1:0
+admin: { user: admin, password: admin-secret }
+pool: { mode: transaction, size: 4, checkout_timeout: 5s, connect_timeout: 5s }
+load_balancing: { health_check_interval: 200ms, health_check_timeout: 1s, ban_time: 500ms }
+two_phase_commit_log: %s/2pc.log
+users:
+  - { name: app, password: %s, server_user: %s, server_password: %s }
+databases:
+  - name: app
+    shards:
+      - { host: %[5]s, port: %[6]d, database: app, replicas: [{ host: %[5]s, port: %[7]d }] }
+  - name: sharded
+    shards:
+      - { host: %[5]s, port: %[6]d, database: shard0, replicas: [{ host: %[5]s, port: %[7]d }] }
+      - { host: %[5]s, port: %[6]d, database: shard1, replicas: [{ host: %[5]s, port: %[7]d }] }
+    sharded_tables:
+      - { table: items, column: id, type: bigint }
+`, t.TempDir(), appPassword, primary.User, primary.Password, primary.Host, primary.Port, replica.Port)
 }

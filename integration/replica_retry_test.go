@@ -26,25 +26,8 @@ import (
 func TestRetryReadOnReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary, replica := withReplica(t, "app", "shard0", "shard1")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
-admin: { user: admin, password: admin-secret }
-pool: { mode: transaction, size: 4, checkout_timeout: 5s, connect_timeout: 5s }
-load_balancing: { health_check_interval: 200ms, health_check_timeout: 1s, ban_time: 500ms }
-two_phase_commit_log: %s/2pc.log
-users:
-  - { name: app, password: %s, server_user: %s, server_password: %s }
-databases:
-  - name: app
-    shards:
-      - { host: %[5]s, port: %[6]d, database: app, replicas: [{ host: %[5]s, port: %[7]d }] }
-  - name: sharded
-    shards:
-      - { host: %[5]s, port: %[6]d, database: shard0, replicas: [{ host: %[5]s, port: %[7]d }] }
-      - { host: %[5]s, port: %[6]d, database: shard1, replicas: [{ host: %[5]s, port: %[7]d }] }
-    sharded_tables:
-      - { table: items, column: id, type: bigint }
-`, t.TempDir(), appPassword, primary.User, primary.Password, primary.Host, primary.Port, replica.Port)), "test.yaml")
+	primary, replica, yaml := replicatedDatabases(t)
+	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +63,6 @@ databases:
 	// whichever shard the key hashes to.
 	for _, db := range []string{"app", "shard0", "shard1"} {
 		c := simpleConn(t, primary.DSN(db))
-		mustExec(t, c, "CREATE TABLE items (id bigint PRIMARY KEY, v text)")
 		mustExec(t, c, "INSERT INTO items SELECT g, 'x' FROM generate_series(1, 10) g")
 		replicated := simpleConn(t, replica.DSN(db))
 		eventually(t, 20*time.Second, "the rows of "+db+" on the replica", func() bool {
