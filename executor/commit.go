@@ -57,23 +57,23 @@ func (c *Coordinator) at(stage string) {
 // transaction is committed and whatever a shard did not finish, a
 // resolver finishes.
 func (s *Session) Commit(shards []int) error {
-	switch len(shards) {
-	case 0:
+	switch {
+	case len(shards) == 0:
 		return nil
-	case 1:
-		i := shards[0]
-		st, serr, err := s.ending(i, "COMMIT")
-		s.shards[i].inTx = false
-		if err != nil {
-			return wire.Errorf(wire.ConnectionFailure, "commit: server connection lost: %v", err)
+	case len(shards) == 1:
+		return s.commitOne(shards[0])
+	case s.onReplica(shards):
+		// The proxy puts a transaction on a replica only when every
+		// statement of it reads (read load balancing): there is nothing
+		// to commit atomically, and a standby refuses PREPARE
+		// TRANSACTION. Each shard commits on its own.
+		var first error
+		for _, i := range shards {
+			if err := s.commitOne(i); err != nil && first == nil {
+				first = err
+			}
 		}
-		if serr != nil {
-			return serr
-		}
-		if st != 'I' {
-			s.shards[i].server.Broken = true
-		}
-		return nil
+		return first
 	}
 	c := s.coord
 	coord := slices.Min(shards)
@@ -105,6 +105,34 @@ func (s *Session) Commit(shards []int) error {
 		}
 	}
 	return nil
+}
+
+// commitOne commits the transaction open on shard i with a plain COMMIT.
+func (s *Session) commitOne(i int) error {
+	st, serr, err := s.ending(i, "COMMIT")
+	s.shards[i].inTx = false
+	if err != nil {
+		return wire.Errorf(wire.ConnectionFailure, "commit: server connection lost: %v", err)
+	}
+	if serr != nil {
+		return serr
+	}
+	if st != 'I' {
+		s.shards[i].server.Broken = true
+	}
+	return nil
+}
+
+// onReplica reports whether the server of one of shards is a replica's.
+func (s *Session) onReplica(shards []int) bool {
+	for _, i := range shards {
+		if srv := s.shards[i].server; srv != nil {
+			if p := srv.Pool(); p != nil && p.Key.Role == "replica" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decide commits the coordinator's prepared transaction g: the commit

@@ -256,7 +256,9 @@ func (c *client) attachHeld(ctx context.Context, i int) error {
 	}
 	if c.xs.Server(i) == nil {
 		c.setState(ClientWaiting)
-		s, p, err := c.checkoutBalanced(ctx, c.xs.Pool(i), i, c.lb.read && !c.xs.InTx())
+		// A read outside a transaction block, or in a batch's implicit
+		// transaction of reads (readBalanced), may take a replica's.
+		s, p, err := c.checkoutBalanced(ctx, c.xs.Pool(i), i, c.lb.read && (!c.xs.InTx() || c.xs.Implicit()))
 		if err != nil {
 			if !c.holdsShards() {
 				c.release()

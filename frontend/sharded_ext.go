@@ -135,10 +135,12 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 	defer c.recycleBatch(batch)
 	implicit := batchIsImplicit(batch)
 	c.batchReads = false
-	if !implicit && c.balanced() {
-		// An implicit transaction may span shards and commit in two
-		// phases, which a standby refuses: such a batch runs on
-		// primaries, decided before its first message takes a server.
+	if c.balanced() {
+		// Decided before the batch's first message takes a server. A
+		// batch of reads with several Executes is an implicit
+		// transaction that may span shards: on replicas it commits on
+		// each shard on its own (executor.Session.Commit), as a standby
+		// refuses PREPARE TRANSACTION.
 		unnamed, _ := c.sstmtText(nil)
 		c.batchReads = c.readBatch(batchMessages(batch), c.sstmtText, unnamed, false, false)
 	}
@@ -394,8 +396,8 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 
 // readBalanced reports whether the servers a statement with plan and text
 // sql checks out may be its shards' replicas' (checkoutBalanced): a read
-// outside a transaction that starts the batch's work, on a database with
-// replicas. The message that first takes a shard's server may be the
+// outside a transaction block (the batch's implicit one aside), in a batch
+// of reads (batchReads), on a database with replicas. The message that first takes a shard's server may be the
 // Execute, or before it the Parse that a shard validates (validateParse)
 // or the Describe a shard answers (describeShard), as drivers send Parse,
 // Bind, Describe, Execute and Sync together; a statement on another shard
@@ -405,7 +407,7 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 // what it wrote. A nil plan (a statement's Describe, before any Bind) goes
 // by the text alone.
 func (c *client) readBalanced(plan *executor.Plan, sql string) bool {
-	if !c.batchReads || c.xs.InTx() || c.holdsPrimary() {
+	if !c.batchReads || c.xs.InTx() && !c.xs.Implicit() || c.holdsPrimary() {
 		return false
 	}
 	if plan != nil && (plan.Write || plan.Kind != executor.RouteOne && plan.Kind != executor.RouteRead) {
