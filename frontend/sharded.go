@@ -442,7 +442,11 @@ func (c *client) shardedQueryOnce(ctx context.Context, sql string, ops []setOp, 
 	case executor.RouteSavepoint:
 		return c.savepoint(ctx, p)
 	}
-	c.lb.read = !c.xs.InTx() && !p.Write && (p.Kind == executor.RouteOne || p.Kind == executor.RouteRead) &&
+	// Outside a transaction block, or in the implicit transaction of a
+	// multi-statement Query of reads (runParts), a read may take replicas'
+	// servers; a part after one that holds a primary's stays on primaries.
+	c.lb.read = (!c.xs.InTx() || c.multi && c.batchReads && c.xs.Implicit() && !c.holdsPrimary()) &&
+		!p.Write && (p.Kind == executor.RouteOne || p.Kind == executor.RouteRead) &&
 		c.balanced() && c.readStatement(sql, false)
 	err = c.attachShards(ctx, p.Shards)
 	c.lb.read = false
@@ -827,6 +831,10 @@ func pickShard(n int) int { return rand.IntN(n) }
 func (c *client) runParts(ctx context.Context, parts []string) error {
 	c.multi, c.partErr = true, false
 	defer func() { c.multi = false }()
+	// A Query of reads alone may read from replicas (shardedQueryOnce);
+	// its implicit transaction then commits on each shard on its own.
+	c.batchReads = !c.xs.InTx() && c.balanced() && c.partsRead(parts)
+	defer func() { c.batchReads = false }()
 	for _, part := range parts {
 		if !c.xs.InTx() {
 			c.xs.BeginImplicit()
@@ -860,6 +868,17 @@ func (c *client) runParts(ctx context.Context, parts []string) error {
 	c.tx = c.shardedStatus()
 	c.readyForQuery(c.tx)
 	return c.flushClient()
+}
+
+// partsRead reports whether every statement of a multi-statement Query is
+// a read (or ends a transaction: readsInBatch).
+func (c *client) partsRead(parts []string) bool {
+	for _, part := range parts {
+		if !c.readsInBatch([]byte(part), false) {
+			return false
+		}
+	}
+	return true
 }
 
 // partEffects is what one statement of a multi-statement Query does to the

@@ -132,9 +132,7 @@ func TestReplicaBatchWithWrite(t *testing.T) {
 						t.Fatalf("read-only batch, read %d: %s", k, errText(err))
 					}
 					dbs[on] = true
-					// A multi-statement Query over several shards runs
-					// statement by statement on primaries (docs/config.md).
-					if want := db == "app" || mode != pgx.QueryExecModeSimpleProtocol; want && !r {
+					if !r {
 						t.Fatalf("read-only batch, read %d ran on a primary, want a replica", k)
 					}
 				}
