@@ -126,10 +126,8 @@ func (s *Session) commitOne(i int) error {
 // onReplica reports whether the server of one of shards is a replica's.
 func (s *Session) onReplica(shards []int) bool {
 	for _, i := range shards {
-		if srv := s.shards[i].server; srv != nil {
-			if p := srv.Pool(); p != nil && p.Key.Role == "replica" {
-				return true
-			}
+		if srv := s.shards[i].server; srv != nil && srv.OfReplica() {
+			return true
 		}
 	}
 	return false

@@ -102,7 +102,9 @@ func (c *client) retryElsewhere(err error) (rerr, local error) {
 		c.pipe.set(pipeErrored, false)
 		dead.Broken = true
 		c.detach()
-		c.lb.read = readOnReplica(dead) // checkout takes it (takeRead)
+		// A read that went to a replica is balanced again rather than
+		// sent to the primary; checkout takes the decision (takeRead).
+		c.lb.read = dead.OfReplica()
 		if aerr := c.attach(context.Background()); aerr != nil {
 			c.dropBatch()
 			return nil, aerr
@@ -393,22 +395,10 @@ func (c *client) replaceShardServer(ctx context.Context, i int) error {
 	}
 	c.ext[i] = shardExt{eff: c.ext[i].eff}
 	c.xs.Discard(i)
-	c.lb.read = readOnReplica(dead)
+	c.lb.read = dead.OfReplica() // a read that went to a replica goes to one again
 	err := c.attachHeld(ctx, i)
 	c.lb.read = false
 	return err
-}
-
-// readOnReplica reports whether dead, a server that died before it
-// answered anything, was a replica's: the statement was a read balanced
-// to the replicas (checkoutBalanced), and its retry is balanced again
-// rather than sent to the primary. The decision cleared after the first
-// checkout (takeRead, attachShards) is not made again: a retry has no
-// statement text at hand for every protocol path, and the dead server's
-// pool already tells.
-func readOnReplica(dead *pool.Server) bool {
-	p := dead.Pool()
-	return p != nil && p.Key.Role == "replica"
 }
 
 // liveShard replaces shard i's server, which the client holds for a

@@ -697,7 +697,7 @@ func (c *client) sstmtText(name []byte) ([]byte, bool) {
 // not a replica's.
 func (c *client) holdsPrimary() bool {
 	for i := range c.xs.Len() {
-		if s := c.xs.Server(i); s != nil && !readOnReplica(s) {
+		if s := c.xs.Server(i); s != nil && !s.OfReplica() {
 			return true
 		}
 	}

@@ -14,6 +14,9 @@ import (
 // Pool returns the pool s was checked out of.
 func (s *Server) Pool() *Pool { return s.pool }
 
+// OfReplica reports whether s is a server of a replica's pool.
+func (s *Server) OfReplica() bool { return s.pool != nil && s.pool.Key.Role == "replica" }
+
 // roundRobins holds the round_robin position of each shard.
 type roundRobins struct {
 	mu sync.Mutex // guards m
