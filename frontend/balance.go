@@ -93,7 +93,7 @@ func (c *client) chooseReadExt(typ byte, body []byte) {
 	if len(frames) != c.r.Buffered() {
 		return
 	}
-	c.lb.read = c.readBatch(bufferedBatch(typ, body, frames), c.stmtText, parseText(c.unnamedTail()), true, true)
+	c.lb.read = c.readBatch(bufferedBatch(typ, body, frames), c.stmtText, string(parseText(c.unnamedTail())), true, true)
 }
 
 // bufferedBatch is the message typ, body that the client is handling
@@ -115,13 +115,13 @@ func bufferedBatch(typ byte, body, frames []byte) iter.Seq2[byte, []byte] {
 }
 
 // stmtText returns the text of the client's prepared statement name.
-func (c *client) stmtText(name []byte) ([]byte, bool) {
+func (c *client) stmtText(name []byte) (string, bool) {
 	st := c.stmts[string(name)]
 	if st == nil || len(st.parse) < 5 {
-		return nil, false
+		return "", false
 	}
 	_, tail, ok := wire.CString(st.parse[5:])
-	return parseText(tail), ok
+	return string(parseText(tail)), ok
 }
 
 // unnamedTail is the client's unnamed statement's Parse body past its
@@ -145,7 +145,7 @@ func (c *client) unnamedTail() []byte {
 // unnamed statement before the batch. With through, msgs are batches
 // pipelined one after the other that run on one server: every one counts,
 // and the last message must be a Sync.
-func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte) ([]byte, bool), unnamed []byte,
+func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte) (string, bool), unnamed string,
 	readOnlyBegin, through bool) bool {
 	var parsed [][]byte // names of statements the batch parses, each a read
 	synced := false     // the last message was a Sync
@@ -161,7 +161,7 @@ func (c *client) readBatch(msgs iter.Seq2[byte, []byte], named func(name []byte)
 			if !ok {
 				return false
 			}
-			text := parseText(tail)
+			text := string(parseText(tail))
 			if !c.readsInBatch(text, readOnlyBegin) {
 				return false
 			}
@@ -238,6 +238,18 @@ func (c *client) extendedSQL(typ byte, body []byte) (string, bool) {
 // readOnlyBegin, BEGIN READ ONLY counts as a read. Anything the router
 // cannot plan is not a read (the primary reports its errors).
 func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
+	return c.reads(sql, readOnlyBegin, false)
+}
+
+// readsInBatch reports whether the statement text may run on a replica
+// in a batch of reads: a read, or a statement that ends or marks a
+// transaction (txStatementReads).
+func (c *client) readsInBatch(text string, readOnlyBegin bool) bool {
+	return c.reads(text, readOnlyBegin, true)
+}
+
+// reads is readStatement, and with txEnds readsInBatch.
+func (c *client) reads(sql string, readOnlyBegin, txEnds bool) bool {
 	st, db := c.lbView()
 	rp, err := st.planner(db)
 	if err != nil {
@@ -260,32 +272,35 @@ func (c *client) readStatement(sql string, readOnlyBegin bool) bool {
 		// Several statements that run one at a time (a write among
 		// them, for one): a read only if each is.
 		for _, part := range p.Parts {
-			if !c.readStatement(part, readOnlyBegin) {
+			if !c.reads(part, readOnlyBegin, false) {
 				return false
 			}
 		}
 		return true
 	case router.Transaction:
-		return readOnlyBegin && isReadOnlyBegin(sql)
+		return txStatementReads(sql, readOnlyBegin, txEnds)
 	case router.Session, router.OmniWrite:
 		return false
 	}
 	return !p.Write
 }
 
-// readsInBatch reports whether the statement text may run on a replica
-// in a batch of reads: a read, or the end of a transaction (endsOrMarksTx).
-func (c *client) readsInBatch(text []byte, readOnlyBegin bool) bool {
-	return c.readStatement(string(text), readOnlyBegin) || endsOrMarksTx(string(text))
-}
+// isReadOnlyBegin reports whether sql is one BEGIN or START TRANSACTION
+// with READ ONLY (and not SERIALIZABLE, which a standby refuses).
+func isReadOnlyBegin(sql string) bool { return txStatementReads(sql, true, false) }
 
-// endsOrMarksTx reports whether sql is one COMMIT, END, ROLLBACK, ABORT,
-// SAVEPOINT, RELEASE or ROLLBACK TO: it writes nothing, and in a batch of
-// reads (a pipelined BEGIN READ ONLY, SELECT, COMMIT) it runs on a replica
-// as well as the reads do. COMMIT AND CHAIN keeps the ended transaction's
-// access mode; PREPARE TRANSACTION and COMMIT PREPARED are not among them
-// (a standby refuses both).
-func endsOrMarksTx(sql string) bool {
+// txStatementReads reports whether sql, one transaction statement, may
+// run on a replica: with readOnlyBegin a BEGIN or START TRANSACTION with
+// READ ONLY (and not SERIALIZABLE, which a standby refuses); with txEnds a
+// COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE or ROLLBACK TO, which
+// write nothing, so that in a batch of reads (a pipelined BEGIN READ ONLY,
+// SELECT, COMMIT) they run on a replica as well as the reads do. COMMIT
+// AND CHAIN keeps the ended transaction's access mode; PREPARE TRANSACTION
+// and COMMIT PREPARED are never among them (a standby refuses both).
+func txStatementReads(sql string, readOnlyBegin, txEnds bool) bool {
+	if !readOnlyBegin && !txEnds {
+		return false
+	}
 	tree, err := pg_query.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
 		return false
@@ -295,25 +310,19 @@ func endsOrMarksTx(sql string) bool {
 		return false
 	}
 	switch ts.Kind {
+	case pg_query.TransactionStmtKind_TRANS_STMT_BEGIN, pg_query.TransactionStmtKind_TRANS_STMT_START:
+		return readOnlyBegin && beginsReadOnly(ts)
 	case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
 		pg_query.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg_query.TransactionStmtKind_TRANS_STMT_RELEASE,
 		pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
-		return true
+		return txEnds
 	}
 	return false
 }
 
-// isReadOnlyBegin reports whether sql is one BEGIN or START TRANSACTION
-// with READ ONLY (and not SERIALIZABLE, which a standby refuses).
-func isReadOnlyBegin(sql string) bool {
-	tree, err := pg_query.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 {
-		return false
-	}
-	ts := tree.Stmts[0].Stmt.GetTransactionStmt()
-	if ts == nil || ts.Kind != pg_query.TransactionStmtKind_TRANS_STMT_BEGIN && ts.Kind != pg_query.TransactionStmtKind_TRANS_STMT_START {
-		return false
-	}
+// beginsReadOnly reports whether the options of a BEGIN or START
+// TRANSACTION ask for READ ONLY and not SERIALIZABLE.
+func beginsReadOnly(ts *pg_query.TransactionStmt) bool {
 	readOnly := false
 	for _, o := range ts.Options {
 		d := o.GetDefElem()

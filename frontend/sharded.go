@@ -874,7 +874,7 @@ func (c *client) runParts(ctx context.Context, parts []string) error {
 // a read (or ends a transaction: readsInBatch).
 func (c *client) partsRead(parts []string) bool {
 	for _, part := range parts {
-		if !c.readsInBatch([]byte(part), false) {
+		if !c.readsInBatch(part, false) {
 			return false
 		}
 	}

@@ -684,13 +684,13 @@ func batchMessages(batch []batchMsg) iter.Seq2[byte, []byte] {
 }
 
 // sstmtText returns the text of the sharded client's prepared statement
-// name (the unnamed one for an empty name); nil and false for none.
-func (c *client) sstmtText(name []byte) ([]byte, bool) {
+// name (the unnamed one for an empty name); false for none.
+func (c *client) sstmtText(name []byte) (string, bool) {
 	st := c.sstmts[string(name)]
 	if st == nil {
-		return nil, false
+		return "", false
 	}
-	return []byte(st.sql), true
+	return st.sql, true
 }
 
 // holdsPrimary reports whether the client holds a shard's server that is
