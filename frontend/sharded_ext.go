@@ -396,16 +396,16 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 
 // readBalanced reports whether the servers a statement with plan and text
 // sql checks out may be its shards' replicas' (checkoutBalanced): a read
-// outside a transaction block (the batch's implicit one aside), in a batch
-// of reads (batchReads), on a database with replicas. The message that first takes a shard's server may be the
-// Execute, or before it the Parse that a shard validates (validateParse)
-// or the Describe a shard answers (describeShard), as drivers send Parse,
-// Bind, Describe, Execute and Sync together; a statement on another shard
-// later in the batch is balanced again as long as the batch holds only
-// replicas' servers. Once it holds a primary's (a write, or a read that
-// was not balanced), the rest of the batch goes to primaries, which see
-// what it wrote. A nil plan (a statement's Describe, before any Bind) goes
-// by the text alone.
+// outside a transaction block (the batch's implicit one aside), in a
+// batch of reads (batchReads), on a database with replicas. The message
+// that first takes a shard's server may be the Execute, or before it the
+// Parse that a shard validates (validateParse) or the Describe a shard
+// answers (describeShard), as drivers send Parse, Bind, Describe, Execute
+// and Sync together; a statement on another shard later in the batch is
+// balanced again as long as the batch holds only replicas' servers. Once
+// it holds a primary's (a read that was not balanced), the rest of the
+// batch goes to primaries. A nil plan (a statement's Describe, before any
+// Bind) goes by the text alone.
 func (c *client) readBalanced(plan *executor.Plan, sql string) bool {
 	if !c.batchReads || c.xs.InTx() && !c.xs.Implicit() || c.holdsPrimary() {
 		return false
