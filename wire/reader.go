@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -11,30 +10,90 @@ import (
 // (MAX_STARTUP_PACKET_LENGTH).
 const maxStartupPacket = 10000
 
-// Reader reads framed messages from one connection.
+// Reader reads framed messages from one connection, through a buffer of
+// its own rather than a bufio.Reader: a message whose bytes are buffered
+// is a slice of the buffer and two index moves, where bufio took a Peek of
+// its header, a Peek of the whole message and a Discard, about 250
+// instructions a message with their checks; the relay reads a dozen
+// messages a statement (docs/benchmarks.md, issue 13, seventeenth step).
 type Reader struct {
-	br  *bufio.Reader
-	big []byte // the last message that did not fit in br, or the part of it read so far
+	src  io.Reader
+	buf  []byte
+	r, w int    // buf[r:w] is buffered
+	err  error  // the last read's error, returned once it is reached
+	big  []byte // the last message that did not fit in buf, or the part of it read so far
 	// bigLeft is how much of a large message is still to be read when an
 	// error (a read deadline) interrupted it: the next Next resumes it.
 	bigLeft int
 	max     int // largest accepted body length
 }
 
+// maxEmptyReads is how many reads that return nothing and no error fill
+// tries before it gives up with io.ErrNoProgress (as bufio).
+const maxEmptyReads = 100
+
 // NewReader returns a Reader over r with a buffer of size bytes that rejects
 // bodies longer than max bytes.
 func NewReader(r io.Reader, size, max int) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
+	if size < 16 {
+		size = 16
+	}
+	return &Reader{src: r, buf: make([]byte, size), max: max}
 }
 
 // Buffered reports how many bytes can be read without touching the socket.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+func (r *Reader) Buffered() int { return r.w - r.r }
 
 // SetMax changes the largest accepted body length.
 func (r *Reader) SetMax(max int) { r.max = max }
 
 // Reset discards buffered data and reads from src from now on.
-func (r *Reader) Reset(src io.Reader) { r.br.Reset(src); r.big = nil; r.bigLeft = 0 }
+func (r *Reader) Reset(src io.Reader) {
+	r.src, r.r, r.w, r.err = src, 0, 0, nil
+	r.big, r.bigLeft = nil, 0
+}
+
+// fill reads once into the free end of the buffer, after moving what is
+// buffered to its front; a read's error is kept in r.err.
+func (r *Reader) fill() {
+	if r.r > 0 {
+		copy(r.buf, r.buf[r.r:r.w])
+		r.w -= r.r
+		r.r = 0
+	}
+	for range maxEmptyReads {
+		n, err := r.src.Read(r.buf[r.w:])
+		if n < 0 || n > len(r.buf)-r.w {
+			r.err = fmt.Errorf("wire: read returned %d bytes for a buffer of %d", n, len(r.buf)-r.w)
+			return
+		}
+		r.w += n
+		if err != nil {
+			r.err = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	r.err = io.ErrNoProgress
+}
+
+// ensure reads until n bytes (at most the buffer's size) are buffered, or
+// returns the read error that stopped it; the error is returned once, and
+// the next call reads again. Buffered bytes stay where they are in the
+// buffer only until ensure reads.
+func (r *Reader) ensure(n int) error {
+	for r.w-r.r < n {
+		if r.err != nil {
+			err := r.err
+			r.err = nil
+			return err
+		}
+		r.fill()
+	}
+	return nil
+}
 
 // Next reads one typed message. The returned raw slice holds the whole
 // message (type, length and body) and body its body; both are valid until
@@ -44,10 +103,12 @@ func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
 	if r.bigLeft > 0 {
 		return r.readBig()
 	}
-	hdr, err := r.br.Peek(5)
-	if err != nil {
-		return 0, nil, nil, err
+	if r.w-r.r < 5 {
+		if err := r.ensure(5); err != nil {
+			return 0, nil, nil, err
+		}
 	}
+	hdr := r.buf[r.r : r.r+5]
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5]))) - 4
 	if n < 0 {
@@ -58,23 +119,58 @@ func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
 		return 0, nil, nil, &Error{Severity: "FATAL", Code: ProtocolViolation,
 			Message: fmt.Sprintf("message of type %q is too large: %d bytes (the limit is %d)", typ, n, r.max)}
 	}
-	if 5+n <= r.br.Size() {
-		raw, err = r.br.Peek(5 + n)
-		if err != nil {
-			return 0, nil, nil, unexpectedEOF(err)
+	if 5+n <= len(r.buf) {
+		if r.w-r.r < 5+n {
+			if err := r.ensure(5 + n); err != nil {
+				return 0, nil, nil, unexpectedEOF(err)
+			}
 		}
-		r.br.Discard(5 + n)
+		raw = r.buf[r.r : r.r+5+n : r.r+5+n]
+		r.r += 5 + n
 		return typ, raw, raw[5:], nil
 	}
 	// The message is larger than the buffer: grow a separate slice as the
 	// bytes arrive, so a peer that announces a huge length cannot make us
 	// allocate it before sending it.
-	r.big = r.big[:0]
-	r.big = append(r.big, hdr...)
-	r.br.Discard(5)
+	r.big = append(r.big[:0], hdr...)
+	r.r += 5
 	r.bigLeft = n
 	return r.readBig()
 }
+
+// read is io.Reader's Read from the buffer, as bufio.Reader's: what is
+// buffered, else one read of the source, straight into p when p is at
+// least as large as the buffer.
+func (r *Reader) read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.r == r.w {
+		if r.err != nil {
+			err := r.err
+			r.err = nil
+			return 0, err
+		}
+		if len(p) >= len(r.buf) {
+			return r.src.Read(p)
+		}
+		r.r, r.w = 0, 0
+		r.fill()
+		if r.r == r.w {
+			err := r.err
+			r.err = nil
+			return 0, err
+		}
+	}
+	n := copy(p, r.buf[r.r:r.w])
+	r.r += n
+	return n, nil
+}
+
+// readerFunc makes read an io.Reader for io.ReadFull.
+type readerFunc func(p []byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // readBig reads the rest of a message larger than the buffer.
 func (r *Reader) readBig() (typ byte, raw, body []byte, err error) {
@@ -82,7 +178,7 @@ func (r *Reader) readBig() (typ byte, raw, body []byte, err error) {
 		chunk := min(r.bigLeft, 1<<20)
 		start := len(r.big)
 		r.big = append(r.big, make([]byte, chunk)...)
-		k, err := io.ReadFull(r.br, r.big[start:])
+		k, err := io.ReadFull(readerFunc(r.read), r.big[start:])
 		r.big = r.big[:start+k]
 		r.bigLeft -= k
 		if err != nil {
@@ -107,7 +203,7 @@ func (r *Reader) Frames() []byte {
 	if r.bigLeft > 0 {
 		return nil
 	}
-	buf, _ := r.br.Peek(r.br.Buffered())
+	buf := r.buf[r.r:r.w]
 	n := 0
 	for len(buf)-n >= 5 {
 		size := int(int32(binary.BigEndian.Uint32(buf[n+1 : n+5])))
@@ -121,7 +217,7 @@ func (r *Reader) Frames() []byte {
 
 // Discard consumes the first n bytes of what Frames returned (whole
 // messages).
-func (r *Reader) Discard(n int) { r.br.Discard(n) }
+func (r *Reader) Discard(n int) { r.r += min(n, r.w-r.r) }
 
 // SplitFrame returns the first message of frames, a run of whole messages
 // such as Frames returns, and the messages after it.
@@ -133,10 +229,12 @@ func SplitFrame(frames []byte) (raw, rest []byte) {
 // PeekHeader returns the type and body length of the next message without
 // consuming it, for relaying large bodies with Copy.
 func (r *Reader) PeekHeader() (typ byte, n int, err error) {
-	hdr, err := r.br.Peek(5)
-	if err != nil {
-		return 0, 0, err
+	if r.w-r.r < 5 {
+		if err := r.ensure(5); err != nil {
+			return 0, 0, err
+		}
 	}
+	hdr := r.buf[r.r : r.r+5]
 	n = int(int32(binary.BigEndian.Uint32(hdr[1:5]))) - 4
 	if n < 0 {
 		return 0, 0, &Error{Severity: "FATAL", Code: ProtocolViolation,
@@ -146,12 +244,12 @@ func (r *Reader) PeekHeader() (typ byte, n int, err error) {
 }
 
 // Size is the buffer size.
-func (r *Reader) Size() int { return r.br.Size() }
+func (r *Reader) Size() int { return len(r.buf) }
 
 // Copy writes the next message, whose header PeekHeader returned, to w
 // without buffering it whole.
 func (r *Reader) Copy(w io.Writer, n int) error {
-	if _, err := io.CopyN(w, r.br, int64(5+n)); err != nil {
+	if _, err := io.CopyN(w, readerFunc(r.read), int64(5+n)); err != nil {
 		return unexpectedEOF(err)
 	}
 	return nil
@@ -161,19 +259,21 @@ func (r *Reader) Copy(w io.Writer, n int) error {
 // SSLRequest, GSSENCRequest, CancelRequest) and returns its body, which
 // starts with the int32 protocol version or request code.
 func (r *Reader) Startup() ([]byte, error) {
-	hdr, err := r.br.Peek(4)
-	if err != nil {
+	if err := r.ensure(4); err != nil {
 		return nil, err
 	}
-	n := int(int32(binary.BigEndian.Uint32(hdr)))
+	n := int(int32(binary.BigEndian.Uint32(r.buf[r.r : r.r+4])))
 	if n < 8 || n > maxStartupPacket {
 		return nil, &Error{Severity: "FATAL", Code: ProtocolViolation, Message: fmt.Sprintf("invalid length of startup packet: %d", n)}
 	}
-	raw, err := r.br.Peek(n)
-	if err != nil {
+	if n > len(r.buf) {
+		return nil, &Error{Severity: "FATAL", Code: ProtocolViolation, Message: fmt.Sprintf("invalid length of startup packet: %d", n)}
+	}
+	if err := r.ensure(n); err != nil {
 		return nil, unexpectedEOF(err)
 	}
-	r.br.Discard(n)
+	raw := r.buf[r.r : r.r+n : r.r+n]
+	r.r += n
 	return raw[4:], nil
 }
 

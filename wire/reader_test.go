@@ -252,7 +252,7 @@ func TestReaderFrames(t *testing.T) {
 			t.Fatal("Next accepted a length of 2")
 		}
 		r = NewReader(bytes.NewReader(bad), 64, 1<<20)
-		r.br.Peek(len(bad))
+		r.ensure(len(bad))
 		if frames := r.Frames(); !bytes.Equal(frames, msg('a', "x")) {
 			t.Fatalf("Frames returned %q, want the first message alone", frames)
 		}
