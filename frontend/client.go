@@ -175,7 +175,9 @@ type client struct {
 
 	multi bool // sharded: running a multi-statement Query part by part (runParts); here for packing
 	// unnamedQuiet: the text of the unnamed Parse in unnamed has no
-	// session effect (analyzeUnnamed); here for packing.
+	// session effect and names no SQL-level statement, so that the same
+	// Parse again needs no look at its text (rewriteParse); here for
+	// packing.
 	unnamedQuiet bool
 }
 
@@ -444,12 +446,23 @@ func (c *client) loop(ctx context.Context) error {
 			c.abandon() // a killed client may hold a server: roll back, return it
 			return nil
 		}
-		if c.parkNow() && c.park() {
-			return errParked
+		var stopWatch func()
+		held := false
+		if c.r.Buffered() == 0 {
+			// The client's next message is still to come: this is where
+			// an idle client parks, goes back to the event loop, and has
+			// its server watched. With bytes of it buffered (the rest of
+			// a batch) none of these applies (mayPark, watchServer and
+			// waitIdle decline them), and their checks are skipped.
+			if c.parkNow() && c.park() {
+				return errParked
+			}
+			c.hotIdle()
+			stopWatch = c.watchServer()
+			held = c.waitIdle()
+		} else {
+			c.resumed = false // see parkNow
 		}
-		c.hotIdle()
-		stopWatch := c.watchServer()
-		held := c.waitIdle()
 		typ, raw, body, err := c.r.Next()
 		moveNow := c.doneWaiting(held)
 		if stopWatch != nil {
