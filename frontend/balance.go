@@ -229,7 +229,7 @@ func (c *client) extendedSQL(typ byte, body []byte) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	sql, _, ok := wire.CString(tail)
+	sql, _, ok := wire.CText(tail)
 	return string(sql), ok
 }
 

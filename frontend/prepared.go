@@ -49,7 +49,7 @@ type stmt struct {
 func (st *stmt) fetches() bool {
 	st.fetchOnce.Do(func() {
 		_, tail, _ := wire.CString(st.parse[5:])
-		text, _, _ := wire.CString(tail)
+		text, _, _ := wire.CText(tail)
 		i := skipSpaceAndComments(text, 0)
 		j := i
 		for j < len(text) && isIdentByte(text[j]) {
@@ -88,7 +88,7 @@ func (st *stmt) params() int {
 		if !ok {
 			return
 		}
-		text, types, ok := wire.CString(tail)
+		text, types, ok := wire.CText(tail)
 		if !ok || len(types) < 2 {
 			return
 		}
@@ -104,7 +104,7 @@ func (st *stmt) effect() stmtEffect {
 	st.effOnce.Do(func() {
 		// parse holds 'P', length, name, NUL, then the text.
 		_, tail, _ := wire.CString(st.parse[5:])
-		text, _, _ := wire.CString(tail)
+		text, _, _ := wire.CText(tail)
 		st.eff = analyze(text)
 	})
 	return st.eff
@@ -113,7 +113,7 @@ func (st *stmt) effect() stmtEffect {
 // parseText returns the statement text of a Parse body's tail (text,
 // NUL, parameter types).
 func parseText(tail []byte) []byte {
-	text, _, _ := wire.CString(tail)
+	text, _, _ := wire.CText(tail)
 	return text
 }
 
@@ -246,6 +246,13 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	if c.pipe.has(pipeSkipping) {
 		return nil // the server would discard it: the statement is not created
 	}
+	if len(name) == 0 && c.repeatsQuietParse(body) {
+		c.setUnnamedEffect(stmtEffect{})
+		s.Unnamed = append(s.Unnamed[:0], body...)
+		c.out = append(c.out, raw...)
+		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
+		return nil
+	}
 	orig := parseText(tail)
 	nt, fail := c.rewriteSQLText(orig)
 	if fail != nil {
@@ -262,8 +269,7 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		raw = wire.FinishMessage(append([]byte{'P', 0, 0, 0, 0}, body...), 0)
 	}
 	if len(name) == 0 {
-		c.setUnnamedEffect(c.analyzeUnnamed(body, parseText(tail)))
-		c.unnamed = append(c.unnamed[:0], body...)
+		c.keepUnnamed(body, parseText(tail), nt != nil)
 		c.injectNeeds(c.unnamedEffect().needs)
 		s.Unnamed = append(s.Unnamed[:0], body...)
 		c.out = append(c.out, raw...)
@@ -457,19 +463,25 @@ func (c *client) unnamedEffect() stmtEffect {
 	return *c.unnamedEff
 }
 
-// analyzeUnnamed is analyze of text, the text of the unnamed Parse whose
-// body the caller then keeps in c.unnamed. A driver that parses the same
-// text unnamed at every statement (pgbench -M extended, JDBC) has it
-// scanned once: when the body equals the one kept, whose text had no
-// session effect (unnamedQuiet), neither has this one, as analyze depends
-// on the text alone.
-func (c *client) analyzeUnnamed(body, text []byte) stmtEffect {
-	if c.unnamedQuiet && bytes.Equal(body, c.unnamed) {
-		return stmtEffect{}
-	}
+// repeatsQuietParse reports whether body, the body of an unnamed Parse,
+// is the one kept in c.unnamed again (pgbench -M extended, JDBC and pgx
+// parse the same text unnamed at every statement) and that text has no
+// session effect and names no SQL-level statement (unnamedQuiet): then
+// there is nothing to rewrite or analyze, as both depend on the text alone
+// when it names no statement. The comparison is with the client's copy,
+// so a caller that reuses its buffer for another text is looked at anew.
+func (c *client) repeatsQuietParse(body []byte) bool {
+	return c.unnamedQuiet && bytes.Equal(body, c.unnamed)
+}
+
+// keepUnnamed records body, whose text is text, as the unnamed statement
+// (after rewriteSQLText: rewritten says it changed the text), with its
+// session effect, and whether repeatsQuietParse may skip it next time.
+func (c *client) keepUnnamed(body, text []byte, rewritten bool) {
 	se := analyze(text)
-	c.unnamedQuiet = se.isZero()
-	return se
+	c.setUnnamedEffect(se)
+	c.unnamedQuiet = se.isZero() && !rewritten && !hasPrepareKeyword(text)
+	c.unnamed = append(c.unnamed[:0], body...)
 }
 
 // setUnnamedEffect records se as the unnamed statement's effect. The

@@ -107,7 +107,7 @@ func parseBody(body []byte) (query, tail []byte, ok bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	query, _, ok = wire.CString(tail)
+	query, _, ok = wire.CText(tail)
 	return query, tail, ok
 }
 

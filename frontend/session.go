@@ -368,15 +368,6 @@ func wordEffect(w []byte) effect {
 	return 0
 }
 
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
-}
-
 func hasKeyword(b []byte, kw string) bool {
 	if len(b) < len(kw) {
 		return false

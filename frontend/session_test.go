@@ -201,18 +201,24 @@ func TestStandardStrings(t *testing.T) {
 	}
 }
 
-// TestAnalyzeUnnamed: skipping the scan of a repeated unnamed Parse
-// changes nothing of what analyze says, over a sequence of Parses; the
-// body it compares with is the client's copy (a caller that reuses its
-// buffer for another text gets that text's effect); and a body that
-// another path put in c.unnamed is scanned.
+// TestAnalyzeUnnamed: skipping the look at a repeated unnamed Parse
+// (repeatsQuietParse) changes nothing of what analyze says, over a
+// sequence of Parses; the body it compares with is the client's copy (a
+// caller that reuses its buffer for another text gets that text's
+// effect); a body that another path put in c.unnamed is looked at; and a
+// text that names an SQL-level statement is looked at every time (its
+// rewrite depends on the session's statements).
 func TestAnalyzeUnnamed(t *testing.T) {
 	c := &client{}
 	body := func(sql string) []byte { return append(append([]byte{0}, sql...), 0, 0, 0) }
+	skipped := 0
 	parse := func(b []byte) stmtEffect { // as rewriteParse does
-		se := c.analyzeUnnamed(b, parseText(b[1:]))
-		c.unnamed = append(c.unnamed[:0], b...)
-		return se
+		if c.repeatsQuietParse(b) {
+			skipped++
+			return stmtEffect{}
+		}
+		c.keepUnnamed(b, parseText(b[1:]), false)
+		return c.unnamedEffect()
 	}
 	for i, sql := range []string{"SELECT 1", "SELECT 1", "SET work_mem = 1", "SET work_mem = 1", "SELECT 1", "", "",
 		"SELECT 2", "CREATE TEMP TABLE t (x int)", "SELECT 2", "SELECT 2"} {
@@ -220,6 +226,9 @@ func TestAnalyzeUnnamed(t *testing.T) {
 		if got.eff != want.eff || len(got.ops) != len(want.ops) {
 			t.Fatalf("Parse %d %q: effect %b (%d ops), analyze says %b (%d ops)", i, sql, got.eff, len(got.ops), want.eff, len(want.ops))
 		}
+	}
+	if skipped != 3 {
+		t.Fatalf("%d repeated quiet Parses skipped, want 3", skipped)
 	}
 	buf := body("SELECT 1")
 	parse(buf)
@@ -234,5 +243,13 @@ func TestAnalyzeUnnamed(t *testing.T) {
 	c.unnamedQuiet = false
 	if got := parse(body("SET a=1;")).eff; got != effSettings {
 		t.Fatalf("SET after another path kept it: effect %b, want %b", got, effSettings)
+	}
+	for _, sql := range []string{"EXECUTE s", "DEALLOCATE s", "/* x */ PREPARE s AS SELECT 1"} {
+		skipped = 0
+		parse(body(sql))
+		parse(body(sql))
+		if skipped != 0 {
+			t.Fatalf("%q parsed again was skipped: its rewrite depends on the session", sql)
+		}
 	}
 }

@@ -187,7 +187,7 @@ func hasPrepareKeyword(sql []byte) bool {
 		if hasKeyword(sql[i:], "prepare") || hasKeyword(sql[i:], "execute") || hasKeyword(sql[i:], "deallocate") {
 			return true
 		}
-		j := indexByte(sql[i:], ';')
+		j := bytes.IndexByte(sql[i:], ';')
 		if j < 0 {
 			return false
 		}
