@@ -33,6 +33,15 @@ func (c *client) relay() error {
 				c.clientErr = err
 			}
 		}
+		if typ, raw, body, ok := s.R.NextBuffered(); ok {
+			// The message is here whole (as a rule: the server's answers
+			// arrive a round trip's worth at a time).
+			c.answers++
+			if err := c.relayMessage(s, typ, raw, body); err != nil {
+				return err
+			}
+			continue
+		}
 		typ, n, err := s.R.PeekHeader()
 		if err != nil {
 			return err

@@ -138,6 +138,24 @@ func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
 	return r.readBig()
 }
 
+// NextBuffered returns the next message, as Next, when all of it is in
+// the buffer already (and its length is valid); ok false means it is not,
+// and nothing was consumed: the caller goes on with PeekHeader or Next. A
+// relay reads most messages this way, without a look at its source.
+func (r *Reader) NextBuffered() (typ byte, raw, body []byte, ok bool) {
+	if r.bigLeft > 0 || r.w-r.r < 5 {
+		return 0, nil, nil, false
+	}
+	b := r.buf[r.r:r.w]
+	n := int(int32(binary.BigEndian.Uint32(b[1:5])))
+	if n < 4 || n-4 > r.max || len(b) < 1+n {
+		return 0, nil, nil, false
+	}
+	raw = b[: 1+n : 1+n]
+	r.r += 1 + n
+	return raw[0], raw, raw[5:], true
+}
+
 // read is io.Reader's Read from the buffer, as bufio.Reader's: what is
 // buffered, else one read of the source, straight into p when p is at
 // least as large as the buffer.

@@ -258,3 +258,56 @@ func TestReaderFrames(t *testing.T) {
 		}
 	})
 }
+
+// TestReaderNextBuffered: NextBuffered returns a message only when all of
+// it is buffered, consumes nothing otherwise (Next then reads it, whole),
+// and leaves a message with an invalid length to Next, which reports it.
+func TestReaderNextBuffered(t *testing.T) {
+	a, b := msg('a', "first"), msg('b', "second message")
+	r := NewReader(&stutter{data: append(append([]byte{}, a...), b...), piece: len(a) + 3}, 64, 1<<20)
+	if _, _, _, ok := r.NextBuffered(); ok {
+		t.Fatal("NextBuffered returned a message before anything was read")
+	}
+	if _, raw, _, err := r.Next(); err != nil || !bytes.Equal(raw, a) {
+		t.Fatalf("Next = %q, %v; want %q", raw, err, a)
+	}
+	// Three bytes of b are buffered now: not enough.
+	if typ, _, _, ok := r.NextBuffered(); ok {
+		t.Fatalf("NextBuffered returned %q from a partial message", typ)
+	}
+	if got := r.Buffered(); got != 3 {
+		t.Fatalf("%d bytes buffered after the refused NextBuffered, want 3 (nothing consumed)", got)
+	}
+	var raw []byte
+	for {
+		var err error
+		if _, raw, _, err = r.Next(); errors.Is(err, errPause) {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if !bytes.Equal(raw, b) {
+		t.Fatalf("Next after NextBuffered = %q, want %q", raw, b)
+	}
+
+	r = NewReader(bytes.NewReader(append(append([]byte{}, a...), b...)), 64, 1<<20)
+	r.ensure(len(a) + len(b))
+	for _, want := range [][]byte{a, b} {
+		typ, raw, body, ok := r.NextBuffered()
+		if !ok || typ != want[0] || !bytes.Equal(raw, want) || !bytes.Equal(body, want[5:]) {
+			t.Fatalf("NextBuffered = %q %q %q %v, want %q", typ, raw, body, ok, want)
+		}
+	}
+
+	bad := []byte{'c', 0, 0, 0, 2}
+	r = NewReader(bytes.NewReader(bad), 64, 1<<20)
+	r.ensure(len(bad))
+	if _, _, _, ok := r.NextBuffered(); ok {
+		t.Fatal("NextBuffered accepted a length of 2")
+	}
+	if _, _, _, err := r.Next(); err == nil {
+		t.Fatal("Next accepted a length of 2")
+	}
+}
