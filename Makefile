@@ -3,7 +3,7 @@
 # integration tests against real PostgreSQL servers).
 GO ?= go
 
-.PHONY: demo test build vet fmt-check bench bench-sharding bench-reshard bench-sparse
+.PHONY: demo test build vet fmt-check bench bench-sharding bench-reshard bench-sparse bench-icount
 
 demo:
 	$(GO) run ./cmd/proxy demo
@@ -53,6 +53,9 @@ bench-reshard:
 
 bench-sparse:
 	bash bench/sparse.sh
+
+bench-icount:
+	bash bench/icount.sh
 
 # pgx v5's own test suite, directly and through the proxy in session and
 # transaction mode; fails on a test that passes only directly. CONFORMANCE_RUN
