@@ -464,7 +464,7 @@ func (c *client) loop(ctx context.Context) error {
 			c.resumed = false // see parkNow
 		}
 		typ, raw, body, err := c.r.Next()
-		moveNow := c.doneWaiting(held)
+		moveNow := held && c.doneWaiting()
 		if stopWatch != nil {
 			stopWatch()
 		}

@@ -87,13 +87,10 @@ func (c *client) waitIdle() bool {
 	return true
 }
 
-// doneWaiting ends waitIdle (held: what it reported) once the read
-// returned; it reports whether a cutover's nudge interrupted (or raced)
-// the read, whose deadline it then lifts, unless a kill set it too.
-func (c *client) doneWaiting(held bool) bool {
-	if !held {
-		return false
-	}
+// doneWaiting ends waitIdle, when it reported the client held, once the
+// read returned; it reports whether a cutover's nudge interrupted (or
+// raced) the read, whose deadline it then lifts, unless a kill set it too.
+func (c *client) doneWaiting() bool {
 	c.wakeMu.Lock()
 	nudged := c.moveNudge
 	c.idleHeld, c.moveNudge = false, false

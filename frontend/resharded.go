@@ -45,6 +45,14 @@ import (
 // nothing a sharded client when a reload made its database sharded. It
 // runs before a Query or the first message of an extended batch.
 func (c *client) becomeSharded() error {
+	if c.l.State() == c.st {
+		return nil // no reload since the client's state: small enough to inline, for every message
+	}
+	return c.becomeShardedNow()
+}
+
+// becomeShardedNow is becomeSharded after a reload.
+func (c *client) becomeShardedNow() error {
 	if !c.movable() {
 		return nil
 	}
