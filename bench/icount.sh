@@ -48,12 +48,7 @@ ICOUNT_OUT=${ICOUNT_OUT:-$BENCH_DIR/results/icount.md}
 case $ICOUNT_OUT in /*) ;; *) ICOUNT_OUT=$PWD/$ICOUNT_OUT ;; esac
 [ "$ICOUNT_N2" -gt "$ICOUNT_N1" ] || die "ICOUNT_N2 ($ICOUNT_N2) must be larger than ICOUNT_N1 ($ICOUNT_N1)"
 
-if ! command -v valgrind >/dev/null 2>&1; then
-	[ "$(id -u)" -eq 0 ] || die "valgrind missing (apt-get install -y valgrind)"
-	log "installing valgrind"
-	apt-get update -qq >/dev/null || die "apt-get update failed"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null || die "cannot install valgrind"
-fi
+install_if_missing valgrind valgrind
 
 bench_setup
 TARGETS="pgbouncer shardgate"

@@ -145,6 +145,17 @@ reserve_port() {
 	done
 }
 
+# install_if_missing CMD PKG installs Debian package PKG with apt when
+# command CMD is missing (as root; otherwise it says so and stops).
+install_if_missing() {
+	local cmd=$1 pkg=$2
+	command -v "$cmd" >/dev/null 2>&1 && return
+	[ "$(id -u)" -eq 0 ] || die "$cmd missing (apt-get install -y $pkg)"
+	log "installing $pkg"
+	apt-get update -qq >/dev/null || die "apt-get update failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null || die "cannot install $pkg"
+}
+
 # perf_syscall_events BASE NAME...: the perf stat event list BASE plus the
 # tracepoint syscalls:sys_enter_NAME of each NAME this kernel has (a
 # missing one would make perf stat refuse the whole list).

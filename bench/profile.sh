@@ -58,14 +58,6 @@ PROFILE_STRACE=${PROFILE_STRACE:-1}
 PROFILE_OUT=${PROFILE_OUT:-$BENCH_DIR/results/profile.md}
 case $PROFILE_OUT in /*) ;; *) PROFILE_OUT=$PWD/$PROFILE_OUT ;; esac
 
-install_if_missing() {
-	local cmd=$1 pkg=$2
-	command -v "$cmd" >/dev/null 2>&1 && return
-	[ "$(id -u)" -eq 0 ] || die "$cmd missing (apt-get install -y $pkg)"
-	log "installing $pkg"
-	apt-get update -qq >/dev/null || die "apt-get update failed"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null || die "cannot install $pkg"
-}
 install_if_missing perf linux-perf
 [ "$PROFILE_STRACE" = 0 ] || install_if_missing strace strace
 

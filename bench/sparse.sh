@@ -31,7 +31,7 @@ SPARSE_OUT=${SPARSE_OUT:-$BENCH_DIR/results/sparse.md}
 case $SPARSE_OUT in /*) ;; *) SPARSE_OUT=$PWD/$SPARSE_OUT ;; esac
 BENCH_LATENCY_SAMPLE=0
 
-command -v perf >/dev/null || { apt-get install -y linux-perf >/dev/null 2>&1 || die "perf not found (apt-get install -y linux-perf)"; }
+install_if_missing perf linux-perf
 EVENTS=$(perf_syscall_events task-clock,context-switches,raw_syscalls:sys_enter epoll_wait epoll_pwait nanosleep futex)
 
 bench_setup
