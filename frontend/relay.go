@@ -33,39 +33,34 @@ func (c *client) relay() error {
 				c.clientErr = err
 			}
 		}
-		if typ, raw, body, ok := s.R.NextBuffered(); ok {
-			// The message is here whole (as a rule: the server's answers
-			// arrive a round trip's worth at a time).
-			c.answers++
-			if err := c.relayMessage(s, typ, raw, body); err != nil {
-				return err
-			}
-			continue
-		}
-		typ, n, err := s.R.PeekHeader()
-		if err != nil {
-			return err
-		}
-		if n > s.R.Size()-5 && typ != 'E' {
-			// A large row or COPY chunk: stream it through. An
-			// ErrorResponse is read whole (its fields decide what
-			// happens next), however large.
-			if c.q[0].kind == reqInternal || c.clientErr != nil {
-				err = s.R.Copy(io.Discard, n)
-			} else {
-				err = s.R.Copy(c.w, n)
-			}
+		// As a rule the message is buffered whole already (the server's
+		// answers arrive a round trip's worth at a time).
+		typ, raw, body, ok := s.R.NextBuffered()
+		if !ok {
+			ht, n, err := s.R.PeekHeader()
 			if err != nil {
 				return err
 			}
-			if typ == 'Z' || typ == 'G' {
-				return &protocolError{fmt.Errorf("oversized %q message from server", typ)}
+			if n > s.R.Size()-5 && ht != 'E' {
+				// A large row or COPY chunk: stream it through. An
+				// ErrorResponse is read whole (its fields decide what
+				// happens next), however large.
+				if c.q[0].kind == reqInternal || c.clientErr != nil {
+					err = s.R.Copy(io.Discard, n)
+				} else {
+					err = s.R.Copy(c.w, n)
+				}
+				if err != nil {
+					return err
+				}
+				if ht == 'Z' || ht == 'G' {
+					return &protocolError{fmt.Errorf("oversized %q message from server", ht)}
+				}
+				continue
 			}
-			continue
-		}
-		typ, raw, body, err := s.R.Next()
-		if err != nil {
-			return err
+			if typ, raw, body, err = s.R.Next(); err != nil {
+				return err
+			}
 		}
 		c.answers++
 		if err := c.relayMessage(s, typ, raw, body); err != nil {

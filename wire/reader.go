@@ -79,6 +79,14 @@ func (r *Reader) fill() {
 	r.err = io.ErrNoProgress
 }
 
+// readErr returns the kept read error and clears it, so that the next
+// call reads again (a deadline, say, that was lifted since).
+func (r *Reader) readErr() error {
+	err := r.err
+	r.err = nil
+	return err
+}
+
 // ensure reads until n bytes (at most the buffer's size) are buffered, or
 // returns the read error that stopped it; the error is returned once, and
 // the next call reads again. Buffered bytes stay where they are in the
@@ -86,9 +94,7 @@ func (r *Reader) fill() {
 func (r *Reader) ensure(n int) error {
 	for r.w-r.r < n {
 		if r.err != nil {
-			err := r.err
-			r.err = nil
-			return err
+			return r.readErr()
 		}
 		r.fill()
 	}
@@ -165,9 +171,7 @@ func (r *Reader) read(p []byte) (int, error) {
 	}
 	if r.r == r.w {
 		if r.err != nil {
-			err := r.err
-			r.err = nil
-			return 0, err
+			return 0, r.readErr()
 		}
 		if len(p) >= len(r.buf) {
 			return r.src.Read(p)
@@ -175,9 +179,7 @@ func (r *Reader) read(p []byte) (int, error) {
 		r.r, r.w = 0, 0
 		r.fill()
 		if r.r == r.w {
-			err := r.err
-			r.err = nil
-			return 0, err
+			return 0, r.readErr()
 		}
 	}
 	n := copy(p, r.buf[r.r:r.w])
