@@ -248,9 +248,7 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	}
 	if len(name) == 0 && c.repeatsQuietParse(body) {
 		c.setUnnamedEffect(stmtEffect{})
-		s.Unnamed = append(s.Unnamed[:0], body...)
-		c.out = append(c.out, raw...)
-		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
+		c.sendUnnamedParse(raw, body)
 		return nil
 	}
 	orig := parseText(tail)
@@ -271,9 +269,7 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	if len(name) == 0 {
 		c.keepUnnamed(body, parseText(tail), nt != nil)
 		c.injectNeeds(c.unnamedEffect().needs)
-		s.Unnamed = append(s.Unnamed[:0], body...)
-		c.out = append(c.out, raw...)
-		c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
+		c.sendUnnamedParse(raw, body)
 		return nil
 	}
 	if c.duplicateSQLName(string(name)) {
@@ -461,6 +457,14 @@ func (c *client) unnamedEffect() stmtEffect {
 		return stmtEffect{}
 	}
 	return *c.unnamedEff
+}
+
+// sendUnnamedParse queues raw, the client's Parse of the unnamed statement
+// (body its body), for the server, which then has that statement.
+func (c *client) sendUnnamedParse(raw, body []byte) {
+	c.server.Unnamed = append(c.server.Unnamed[:0], body...)
+	c.out = append(c.out, raw...)
+	c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
 }
 
 // repeatsQuietParse reports whether body, the body of an unnamed Parse,

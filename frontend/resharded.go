@@ -56,10 +56,7 @@ func (c *client) becomeShardedNow() error {
 	if !c.movable() {
 		return nil
 	}
-	st := c.l.State()
-	if st == c.st {
-		return nil
-	}
+	st := c.l.State() // newer than c.st: becomeSharded saw a reload, and only the client sets c.st
 	if db := st.Config.Database(c.db.Name); db == nil || len(db.Shards) < 2 {
 		return nil // refresh handles it at checkout
 	}
