@@ -481,6 +481,9 @@ bench_setup() {
 	chown postgres: "$BENCH_TMP" 2>/dev/null || true
 	cd "$BENCH_TMP" || die "cannot enter $BENCH_TMP"
 	printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
+	# rows100: a result of 100 rows of ~100 bytes each (pgbench_accounts'
+	# filler), for the relay's cost per row rather than per round trip.
+	printf '\\set aid random(1, 100000 * :scale - 99)\nSELECT aid, bid, abalance, filler FROM pgbench_accounts WHERE aid BETWEEN :aid AND :aid + 99;\n' >"$BENCH_TMP/rows100.sql"
 	bench_tls_files
 	start_postgres
 	start_pgbouncer
@@ -513,6 +516,7 @@ pgbench_args() {
 	local w
 	case $workload in
 	select1) w="-f $BENCH_TMP/select1.sql" ;;
+	rows100) w="-f $BENCH_TMP/rows100.sql" ;;
 	select-only) w="-S" ;;
 	tpcb) w="" ;; # pgbench's built-in TPC-B-like transaction
 	*) die "unknown workload $workload" ;;

@@ -190,6 +190,17 @@ var diffScripts = []diffScript{
 		"ROLLBACK",
 		"SELECT email FROM accounts WHERE id = 3",
 	}},
+	// Results of many rows: the relay hands the rows buffered behind one
+	// on in a run (wire.Reader.NextRun). Results over many buffers, one
+	// that fails after 2 499 rows, rows around a row larger than the
+	// buffer, and an empty one.
+	{name: "results of many rows", stmts: []string{
+		"SELECT x, repeat('r', x % 200) AS pad FROM generate_series(1, 3000) x",
+		"SELECT x, 10000 / (x - 2500) AS q FROM generate_series(1, 3000) x",
+		"SELECT x, repeat('w', CASE WHEN x = 50 THEN 70000 ELSE 10 END) AS pad FROM generate_series(1, 100) x",
+		"SELECT x FROM generate_series(1, 0) x",
+		"SELECT count(*) FROM generate_series(1, 3000) x",
+	}},
 }
 
 // tempRefusal is the answer of a sharded database to a statement that

@@ -262,3 +262,72 @@ func describeMsgs(msgs []pgproto3.BackendMessage) string {
 	}
 	return "[" + strings.Join(parts, " ") + "]"
 }
+
+// TestCopyFromRowPerMessage: a client that sends COPY data one row a
+// CopyData message, thousands of them in one write, as psql and pgbench -i
+// do (the proxy passes the messages buffered whole on in runs,
+// wire.Reader.NextRun), gets every row in, in order, and the COPY's tag;
+// then a CopyFail inside such a run aborts the COPY with the client's
+// message, and the connection goes on.
+func TestCopyFromRowPerMessage(t *testing.T) {
+	checkGoroutines(t)
+	cl := cluster(t, "app")
+	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+	ctx := context.Background()
+	setup := connect(t, p.AppURL("app"))
+	mustExec(t, setup, "CREATE TABLE t (id int, v text)")
+	setup.Close(ctx)
+
+	hc := hijack(t, p.AppURL("app"))
+	fe := hc.Frontend
+	const rows = 5000
+	fe.Send(&pgproto3.Query{String: "COPY t FROM STDIN"})
+	fe.Flush()
+	expectMsgs(t, fe, "CopyInResponse")
+	for i := 1; i <= rows; i++ {
+		fe.Send(&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\tr%d\n", i, i))})
+	}
+	fe.Send(&pgproto3.CopyDone{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := fe.Receive()
+	if cc, ok := msg.(*pgproto3.CommandComplete); err != nil || !ok || string(cc.CommandTag) != fmt.Sprintf("COPY %d", rows) {
+		t.Fatalf("after CopyDone: %#v, %v; want CommandComplete COPY %d", msg, err, rows)
+	}
+	expectMsgs(t, fe, "ReadyForQuery")
+
+	fe.Send(&pgproto3.Query{String: "SELECT count(*), sum(id), bool_and(v = 'r' || id) FROM t"})
+	fe.Flush()
+	expectMsgs(t, fe, "RowDescription")
+	msg, err = fe.Receive()
+	row, ok := msg.(*pgproto3.DataRow)
+	if err != nil || !ok || len(row.Values) != 3 || string(row.Values[0]) != fmt.Sprint(rows) ||
+		string(row.Values[1]) != fmt.Sprint(rows*(rows+1)/2) || string(row.Values[2]) != "t" {
+		t.Fatalf("rows copied: %#v, %v", msg, err)
+	}
+	expectMsgs(t, fe, "CommandComplete", "ReadyForQuery")
+
+	// Rows, a CopyFail among them and rows after it, in one write.
+	fe.Send(&pgproto3.Query{String: "COPY t FROM STDIN"})
+	fe.Flush()
+	expectMsgs(t, fe, "CopyInResponse")
+	for i := 0; i < 100; i++ {
+		fe.Send(&pgproto3.CopyData{Data: []byte(fmt.Sprintf("%d\tx\n", i))})
+	}
+	fe.Send(&pgproto3.CopyFail{Message: "client gave up"})
+	fe.Flush()
+	msg, err = fe.Receive()
+	if e, ok := msg.(*pgproto3.ErrorResponse); err != nil || !ok || e.Code != "57014" || !strings.Contains(e.Message, "client gave up") {
+		t.Fatalf("after CopyFail: %#v, %v; want 57014 with the client's message", msg, err)
+	}
+	expectMsgs(t, fe, "ReadyForQuery")
+	fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM t"})
+	fe.Flush()
+	expectMsgs(t, fe, "RowDescription")
+	msg, err = fe.Receive()
+	if row, ok := msg.(*pgproto3.DataRow); err != nil || !ok || len(row.Values) != 1 || string(row.Values[0]) != fmt.Sprint(rows) {
+		t.Fatalf("after the failed COPY: %#v, %v; want %d rows", msg, err, rows)
+	}
+	expectMsgs(t, fe, "CommandComplete", "ReadyForQuery")
+}

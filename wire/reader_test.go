@@ -311,3 +311,64 @@ func TestReaderNextBuffered(t *testing.T) {
 		t.Fatal("Next accepted a length of 2")
 	}
 }
+
+// TestReaderNextRun: NextRun takes the buffered whole messages of its type
+// that come next, and stops (consuming nothing more) at a message of
+// another type, a partial one, an invalid length or one above the limit.
+func TestReaderNextRun(t *testing.T) {
+	d1, d2, d3 := msg('D', "row one"), msg('D', "row two!"), msg('D', "row three")
+	c := msg('C', "SELECT 3")
+	all := bytes.Join([][]byte{d1, d2, d3, c}, nil)
+	r := NewReader(bytes.NewReader(all), 256, 1<<20)
+	r.ensure(len(all))
+	if run, n := r.NextRun('C'); n != 0 || len(run) != 0 || r.Buffered() != len(all) {
+		t.Fatalf("NextRun('C') before the rows = %q, %d (%d buffered)", run, n, r.Buffered())
+	}
+	if run, n := r.NextRun('D'); n != 3 || !bytes.Equal(run, all[:len(all)-len(c)]) {
+		t.Fatalf("NextRun('D') = %q, %d; want the three rows", run, n)
+	}
+	if typ, raw, _, ok := r.NextBuffered(); !ok || typ != 'C' || !bytes.Equal(raw, c) {
+		t.Fatalf("after the run: %q %q %v, want the CommandComplete", typ, raw, ok)
+	}
+
+	// A partial row ends the run; the rest comes through Next.
+	r = NewReader(&stutter{data: all, piece: len(d1) + len(d2) + 4}, 256, 1<<20)
+	if _, raw, _, err := r.Next(); err != nil || !bytes.Equal(raw, d1) {
+		t.Fatalf("Next = %q, %v", raw, err)
+	}
+	if run, n := r.NextRun('D'); n != 1 || !bytes.Equal(run, d2) {
+		t.Fatalf("NextRun with a partial third row = %q, %d; want the second row alone", run, n)
+	}
+	if r.Buffered() != 4 {
+		t.Fatalf("%d bytes left buffered, want the 4 of the partial row", r.Buffered())
+	}
+	for {
+		_, raw, _, err := r.Next()
+		if errors.Is(err, errPause) {
+			continue
+		} else if err != nil || !bytes.Equal(raw, d3) {
+			t.Fatalf("Next after the run = %q, %v; want the third row", raw, err)
+		}
+		break
+	}
+
+	// An invalid length and a body above the limit stop it too, left to
+	// Next to report.
+	for _, bad := range [][]byte{{'D', 0, 0, 0, 2}, {'D', 0, 0, 1, 0}} {
+		data := append(append([]byte{}, d1...), bad...)
+		r = NewReader(bytes.NewReader(append(data, make([]byte, 300)...)), 1024, 100)
+		r.ensure(len(data))
+		if run, n := r.NextRun('D'); n != 1 || !bytes.Equal(run, d1) {
+			t.Fatalf("NextRun before % x = %q, %d; want the first row alone", bad, run, n)
+		}
+		if _, _, _, err := r.Next(); err == nil {
+			t.Fatalf("Next accepted % x", bad)
+		}
+	}
+	// The run cannot be appended to in place.
+	r = NewReader(bytes.NewReader(all), 256, 1<<20)
+	r.ensure(len(all))
+	if run, _ := r.NextRun('D'); cap(run) != len(run) {
+		t.Fatalf("the run's capacity %d reaches past its %d bytes", cap(run), len(run))
+	}
+}
