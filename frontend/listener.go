@@ -56,6 +56,7 @@ type Listener struct {
 	state     atomic.Pointer[State]
 	stmts     stmtCache
 	sqlStmts  sqlStmtCache
+	quiet     *quietTexts   // unnamed Parse texts with nothing to analyze (quiet.go)
 	ddlGen    atomic.Uint64 // schema changes seen (see genKey)
 	verifiers verifiers
 	Admin     AdminHandler
@@ -104,6 +105,7 @@ func NewListener(st *State, log *slog.Logger) *Listener {
 	}
 	l.stmts = newStmtCache(&l.ddlGen)
 	l.sqlStmts = newSQLStmtCache(&l.ddlGen)
+	l.quiet = newQuietTexts()
 	l.state.Store(st)
 	return l
 }

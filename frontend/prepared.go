@@ -246,8 +246,7 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	if c.pipe.has(pipeSkipping) {
 		return nil // the server would discard it: the statement is not created
 	}
-	if len(name) == 0 && c.repeatsQuietParse(body) {
-		c.setUnnamedEffect(stmtEffect{})
+	if len(name) == 0 && c.quietParse(body, tail) {
 		c.sendUnnamedParse(raw, body)
 		return nil
 	}
@@ -478,13 +477,47 @@ func (c *client) repeatsQuietParse(body []byte) bool {
 	return c.unnamedQuiet && bytes.Equal(body, c.unnamed)
 }
 
+// quietParse takes an unnamed Parse (body, and tail its body after the
+// name) that needs no look: its body is the kept one again
+// (repeatsQuietParse), or its text was found quiet before, by this client
+// or another (quietTexts); it records the statement as keepUnnamed would
+// have and reports true. False: the caller rewrites and analyzes it.
+func (c *client) quietParse(body, tail []byte) bool {
+	if c.repeatsQuietParse(body) {
+		c.setUnnamedEffect(stmtEffect{})
+		return true
+	}
+	if !c.l.quiet.has(parseText(tail)) {
+		return false
+	}
+	if c.origText != nil {
+		delete(c.origText, "") // the last one's, if it was rewritten
+	}
+	c.keepQuietUnnamed(body)
+	return true
+}
+
 // keepUnnamed records body, whose text is text, as the unnamed statement
 // (after rewriteSQLText: rewritten says it changed the text), with its
 // session effect, and whether repeatsQuietParse may skip it next time.
 func (c *client) keepUnnamed(body, text []byte, rewritten bool) {
 	se := analyze(text)
+	if se.isZero() && !rewritten && !hasPrepareKeyword(text) {
+		c.l.quiet.add(text)
+		c.keepQuietUnnamed(body)
+		return
+	}
 	c.setUnnamedEffect(se)
-	c.unnamedQuiet = se.isZero() && !rewritten && !hasPrepareKeyword(text)
+	c.unnamedQuiet = false
+	c.unnamed = append(c.unnamed[:0], body...)
+}
+
+// keepQuietUnnamed records body as the unnamed statement, with a text that
+// has no session effect and names no SQL-level statement (see
+// quietTexts).
+func (c *client) keepQuietUnnamed(body []byte) {
+	c.setUnnamedEffect(stmtEffect{})
+	c.unnamedQuiet = true
 	c.unnamed = append(c.unnamed[:0], body...)
 }
 

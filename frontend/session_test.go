@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -209,13 +210,19 @@ func TestStandardStrings(t *testing.T) {
 // text that names an SQL-level statement is looked at every time (its
 // rewrite depends on the session's statements).
 func TestAnalyzeUnnamed(t *testing.T) {
-	c := &client{}
+	l := &Listener{quiet: newQuietTexts()}
+	c := &client{l: l}
 	body := func(sql string) []byte { return append(append([]byte{0}, sql...), 0, 0, 0) }
-	skipped := 0
+	skipped, known := 0, 0
 	parse := func(b []byte) stmtEffect { // as rewriteParse does
-		if c.repeatsQuietParse(b) {
-			skipped++
-			return stmtEffect{}
+		repeat := c.repeatsQuietParse(b)
+		if c.quietParse(b, b[1:]) {
+			if repeat {
+				skipped++
+			} else {
+				known++
+			}
+			return c.unnamedEffect()
 		}
 		c.keepUnnamed(b, parseText(b[1:]), false)
 		return c.unnamedEffect()
@@ -229,6 +236,30 @@ func TestAnalyzeUnnamed(t *testing.T) {
 	}
 	if skipped != 3 {
 		t.Fatalf("%d repeated quiet Parses skipped, want 3", skipped)
+	}
+	// "SELECT 1" and "SELECT 2" were found quiet twice each (the first
+	// sighting only marks a text): kept proxy-wide (quietTexts); "" once;
+	// the SET and the CREATE TEMP never.
+	if known != 0 || l.quiet.Len() != 2 || !l.quiet.has([]byte("SELECT 1")) || !l.quiet.has([]byte("SELECT 2")) {
+		t.Fatalf("%d Parses known quiet, %d texts kept; want 0, and SELECT 1 and 2 kept", known, l.quiet.Len())
+	}
+	// Another client of the proxy: its Parse of a kept text is known
+	// quiet at once, with the effect analyze gives; one with an effect
+	// is looked at, every time.
+	c2 := &client{l: l}
+	c2.keepUnnamed(body("SET work_mem = 2"), []byte("SET work_mem = 2"), false)
+	if !c2.quietParse(body("SELECT 2"), body("SELECT 2")[1:]) || c2.unnamedEffect().eff != 0 || !c2.unnamedQuiet ||
+		!bytes.Equal(c2.unnamed, body("SELECT 2")) {
+		t.Fatalf("a kept text on another client: not known quiet, or kept wrong (%q, quiet %v)", c2.unnamed, c2.unnamedQuiet)
+	}
+	for range 3 {
+		if c2.quietParse(body("SET work_mem = 2"), body("SET work_mem = 2")[1:]) {
+			t.Fatal("a SET was taken for quiet")
+		}
+		c2.keepUnnamed(body("SET work_mem = 2"), []byte("SET work_mem = 2"), false)
+		if c2.unnamedEffect().eff != effSettings {
+			t.Fatalf("the SET's effect %b", c2.unnamedEffect().eff)
+		}
 	}
 	buf := body("SELECT 1")
 	parse(buf)
