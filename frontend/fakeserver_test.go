@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ import (
 // "fail" fails to parse, "execfail" fails to execute, "suspend" returns a
 // row and PortalSuspended to an Execute with a row limit, "BEGIN", "COMMIT"
 // and "ROLLBACK" change the transaction status, "COPY" starts a COPY FROM
-// STDIN.
+// STDIN, "ROWS n" returns n rows of 100 bytes.
 //
 // Every write is processed at once and its answers queued, so the proxy
 // can never deadlock against it; a read with nothing queued returns EOF
@@ -122,6 +123,15 @@ func (f *fakeServer) complete(text string, extended bool) {
 		return
 	case f.status == 'E' && !strings.HasPrefix(text, "ROLLBACK") && !strings.HasPrefix(text, "COMMIT"):
 		f.fail(wire.InFailedSQLTransaction, extended)
+		return
+	case strings.HasPrefix(text, "ROWS "):
+		// "ROWS n": n rows of one 100-byte column.
+		n, _ := strconv.Atoi(text[len("ROWS "):])
+		row := append([]byte{0, 1, 0, 0, 0, 100}, bytes.Repeat([]byte{'r'}, 100)...)
+		for range n {
+			f.send('D', row)
+		}
+		f.send('C', []byte("SELECT "+strconv.Itoa(n)), []byte{0})
 		return
 	case strings.HasPrefix(text, "BEGIN"):
 		f.status = 'T'

@@ -75,6 +75,7 @@ func relayCases() []relayCase {
 	extended := enc(&pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	prepare := enc(&pgproto3.Parse{Name: "s", Query: "SELECT 1"}, &pgproto3.Sync{})
 	prepared := enc(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	rows := enc(&pgproto3.Query{String: "ROWS 100"})
 	return []relayCase{
 		// A simple Query, as pgbench -M simple sends it.
 		{name: "simple", warm: simple, trip: simple, want: "C Z"},
@@ -84,6 +85,9 @@ func relayCases() []relayCase {
 		// A named statement parsed once, then bound and executed, as
 		// pgbench -M prepared and pgx's statement cache.
 		{name: "prepared", warm: prepare, trip: prepared, want: "2 C Z"},
+		// A simple Query whose result is 100 rows of 100 bytes: the
+		// relay's cost per row (wire.Reader.NextRun).
+		{name: "rows100", warm: rows, trip: rows, want: strings.Repeat("D ", 100) + "C Z"},
 	}
 }
 
