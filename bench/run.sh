@@ -18,8 +18,9 @@
 #   BENCH_CLIENTS    client counts (default "1 16 64"); -j is min(2, clients)
 #   BENCH_MODES      pgbench -M modes (default "simple extended prepared")
 #   BENCH_WORKLOADS  select1 (custom script `SELECT 1;`), select-only
-#                    (pgbench -S), tpcb (pgbench's default transaction);
-#                    default "select1 select-only"
+#                    (pgbench -S), tpcb (pgbench's default transaction),
+#                    rows100 (100 rows of pgbench_accounts, ~100 bytes
+#                    each); default "select1 select-only"
 #   BENCH_POOL_SIZE  server pool size of both proxies (default 20)
 #   BENCH_SCALE      pgbench -i scale (default 10)
 #   BENCH_OUT        Markdown output (default bench/results/latest.md)
