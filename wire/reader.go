@@ -149,17 +149,30 @@ func (r *Reader) Next() (typ byte, raw, body []byte, err error) {
 // and nothing was consumed: the caller goes on with PeekHeader or Next. A
 // relay reads most messages this way, without a look at its source.
 func (r *Reader) NextBuffered() (typ byte, raw, body []byte, ok bool) {
-	if r.bigLeft > 0 || r.w-r.r < 5 {
+	if r.bigLeft > 0 {
 		return 0, nil, nil, false
 	}
-	b := r.buf[r.r:r.w]
-	n := int(int32(binary.BigEndian.Uint32(b[1:5])))
-	if n < 4 || n-4 > r.max || len(b) < 1+n {
+	end, ok := r.wholeAt(r.r)
+	if !ok {
 		return 0, nil, nil, false
 	}
-	raw = b[: 1+n : 1+n]
-	r.r += 1 + n
+	raw = r.buf[r.r:end:end]
+	r.r = end
 	return raw[0], raw, raw[5:], true
+}
+
+// wholeAt returns where the message that starts at buf[i] ends, when all
+// of it is buffered and its length is valid (Next reports the invalid
+// ones, with PostgreSQL's errors).
+func (r *Reader) wholeAt(i int) (end int, ok bool) {
+	if r.w-i < 5 {
+		return 0, false
+	}
+	n := int(int32(binary.BigEndian.Uint32(r.buf[i+1 : i+5])))
+	if n < 4 || n-4 > r.max || r.w-i < 1+n {
+		return 0, false
+	}
+	return i + 1 + n, true
 }
 
 // NextRun consumes the messages of type typ that come next and are
@@ -173,12 +186,12 @@ func (r *Reader) NextRun(typ byte) (run []byte, count int) {
 		return nil, 0
 	}
 	start, i := r.r, r.r
-	for r.w-i >= 5 && r.buf[i] == typ {
-		n := int(int32(binary.BigEndian.Uint32(r.buf[i+1 : i+5])))
-		if n < 4 || n-4 > r.max || r.w-i < 1+n {
+	for i < r.w && r.buf[i] == typ {
+		end, ok := r.wholeAt(i)
+		if !ok {
 			break
 		}
-		i += 1 + n
+		i = end
 		count++
 	}
 	r.r = i
