@@ -63,19 +63,6 @@ func (c *client) relay() error {
 			}
 		}
 		c.answers++
-		if (typ == 'D' || typ == 'd') && c.q[0].kind != reqInternal {
-			// A row (or COPY data) goes to the client as it came
-			// (relayMessage's default case), and so do the ones buffered
-			// behind it: in one copy, not one pass through relayMessage
-			// each (docs/benchmarks.md, issue 13, eighteenth step).
-			more, n := s.R.NextRun(typ)
-			c.answers += n
-			c.toClient(raw)
-			if n > 0 {
-				c.toClient(more)
-			}
-			continue
-		}
 		if err := c.relayMessage(s, typ, raw, body); err != nil {
 			return err
 		}
@@ -165,6 +152,15 @@ func (c *client) relayMessage(s *pool.Server, typ byte, raw, body []byte) error 
 		}
 		if !internal {
 			c.toClient(raw)
+			if typ == 'D' || typ == 'd' {
+				// The rows (or COPY data) buffered behind it go the same
+				// way: in one copy, not one pass through here each
+				// (docs/benchmarks.md, issue 13, eighteenth step).
+				if more, n := s.R.NextRun(typ); n > 0 {
+					c.answers += n
+					c.toClient(more)
+				}
+			}
 		}
 	}
 	return nil
