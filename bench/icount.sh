@@ -19,7 +19,9 @@
 # some 50 times slower, so the transaction counts are small.
 #
 # shardgate runs with GODEBUG=asyncpreemptoff=1 (callgrind 3.19 aborts on
-# the signals of Go's asynchronous preemption) and is stopped with SIGKILL
+# the signals of Go's asynchronous preemption) and cpu.rdtscp=off (it does
+# not know RDTSCP either, which the runtime's cputicks uses on CPUs that
+# have it), and is stopped with SIGKILL
 # after callgrind_control dumped its counts (its SIGINT handling aborts
 # callgrind the same way); PgBouncer stops with SIGINT and callgrind prints
 # its total. PgBouncer before 1.21 cannot run -M prepared in transaction
@@ -101,7 +103,7 @@ count() {
 		local bin=$BENCH_TMP/proxy
 		[ "$t" = base ] && bin=$BENCH_TMP/proxy-base
 		sed "s/^listen: .*/listen: 127.0.0.1:$ICOUNT_PORT/" "$BENCH_TMP/shardgate.yaml" >"$OUTDIR/shardgate.yaml"
-		GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out.cg" \
+		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --callgrind-out-file="$out.cg" \
 			"$bin" -config "$OUTDIR/shardgate.yaml" -log-level warn >"$out.log" 2>&1 &
 		pid=$!
 		;;
