@@ -341,11 +341,17 @@ func (f *fdConn) closedErr() error {
 	return nil
 }
 
-// expired reports whether the deadline in dl has passed.
+// expired reports whether the deadline in dl has passed. Small enough to
+// inline in Read, Write and wait, which call it at every turn of their
+// loops, where a deadline is rarely set: the clock is read, in passed,
+// only when one is.
 func expired(dl *atomic.Int64) bool {
 	d := dl.Load()
-	return d != 0 && time.Now().UnixNano() >= d
+	return d != 0 && passed(d)
 }
+
+// passed reports whether the deadline d (Unix nanoseconds) has passed.
+func passed(d int64) bool { return time.Now().UnixNano() >= d }
 
 func (f *fdConn) SetDeadline(t time.Time) error {
 	setDeadline(&f.rdl, t)
