@@ -232,7 +232,7 @@ func (l *Listener) Health(ctx context.Context) error {
 	up := map[string]bool{}
 	why := map[string][]string{}
 	for _, h := range st.Pools.Health(ctx) {
-		if h.Role != "primary" {
+		if h.Role != pool.RolePrimary {
 			continue
 		}
 		if h.Healthy {
@@ -282,7 +282,7 @@ func poolSample(p *pool.Pool) metrics.PoolSample {
 	// carries it ("replica0", "replica1"), so every pool has its own
 	// label set and the scrape stays valid with several replicas.
 	role := snap.Key.Role
-	if role == "replica" {
+	if role == pool.RoleReplica {
 		role = fmt.Sprintf("replica%d", snap.Key.Replica)
 	}
 	return metrics.PoolSample{

@@ -370,7 +370,7 @@ func (c *client) checkoutBalanced(ctx context.Context, primary *pool.Pool, shard
 		c.offLoop()
 	}
 	for _, p := range cands {
-		if p.Key.Role != "replica" {
+		if p.Key.Role != pool.RoleReplica {
 			break // the primary's turn (include_primary), or the fallback
 		}
 		s, err := observeCheckout(ctx, p, c.startup)

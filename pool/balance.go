@@ -15,7 +15,7 @@ import (
 func (s *Server) Pool() *Pool { return s.pool }
 
 // OfReplica reports whether s is a server of a replica's pool.
-func (s *Server) OfReplica() bool { return s.pool != nil && s.pool.Key.Role == "replica" }
+func (s *Server) OfReplica() bool { return s.pool != nil && s.pool.Key.Role == RoleReplica }
 
 // roundRobins holds the round_robin position of each shard.
 type roundRobins struct {

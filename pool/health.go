@@ -89,14 +89,14 @@ func (b *bans) banned(k banKey) bool {
 
 // Banned reports whether p is the pool of a banned replica.
 func (r *Registry) Banned(p *Pool) bool {
-	return p.Key.Role == "replica" && r.bans.banned(replicaBanKey(p.Key, p.Target))
+	return p.Key.Role == RoleReplica && r.bans.banned(replicaBanKey(p.Key, p.Target))
 }
 
 // Ban bans the replica of pool p after err (a failed connection), for the
 // ban_time of its database. It does nothing for a primary, or when err is
 // the server's refusal of a client's startup parameters.
 func (r *Registry) Ban(p *Pool, err error) {
-	if p.Key.Role != "replica" || IsStartupRejected(err) {
+	if p.Key.Role != RoleReplica || IsStartupRejected(err) {
 		return
 	}
 	lb := r.loadBalancing(p.Key.Database)
@@ -222,7 +222,7 @@ func (r *Registry) checkTarget(db *config.Database, shard, i int) (Target, Key, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, p := range r.pools {
-		if k.Database == db.Name && k.Shard == shard && k.Role == "replica" && k.Replica == i {
+		if k.Database == db.Name && k.Shard == shard && k.Role == RoleReplica && k.Replica == i {
 			return p.Target, k, true
 		}
 	}
@@ -230,7 +230,7 @@ func (r *Registry) checkTarget(db *config.Database, shard, i int) (Target, Key, 
 	if u == nil {
 		return Target{}, Key{}, false
 	}
-	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: "replica", Replica: i}
+	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: RoleReplica, Replica: i}
 	return r.target(db, u, shard, i), key, true
 }
 

@@ -17,17 +17,24 @@ import (
 	"github.com/shardgate/shardgate/wire"
 )
 
+// The roles of a pool's servers (Key.Role, ShardHealth.Role), as the
+// admin database and the metrics name them.
+const (
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+)
+
 // Key names one pool.
 type Key struct {
 	Database string
 	User     string
 	Shard    int
-	Role     string // "primary" or "replica"
+	Role     string // RolePrimary or RoleReplica
 	Replica  int    // index in the shard's replicas; 0 for the primary
 }
 
 func (k Key) String() string {
-	if k.Role == "replica" {
+	if k.Role == RoleReplica {
 		return fmt.Sprintf("%s/%s/shard%d/%s%d", k.Database, k.User, k.Shard, k.Role, k.Replica)
 	}
 	return fmt.Sprintf("%s/%s/shard%d/%s", k.Database, k.User, k.Shard, k.Role)

@@ -48,7 +48,7 @@ func NewRegistry(cfg *config.Config, log *slog.Logger) *Registry {
 // closed for keys it does not hold: its Checkout fails with ErrClosed, which
 // tells the caller to look at the current configuration.
 func (r *Registry) Get(db *config.Database, u *config.User, shard int) *Pool {
-	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: "primary"}
+	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: RolePrimary}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p := r.pools[key]; p != nil {
@@ -71,7 +71,7 @@ func (r *Registry) Get(db *config.Database, u *config.User, shard int) *Pool {
 // the shard's database name and credentials. Creating the first replica
 // pool starts the registry's health checks.
 func (r *Registry) Replica(db *config.Database, u *config.User, shard, i int) *Pool {
-	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: "replica", Replica: i}
+	key := Key{Database: db.Name, User: u.Name, Shard: shard, Role: RoleReplica, Replica: i}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p := r.pools[key]; p != nil {
@@ -122,12 +122,12 @@ func (r *Registry) Next(cfg *config.Config) (next *Registry, retired []*Pool) {
 	for key, p := range r.pools {
 		db, u := cfg.Database(key.Database), cfg.User(key.User)
 		if db == nil || u == nil || !u.Allows(db.Name) || key.Shard >= len(db.Shards) ||
-			key.Role != "primary" && (key.Role != "replica" || key.Replica >= len(db.Shards[key.Shard].Replicas)) {
+			key.Role != RolePrimary && (key.Role != RoleReplica || key.Replica >= len(db.Shards[key.Shard].Replicas)) {
 			retired = append(retired, p)
 			continue
 		}
 		replica := -1
-		if key.Role == "replica" {
+		if key.Role == RoleReplica {
 			replica = key.Replica
 			n.startChecker()
 		}
@@ -169,7 +169,7 @@ func (r *Registry) Close() {
 type ShardHealth struct {
 	Database string
 	Shard    int
-	Role     string // "primary" or "replica"
+	Role     string // RolePrimary or RoleReplica
 	Replica  int    // index in the shard's replicas
 	Host     string
 	Port     int
@@ -191,9 +191,9 @@ func (r *Registry) Health(ctx context.Context) []ShardHealth {
 	var out []ShardHealth
 	for _, db := range r.cfg.Databases {
 		for i, sh := range db.Shards {
-			out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: "primary", Host: sh.Host, Port: sh.Port})
+			out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: RolePrimary, Host: sh.Host, Port: sh.Port})
 			for j, rep := range sh.Replicas {
-				out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: "replica", Replica: j, Host: rep.Host, Port: rep.Port})
+				out = append(out, ShardHealth{Database: db.Name, Shard: i, Role: RoleReplica, Replica: j, Host: rep.Host, Port: rep.Port})
 			}
 		}
 	}
@@ -213,7 +213,7 @@ func (r *Registry) Health(ctx context.Context) []ShardHealth {
 	for i := range out {
 		h := &out[i]
 		h.Err = errs[addrs[i]]
-		if h.Err == nil && h.Role == "replica" {
+		if h.Err == nil && h.Role == RoleReplica {
 			h.Err = r.bans.err(banKey{db: h.Database, shard: h.Shard, addr: addrs[i] + "/" + r.cfg.Database(h.Database).Shards[h.Shard].Database})
 		}
 		if h.Err == nil {
