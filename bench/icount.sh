@@ -30,7 +30,11 @@
 # Environment: ICOUNT_N1 (100) and ICOUNT_N2 (600) transactions per client,
 # ICOUNT_CLIENTS (16), ICOUNT_WORKLOADS ("select1 select-only"),
 # ICOUNT_MODES ("simple extended"), ICOUNT_BASE_REF (a git revision: its
-# build is counted too, as target base), ICOUNT_OUT
+# build is counted too, as target base), ICOUNT_FUNCS (0: for N > 0, the
+# N functions of shardgate, and of base, with the most instructions per
+# transaction, each function's count in the -t N2 run minus the -t N1 run,
+# after the table; the event loop's coroutines confuse callgrind's call
+# graph, not its counts per function), ICOUNT_OUT
 # (bench/results/icount.md), plus BENCH_POOL_SIZE, BENCH_SCALE and
 # SHARDGATE_BIN as in run.sh. Needs valgrind (apt-get install -y valgrind;
 # installed when missing and running as root).
@@ -46,6 +50,7 @@ ICOUNT_CLIENTS=${ICOUNT_CLIENTS:-16}
 ICOUNT_WORKLOADS=${ICOUNT_WORKLOADS:-select1 select-only}
 ICOUNT_MODES=${ICOUNT_MODES:-simple extended}
 ICOUNT_BASE_REF=${ICOUNT_BASE_REF:-}
+ICOUNT_FUNCS=${ICOUNT_FUNCS:-0}
 ICOUNT_OUT=${ICOUNT_OUT:-$BENCH_DIR/results/icount.md}
 case $ICOUNT_OUT in /*) ;; *) ICOUNT_OUT=$PWD/$ICOUNT_OUT ;; esac
 [ "$ICOUNT_N2" -gt "$ICOUNT_N1" ] || die "ICOUNT_N2 ($ICOUNT_N2) must be larger than ICOUNT_N1 ($ICOUNT_N1)"
@@ -125,6 +130,31 @@ count() {
 	fi
 }
 
+# funcs T WORKLOAD MODE prints the ICOUNT_FUNCS functions of T with the
+# most instructions per transaction: each function's own count (callees
+# not included) in the -t ICOUNT_N2 dump minus the -t ICOUNT_N1 one.
+funcs() {
+	local t=$1 workload=$2 mode=$3 n f
+	n=$(((ICOUNT_N2 - ICOUNT_N1) * ICOUNT_CLIENTS))
+	for f in "$ICOUNT_N1" "$ICOUNT_N2"; do
+		# shellcheck disable=SC2012 # one dump file, named by callgrind
+		callgrind_annotate --tree=none --auto=no --threshold=100 "$(ls "$OUTDIR/$t-$workload-$mode-$f.cg".* | head -n 1)" \
+			>"$OUTDIR/$t-$workload-$mode-$f.funcs" 2>/dev/null
+	done
+	awk -v n="$n" -v q="'" '
+		# "  5,925,123 ( 5.09%)  /path/file.go:pkg.func [/path/proxy]"
+		$1 ~ /^[0-9,]+$/ && $2 == "(" || $1 ~ /^[0-9,]+$/ && $2 ~ /^\(/ {
+			c = $1; gsub(",", "", c)
+			f = $0; sub(/^[^)]*\)[ \t]*/, "", f); sub(/ \[.*$/, "", f); sub(/^.*:/, "", f); sub(q "[0-9]+$", "", f); sub(/^github\.com\/shardgate\/shardgate\//, "", f)
+			if (f == "" || f ~ /PROGRAM TOTALS/) next
+			d[f] += (FILENAME == ARGV[1] ? -c : c)
+		}
+		END {
+			for (f in d) printf "%10.0f  %s\n", d[f] / n, f
+		}' "$OUTDIR/$t-$workload-$mode-$ICOUNT_N1.funcs" "$OUTDIR/$t-$workload-$mode-$ICOUNT_N2.funcs" |
+		sort -rn | head -n "$ICOUNT_FUNCS" || true
+}
+
 # wait_port_free waits until the last proxy under callgrind let go of
 # ICOUNT_PORT, for the next one.
 wait_port_free() {
@@ -153,6 +183,7 @@ mkdir -p "$(dirname "$ICOUNT_OUT")"
 	fi
 } >"$ICOUNT_OUT"
 
+FUNCS_OUT=""
 for workload in $ICOUNT_WORKLOADS; do
 	for mode in $ICOUNT_MODES; do
 		declare -A per=()
@@ -174,8 +205,21 @@ for workload in $ICOUNT_WORKLOADS; do
 		row="| $workload | $mode | ${per[pgbouncer]} | ${per[shardgate]} | $(ratio "${per[shardgate]}" "${per[pgbouncer]}") |"
 		[ -n "$ICOUNT_BASE_REF" ] && row="$row ${per[base]} | $(ratio "${per[shardgate]}" "${per[base]}") |"
 		echo "$row" >>"$ICOUNT_OUT"
+		if [ "$ICOUNT_FUNCS" -gt 0 ]; then
+			for t in shardgate base; do
+				[[ " $TARGETS " == *" $t "* ]] || continue
+				FUNCS_OUT="$FUNCS_OUT
+## $t, $workload -M $mode: instructions per transaction by function (own count)
+
+\`\`\`
+$(funcs "$t" "$workload" "$mode")
+\`\`\`
+"
+			done
+		fi
 		unset per
 	done
 done
+[ -z "$FUNCS_OUT" ] || echo "$FUNCS_OUT" >>"$ICOUNT_OUT"
 log "wrote $ICOUNT_OUT"
 cat "$ICOUNT_OUT"
