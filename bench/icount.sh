@@ -143,7 +143,7 @@ funcs() {
 	done
 	awk -v n="$n" -v q="'" '
 		# "  5,925,123 ( 5.09%)  /path/file.go:pkg.func [/path/proxy]"
-		$1 ~ /^[0-9,]+$/ && $2 == "(" || $1 ~ /^[0-9,]+$/ && $2 ~ /^\(/ {
+		$1 ~ /^[0-9,]+$/ && $2 ~ /^\(/ {
 			c = $1; gsub(",", "", c)
 			f = $0; sub(/^[^)]*\)[ \t]*/, "", f); sub(/ \[.*$/, "", f); sub(/^.*:/, "", f); sub(q "[0-9]+$", "", f); sub(/^github\.com\/shardgate\/shardgate\//, "", f)
 			if (f == "" || f ~ /PROGRAM TOTALS/) next
