@@ -116,9 +116,10 @@ func eventLoopPaths(t *testing.T, p *proxy, url string) {
 	a := connect(t, url)
 	b := connect(t, url)
 	mustExec(t, a, "CREATE TABLE t (id int, v text)")
-	if n := p.Listener.HotClients(); n != 2 {
-		t.Fatalf("%d clients on the event loop, want 2", n)
-	}
+	// A client moves to the loop just after its login's ReadyForQuery
+	// went out (client.run): b, which has sent nothing since, may not
+	// be counted yet when connect returns.
+	eventually(t, 5*time.Second, "both clients on the event loop", func() bool { return p.Listener.HotClients() == 2 })
 
 	t.Run("pool wait", func(t *testing.T) {
 		tx, err := a.Begin(ctx)
@@ -443,9 +444,9 @@ func TestXEventLoopSharded(t *testing.T) {
 	plain := connect(t, plainURL)
 	a := connect(t, p.AppURL("app"))
 	b := connect(t, p.AppURL("app"))
-	if n := p.Listener.HotClients(); n != 2 {
-		t.Fatalf("%d clients on the event loop, want 2", n)
-	}
+	// Each moves to the loop just after its login's ReadyForQuery went
+	// out (client.run), which connect may return before.
+	eventually(t, 5*time.Second, "both clients on the event loop", func() bool { return p.Listener.HotClients() == 2 })
 	k0, k1 := twoShardKeys(t)
 	for _, c := range []*pgx.Conn{plain, a} {
 		if _, err := c.Exec(ctx, "INSERT INTO accounts VALUES ($1, 'x@a'), ($2, 'y@b')", k0, k1); err != nil {
@@ -625,9 +626,9 @@ func TestXEventLoopTLSReadAhead(t *testing.T) {
 	}
 	c := &rawConn{t: t, conn: tc, r: bufio.NewReader(tc)}
 	c.login()
-	if n := p.Listener.HotClients(); n != 1 {
-		t.Fatalf("%d clients on the event loop, want 1", n)
-	}
+	// The client moves to the loop just after its login's ReadyForQuery
+	// went out (client.run), which login may return before.
+	eventually(t, 5*time.Second, "the client on the event loop", func() bool { return p.Listener.HotClients() == 1 })
 	var got []string
 	for {
 		typ, body, err := c.next()
