@@ -179,6 +179,10 @@ type client struct {
 	// Parse again needs no look at its text (rewriteParse); here for
 	// packing.
 	unnamedQuiet bool
+	// unnamedGen counts the client's unnamed Parses (sendUnnamedParse):
+	// a reqParse carries its count, so that the relay knows whether the
+	// one the server rejected or skipped is the client's last (notParsed).
+	unnamedGen uint32
 }
 
 // The client's buffer sizes.
@@ -604,11 +608,11 @@ func (c *client) rollback() {
 	// close it. unsynced describes the queue's end, not what was sent:
 	// with a queue dropped, a Sync settles it.
 	sync := c.pipe.has(pipeUnsynced) || len(c.q) > 0
-	for i := range c.q {
+	for i := len(c.q) - 1; i >= 0; i-- { // last first, as relayError
 		if c.q[i].kind == reqInternal {
 			s.Broken = true
 		}
-		c.notParsed(&c.q[i])
+		c.notParsed(&c.q[i], false)
 	}
 	c.q = c.q[:0]
 	c.out = c.out[:0]

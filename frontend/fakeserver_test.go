@@ -145,8 +145,7 @@ func (f *fakeServer) complete(text string, extended bool) {
 			f.fail(wire.ActiveSQLTransaction, extended)
 			return
 		}
-		clear(f.stmts)
-		f.unnamed, f.unnText = nil, ""
+		clear(f.stmts) // not the unnamed statement (a Query drops that by itself)
 	}
 	tag := text
 	if i := strings.IndexByte(tag, ' '); i > 0 && !strings.HasSuffix(tag, " ALL") {
@@ -203,6 +202,9 @@ func (f *fakeServer) handle(typ byte, body []byte) {
 		case !ok || !ok2:
 			f.fail(wire.ProtocolViolation, true)
 		case strings.Contains(string(text), "fail") && !strings.Contains(string(text), "execfail"):
+			if len(name) == 0 {
+				f.unnamed, f.unnText = nil, "" // PostgreSQL drops it before it parses
+			}
 			f.fail(wire.SyntaxError, true)
 		case len(name) == 0:
 			f.unnamed, f.unnText = body, string(text)

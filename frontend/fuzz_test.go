@@ -112,7 +112,14 @@ func checkServer(t testing.TB, f *fakeServer, server *pool.Server) {
 	if !slices.Equal(have, think) {
 		t.Fatalf("the server has statements %v, the proxy thinks %v", have, think)
 	}
-	if len(server.Unnamed) > 0 && !bytes.Equal(server.Unnamed, f.unnamed) {
+	// The proxy's record of the unnamed statement is the statement, none
+	// (empty: the server must have none, or the next client could bind
+	// it), or unknown.
+	switch {
+	case bytes.Equal(server.Unnamed, unknownUnnamed):
+	case len(server.Unnamed) == 0 && f.unnamed != nil:
+		t.Fatalf("the server's unnamed statement is %q, the proxy thinks it has none", f.unnamed)
+	case len(server.Unnamed) > 0 && !bytes.Equal(server.Unnamed, f.unnamed):
 		t.Fatalf("the server's unnamed statement is %q, the proxy thinks %q", f.unnamed, server.Unnamed)
 	}
 }

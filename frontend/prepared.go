@@ -212,6 +212,9 @@ func appendUnnamedParse(out, tail []byte) []byte {
 	return wire.FinishMessage(out, start)
 }
 
+// closeUnnamed closes the unnamed statement.
+var closeUnnamed = []byte{'C', 0, 0, 0, 6, 'S', 0}
+
 // closeNoop closes a statement that never exists: the server answers
 // CloseComplete in the position of the client's Close, without touching
 // shared statements.
@@ -253,6 +256,9 @@ func (c *client) rewriteParse(raw, body []byte) error {
 	orig := parseText(tail)
 	nt, fail := c.rewriteSQLText(orig)
 	if fail != nil {
+		if len(name) == 0 {
+			c.forgetUnnamed() // PostgreSQL drops it before it parses the new one
+		}
 		c.failInOrder(fail)
 		return nil
 	}
@@ -272,6 +278,15 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		return nil
 	}
 	if c.duplicateSQLName(string(name)) {
+		// PostgreSQL parses and analyzes the text before it finds the
+		// name taken: a text that fails answers with its own error. The
+		// server parses it as its unnamed statement, the proxy swallows
+		// the ParseComplete, and the client hears 42P05 in its place
+		// (failInOrder) or the text's error, after which the server
+		// skips the rest.
+		c.out = appendUnnamedParse(c.out, tail)
+		c.q = append(c.queued(), req{kind: reqParse, injected: true, unnamed: true})
+		s.Unnamed = append(append(s.Unnamed[:0], 0), tail...)
 		c.failInOrder(duplicateStatement(name))
 		return nil
 	}
@@ -291,9 +306,11 @@ func (c *client) rewriteParse(raw, body []byte) error {
 			s.Unnamed = append(append(s.Unnamed[:0], 0), tail...)
 		} else {
 			c.out = append(c.out, emptyParse...)
-			s.Unnamed = s.Unnamed[:0]
+			s.Unnamed = append(s.Unnamed[:0], emptyParse[5:]...)
 		}
-		c.q = append(c.queued(), req{kind: reqParse, client: string(name)})
+		// unnamed: the server's unnamed statement is this one now, or
+		// unknown when the server rejects or skips it (notParsed).
+		c.q = append(c.queued(), req{kind: reqParse, client: string(name), unnamed: true})
 		return nil
 	}
 	c.injectNeeds(st.effect().needs)
@@ -343,6 +360,13 @@ func (c *client) rewriteBind(raw, body []byte) error {
 	c.out = append(c.out, rest...)
 	c.out = wire.FinishMessage(c.out, start)
 	c.expect('B')
+	if st.params() < 0 && !c.pipe.has(pipeSkipping) {
+		// The proxy cannot count the statement's parameters (a utility
+		// statement): the server's error for a wrong count names the
+		// proxy-wide statement, which relayError renames.
+		last := &c.q[len(c.q)-1]
+		last.confirm, last.client = st, string(name)
+	}
 	return nil
 }
 
@@ -382,15 +406,27 @@ func (c *client) rewriteDescribeClose(typ byte, raw, body []byte) error {
 		return nil
 	}
 	if typ == 'C' {
+		if c.pipe.has(pipeSkipping) {
+			// The server skips it after an error: nothing is closed.
+			c.out = append(c.out, closeNoop...)
+			return nil
+		}
+		r := req{kind: reqClose}
 		if len(name) == 0 {
-			c.unnamed = c.unnamed[:0]
+			c.forgetUnnamed()
 			s.Unnamed = s.Unnamed[:0]
 			c.out = append(c.out, raw...)
+			r.unnamed = true // see notParsed
 		} else {
-			delete(c.stmts, string(name))
+			if st := c.stmts[string(name)]; st != nil {
+				// Closed in the client's order of messages; put back if
+				// the server skips the Close (notParsed).
+				r.client = string(name) + "\x00" + st.name
+				delete(c.stmts, string(name))
+			}
 			c.out = append(c.out, closeNoop...)
 		}
-		c.expect('C')
+		c.q = append(c.queued(), r)
 		return nil
 	}
 	st := c.resolve(name)
@@ -463,8 +499,26 @@ func (c *client) unnamedEffect() stmtEffect {
 func (c *client) sendUnnamedParse(raw, body []byte) {
 	c.server.Unnamed = append(c.server.Unnamed[:0], body...)
 	c.out = append(c.out, raw...)
-	c.q = append(c.queued(), req{kind: reqParse, unnamed: true})
+	c.unnamedGen++
+	c.q = append(c.queued(), req{kind: reqParse, unnamed: true, gen: c.unnamedGen})
 }
+
+// forgetUnnamed records that the client has no unnamed statement.
+func (c *client) forgetUnnamed() {
+	c.unnamed = c.unnamed[:0]
+	c.unnamedQuiet = false
+	c.setUnnamedEffect(stmtEffect{})
+	if c.origText != nil {
+		delete(c.origText, "")
+	}
+}
+
+// unknownUnnamed stands, in a server's Unnamed, for an unnamed statement
+// the proxy does not know (one whose Parse was skipped or never sent left
+// the one before in place): it equals no Parse body, so that a client's
+// Bind of its own unnamed statement parses it again, and one of a client
+// without any closes it first (resolve).
+var unknownUnnamed = []byte{0xff}
 
 // repeatsQuietParse reports whether body, the body of an unnamed Parse,
 // is the one kept in c.unnamed again (pgbench -M extended, JDBC and pgx
@@ -571,6 +625,9 @@ func duplicateStatement(name []byte) *wire.Error {
 // transaction and skips to Sync exactly as for a real error, and the relay
 // sends the client e in place of the server's answer.
 func (c *client) failInOrder(e *wire.Error) {
+	if c.pipe.has(pipeSkipping) {
+		return // the server skips the message to Sync, as PostgreSQL would: no error, no answer
+	}
 	start := len(c.out)
 	c.out = append(c.out, 'D', 0, 0, 0, 0, 'S')
 	c.out = append(c.out, unknownPrefix+"error"...)
@@ -585,7 +642,9 @@ func (c *client) failInOrder(e *wire.Error) {
 func (c *client) resolve(name []byte) *stmt {
 	s := c.server
 	if len(name) == 0 {
-		if len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed) && !c.pipe.has(pipeSkipping) {
+		switch {
+		case c.pipe.has(pipeSkipping):
+		case len(c.unnamed) > 0 && !bytes.Equal(c.unnamed, s.Unnamed):
 			// The client's unnamed statement was parsed on another server.
 			c.injectNeeds(c.unnamedEffect().needs)
 			c.out = append(c.out, 'P', 0, 0, 0, 0)
@@ -593,6 +652,14 @@ func (c *client) resolve(name []byte) *stmt {
 			c.out = wire.FinishMessage(c.out, len(c.out)-len(c.unnamed)-5)
 			c.q = append(c.queued(), req{kind: reqParse, injected: true, unnamed: true})
 			s.Unnamed = append(s.Unnamed[:0], c.unnamed...)
+		case len(c.unnamed) == 0 && len(s.Unnamed) > 0:
+			// The client has no unnamed statement, and the server's is
+			// another client's (or one the proxy parsed): close it, so
+			// that the server answers 26000 as PostgreSQL would, and
+			// never runs another client's statement.
+			c.out = append(c.out, closeUnnamed...)
+			c.q = append(c.queued(), req{kind: reqClose, injected: true, unnamed: true})
+			s.Unnamed = s.Unnamed[:0]
 		}
 		return nil
 	}

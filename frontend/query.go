@@ -35,7 +35,14 @@ type req struct {
 	// that the client's queue, qBuf, does not share the client struct's
 	// size class: see TestClientSizeClass.)
 	unnamed bool
-	confirm *stmt // reqParse: proxy-wide statement to mark prepared on success; reqClose: to mark closed
+	// gen: for the client's unnamed Parse, its unnamedGen (in the
+	// padding after the one-byte fields).
+	gen uint32
+	// confirm: for reqParse the proxy-wide statement to mark prepared on
+	// success; reqClose: to mark closed; reqBind: the statement bound, when
+	// the server's error may name it (rewriteBind), client then the name
+	// the client gave it.
+	confirm *stmt
 	ops     []setOp
 	client  string
 	// replace is the error the client gets in place of the server's
@@ -124,8 +131,11 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	// included (PostgreSQL's exec_simple_query), and ends an
 	// extended-protocol batch left open by a Flush (unless the server
 	// skips it after an error: see relay).
+	// The server's is unknown rather than gone: a Query after an error
+	// is skipped as well, and drops nothing (resolve closes it for a
+	// client that has none).
 	c.unnamed = c.unnamed[:0]
-	c.server.Unnamed = c.server.Unnamed[:0]
+	c.server.Unnamed = append(c.server.Unnamed[:0], unknownUnnamed...)
 	c.pipe.set(pipeUnsynced, false)
 	c.out = append(c.out, raw...)
 	c.q = append(c.queued(), req{kind: reqQuery, ops: ops, create: create})
@@ -267,7 +277,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	switch typ {
 	case 'S':
 		// Pipelined batches already in the buffer go out in the same write.
-		if c.r.Buffered() > 0 && len(c.out) < 64<<10 {
+		if c.batchOn() {
 			return nil
 		}
 		return c.roundTrip()
@@ -275,6 +285,26 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 		return c.roundTrip()
 	}
 	return nil
+}
+
+// batchOn reports whether the batch that a Sync just ended waits for the
+// client's next one, buffered already, to go out in the same write. It
+// does not when the next batch is not all there, the write is large
+// already, or the ended batch creates or drops statement names (a named
+// Parse or Close, a PREPARE): whether they exist, which the next batch's
+// Parse, PREPARE or Bind of the same names needs to know
+// (duplicateSQLName), is the server's answer, and after an error the
+// server skips only up to that Sync.
+func (c *client) batchOn() bool {
+	if c.r.Buffered() == 0 || len(c.out) >= 64<<10 {
+		return false
+	}
+	for i := range c.q {
+		if c.q[i].client != "" && c.q[i].kind != reqBind || c.q[i].create != nil {
+			return false // a named Parse or Close, a PREPARE
+		}
+	}
+	return true
 }
 
 // expect records the answer the server owes for a client message.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,6 +258,12 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 	if head.replace != nil {
 		e = head.replace
 		raw = wire.AppendError(nil, e)
+	} else if head.kind == reqBind && head.confirm != nil && e.Code == wire.ProtocolViolation {
+		// "bind message supplies 1 parameters, but prepared statement
+		// "sg_4" requires 0": the client's name, as PostgreSQL says it
+		// (rewriteBind).
+		e.Message = strings.Replace(e.Message, `"`+head.confirm.name+`"`, `"`+head.client+`"`, 1)
+		raw = wire.AppendError(nil, e)
 	}
 	if internal {
 		// The proxy's own statements must not fail: whatever
@@ -270,8 +277,12 @@ func (c *client) relayError(s *pool.Server, raw, body []byte, head *req, interna
 		// The server skips everything up to the next Sync.
 		i := 0
 		for i < len(c.q) && c.q[i].kind != reqSync {
-			c.notParsed(&c.q[i])
 			i++
+		}
+		// Undone last first: a skipped Close puts back the statement a
+		// skipped Parse before it made, which that Parse's undo drops.
+		for j := i - 1; j >= 0; j-- {
+			c.notParsed(&c.q[j], j == 0)
 		}
 		if i == len(c.q) && c.xs == nil {
 			// No Sync sent yet: the server skips until the
@@ -425,14 +436,46 @@ func (c *client) failCopy(reason string) error {
 	return s.Flush()
 }
 
-// notParsed undoes the bookkeeping of a Parse that the server rejected or
-// skipped.
-func (c *client) notParsed(r *req) {
+// notParsed undoes the bookkeeping of a Parse that the server rejected
+// (rejected) or skipped, or that was never sent.
+//
+// PostgreSQL drops the unnamed statement before it parses a new one: a
+// Parse of it that fails leaves none, one skipped or not sent leaves the
+// one before, which the proxy may not know (unknownUnnamed). The client's
+// unnamed statement is gone when that Parse was its last; where
+// PostgreSQL would still have the one before a skipped Parse, the proxy
+// has forgotten it, and the client's Bind of it fails with 26000 rather
+// than run a statement the proxy may not have.
+//
+// A Close of a statement that the server skipped or that was never sent
+// closed nothing: the client's named statement is put back, and the
+// server's unnamed one is unknown.
+func (c *client) notParsed(r *req, rejected bool) {
+	if r.kind == reqClose {
+		if rejected {
+			return
+		}
+		if r.unnamed { // the client's Close, or resolve's
+			c.server.Unnamed = append(c.server.Unnamed[:0], unknownUnnamed...)
+		} else if name, proxyName, ok := strings.Cut(r.client, "\x00"); ok {
+			if st := c.l.stmts.byName(proxyName); st != nil {
+				c.stmts[name] = st
+			}
+		}
+		return
+	}
 	if r.kind != reqParse {
 		return
 	}
 	if r.unnamed {
-		c.server.Unnamed = c.server.Unnamed[:0]
+		if rejected {
+			c.server.Unnamed = c.server.Unnamed[:0]
+		} else {
+			c.server.Unnamed = append(c.server.Unnamed[:0], unknownUnnamed...)
+		}
+		if r.gen != 0 && r.gen == c.unnamedGen {
+			c.forgetUnnamed()
+		}
 	}
 	if r.client != "" {
 		delete(c.stmts, r.client)
@@ -452,7 +495,7 @@ var (
 func (c *client) dropStatements() {
 	s := c.server
 	clear(s.Prepared)
-	s.Unnamed = s.Unnamed[:0]
+	s.Unnamed = append(s.Unnamed[:0], unknownUnnamed...) // neither drops the unnamed statement
 	clear(c.stmts)
 	clear(c.sqlStmts)
 	c.unnamed = c.unnamed[:0]

@@ -136,8 +136,8 @@ func (c *client) unsent(s *pool.Server, err error) error {
 
 // dropBatch forgets the batch that could not be sent, as rollback does.
 func (c *client) dropBatch() {
-	for i := range c.q {
-		c.notParsed(&c.q[i])
+	for i := len(c.q) - 1; i >= 0; i-- { // last first, as relayError
+		c.notParsed(&c.q[i], false)
 	}
 	c.q = c.q[:0]
 	c.out = c.out[:0]

@@ -445,7 +445,7 @@ func (c *client) validateOn(st *sStmt, shard int) error {
 		// again, unnamed, in this session.
 		_, tail, _ := wire.CString(st.st.parse[5:])
 		out = appendUnnamedParse(nil, tail)
-		c.server.Unnamed = c.server.Unnamed[:0]
+		c.server.Unnamed = append(c.server.Unnamed[:0], unknownUnnamed...) // not a client's
 	}
 	out = append(out, 'S', 0, 0, 0, 4)
 	c.clientParse, c.parseNotices = true, 0

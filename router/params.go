@@ -20,10 +20,19 @@ import (
 // (the server then counts, or reports the error).
 func ParamCount(sql string, types int) (n int, ok bool) {
 	res, err := pg_query.Scan(sql)
-	if err != nil || len(res.Tokens) == 0 {
+	if err != nil {
 		return 0, false
 	}
-	switch res.Tokens[0].Token {
+	first := 0
+	for first < len(res.Tokens) && (res.Tokens[first].Token == pg_query.Token_SQL_COMMENT || res.Tokens[first].Token == pg_query.Token_C_COMMENT) {
+		first++
+	}
+	if first == len(res.Tokens) {
+		// The empty query (or only comments): PostgreSQL gives it the
+		// parameters the Parse declared, and no others.
+		return types, true
+	}
+	switch res.Tokens[first].Token {
 	case pg_query.Token_SELECT, pg_query.Token_INSERT, pg_query.Token_UPDATE, pg_query.Token_DELETE_P,
 		pg_query.Token_WITH, pg_query.Token_VALUES, pg_query.Token_TABLE, pg_query.Token_MERGE:
 	default:

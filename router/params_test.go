@@ -4,7 +4,8 @@ import "testing"
 
 // TestParamCount counts a query's parameters as PostgreSQL's parse
 // analysis does: the highest $n outside strings, identifiers and comments,
-// or the explicit types; other statements are left to the server.
+// or the explicit types (the only ones of the empty query); other
+// statements are left to the server.
 func TestParamCount(t *testing.T) {
 	for _, tc := range []struct {
 		sql   string
@@ -23,7 +24,10 @@ func TestParamCount(t *testing.T) {
 		{"VALUES ($1)", 0, 1, true},
 		{"PREPARE p(int) AS SELECT $1", 0, 0, false},
 		{"CREATE FUNCTION f(int) RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT $1; END", 0, 0, false},
-		{"", 0, 0, false},
+		{"", 0, 0, true},
+		{"", 2, 2, true},
+		{" /* only a comment */ ", 1, 1, true},
+		{"-- a comment\nSELECT $2", 0, 2, true},
 	} {
 		got, ok := ParamCount(tc.sql, tc.types)
 		if got != tc.want || ok != tc.ok {

@@ -1,0 +1,155 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestExtendedRunRandom sends seeded random sequences of extended-protocol
+// messages, each step's in one write (several batches, Flush and Sync
+// inside, row-limited Executes, named and unnamed statements and portals,
+// Describe and Close of both, errors at Parse, Bind and Execute, wrong
+// parameter counts, unknown names), to one PostgreSQL directly and through
+// the proxy in transaction mode with a pool of one that another client
+// uses between the steps, and requires the same answers, message by
+// message with every field a client acts on; after each step a probe
+// describes both statement names. EXTRUN_SEED replays a seed;
+// EXTRUN_STEPS sets the steps a seed runs.
+func TestExtendedRunRandom(t *testing.T) {
+	checkGoroutines(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EXTRUN_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EXTRUN_SEED: %v", err)
+		}
+		seed = v
+	}
+	stepsPerSeed := 120
+	if s := os.Getenv("EXTRUN_STEPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("EXTRUN_STEPS: %v", err)
+		}
+		stepsPerSeed = v
+	}
+	t.Logf("seed %d (EXTRUN_SEED=%d replays it)", seed, seed)
+	steps := extRunSteps(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed)
+
+	cl := cluster(t, "app")
+	d := dialWire(t, cl.DSN("app"))
+	defer d.close()
+	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+	other := simpleConn(t, p.AppURL("app"))
+	a := dialWire(t, p.AppURL("app"))
+	defer a.close()
+	// After each step, a probe describes each statement name, so that a
+	// difference in which statements exist shows at the step that made
+	// it rather than steps later.
+	probe := wireStep{send: []pgproto3.FrontendMessage{
+		&pgproto3.Describe{ObjectType: 'S', Name: "s1"}, syncMsg,
+		&pgproto3.Describe{ObjectType: 'S', Name: "s2"}, syncMsg,
+	}, zs: 2}
+	for i, st := range steps {
+		for k, st := range []wireStep{st, probe} {
+			want := d.run([]wireStep{st}, nil)
+			got := a.run([]wireStep{st}, nil)
+			if strings.Join(got[0], " ") != strings.Join(want[0], " ") {
+				for _, m := range steps[i].send {
+					t.Logf("step %d sent %T %+v", i, m, m)
+				}
+				a.close() // a proxy stuck on the step still ends at Shutdown
+				sameWire(t, fmt.Sprintf("seed %d, step %d%s", seed, i, []string{"", " (the probe after it)"}[k]), []wireStep{st}, got, want)
+			}
+		}
+		// The only server goes to another client between the steps: the
+		// proxy must give the next step the statements it expects.
+		execIn(t, other, simple, fmt.Sprintf("SELECT %d", i))
+	}
+}
+
+// extRunTexts are the statements the random steps prepare: with one
+// parameter and without, rows to fetch in pieces, an error at Bind (the
+// planner folds 1/0), an error at Parse, and the empty query.
+var extRunTexts = []string{
+	"SELECT $1::int + 1",
+	"SELECT g FROM generate_series(1, 3) g",
+	"SELECT 1/0",
+	"SELECT nope",
+	"SELECT $1::text || 'x'",
+	"",
+}
+
+// extRunSteps draws n steps of one to three batches, each ending with
+// Sync; a step's answers are read up to its last ReadyForQuery.
+func extRunSteps(rng *rand.Rand, n int) []wireStep {
+	stmts := []string{"", "s1", "s2"}
+	portals := []string{"", "p1"}
+	pick := func(s []string) string { return s[rng.IntN(len(s))] }
+	steps := make([]wireStep, 0, n)
+	for range n {
+		var st wireStep
+		for range 1 + rng.IntN(3) {
+			if rng.IntN(10) == 0 {
+				st.send = append(st.send, queryMsg("SELECT 'q'"))
+				st.zs++
+				continue
+			}
+			// The unnamed statement is bound or described only after a
+			// Parse of it in the same batch, as drivers do: the proxy
+			// forgets a client's unnamed statement whose Parse or Close
+			// the server skipped after an error, where PostgreSQL keeps
+			// the one before (notParsed; docs/pooling.md).
+			parsed := false
+			stmt := func() string {
+				if name := pick(stmts); name != "" || parsed {
+					return name
+				}
+				return "s1"
+			}
+			for range 1 + rng.IntN(6) {
+				switch k := rng.IntN(20); {
+				case k < 5:
+					name := pick(stmts)
+					parsed = parsed || name == ""
+					st.send = append(st.send, parseMsg(name, pick(extRunTexts)))
+				case k < 10:
+					b := &pgproto3.Bind{DestinationPortal: pick(portals), PreparedStatement: stmt()}
+					if rng.IntN(3) > 0 {
+						b.Parameters = [][]byte{[]byte(strconv.Itoa(rng.IntN(100)))}
+					}
+					st.send = append(st.send, b)
+				case k < 12:
+					typ := byte('S')
+					name := stmt()
+					if rng.IntN(2) == 0 {
+						typ, name = 'P', pick(portals)
+					}
+					st.send = append(st.send, &pgproto3.Describe{ObjectType: typ, Name: name})
+				case k < 17:
+					st.send = append(st.send, &pgproto3.Execute{Portal: pick(portals), MaxRows: uint32(rng.IntN(3))})
+				case k < 18:
+					typ := byte('S')
+					name := pick(stmts)
+					if rng.IntN(2) == 0 {
+						typ, name = 'P', pick(portals)
+					}
+					st.send = append(st.send, &pgproto3.Close{ObjectType: typ, Name: name})
+				default:
+					st.send = append(st.send, flushMsg)
+				}
+			}
+			st.send = append(st.send, syncMsg)
+			st.zs++
+		}
+		steps = append(steps, st)
+	}
+	return steps
+}
