@@ -278,11 +278,84 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	case 'S':
 		// Pipelined batches already in the buffer go out in the same write.
 		if c.batchOn() {
-			return nil
+			return c.extendedRun()
 		}
 		return c.roundTrip()
 	case 'H':
 		return c.roundTrip()
+	}
+	return c.extendedRun()
+}
+
+// extendedRun goes on with the extended-protocol messages that follow the
+// one extended just forwarded, as far as they are in the client's read
+// buffer whole, for a transaction-pooled one-shard client: each takes the
+// path it would take through the loop and extended with a server
+// attached (the same rewrite, the same queue, the same Sync or Flush),
+// without the checks that the loop and extended make for every message
+// and that hold for the rest of a batch as they held for its first:
+//
+//   - no kill (checked for each message, as the loop does) and no
+//     shutdown (the loop ends only a client that holds nothing);
+//   - no reload since the client's state (becomeSharded, the gate), no
+//     sharded session, no errors being dropped until Sync;
+//   - a server attached to a client that is not pinned: answerWithoutServer
+//     does not apply, chooseReadExt chooses nothing, and attach returns
+//     at once (enterGateHolding admits only session and pinned clients);
+//   - no client write error, no server lost (the loop's checks after a
+//     message).
+//
+// Any of them changing, a message of another kind (Query, FunctionCall,
+// Terminate, COPY's) or one not all there yet ends the run, and the loop
+// takes the next message as before. Drivers send a statement's Parse,
+// Bind, Describe, Execute and Sync in one write (libpq, pgbench -M
+// extended, pgx, JDBC), and pipelines more: the run handles all but the
+// first, for about a third of the instructions of each (docs/benchmarks.md,
+// issue 13, twentieth step).
+func (c *client) extendedRun() error {
+	if c.mode != config.PoolTransaction || c.server == nil || c.pinned || c.xs != nil ||
+		c.clientErr != nil || c.lost != nil || c.pipe.has(pipeDropping) {
+		return nil
+	}
+	// Nothing in the run changes those: rewrite only queues messages and
+	// answers, an error it returns ends the run, and so does a round trip.
+	for !c.killed.Load() && c.l.State() == c.st {
+		switch typ, _ := c.r.PeekType(); typ {
+		case 'P':
+			if len(c.q) == 0 && len(c.out) == 0 {
+				return nil // extended checks it for unique IDs first
+			}
+		case 'B', 'D', 'E', 'C', 'H', 'S':
+		default:
+			return nil
+		}
+		typ, raw, body, ok := c.r.NextBuffered()
+		if !ok {
+			return nil
+		}
+		c.resumed = false // as the loop does for a buffered message
+		if typ == 'E' {
+			c.queries.Add(1)
+		}
+		switch typ {
+		case 'S':
+			c.pipe.set(pipeUnsynced, false)
+		case 'H':
+		default:
+			c.pipe.set(pipeUnsynced, true)
+		}
+		if err := c.rewrite(typ, raw, body); err != nil {
+			return c.answerLocally(err, false)
+		}
+		switch typ {
+		case 'S':
+			if c.batchOn() {
+				continue
+			}
+			return c.roundTrip()
+		case 'H':
+			return c.roundTrip()
+		}
 	}
 	return nil
 }

@@ -20,8 +20,10 @@ import (
 // the proxy in transaction mode with a pool of one that another client
 // uses between the steps, and requires the same answers, message by
 // message with every field a client acts on; after each step a probe
-// describes both statement names. EXTRUN_SEED replays a seed;
-// EXTRUN_STEPS sets the steps a seed runs.
+// describes both statement names. Most of each write is what the proxy
+// handles in one run after its first message (extendedRun), so this is
+// also where that run and the message-by-message path must agree.
+// EXTRUN_SEED replays a seed; EXTRUN_STEPS sets the steps a seed runs.
 func TestExtendedRunRandom(t *testing.T) {
 	checkGoroutines(t)
 	seed := uint64(time.Now().UnixNano())

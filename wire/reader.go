@@ -161,6 +161,16 @@ func (r *Reader) NextBuffered() (typ byte, raw, body []byte, ok bool) {
 	return raw[0], raw, raw[5:], true
 }
 
+// PeekType returns the type of the next message when its first byte is
+// buffered, without consuming anything; ok false means it is not (or a
+// large message is being read): the caller goes on with Next.
+func (r *Reader) PeekType() (typ byte, ok bool) {
+	if r.bigLeft > 0 || r.w == r.r {
+		return 0, false
+	}
+	return r.buf[r.r], true
+}
+
 // wholeAt returns where the message that starts at buf[i] ends, when all
 // of it is buffered and its length is valid (Next reports the invalid
 // ones, with PostgreSQL's errors).

@@ -268,6 +268,9 @@ func TestReaderNextBuffered(t *testing.T) {
 	if _, _, _, ok := r.NextBuffered(); ok {
 		t.Fatal("NextBuffered returned a message before anything was read")
 	}
+	if typ, ok := r.PeekType(); ok {
+		t.Fatalf("PeekType returned %q before anything was read", typ)
+	}
 	if _, raw, _, err := r.Next(); err != nil || !bytes.Equal(raw, a) {
 		t.Fatalf("Next = %q, %v; want %q", raw, err, a)
 	}
@@ -277,6 +280,10 @@ func TestReaderNextBuffered(t *testing.T) {
 	}
 	if got := r.Buffered(); got != 3 {
 		t.Fatalf("%d bytes buffered after the refused NextBuffered, want 3 (nothing consumed)", got)
+	}
+	// PeekType sees the type of the partial message and consumes nothing.
+	if typ, ok := r.PeekType(); !ok || typ != 'b' || r.Buffered() != 3 {
+		t.Fatalf("PeekType = %q, %v (%d buffered); want 'b', true, 3", typ, ok, r.Buffered())
 	}
 	var raw []byte
 	for {
