@@ -436,8 +436,8 @@ func (c *client) failCopy(reason string) error {
 	return s.Flush()
 }
 
-// notParsed undoes the bookkeeping of a Parse that the server rejected
-// (rejected) or skipped, or that was never sent.
+// notParsed undoes the bookkeeping of a Parse (or a Close) that the
+// server rejected (rejected) or skipped, or that was never sent.
 //
 // PostgreSQL drops the unnamed statement before it parses a new one: a
 // Parse of it that fails leaves none, one skipped or not sent leaves the

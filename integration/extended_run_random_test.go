@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestExtendedRunRandom sends seeded random sequences of extended-protocol
@@ -18,7 +19,7 @@ import (
 // Describe and Close of both, errors at Parse, Bind and Execute, wrong
 // parameter counts, unknown names), to one PostgreSQL directly and through
 // the proxy in transaction mode with a pool of one that another client
-// uses between the steps, and requires the same answers, message by
+// uses between the steps (and in session mode), and requires the same answers, message by
 // message with every field a client acts on; after each step a probe
 // describes both statement names. Most of each write is what the proxy
 // handles in one run after its first message (extendedRun), so this is
@@ -46,9 +47,19 @@ func TestExtendedRunRandom(t *testing.T) {
 	steps := extRunSteps(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed)
 
 	cl := cluster(t, "app")
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) { extRunCompare(t, cl, mode, seed, steps) })
+	}
+}
+
+// extRunCompare runs steps on one connection to PostgreSQL and one
+// through a proxy in mode, in lockstep, and fails at the first answer
+// that differs. In transaction mode the pool has one server, which
+// another client uses between the steps; in session mode two.
+func extRunCompare(t *testing.T, cl *pgtest.Cluster, mode string, seed uint64, steps []wireStep) {
 	d := dialWire(t, cl.DSN("app"))
 	defer d.close()
-	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+	p := startProxy(t, poolConfig(cl, mode, map[string]int{"transaction": 1, "session": 2}[mode], "app"))
 	other := simpleConn(t, p.AppURL("app"))
 	a := dialWire(t, p.AppURL("app"))
 	defer a.close()
@@ -68,11 +79,12 @@ func TestExtendedRunRandom(t *testing.T) {
 					t.Logf("step %d sent %T %+v", i, m, m)
 				}
 				a.close() // a proxy stuck on the step still ends at Shutdown
-				sameWire(t, fmt.Sprintf("seed %d, step %d%s", seed, i, []string{"", " (the probe after it)"}[k]), []wireStep{st}, got, want)
+				sameWire(t, fmt.Sprintf("seed %d, %s mode, step %d%s", seed, mode, i, []string{"", " (the probe after it)"}[k]), []wireStep{st}, got, want)
 			}
 		}
-		// The only server goes to another client between the steps: the
-		// proxy must give the next step the statements it expects.
+		// Another client uses the pool between the steps: in transaction
+		// mode the only server, and the proxy must give the next step
+		// the statements it expects.
 		execIn(t, other, simple, fmt.Sprintf("SELECT %d", i))
 	}
 }
