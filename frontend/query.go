@@ -253,13 +253,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 	} else if err != nil {
 		return c.answerLocally(err, false)
 	}
-	switch typ {
-	case 'S':
-		c.pipe.set(pipeUnsynced, false)
-	case 'H':
-	default:
-		c.pipe.set(pipeUnsynced, true)
-	}
+	c.noteSync(typ)
 	if c.mode == config.PoolTransaction {
 		if err := c.rewrite(typ, raw, body); err != nil {
 			return c.answerLocally(err, false)
@@ -337,13 +331,7 @@ func (c *client) extendedRun() error {
 		if typ == 'E' {
 			c.queries.Add(1)
 		}
-		switch typ {
-		case 'S':
-			c.pipe.set(pipeUnsynced, false)
-		case 'H':
-		default:
-			c.pipe.set(pipeUnsynced, true)
-		}
+		c.noteSync(typ)
 		if err := c.rewrite(typ, raw, body); err != nil {
 			return c.answerLocally(err, false)
 		}
@@ -358,6 +346,18 @@ func (c *client) extendedRun() error {
 		}
 	}
 	return nil
+}
+
+// noteSync records whether the messages for the server end with a Sync
+// (pipeUnsynced) after the client's extended-protocol message typ.
+func (c *client) noteSync(typ byte) {
+	switch typ {
+	case 'S':
+		c.pipe.set(pipeUnsynced, false)
+	case 'H':
+	default:
+		c.pipe.set(pipeUnsynced, true)
+	}
 }
 
 // batchOn reports whether the batch that a Sync just ended waits for the
