@@ -619,6 +619,15 @@ func duplicateStatement(name []byte) *wire.Error {
 		Message: fmt.Sprintf("prepared statement \"%s\" already exists", name)}
 }
 
+// noSuchStatement is PostgreSQL's error for a Bind or Describe of a
+// statement name that does not exist.
+func noSuchStatement(name []byte) *wire.Error {
+	if len(name) == 0 {
+		return wire.Errorf(wire.InvalidSQLStatementName, "unnamed prepared statement does not exist")
+	}
+	return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
+}
+
 // failInOrder makes the server fail at this point of the batch, as if the
 // message queued now had failed with e: the server gets a Describe of a
 // statement that cannot exist, so it aborts the batch's implicit

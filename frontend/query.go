@@ -87,6 +87,7 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		}
 	}
 	if c.xs != nil {
+		delete(c.sstmts, "") // a simple Query drops the unnamed statement (exec_simple_query)
 		return c.shardedQuery(ctx, string(sql), ops, sp)
 	}
 	var create *sqlCreate

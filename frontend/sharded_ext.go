@@ -323,6 +323,12 @@ func (c *client) sParse(ctx context.Context, body []byte) error {
 	if err != nil {
 		return err
 	}
+	if len(name) == 0 {
+		// PostgreSQL drops the unnamed statement before it parses the
+		// new one (exec_parse_message): a Parse of it that fails leaves
+		// none.
+		delete(c.sstmts, "")
+	}
 	if err := uniqueIDInParse(query); err != nil {
 		return err
 	}
@@ -471,7 +477,7 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	tail := d.Rest()
 	st := c.sstmts[string(name)]
 	if st == nil {
-		return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
+		return noSuchStatement(name)
 	}
 	p := c.sparePortal
 	if p != nil {
@@ -589,7 +595,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 	if kind == 'S' {
 		st = c.sstmts[string(name)]
 		if st == nil {
-			return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
+			return noSuchStatement(name)
 		}
 		if op := c.proxyCursorOp(st.sql); op != nil {
 			c.w.Write([]byte{'t', 0, 0, 0, 6, 0, 0}) // no parameters

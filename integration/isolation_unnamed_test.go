@@ -15,11 +15,23 @@ import (
 // next Bind runs.
 func TestIsoUnnamedStatement(t *testing.T) {
 	checkGoroutines(t)
-	cl := isoCluster(t)
-	p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
-	a := dialWire(t, p.AppURL("app"))
+	t.Run("one shard", func(t *testing.T) {
+		cl := isoCluster(t)
+		p := startProxy(t, poolConfig(cl, "transaction", 1, "app"))
+		isoUnnamedStatement(t, p.AppURL("app"))
+	})
+	// On a sharded database the proxy answers Parse and Bind itself
+	// (sharded_ext.go): the same answers.
+	t.Run("two shards", func(t *testing.T) {
+		_, p := twoShards(t, "transaction")
+		isoUnnamedStatement(t, p.AppURL("app"))
+	})
+}
+
+func isoUnnamedStatement(t *testing.T, url string) {
+	a := dialWire(t, url)
 	defer a.close()
-	b := dialWire(t, p.AppURL("app"))
+	b := dialWire(t, url)
 	defer b.close()
 	step := func(w *wireConn, zs int, msgs ...pgproto3.FrontendMessage) string {
 		t.Helper()
