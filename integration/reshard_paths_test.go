@@ -33,6 +33,9 @@ func TestReshardCutoverProtocolPaths(t *testing.T) {
 				parseMsg("byid", "SELECT balance FROM accounts WHERE id = $1::int8"), syncMsg)
 			fe.want("Parse unnamed", "ParseComplete ReadyForQuery ", nil,
 				parseMsg("", "SELECT id FROM accounts WHERE id <= $1::int8 ORDER BY id"), syncMsg)
+			// BEGIN as a statement of its own: a simple Query would drop
+			// the unnamed statement (PostgreSQL's exec_simple_query).
+			fe.want("Parse begin", "ParseComplete ReadyForQuery ", nil, parseMsg("begin", "BEGIN"), syncMsg)
 
 			if _, err := adminPgx(adm, "RESHARD app app_new"); err != nil {
 				t.Fatal(err)
@@ -41,7 +44,8 @@ func TestReshardCutoverProtocolPaths(t *testing.T) {
 
 			// Row-limited Execute of the unnamed statement, the first
 			// message after the cutover being its Bind.
-			fe.want("BEGIN", "CommandComplete ReadyForQuery ", nil, queryMsg("BEGIN"))
+			fe.want("BEGIN", "BindComplete CommandComplete ReadyForQuery ", nil,
+				&pgproto3.Bind{PreparedStatement: "begin"}, execMsg(0), syncMsg)
 			fe.want("first chunk", "BindComplete RowDescription DataRow DataRow PortalSuspended ReadyForQuery ", []string{"1", "2"},
 				&pgproto3.Bind{DestinationPortal: "p", Parameters: [][]byte{[]byte("5")}},
 				&pgproto3.Describe{ObjectType: 'P', Name: "p"}, &pgproto3.Execute{Portal: "p", MaxRows: 2}, syncMsg)
