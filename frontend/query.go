@@ -128,13 +128,12 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		}
 		return c.failQuery(err)
 	}
-	// A simple Query drops the unnamed prepared statement, the client's
-	// included (PostgreSQL's exec_simple_query), and ends an
-	// extended-protocol batch left open by a Flush (unless the server
-	// skips it after an error: see relay).
-	// The server's is unknown rather than gone: a Query after an error
-	// is skipped as well, and drops nothing (resolve closes it for a
-	// client that has none).
+	// A simple Query drops the client's unnamed prepared statement
+	// (PostgreSQL's exec_simple_query) and ends an extended-protocol batch
+	// left open by a Flush. The server's unnamed statement is unknown
+	// after it rather than gone: the server skips a Query that follows an
+	// error in a batch (see relay), and then drops nothing; resolve closes
+	// it for a client that has none.
 	c.unnamed = c.unnamed[:0]
 	c.server.Unnamed = append(c.server.Unnamed[:0], unknownUnnamed...)
 	c.pipe.set(pipeUnsynced, false)
@@ -269,14 +268,7 @@ func (c *client) extended(ctx context.Context, typ byte, raw, body []byte) error
 		c.out = append(c.out, raw...)
 		c.expect(typ)
 	}
-	switch typ {
-	case 'S':
-		// Pipelined batches already in the buffer go out in the same write.
-		if c.batchOn() {
-			return c.extendedRun()
-		}
-		return c.roundTrip()
-	case 'H':
+	if c.batchEnds(typ) {
 		return c.roundTrip()
 	}
 	return c.extendedRun()
@@ -336,17 +328,19 @@ func (c *client) extendedRun() error {
 		if err := c.rewrite(typ, raw, body); err != nil {
 			return c.answerLocally(err, false)
 		}
-		switch typ {
-		case 'S':
-			if c.batchOn() {
-				continue
-			}
-			return c.roundTrip()
-		case 'H':
+		if c.batchEnds(typ) {
 			return c.roundTrip()
 		}
 	}
 	return nil
+}
+
+// batchEnds reports whether the client's extended-protocol message typ,
+// queued for the server, ends what goes out in one write: a Flush, or a
+// Sync unless pipelined batches already in the client's buffer follow
+// (batchOn).
+func (c *client) batchEnds(typ byte) bool {
+	return typ == 'H' || typ == 'S' && !c.batchOn()
 }
 
 // noteSync records whether the messages for the server end with a Sync
