@@ -297,11 +297,15 @@ func (c *client) rewriteParse(raw, body []byte) error {
 		return nil
 	}
 	if _, ok := s.Prepared[st.name]; ok || c.pendingParse(st) {
-		if c.ownSearchPath() || st.noisy.Load() {
+		if c.ownSearchPath() || st.noisy.Load() || c.tx == 'E' || c.syncQueued() {
 			// The server parsed it in another session's search_path,
-			// or with notices PostgreSQL raises at every Parse: parse
-			// the text again, unnamed, so that its errors and notices
-			// in this session answer the client's Parse.
+			// or with notices PostgreSQL raises at every Parse, or the
+			// transaction is aborted or may be by the time the server
+			// gets here (a batch before this one is unanswered), where
+			// PostgreSQL refuses a Parse of all but the empty query and
+			// the statements that end it: parse the text again,
+			// unnamed, so that its errors and notices in this session
+			// answer the client's Parse.
 			c.out = appendUnnamedParse(c.out, tail)
 			s.Unnamed = append(append(s.Unnamed[:0], 0), tail...)
 		} else {
@@ -626,6 +630,17 @@ func noSuchStatement(name []byte) *wire.Error {
 		return wire.Errorf(wire.InvalidSQLStatementName, "unnamed prepared statement does not exist")
 	}
 	return wire.Errorf(wire.InvalidSQLStatementName, "prepared statement \"%s\" does not exist", name)
+}
+
+// syncQueued reports whether a Sync of the client's waits for its answer:
+// what the server's transaction status is after it is not known yet.
+func (c *client) syncQueued() bool {
+	for i := range c.q {
+		if c.q[i].kind == reqSync {
+			return true
+		}
+	}
+	return false
 }
 
 // failInOrder makes the server fail at this point of the batch, as if the

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/shardgate/shardgate/internal/pgtest"
 )
 
 // TestExtendedRunRandom sends seeded random sequences of extended-protocol
@@ -48,18 +47,21 @@ func TestExtendedRunRandom(t *testing.T) {
 
 	cl := cluster(t, "app")
 	for _, mode := range []string{"transaction", "session"} {
-		t.Run(mode, func(t *testing.T) { extRunCompare(t, cl, mode, seed, steps) })
+		t.Run(mode, func(t *testing.T) {
+			p := startProxy(t, poolConfig(cl, mode, map[string]int{"transaction": 1, "session": 2}[mode], "app"))
+			extRunCompare(t, cl.DSN("app"), p, mode, seed, steps)
+		})
 	}
 }
 
-// extRunCompare runs steps on one connection to PostgreSQL and one
-// through a proxy in mode, in lockstep, and fails at the first answer
-// that differs. In transaction mode the pool has one server, which
-// another client uses between the steps; in session mode two.
-func extRunCompare(t *testing.T, cl *pgtest.Cluster, mode string, seed uint64, steps []wireStep) {
-	d := dialWire(t, cl.DSN("app"))
+// extRunCompare runs steps on one connection to the PostgreSQL database
+// at direct and one through proxy p (pool mode mode), in lockstep, and
+// fails at the first answer that differs. Another client uses the proxy
+// between the steps: in transaction mode with a pool of one, the server
+// the steps ran on.
+func extRunCompare(t *testing.T, direct string, p *proxy, mode string, seed uint64, steps []wireStep) {
+	d := dialWire(t, direct)
 	defer d.close()
-	p := startProxy(t, poolConfig(cl, mode, map[string]int{"transaction": 1, "session": 2}[mode], "app"))
 	other := simpleConn(t, p.AppURL("app"))
 	a := dialWire(t, p.AppURL("app"))
 	defer a.close()
@@ -104,12 +106,25 @@ var extRunTexts = []string{
 // extRunSteps draws n steps of one to three batches, each ending with
 // Sync; a step's answers are read up to its last ReadyForQuery.
 func extRunSteps(rng *rand.Rand, n int) []wireStep {
+	return extRunStepsOf(rng, n, extRunTexts)
+}
+
+// extRunStepsOf is extRunSteps with the statements texts.
+func extRunStepsOf(rng *rand.Rand, n int, texts []string) []wireStep {
 	stmts := []string{"", "s1", "s2"}
 	portals := []string{"", "p1"}
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
 	steps := make([]wireStep, 0, n)
 	for range n {
 		var st wireStep
+		// A quarter of the steps run in a transaction block, where named
+		// portals outlive a Sync and errors leave it failed; it ends
+		// within the step (COMMIT of a failed one answers ROLLBACK).
+		block := rng.IntN(4) == 0
+		if block {
+			st.send = append(st.send, queryMsg("BEGIN"))
+			st.zs++
+		}
 		for range 1 + rng.IntN(3) {
 			if rng.IntN(10) == 0 {
 				st.send = append(st.send, queryMsg("SELECT 'q'"))
@@ -133,7 +148,7 @@ func extRunSteps(rng *rand.Rand, n int) []wireStep {
 				case k < 5:
 					name := pick(stmts)
 					parsed = parsed || name == ""
-					st.send = append(st.send, parseMsg(name, pick(extRunTexts)))
+					st.send = append(st.send, parseMsg(name, pick(texts)))
 				case k < 10:
 					b := &pgproto3.Bind{DestinationPortal: pick(portals), PreparedStatement: stmt()}
 					if rng.IntN(3) > 0 {
@@ -161,6 +176,10 @@ func extRunSteps(rng *rand.Rand, n int) []wireStep {
 				}
 			}
 			st.send = append(st.send, syncMsg)
+			st.zs++
+		}
+		if block {
+			st.send = append(st.send, queryMsg("COMMIT"))
 			st.zs++
 		}
 		steps = append(steps, st)
