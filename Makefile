@@ -93,15 +93,16 @@ random-diff-soak:
 			{ echo "random-diff-soak: seed $$s failed; replay with RANDOM_DIFF_SEED=$$s $(GO) test -count=1 -v -run 'TestRndDifferential$$' ./integration"; exit 1; }; \
 	done; echo "random-diff-soak: $${RANDOM_DIFF_SEEDS:-20} seeds passed"
 
-# The random extended-protocol pipelines against one PostgreSQL with many
-# seeds (EXTRUN_SEEDS, default 50) of EXTRUN_STEPS steps each (default
-# 300); make test runs one random seed of 120. A failure prints its seed;
-# EXTRUN_SEED=<seed> replays it.
+# The random extended-protocol pipelines against one PostgreSQL, through a
+# one-shard and a two-shard database, with many seeds (EXTRUN_SEEDS,
+# default 50) of EXTRUN_STEPS steps each (default 300); make test runs one
+# random seed of 120. A failure prints its seed; EXTRUN_SEED=<seed>
+# replays it.
 .PHONY: extended-soak
 extended-soak:
 	@for s in $$(seq 1 $${EXTRUN_SEEDS:-50}); do \
-		EXTRUN_SEED=$$s EXTRUN_STEPS=$${EXTRUN_STEPS:-300} $(GO) test -count=1 -run 'TestExtendedRunRandom$$' ./integration >/dev/null || \
-			{ echo "extended-soak: seed $$s failed; replay with EXTRUN_SEED=$$s $(GO) test -count=1 -v -run 'TestExtendedRunRandom$$' ./integration"; exit 1; }; \
+		EXTRUN_SEED=$$s EXTRUN_STEPS=$${EXTRUN_STEPS:-300} $(GO) test -count=1 -run 'TestExtendedRunRandom(Sharded)?$$' ./integration >/dev/null || \
+			{ echo "extended-soak: seed $$s failed; replay with EXTRUN_SEED=$$s $(GO) test -count=1 -v -run 'TestExtendedRunRandom(Sharded)?$$' ./integration"; exit 1; }; \
 	done; echo "extended-soak: $${EXTRUN_SEEDS:-50} seeds passed"
 
 # Seeded fault-injection runs (integration/chaos_*_test.go), SEEDS of them

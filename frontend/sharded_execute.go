@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/shardgate/shardgate/executor"
 	"github.com/shardgate/shardgate/pool"
 	"github.com/shardgate/shardgate/wire"
@@ -38,9 +39,95 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 	if p == nil {
 		return wire.Errorf(wire.InvalidCursorName, "portal \"%s\" does not exist", name)
 	}
-	if p.suspended {
-		return c.resumePortal(p, name, maxRows)
+	if p.half || c.xs.Failed() && skipSpaceAndComments([]byte(p.stmt.sql), 0) == len(p.stmt.sql) {
+		// A portal whose Bind failed (PostgreSQL made it before the
+		// error, with no query), or one of the empty query in a failed
+		// transaction (which the shard, failed as well, would not bind
+		// again): PostgreSQL answers it as the empty query's
+		// (exec_execute_message's NullCommand), aborted transaction or
+		// not.
+		if describe {
+			c.w.Write(noData)
+		}
+		c.w.Write(wire.AppendEmptyQueryResponse(nil))
+		return nil
 	}
+	if p.suspended && c.xs.Failed() {
+		return errAborted()
+	}
+	if p.ran {
+		if describe {
+			if err := c.sDescribe(ctx, 'P', name); err != nil {
+				return err
+			}
+		}
+		return c.executeRan(p, name)
+	}
+	if p.suspended {
+		err = c.resumePortal(p, name, maxRows)
+	} else {
+		err = c.runPortal(ctx, p, name, maxRows, describe)
+	}
+	if err == nil && !p.suspended && p.chunks == nil && p.stream == nil {
+		p.ran = true
+	}
+	return err
+}
+
+// executeRan answers an Execute of portal p (named name), which ran to
+// its end before: PostgreSQL does not run a portal again. One whose
+// statement returns rows answers none, with its command's tag and a count
+// of 0 (PortalRunSelect past the end of its executor or its held rows:
+// "SELECT 0", "UPDATE 0" of an UPDATE … RETURNING, "SHOW"); the empty
+// query answers EmptyQueryResponse again; any other statement fails
+// (PortalRun on a portal marked done).
+func (c *client) executeRan(p *sPortal, name []byte) error {
+	switch tag, rows := ranTag(p.stmt.sql); {
+	case tag == "":
+		c.w.Write(wire.AppendEmptyQueryResponse(nil))
+	case c.xs.Failed():
+		return errAborted() // exec_execute_message checks before PortalRun
+	case rows:
+		c.w.Write(wire.AppendCommandComplete(nil, tag))
+	default:
+		return wire.Errorf(wire.ObjectNotInPrerequisiteState, "portal \"%s\" cannot be run", name)
+	}
+	return nil
+}
+
+// ranTag is the command tag of an Execute of a portal of sql that ran to
+// its end already, and whether sql returns rows (without them the portal
+// cannot run again); "" for the empty query.
+func ranTag(sql string) (tag string, rows bool) {
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		return "-", false
+	}
+	if len(tree.Stmts) == 0 {
+		return "", false
+	}
+	switch n := tree.Stmts[0].Stmt.Node.(type) {
+	case *pg_query.Node_SelectStmt:
+		return "SELECT 0", n.SelectStmt.IntoClause == nil
+	case *pg_query.Node_InsertStmt:
+		return "INSERT 0 0", len(n.InsertStmt.ReturningList) > 0
+	case *pg_query.Node_UpdateStmt:
+		return "UPDATE 0", len(n.UpdateStmt.ReturningList) > 0
+	case *pg_query.Node_DeleteStmt:
+		return "DELETE 0", len(n.DeleteStmt.ReturningList) > 0
+	case *pg_query.Node_VariableShowStmt:
+		return "SHOW", true
+	case *pg_query.Node_ExplainStmt:
+		return "EXPLAIN", true
+	case *pg_query.Node_FetchStmt:
+		return "FETCH 0", !n.FetchStmt.Ismove
+	}
+	return "-", false
+}
+
+// runPortal runs portal p (named name), bound and not run yet, for an
+// Execute with row limit maxRows.
+func (c *client) runPortal(ctx context.Context, p *sPortal, name []byte, maxRows int32, describe bool) error {
 	plan := p.plan
 	for attempt := 0; ; attempt++ {
 		switch plan.Kind {
@@ -211,6 +298,7 @@ func (c *client) execOneOn(p *sPortal, i int, maxRows int32, describe bool) erro
 	if _, ok := wire.AsError(err); ok && c.bindPending {
 		// The shard failed the Parse or Bind: its error answers the Bind.
 		c.bindPending = false
+		p.half = true
 	}
 	if err != nil || tag == nil {
 		return err
@@ -478,6 +566,7 @@ func (c *client) startMany(p *sPortal, describe bool, sink io.Writer) (*manyExec
 			if !r.Bound && c.bindPending {
 				// The shards failed the Bind: the error answers it.
 				c.bindPending = false
+				p.half = true
 			}
 		}
 	}

@@ -89,6 +89,14 @@ type sPortal struct {
 	// server (see sharded_portal.go).
 	suspended bool
 	shard     int
+	// ran: an Execute ran the portal to its end (executeRan answers the
+	// next).
+	ran bool
+	// half: the portal's Bind failed on its shard (a parameter that does
+	// not convert, a planning error). PostgreSQL made the portal before
+	// the error, without a query: until the transaction ends it exists,
+	// describes as NoData and executes as the empty query.
+	half bool
 	// chunks are the merged rows of a portal on several shards that an
 	// Execute with a row limit has not fetched yet (sharded_chunks.go).
 	chunks *bufferedRows
@@ -165,7 +173,7 @@ func (c *client) shardedExtended(ctx context.Context, typ byte, body []byte) err
 		case 'P':
 			err = c.sParse(ctx, m.body)
 		case 'B':
-			err = c.sBind(m.body, deferBind(batch[k:]))
+			err = c.sBind(ctx, m.body, deferBind(batch[k:]))
 		case 'D':
 			kind, name, derr := describeMsg('D', m.body)
 			switch {
@@ -265,11 +273,13 @@ func (c *client) keepsNoBodies() bool {
 // statement, or executes one and ends with Flush (more may follow before
 // the Sync). PostgreSQL commits the statements of a batch together at the
 // Sync; a batch that executes one statement and syncs needs nothing more
-// than that statement's own transaction.
+// than that statement's own transaction. A Bind that a shard binds on its
+// own (validateBind) counts as an Execute: when it fails after a statement
+// ran, that statement is rolled back, as in PostgreSQL.
 func batchIsImplicit(batch []batchMsg) bool {
 	executes := 0
-	for _, m := range batch {
-		if m.typ == 'E' {
+	for k, m := range batch {
+		if m.typ == 'E' || m.typ == 'B' && !deferBind(batch[k:]) {
 			executes++
 		}
 	}
@@ -344,9 +354,9 @@ func (c *client) sParse(ctx context.Context, body []byte) error {
 	if plan != nil && plan.statements > 1 {
 		return wire.Errorf(wire.SyntaxError, "cannot insert multiple commands into a prepared statement")
 	}
-	if c.xs.Failed() && (plan == nil || !endsFailedTx(plan)) {
+	if c.xs.Failed() && (plan == nil || !endsFailedTx(plan)) && skipSpaceAndComments(query, 0) < len(query) {
 		// As PostgreSQL's exec_parse_message: an aborted transaction
-		// accepts only the statements that end it.
+		// accepts only the statements that end it, and the empty query.
 		return errAborted()
 	}
 	st := &sStmt{sql: sql, st: c.l.stmts.get(tail), query: query}
@@ -467,7 +477,7 @@ func (c *client) validateOn(st *sStmt, shard int) error {
 	return nil
 }
 
-func (c *client) sBind(body []byte, deferred bool) error {
+func (c *client) sBind(ctx context.Context, body []byte, deferred bool) error {
 	d := wire.NewBody(body)
 	portal := d.CString()
 	name := d.CString()
@@ -494,6 +504,13 @@ func (c *client) sBind(body []byte, deferred bool) error {
 		return wire.Errorf(wire.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d", len(params), name, n)
 	}
 	p.params, p.formats = params, formats
+	// A named portal that exists already is an error (the unnamed one is
+	// replaced), after the aborted-transaction check and before the
+	// parameters are read: exec_bind_message's order.
+	dup := len(portal) > 0 && c.sportals[string(portal)] != nil
+	if dup && !c.xs.Failed() {
+		return duplicatePortal(portal)
+	}
 	if err := c.planPortal(p); err != nil {
 		if c.xs.Failed() {
 			return errAborted()
@@ -503,8 +520,19 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	if c.xs.Failed() && !endsFailedTx(p.plan) {
 		return errAborted() // as PostgreSQL's exec_bind_message
 	}
+	if dup {
+		return duplicatePortal(portal)
+	}
 	if c.sportals == nil {
 		c.sportals = map[string]*sPortal{}
+	}
+	if !deferred {
+		if err := c.validateBind(ctx, p); err != nil {
+			if p.half {
+				c.sportals[string(portal)] = p
+			}
+			return err
+		}
 	}
 	c.sportals[string(portal)] = p
 	if deferred {
@@ -515,7 +543,67 @@ func (c *client) sBind(body []byte, deferred bool) error {
 	return nil
 }
 
+// validateBind binds portal p on the first shard it runs on, for a Bind
+// that its Execute does not follow (deferBind), so that the errors
+// PostgreSQL raises at Bind answer it there and stop the batch: a
+// parameter that does not convert to its type, and what planning finds (a
+// constant 1/0). The shard binds its unnamed portal and syncs; the portal
+// runs at its Execute as any other. A portal the proxy runs itself, one
+// whose Execute does more than bind and run it (transaction control,
+// INSERT … SELECT, SQL-level prepared statements, a parse-only probe) or
+// one whose shard holds a suspended portal (which the shard's Sync would
+// end) is not bound here; its errors come at its Execute. A portal the
+// shard fails to bind is left half made (see sPortal.half).
+func (c *client) validateBind(ctx context.Context, p *sPortal) error {
+	plan := p.plan
+	switch plan.Kind {
+	case executor.RouteOne, executor.RouteRead, executor.RouteWrite, executor.RouteOmniWrite:
+	default:
+		return nil
+	}
+	if len(plan.Shards) == 0 || plan.cursorOp != nil || plan.create != nil || len(plan.execs) > 0 ||
+		plan.Merge != nil && plan.Merge.ParseOnly || c.xs.Failed() {
+		return nil
+	}
+	shard := plan.Shards[0]
+	if shard < len(c.ext) && (c.ext[shard].portal != nil || c.ext[shard].unsynced) {
+		return nil
+	}
+	c.lb.read = c.readBalanced(&plan.Plan, p.stmt.sql)
+	err := c.attachShard(ctx, shard)
+	c.lb.read = false
+	if err == errReplan {
+		return nil // a reload changed the routing: Execute binds it again
+	} else if err != nil {
+		return err
+	}
+	return c.onShardOrFail(shard, func() error {
+		c.server = c.xs.Server(shard)
+		if err := c.useShard(shard); err != nil {
+			return c.lostShard(err)
+		}
+		if err := c.runPrefix(shard, c.prefix(shard, false)); err != nil {
+			return err
+		}
+		out := c.appendPortal(nil, p, shard)
+		out = append(out, 'S', 0, 0, 0, 4)
+		err := c.serverExchange(out, func(byte, []byte) {})
+		if _, ok := err.(*wire.Error); ok {
+			p.half = true // the shard's own error (see half)
+		}
+		return err
+	})
+}
+
 var bindComplete = []byte{'2', 0, 0, 0, 4}
+
+var noData = []byte{'n', 0, 0, 0, 4}
+
+// duplicatePortal is PostgreSQL's error for a Bind to a named portal that
+// is open already.
+func duplicatePortal(name []byte) error {
+	return wire.Errorf(wire.DuplicateCursor, "cursor \"%s\" already exists", name)
+}
 
 // recyclePortal keeps p, which the Sync that ends it is about to drop, as
 // the client's spare for its next Bind. Only a portal nothing else
@@ -609,6 +697,10 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			e.At = wire.AtDescribePortal
 			return e
 		}
+		if p.half {
+			c.w.Write(noData)
+			return nil
+		}
 		if p.plan.Kind == executor.RouteLocal {
 			c.w.Write(c.portalCursorDescription(p))
 			return nil
@@ -670,12 +762,40 @@ func (c *client) describeOn(shard int, st *sStmt, p *sPortal) error {
 		out = wire.FinishMessage(out, len(out)-len(st.st.name)-7)
 	}
 	out = append(out, 'S', 0, 0, 0, 4)
+	if c.xs.Failed() {
+		return c.describeFailed(out)
+	}
 	return c.serverExchange(out, func(typ byte, raw []byte) {
 		switch typ {
 		case 't', 'T', 'n':
 			c.toClient(raw)
 		}
 	})
+}
+
+// describeFailed is describeOn's exchange of out in an aborted
+// transaction, which the shard does not share: PostgreSQL refuses to
+// describe a statement or portal that returns rows there (25P02, before
+// its ParameterDescription), and describes the others.
+func (c *client) describeFailed(out []byte) error {
+	var answer []byte
+	rows := false
+	err := c.serverExchange(out, func(typ byte, raw []byte) {
+		switch typ {
+		case 't', 'n':
+			answer = append(answer, raw...)
+		case 'T':
+			rows = true
+		}
+	})
+	switch {
+	case err != nil:
+		return err
+	case rows:
+		return errAborted()
+	}
+	c.toClient(answer)
+	return nil
 }
 
 // batchMessages is batch as a sequence of its messages' types and bodies.

@@ -23,6 +23,12 @@ import (
 // serves.
 func twoShards(t *testing.T, mode string, setup ...func(*frontend.Listener)) (*pgtest.Cluster, *proxy) {
 	t.Helper()
+	return twoShardsSized(t, mode, 1, setup...)
+}
+
+// twoShardsSized is twoShards with size servers per shard.
+func twoShardsSized(t *testing.T, mode string, size int, setup ...func(*frontend.Listener)) (*pgtest.Cluster, *proxy) {
+	t.Helper()
 	cl := pgtest.New(t, pgtest.Options{Auth: "scram-sha-256", Password: "pg-secret", Settings: map[string]string{"max_prepared_transactions": "10"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -38,7 +44,7 @@ func twoShards(t *testing.T, mode string, setup ...func(*frontend.Listener)) (*p
 		fmt.Fprintf(&shards, "      - { host: %s, port: %d, database: %s }\n", cl.Host, cl.Port, db)
 	}
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
-pool: { mode: %s, size: 1, checkout_timeout: 2s }
+pool: { mode: %s, size: %d, checkout_timeout: 2s }
 two_phase_commit_log: %s/2pc.log
 users:
   - { name: app, password: %s, server_user: %s, server_password: %s }
@@ -47,7 +53,7 @@ databases:
     shards:
 %s    sharded_tables:
       - { table: accounts, column: id, type: bigint }
-`, mode, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
+`, mode, size, t.TempDir(), appPassword, cl.User, cl.Password, shards.String())), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +66,14 @@ databases:
 // It returns the plain database's URL.
 func twoShardsBesidePlain(t *testing.T, ctx context.Context) (*pgtest.Cluster, *proxy, string) {
 	t.Helper()
-	cl, p := twoShards(t, "transaction")
+	return twoShardsBesidePlainIn(t, ctx, "transaction", 1)
+}
+
+// twoShardsBesidePlainIn is twoShardsBesidePlain with the pool mode mode
+// and size servers per shard.
+func twoShardsBesidePlainIn(t *testing.T, ctx context.Context, mode string, size int) (*pgtest.Cluster, *proxy, string) {
+	t.Helper()
+	cl, p := twoShardsSized(t, mode, size)
 	if err := cl.Exec(ctx, "postgres", fmt.Sprintf("CREATE ROLE app LOGIN PASSWORD '%s'", appPassword)); err != nil {
 		t.Fatal(err)
 	}

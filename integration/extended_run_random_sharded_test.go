@@ -1,0 +1,58 @@
+package integration
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestExtendedRunRandomSharded is TestExtendedRunRandom on a database
+// sharded over two shards, compared with one PostgreSQL database holding
+// the same rows: besides statements without a table (which a sharded
+// database runs on one shard), statements routed by their parameter
+// (accounts' sharding key) and fanned out to both shards, some with rows
+// to fetch in pieces across shards, and writes; in transaction mode (one
+// server a shard, which another client uses between the steps) and
+// session mode.
+func TestExtendedRunRandomSharded(t *testing.T) {
+	checkGoroutines(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EXTRUN_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EXTRUN_SEED: %v", err)
+		}
+		seed = v
+	}
+	stepsPerSeed := 120
+	if s := os.Getenv("EXTRUN_STEPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("EXTRUN_STEPS: %v", err)
+		}
+		stepsPerSeed = v
+	}
+	t.Logf("seed %d (EXTRUN_SEED=%d replays it)", seed, seed)
+	texts := append(append([]string(nil), extRunTexts...),
+		"SELECT email FROM accounts WHERE id = $1::bigint",
+		"SELECT id FROM accounts ORDER BY id",
+		"SELECT count(*) FROM accounts",
+		"UPDATE accounts SET email = email || 'x' WHERE id = $1::bigint RETURNING email",
+		"UPDATE accounts SET email = email || 'y' WHERE id < 5",
+	)
+	steps := extRunStepsOf(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed, texts)
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, p, plain := twoShardsBesidePlainIn(t, ctx, mode, map[string]int{"transaction": 1, "session": 4}[mode])
+			rows := "INSERT INTO accounts (id, email) SELECT g, 'e' || g FROM generate_series(1, 20) g"
+			execIn(t, simpleConn(t, plain), simple, rows)
+			execIn(t, simpleConn(t, p.AppURL("app")), simple, rows)
+			extRunCompare(t, plain, p, mode, seed, steps)
+		})
+	}
+}
