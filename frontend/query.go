@@ -87,7 +87,11 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 		}
 	}
 	if c.xs != nil {
-		delete(c.sstmts, "") // a simple Query drops the unnamed statement (exec_simple_query)
+		// A simple Query drops the unnamed statement, and replaces the
+		// unnamed portal with its own, which it drops at its end
+		// (exec_simple_query).
+		delete(c.sstmts, "")
+		delete(c.sportals, "")
 		return c.shardedQuery(ctx, string(sql), ops, sp)
 	}
 	var create *sqlCreate

@@ -64,7 +64,7 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		return c.executeRan(p, name)
 	}
 	if p.suspended {
-		err = c.resumePortal(p, name, maxRows)
+		err = c.resumePortal(ctx, p, name, maxRows, describe)
 	} else {
 		err = c.runPortal(ctx, p, name, maxRows, describe)
 	}

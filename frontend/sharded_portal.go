@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/shardgate/shardgate/executor"
@@ -156,8 +157,15 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 }
 
 // resumePortal fetches the next chunk of suspended portal p (the client's
-// name) on its shard.
-func (c *client) resumePortal(p *sPortal, name []byte, maxRows int32) error {
+// name) on its shard; with describe, it answers the portal's Describe that
+// came before the Execute first.
+func (c *client) resumePortal(ctx context.Context, p *sPortal, name []byte, maxRows int32, describe bool) error {
+	if describe && (p.stream != nil || p.chunks != nil) {
+		// The Describe of the portal that came before the Execute.
+		if err := c.sDescribe(ctx, 'P', name); err != nil {
+			return err
+		}
+	}
 	if p.stream != nil {
 		return c.resumeStream(p.stream, maxRows)
 	}
@@ -170,7 +178,13 @@ func (c *client) resumePortal(p *sPortal, name []byte, maxRows int32) error {
 		return errPortalLost(name)
 	}
 	c.server = c.xs.Server(p.shard)
-	out := wire.AppendInt32([]byte{'E', 0, 0, 0, 9, 0}, maxRows)
+	var out []byte
+	if describe {
+		// The Describe of the portal that came before the Execute, of
+		// the server's unnamed portal, which holds it.
+		out = append(out, 'D', 0, 0, 0, 6, 'P', 0)
+	}
+	out = wire.AppendInt32(append(out, 'E', 0, 0, 0, 9, 0), maxRows)
 	out = append(out, 'H', 0, 0, 0, 4)
 	err := c.flushExchange(p.shard, out, func(typ byte, raw []byte) {
 		if typ == 's' {

@@ -103,6 +103,15 @@ var extRunTexts = []string{
 	"",
 }
 
+// extRunQueries are the simple Queries between the batches: savepoints
+// matter inside a transaction block (and fail outside one).
+var extRunQueries = []string{
+	"SELECT 'q'",
+	"SAVEPOINT sp",
+	"ROLLBACK TO SAVEPOINT sp",
+	"RELEASE SAVEPOINT sp",
+}
+
 // extRunSteps draws n steps of one to three batches, each ending with
 // Sync; a step's answers are read up to its last ReadyForQuery.
 func extRunSteps(rng *rand.Rand, n int) []wireStep {
@@ -127,7 +136,7 @@ func extRunStepsOf(rng *rand.Rand, n int, texts []string) []wireStep {
 		}
 		for range 1 + rng.IntN(3) {
 			if rng.IntN(10) == 0 {
-				st.send = append(st.send, queryMsg("SELECT 'q'"))
+				st.send = append(st.send, queryMsg(pick(extRunQueries)))
 				st.zs++
 				continue
 			}
@@ -143,6 +152,19 @@ func extRunStepsOf(rng *rand.Rand, n int, texts []string) []wireStep {
 				}
 				return "s1"
 			}
+			// Likewise the unnamed portal is executed or described only
+			// after a Bind of it in the same batch: a simple Query that
+			// fails in a transaction block leaves PostgreSQL's unnamed
+			// portal behind, failed, until the block ends (an Execute of
+			// it answers 25P02, not 34000), which a sharded database,
+			// whose portals are the proxy's, does not copy.
+			bound := false
+			portal := func() string {
+				if name := pick(portals); name != "" || bound {
+					return name
+				}
+				return "p1"
+			}
 			for range 1 + rng.IntN(6) {
 				switch k := rng.IntN(20); {
 				case k < 5:
@@ -151,6 +173,7 @@ func extRunStepsOf(rng *rand.Rand, n int, texts []string) []wireStep {
 					st.send = append(st.send, parseMsg(name, pick(texts)))
 				case k < 10:
 					b := &pgproto3.Bind{DestinationPortal: pick(portals), PreparedStatement: stmt()}
+					bound = bound || b.DestinationPortal == ""
 					if rng.IntN(3) > 0 {
 						b.Parameters = [][]byte{[]byte(strconv.Itoa(rng.IntN(100)))}
 					}
@@ -159,11 +182,11 @@ func extRunStepsOf(rng *rand.Rand, n int, texts []string) []wireStep {
 					typ := byte('S')
 					name := stmt()
 					if rng.IntN(2) == 0 {
-						typ, name = 'P', pick(portals)
+						typ, name = 'P', portal()
 					}
 					st.send = append(st.send, &pgproto3.Describe{ObjectType: typ, Name: name})
 				case k < 17:
-					st.send = append(st.send, &pgproto3.Execute{Portal: pick(portals), MaxRows: uint32(rng.IntN(3))})
+					st.send = append(st.send, &pgproto3.Execute{Portal: portal(), MaxRows: uint32(rng.IntN(3))})
 				case k < 18:
 					typ := byte('S')
 					name := pick(stmts)

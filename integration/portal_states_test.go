@@ -82,6 +82,22 @@ var portalStateCases = []struct {
 		{send: []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'P', Name: "h"}, &pgproto3.Execute{Portal: "h"}, syncMsg,
 			queryMsg("ROLLBACK")}, zs: 2},
 	}},
+	{"a simple Query drops the unnamed portal", []wireStep{
+		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN"), parseMsg("g", "SELECT g FROM generate_series(1, 3) g"),
+			&pgproto3.Bind{PreparedStatement: "g"}, syncMsg, queryMsg("SELECT 1"),
+			&pgproto3.Execute{}, syncMsg, queryMsg("ROLLBACK")}, zs: 5},
+	}},
+	{"a suspended portal described before its next Execute", []wireStep{
+		// On one shard, and merged from two (a portal on one shard is
+		// lost when another statement runs there, docs/routing.md).
+		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN"),
+			parseMsg("g", "SELECT g FROM generate_series(1, 3) g"), parseMsg("f", "SELECT id FROM accounts ORDER BY id"),
+			&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "g"}, &pgproto3.Execute{Portal: "p", MaxRows: 1}, syncMsg,
+			&pgproto3.Describe{ObjectType: 'P', Name: "p"}, &pgproto3.Execute{Portal: "p", MaxRows: 1}, syncMsg,
+			&pgproto3.Bind{DestinationPortal: "q", PreparedStatement: "f"}, &pgproto3.Execute{Portal: "q", MaxRows: 2}, syncMsg,
+			&pgproto3.Describe{ObjectType: 'P', Name: "q"}, &pgproto3.Execute{Portal: "q", MaxRows: 2}, syncMsg,
+			queryMsg("ROLLBACK")}, zs: 6},
+	}},
 	{"a known statement parsed again in an aborted transaction", []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("k", "SELECT 7"), syncMsg, &pgproto3.Close{ObjectType: 'S', Name: "k"}, syncMsg}, zs: 2},
 		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN"), queryMsg("SELECT 1/0"), parseMsg("k", "SELECT 7"), syncMsg}, zs: 3},
