@@ -113,6 +113,18 @@ func (c *client) simpleQuery(ctx context.Context, raw, body []byte) error {
 	} else if err != nil {
 		return c.answerLocally(err, true)
 	}
+	if fail != nil && sp != nil && sp.prepare {
+		// A PREPARE of a name in use: PostgreSQL analyzes the statement
+		// before it finds the name taken, so the statement's own error
+		// comes first. The server prepares it under the proxy-wide name
+		// (kept, as for any client's), and answers that error.
+		if err := c.ensurePrepared(c.server, []*sqlStmt{c.l.sqlStmts.get(sp.rest, sp.queryText)}); err != nil {
+			if c.server.Broken {
+				return c.serverFailed(err)
+			}
+			fail = err
+		}
+	}
 	if fail != nil {
 		// The error ends the transaction as the server's own would.
 		return c.failQuery(fail)

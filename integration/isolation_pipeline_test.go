@@ -112,6 +112,28 @@ func TestIsoPipelineParseExistingName(t *testing.T) {
 	wireBothModes(t, cl, steps, want, nil)
 }
 
+// TestIsoPipelinePrepareExistingName: SQL-level PREPARE of a name that
+// exists fails with the statement's own error when the statement fails
+// (PostgreSQL analyzes it before it stores it), else with 42P05, inside a
+// transaction block too, and leaves the existing statement alone.
+func TestIsoPipelinePrepareExistingName(t *testing.T) {
+	checkGoroutines(t)
+	cl := isoCluster(t)
+	steps := []wireStep{
+		{send: []pgproto3.FrontendMessage{queryMsg("PREPARE x AS SELECT 1")}, zs: 1},
+		{send: []pgproto3.FrontendMessage{queryMsg("PREPARE x AS SELECT nope")}, zs: 1},
+		{send: []pgproto3.FrontendMessage{queryMsg("PREPARE x AS SELECT 2")}, zs: 1},
+		{send: []pgproto3.FrontendMessage{queryMsg("PREPARE x(int) AS SELECT $1 / 0 FROM nowhere")}, zs: 1},
+		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN"), queryMsg("PREPARE x AS SELECT nope"), queryMsg("SELECT 1"), queryMsg("ROLLBACK")}, zs: 4},
+		{send: []pgproto3.FrontendMessage{queryMsg("EXECUTE x")}, zs: 1},
+	}
+	want := wireDirect(t, cl, steps)
+	if !strings.Contains(want[1][0], "42703") || !strings.Contains(want[2][0], "42P05") {
+		t.Fatalf("PostgreSQL answered %v and %v", want[1], want[2])
+	}
+	wireBothModes(t, cl, steps, want, nil)
+}
+
 // TestIsoPipelineDeallocate: SQL DEALLOCATE of a statement made with Parse
 // drops it, simple or extended, and the name can be parsed again.
 func TestIsoPipelineDeallocate(t *testing.T) {
