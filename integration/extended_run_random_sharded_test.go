@@ -44,6 +44,7 @@ func TestExtendedRunRandomSharded(t *testing.T) {
 		"UPDATE accounts SET email = email || 'y' WHERE id < 5",
 		"INSERT INTO accounts (id, email) VALUES ($1::bigint, 'n') ON CONFLICT (id) DO UPDATE SET email = accounts.email || 'c' RETURNING email",
 		"DELETE FROM accounts WHERE id = $1::bigint RETURNING id",
+		"SELECT 10 / (id - 5) FROM accounts WHERE id = $1::bigint",
 	)
 	steps := extRunStepsOf(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed, texts)
 	for _, mode := range []string{"transaction", "session"} {
