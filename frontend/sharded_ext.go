@@ -273,14 +273,19 @@ func (c *client) keepsNoBodies() bool {
 // statement, or executes one and ends with Flush (more may follow before
 // the Sync). PostgreSQL commits the statements of a batch together at the
 // Sync; a batch that executes one statement and syncs needs nothing more
-// than that statement's own transaction. A Bind that a shard binds on its
-// own (validateBind) counts as an Execute: when it fails after a statement
-// ran, that statement is rolled back, as in PostgreSQL.
+// than that statement's own transaction — unless a message that may fail
+// follows its Execute (a Parse, Bind or Describe), whose error rolls the
+// statement back, as in PostgreSQL.
 func batchIsImplicit(batch []batchMsg) bool {
 	executes := 0
-	for k, m := range batch {
-		if m.typ == 'E' || m.typ == 'B' && !deferBind(batch[k:]) {
+	for _, m := range batch {
+		switch m.typ {
+		case 'E':
 			executes++
+		case 'P', 'B', 'D':
+			if executes > 0 {
+				return true
+			}
 		}
 	}
 	return executes > 1 || executes == 1 && batch[len(batch)-1].typ == 'H'

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -49,7 +50,7 @@ func TestExtendedRunRandom(t *testing.T) {
 	for _, mode := range []string{"transaction", "session"} {
 		t.Run(mode, func(t *testing.T) {
 			p := startProxy(t, poolConfig(cl, mode, map[string]int{"transaction": 1, "session": 2}[mode], "app"))
-			extRunCompare(t, cl.DSN("app"), p, mode, seed, steps)
+			extRunCompare(t, cl.DSN("app"), p, mode, seed, steps, "")
 		})
 	}
 }
@@ -58,11 +59,17 @@ func TestExtendedRunRandom(t *testing.T) {
 // at direct and one through proxy p (pool mode mode), in lockstep, and
 // fails at the first answer that differs. Another client uses the proxy
 // between the steps: in transaction mode with a pool of one, the server
-// the steps ran on.
-func extRunCompare(t *testing.T, direct string, p *proxy, mode string, seed uint64, steps []wireStep) {
+// the steps ran on. With data not empty, that client also reads it (a
+// query that sums up the rows the steps write) on both sides after each
+// step, so that writes that differ show at the step that made them.
+func extRunCompare(t *testing.T, direct string, p *proxy, mode string, seed uint64, steps []wireStep, data string) {
 	d := dialWire(t, direct)
 	defer d.close()
 	other := simpleConn(t, p.AppURL("app"))
+	var otherDirect *pgx.Conn
+	if data != "" {
+		otherDirect = simpleConn(t, direct)
+	}
 	a := dialWire(t, p.AppURL("app"))
 	defer a.close()
 	// After each step, a probe describes each statement name, so that a
@@ -88,6 +95,15 @@ func extRunCompare(t *testing.T, direct string, p *proxy, mode string, seed uint
 		// mode the only server, and the proxy must give the next step
 		// the statements it expects.
 		execIn(t, other, simple, fmt.Sprintf("SELECT %d", i))
+		if data != "" {
+			got, want := row(t, other, simple, data), row(t, otherDirect, simple, data)
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				for _, m := range steps[i].send {
+					t.Logf("step %d sent %T %+v", i, m, m)
+				}
+				t.Fatalf("seed %d, %s mode, after step %d: %s = %v through the proxy, %v direct", seed, mode, i, data, got, want)
+			}
+		}
 	}
 }
 

@@ -38,6 +38,15 @@ var portalStateCases = []struct {
 		// The UPDATE was rolled back with the batch.
 		{send: []pgproto3.FrontendMessage{queryMsg("SELECT email FROM accounts WHERE id = 4")}, zs: 1},
 	}},
+	{"a Parse or Describe that fails after a statement ran", []wireStep{
+		{send: []pgproto3.FrontendMessage{parseMsg("u", "UPDATE accounts SET email = email || 'u' WHERE id = $1::bigint"),
+			&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{},
+			parseMsg("n", "SELECT nope"), syncMsg,
+			&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("6")}}, &pgproto3.Execute{},
+			&pgproto3.Describe{ObjectType: 'S', Name: "none"}, syncMsg}, zs: 2},
+		// Both UPDATEs were rolled back with their batches.
+		{send: []pgproto3.FrontendMessage{queryMsg("SELECT id, email FROM accounts WHERE id IN (5, 6) ORDER BY id")}, zs: 1},
+	}},
 	{"a portal executed again after its end", []wireStep{
 		{send: []pgproto3.FrontendMessage{
 			parseMsg("r", "SELECT id FROM accounts WHERE id = $1::bigint"),
