@@ -52,6 +52,14 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		c.w.Write(wire.AppendEmptyQueryResponse(nil))
 		return nil
 	}
+	if describe && c.xs.Failed() {
+		// The Describe that came before the Execute, answered before
+		// the Execute fails.
+		if err := c.describeFailedPortal(p); err != nil {
+			return err
+		}
+		describe = false
+	}
 	if p.suspended && c.xs.Failed() {
 		return errAborted()
 	}

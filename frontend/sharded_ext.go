@@ -706,6 +706,9 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			c.w.Write(noData)
 			return nil
 		}
+		if c.xs.Failed() {
+			return c.describeFailedPortal(p)
+		}
 		if p.plan.Kind == executor.RouteLocal {
 			c.w.Write(c.portalCursorDescription(p))
 			return nil
@@ -776,6 +779,18 @@ func (c *client) describeOn(shard int, st *sStmt, p *sPortal) error {
 			c.toClient(raw)
 		}
 	})
+}
+
+// describeFailedPortal answers a Describe of portal p in a failed
+// transaction, where a shard would not bind it again: PostgreSQL refuses
+// to describe a portal that returns rows there (25P02) and answers NoData
+// for the others.
+func (c *client) describeFailedPortal(p *sPortal) error {
+	if _, rows := ranTag(p.stmt.sql); rows {
+		return errAborted()
+	}
+	c.w.Write(noData)
+	return nil
 }
 
 // describeFailed is describeOn's exchange of out in an aborted

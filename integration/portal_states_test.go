@@ -73,7 +73,14 @@ var portalStateCases = []struct {
 			parseMsg("g", "SELECT g FROM generate_series(1, 3) g"),
 			&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "g"},
 			&pgproto3.Execute{Portal: "p", MaxRows: 1}, syncMsg,
-			queryMsg("SELECT 1/0")}, zs: 3},
+			&pgproto3.Bind{DestinationPortal: "w", PreparedStatement: "u", Parameters: [][]byte{[]byte("1")}},
+			&pgproto3.Execute{Portal: "w"}, syncMsg,
+			queryMsg("SELECT 1/0")}, zs: 4},
+		// Describe of a portal: NoData for one without rows, alone and
+		// with its Execute (which fails).
+		{send: []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'P', Name: "w"}, syncMsg,
+			&pgproto3.Describe{ObjectType: 'P', Name: "w"}, &pgproto3.Execute{Portal: "w"}, syncMsg,
+			&pgproto3.Describe{ObjectType: 'P', Name: "p"}, syncMsg}, zs: 3},
 		// Parse: refused, but for the empty query; the name check comes
 		// after.
 		{send: []pgproto3.FrontendMessage{parseMsg("t", "SELECT 2"), syncMsg}, zs: 1},
