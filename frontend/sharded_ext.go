@@ -404,15 +404,25 @@ func (c *client) validateParse(ctx context.Context, st *sStmt, plan *routePlan) 
 	if len(plan.Shards) > 0 {
 		shard = plan.Shards[0]
 	}
-	c.lb.read = c.readBalanced(&plan.Plan, st.sql)
-	err := c.attachShard(ctx, shard)
-	c.lb.read = false
-	if err == errReplan {
-		return nil // a reload changed the routing: Execute reports the errors
-	} else if err != nil {
+	if ok, err := c.attachChecking(ctx, &plan.Plan, st.sql, shard); !ok {
 		return err
 	}
 	return c.onShardOrFail(shard, func() error { return c.validateOn(st, shard) })
+}
+
+// attachChecking attaches shard's server for a check the shard makes
+// before a statement with plan and text sql runs (validateParse,
+// validateBind), balanced to a replica as the statement would be. ok false
+// with a nil error: a reload changed the routing, and the statement's
+// Execute reports its errors.
+func (c *client) attachChecking(ctx context.Context, plan *executor.Plan, sql string, shard int) (ok bool, err error) {
+	c.lb.read = c.readBalanced(plan, sql)
+	err = c.attachShard(ctx, shard)
+	c.lb.read = false
+	if err == errReplan {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // readBalanced reports whether the servers a statement with plan and text
@@ -574,12 +584,7 @@ func (c *client) validateBind(ctx context.Context, p *sPortal) error {
 	if shard < len(c.ext) && (c.ext[shard].portal != nil || c.ext[shard].unsynced) {
 		return nil
 	}
-	c.lb.read = c.readBalanced(&plan.Plan, p.stmt.sql)
-	err := c.attachShard(ctx, shard)
-	c.lb.read = false
-	if err == errReplan {
-		return nil // a reload changed the routing: Execute binds it again
-	} else if err != nil {
+	if ok, err := c.attachChecking(ctx, &plan.Plan, p.stmt.sql, shard); !ok {
 		return err
 	}
 	return c.onShardOrFail(shard, func() error {

@@ -2,9 +2,6 @@ package integration
 
 import (
 	"context"
-	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -19,23 +16,7 @@ import (
 // session mode.
 func TestExtendedRunRandomSharded(t *testing.T) {
 	checkGoroutines(t)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EXTRUN_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("EXTRUN_SEED: %v", err)
-		}
-		seed = v
-	}
-	stepsPerSeed := 120
-	if s := os.Getenv("EXTRUN_STEPS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("EXTRUN_STEPS: %v", err)
-		}
-		stepsPerSeed = v
-	}
-	t.Logf("seed %d (EXTRUN_SEED=%d replays it)", seed, seed)
+	seed, stepsPerSeed := extRunSeed(t)
 	texts := append(append([]string(nil), extRunTexts...),
 		"SELECT email FROM accounts WHERE id = $1::bigint",
 		"SELECT id FROM accounts ORDER BY id",
@@ -46,7 +27,7 @@ func TestExtendedRunRandomSharded(t *testing.T) {
 		"DELETE FROM accounts WHERE id = $1::bigint RETURNING id",
 		"SELECT 10 / (id - 5) FROM accounts WHERE id = $1::bigint",
 	)
-	steps := extRunStepsOf(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed, texts)
+	steps := extRunStepsOf(extRunRand(seed), stepsPerSeed, texts)
 	for _, mode := range []string{"transaction", "session"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -27,24 +27,8 @@ import (
 // EXTRUN_SEED replays a seed; EXTRUN_STEPS sets the steps a seed runs.
 func TestExtendedRunRandom(t *testing.T) {
 	checkGoroutines(t)
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EXTRUN_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("EXTRUN_SEED: %v", err)
-		}
-		seed = v
-	}
-	stepsPerSeed := 120
-	if s := os.Getenv("EXTRUN_STEPS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("EXTRUN_STEPS: %v", err)
-		}
-		stepsPerSeed = v
-	}
-	t.Logf("seed %d (EXTRUN_SEED=%d replays it)", seed, seed)
-	steps := extRunSteps(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), stepsPerSeed)
+	seed, stepsPerSeed := extRunSeed(t)
+	steps := extRunSteps(extRunRand(seed), stepsPerSeed)
 
 	cl := cluster(t, "app")
 	for _, mode := range []string{"transaction", "session"} {
@@ -54,6 +38,33 @@ func TestExtendedRunRandom(t *testing.T) {
 		})
 	}
 }
+
+// extRunSeed is the random tests' seed (EXTRUN_SEED, else the clock),
+// logged so that a failure can be replayed, and their number of steps
+// (EXTRUN_STEPS, else 120).
+func extRunSeed(t *testing.T) (seed uint64, steps int) {
+	seed = uint64(time.Now().UnixNano())
+	if s := os.Getenv("EXTRUN_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EXTRUN_SEED: %v", err)
+		}
+		seed = v
+	}
+	steps = 120
+	if s := os.Getenv("EXTRUN_STEPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("EXTRUN_STEPS: %v", err)
+		}
+		steps = v
+	}
+	t.Logf("seed %d (EXTRUN_SEED=%d replays it)", seed, seed)
+	return seed, steps
+}
+
+// extRunRand is the random tests' generator for seed.
+func extRunRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 
 // extRunCompare runs steps on one connection to the PostgreSQL database
 // at direct and one through proxy p (pool mode mode), in lockstep, and
