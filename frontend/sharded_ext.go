@@ -861,7 +861,7 @@ func (c *client) describeShard(ctx context.Context, st *sStmt, p *sPortal) (int,
 	pick := func() int {
 		switch {
 		case p == nil:
-			return c.anyShard()
+			return c.freeShard()
 		case len(p.plan.Shards) > 0:
 			return p.plan.Shards[0]
 		}
@@ -908,6 +908,25 @@ func (c *client) anyShard() int {
 		}
 	}
 	return pickShard(c.xs.Len())
+}
+
+// freeShard is anyShard for the Describe of a statement, which any shard
+// answers alike: an attached shard whose server is not inside a batch that
+// a row-limited Execute left open (the Describe would end it, and the
+// suspended portal with it), else a shard not attached, else anyShard's.
+func (c *client) freeShard() int {
+	n := min(len(c.ext), c.xs.Len())
+	for i := range n {
+		if c.xs.Server(i) != nil && !c.ext[i].unsynced {
+			return i
+		}
+	}
+	for i := range n {
+		if c.xs.Server(i) == nil {
+			return i
+		}
+	}
+	return c.anyShard()
 }
 
 // ensureParsed appends the Parse of st if the current server lacks it.

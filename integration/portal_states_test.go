@@ -114,6 +114,13 @@ var portalStateCases = []struct {
 			&pgproto3.Describe{ObjectType: 'P', Name: "q"}, &pgproto3.Execute{Portal: "q", MaxRows: 2}, syncMsg,
 			queryMsg("ROLLBACK")}, zs: 6},
 	}},
+	{"a statement described while a portal is suspended", []wireStep{
+		{send: []pgproto3.FrontendMessage{parseMsg("g", "SELECT g FROM generate_series(1, 3) g"),
+			parseMsg("s", "SELECT email FROM accounts WHERE id = $1::bigint"), syncMsg,
+			&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "g"}, &pgproto3.Execute{Portal: "p", MaxRows: 1},
+			&pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Describe{ObjectType: 'S', Name: "g"},
+			&pgproto3.Execute{Portal: "p", MaxRows: 1}, syncMsg}, zs: 2},
+	}},
 	{"a known statement parsed again in an aborted transaction", []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("k", "SELECT 7"), syncMsg, &pgproto3.Close{ObjectType: 'S', Name: "k"}, syncMsg}, zs: 2},
 		{send: []pgproto3.FrontendMessage{queryMsg("BEGIN"), queryMsg("SELECT 1/0"), parseMsg("k", "SELECT 7"), syncMsg}, zs: 3},
