@@ -566,9 +566,10 @@ func (c *client) sBind(ctx context.Context, body []byte, deferred bool) error {
 // runs at its Execute as any other. A portal the proxy runs itself, one
 // whose Execute does more than bind and run it (transaction control,
 // INSERT … SELECT, SQL-level prepared statements, a parse-only probe) or
-// one whose shard holds a suspended portal (which the shard's Sync would
-// end) is not bound here; its errors come at its Execute. A portal the
-// shard fails to bind is left half made (see sPortal.half).
+// one whose shard holds a suspended portal (in the server's unnamed
+// portal, which the Bind would replace) is not bound here; its errors come
+// at its Execute. A portal the shard fails to bind is left half made (see
+// sPortal.half).
 func (c *client) validateBind(ctx context.Context, p *sPortal) error {
 	plan := p.plan
 	switch plan.Kind {
@@ -581,23 +582,35 @@ func (c *client) validateBind(ctx context.Context, p *sPortal) error {
 		return nil
 	}
 	shard := plan.Shards[0]
-	if shard < len(c.ext) && (c.ext[shard].portal != nil || c.ext[shard].unsynced) {
-		return nil
+	inBatch := false
+	if shard < len(c.ext) {
+		if c.ext[shard].portal != nil {
+			return nil
+		}
+		inBatch = c.ext[shard].unsynced
 	}
 	if ok, err := c.attachChecking(ctx, &plan.Plan, p.stmt.sql, shard); !ok {
 		return err
 	}
 	return c.onShardOrFail(shard, func() error {
 		c.server = c.xs.Server(shard)
-		if err := c.useShard(shard); err != nil {
-			return c.lostShard(err)
+		var err error
+		if inBatch {
+			// The server is inside the client's batch (an Execute
+			// ended with Flush): it binds there, answered up to its
+			// BindComplete, without the Sync that would end the batch.
+			out := append(c.appendPortal(nil, p, shard), 'H', 0, 0, 0, 4)
+			err = c.flushExchangeTo(shard, out, '2', func(byte, []byte) {})
+		} else {
+			if err := c.useShard(shard); err != nil {
+				return c.lostShard(err)
+			}
+			if err := c.runPrefix(shard, c.prefix(shard, false)); err != nil {
+				return err
+			}
+			out := append(c.appendPortal(nil, p, shard), 'S', 0, 0, 0, 4)
+			err = c.serverExchange(out, func(byte, []byte) {})
 		}
-		if err := c.runPrefix(shard, c.prefix(shard, false)); err != nil {
-			return err
-		}
-		out := c.appendPortal(nil, p, shard)
-		out = append(out, 'S', 0, 0, 0, 4)
-		err := c.serverExchange(out, func(byte, []byte) {})
 		if _, ok := err.(*wire.Error); ok {
 			p.half = true // the shard's own error (see half)
 		}

@@ -100,6 +100,12 @@ func (c *client) syncShard(i int) error {
 // (CommandComplete, EmptyQueryResponse, PortalSuspended) to fn. It returns
 // the server's error, after which the server skips to the batch's Sync.
 func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte)) error {
+	return c.flushExchangeTo(i, out, 0, fn)
+}
+
+// flushExchangeTo is flushExchange that also ends at an answer of type end
+// (not 0), after handing it to fn.
+func (c *client) flushExchangeTo(i int, out []byte, end byte, fn func(typ byte, raw []byte)) error {
 	sc := &c.ext[i]
 	srv := c.xs.Server(i)
 	sc.unsynced = true
@@ -113,6 +119,10 @@ func (c *client) flushExchange(i int, out []byte, fn func(typ byte, raw []byte))
 		if err != nil {
 			srv.Broken = true
 			return c.lostShard(err)
+		}
+		if typ == end {
+			fn(typ, raw)
+			return nil
 		}
 		switch typ {
 		case 'E':

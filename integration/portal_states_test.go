@@ -38,6 +38,15 @@ var portalStateCases = []struct {
 		// The UPDATE was rolled back with the batch.
 		{send: []pgproto3.FrontendMessage{queryMsg("SELECT email FROM accounts WHERE id = 4")}, zs: 1},
 	}},
+	{"a Bind that fails in a batch a Flush keeps open", []wireStep{
+		// On the UPDATE's shard, whose server is inside the batch (a
+		// row-limited Execute).
+		{send: []pgproto3.FrontendMessage{parseMsg("z", "SELECT 1/0 FROM accounts WHERE id = $1::bigint"),
+			parseMsg("u", "UPDATE accounts SET email = email || 'u' WHERE id = $1::bigint"), syncMsg,
+			&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{MaxRows: 5},
+			&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "z", Parameters: [][]byte{[]byte("3")}}, flushMsg, syncMsg}, zs: 2},
+		{send: []pgproto3.FrontendMessage{queryMsg("SELECT email FROM accounts WHERE id = 3")}, zs: 1},
+	}},
 	{"a Parse or Describe that fails after a statement ran", []wireStep{
 		{send: []pgproto3.FrontendMessage{parseMsg("u", "UPDATE accounts SET email = email || 'u' WHERE id = $1::bigint"),
 			&pgproto3.Bind{PreparedStatement: "u", Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{},
