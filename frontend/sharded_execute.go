@@ -46,6 +46,7 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		// again): PostgreSQL answers it as the empty query's
 		// (exec_execute_message's NullCommand), aborted transaction or
 		// not.
+		c.bindDone()
 		if describe {
 			c.w.Write(noData)
 		}
@@ -54,7 +55,10 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 	}
 	if describe && c.xs.Failed() {
 		// The Describe that came before the Execute, answered before
-		// the Execute fails.
+		// the Execute fails, after the Bind's BindComplete (held back
+		// for the Execute: a ROLLBACK's, the only Bind a failed
+		// transaction accepts).
+		c.bindDone()
 		if err := c.describeFailedPortal(p); err != nil {
 			return err
 		}
