@@ -48,7 +48,7 @@ func (c *client) sExecutePortal(ctx context.Context, body []byte, describe bool)
 		// not.
 		c.bindDone()
 		if describe {
-			c.w.Write(noData)
+			c.w.Write(wire.AppendNoData(nil))
 		}
 		c.w.Write(wire.AppendEmptyQueryResponse(nil))
 		return nil

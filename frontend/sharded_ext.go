@@ -620,8 +620,6 @@ func (c *client) validateBind(ctx context.Context, p *sPortal) error {
 
 var bindComplete = []byte{'2', 0, 0, 0, 4}
 
-var noData = []byte{'n', 0, 0, 0, 4}
-
 // duplicatePortal is PostgreSQL's error for a Bind to a named portal that
 // is open already.
 func duplicatePortal(name []byte) error {
@@ -721,7 +719,7 @@ func (c *client) sDescribe(ctx context.Context, kind byte, name []byte) error {
 			return e
 		}
 		if p.half {
-			c.w.Write(noData)
+			c.w.Write(wire.AppendNoData(nil))
 			return nil
 		}
 		if c.xs.Failed() {
@@ -807,14 +805,16 @@ func (c *client) describeFailedPortal(p *sPortal) error {
 	if _, rows := ranTag(p.stmt.sql); rows {
 		return errAborted()
 	}
-	c.w.Write(noData)
+	c.w.Write(wire.AppendNoData(nil))
 	return nil
 }
 
 // describeFailed is describeOn's exchange of out in an aborted
 // transaction, which the shard does not share: PostgreSQL refuses to
-// describe a statement or portal that returns rows there (25P02, before
-// its ParameterDescription), and describes the others.
+// describe a statement that returns rows there (25P02, before its
+// ParameterDescription), and describes the others. (A portal's Describe
+// in a failed transaction is describeFailedPortal's: the shard would not
+// bind it again.)
 func (c *client) describeFailed(out []byte) error {
 	var answer []byte
 	rows := false
